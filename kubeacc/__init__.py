@@ -1,0 +1,3 @@
+"""kube-acc: one accelerator management system for Kubernetes."""
+
+__version__ = "0.1.0"

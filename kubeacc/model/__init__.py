@@ -1,0 +1,43 @@
+"""The accelerator data model (pure data, no I/O)."""
+
+from kubeacc.model.accelerator import (
+    SCHEMA_VERSION,
+    SRIOV,
+    Device,
+    DeviceType,
+    DiscoveryWarning,
+    FPGADriver,
+    FPGAState,
+    Health,
+    HealthState,
+    Inventory,
+    Link,
+    LinkKind,
+    NUMANode,
+    Partition,
+    PartitionKind,
+    PCIIdentity,
+    device_name,
+    is_bdf,
+)
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SRIOV",
+    "Device",
+    "DeviceType",
+    "DiscoveryWarning",
+    "FPGADriver",
+    "FPGAState",
+    "Health",
+    "HealthState",
+    "Inventory",
+    "Link",
+    "LinkKind",
+    "NUMANode",
+    "PCIIdentity",
+    "Partition",
+    "PartitionKind",
+    "device_name",
+    "is_bdf",
+]
