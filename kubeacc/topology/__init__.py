@@ -1,0 +1,1 @@
+"""Node topology: device distances, the topology graph and placement."""
