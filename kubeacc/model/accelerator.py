@@ -58,8 +58,6 @@ def is_bdf(value: str) -> bool:
     return bool(_BDF_RE.match(value))
 
 
-
-
 class PCIIdentity(_Model):
     """What the PCI configuration space and the kernel say about a function."""
 
@@ -196,9 +194,7 @@ class Device(_Model):
     @property
     def virtual_functions(self) -> list[str]:
         """PCI addresses of the SR-IOV virtual functions that are enabled now."""
-        return [
-            p.bus_id for p in self.partitions if p.kind is PartitionKind.SRIOV_VF and p.bus_id
-        ]
+        return [p.bus_id for p in self.partitions if p.kind is PartitionKind.SRIOV_VF and p.bus_id]
 
 
 def device_name(dtype: DeviceType, bdf: str) -> str:

@@ -1,0 +1,168 @@
+"""Reading a host through one root directory.
+
+Every host read in kube-acc goes through :class:`HostRoot`, so a synthetic ``/sys``, ``/dev`` and
+``/proc`` tree works exactly like the real one. Paths are host paths (``/sys/bus/pci/devices``);
+symlinks are followed as the kernel would inside that root (an absolute link target is taken
+relative to the root, never to the machine running discovery). Reads never raise: a failure is
+recorded as a warning that names the device and the path, and the caller gets ``None``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from kubeacc.model import DiscoveryWarning
+
+_MAX_LINK_HOPS = 40
+#: sysfs attributes are at most a page; /proc files we read are small too.
+_MAX_READ = 1 << 16
+
+
+@dataclass
+class WarningSink:
+    """Collects what could not be read, once per (device, path, message)."""
+
+    items: list[DiscoveryWarning] = field(default_factory=list)
+    _seen: set[tuple[str | None, str, str]] = field(default_factory=set)
+
+    def add(self, path: str, message: str, device: str | None = None) -> None:
+        key = (device, path, message)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.items.append(DiscoveryWarning(path=path, message=message, device=device))
+
+
+class HostRoot:
+    """A view of one host's files under ``root`` (``/`` on a real node)."""
+
+    def __init__(self, root: str | os.PathLike[str] = "/", sink: WarningSink | None = None):
+        self.root = os.path.realpath(os.fspath(root))
+        self.sink = sink if sink is not None else WarningSink()
+
+    # -- paths -------------------------------------------------------------------------------
+
+    def real(self, path: str) -> str:
+        """The machine path of host path ``path`` (no symlink resolution)."""
+        rel = path.lstrip("/")
+        return os.path.join(self.root, rel) if rel else self.root
+
+    def host_path(self, real_path: str) -> str:
+        """The host path of a machine path under the root."""
+        rel = os.path.relpath(real_path, self.root)
+        return "/" if rel == "." else "/" + rel
+
+    def resolve(self, path: str) -> str | None:
+        """Host path with every symlink followed inside the root; None if it dangles or loops."""
+        parts = [p for p in PurePosixPath(path).parts if p != "/"]
+        resolved: list[str] = []
+        hops = 0
+        while parts:
+            part = parts.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            candidate = "/" + "/".join([*resolved, part])
+            real = self.real(candidate)
+            if os.path.islink(real):
+                hops += 1
+                if hops > _MAX_LINK_HOPS:
+                    return None
+                try:
+                    target = os.readlink(real)
+                except OSError:
+                    return None
+                if target.startswith("/"):
+                    resolved = []
+                parts = [p for p in PurePosixPath(target).parts if p != "/"] + parts
+                continue
+            if not os.path.lexists(real):
+                return None
+            resolved.append(part)
+        return "/" + "/".join(resolved)
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self.real(path))
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(self.real(path))
+
+    def listdir(self, path: str, device: str | None = None, required: bool = False) -> list[str]:
+        """Sorted entries of a directory; [] (and a warning if ``required``) when unreadable."""
+        try:
+            return sorted(os.listdir(self.real(path)))
+        except FileNotFoundError:
+            if required:
+                self.sink.add(path, "directory is missing", device)
+        except OSError as err:
+            self.sink.add(path, f"cannot list directory: {err.strerror or err}", device)
+        return []
+
+    def readlink_name(self, path: str, device: str | None = None) -> str | None:
+        """Last component of a symlink's target (e.g. the driver name behind ``driver``)."""
+        real = self.real(path)
+        if not os.path.islink(real):
+            return None
+        try:
+            target = os.readlink(real)
+        except OSError as err:
+            self.sink.add(path, f"cannot read link: {err.strerror or err}", device)
+            return None
+        name = PurePosixPath(target).name
+        return name or None
+
+    def read_text(self, path: str, device: str | None = None, required: bool = True) -> str | None:
+        """File contents, stripped; None and a warning (if ``required``) when unreadable."""
+        try:
+            with open(self.real(path), "rb") as fh:
+                data = fh.read(_MAX_READ)
+        except FileNotFoundError:
+            if required:
+                self.sink.add(path, "file is missing", device)
+            return None
+        except IsADirectoryError:
+            self.sink.add(path, "expected a file, found a directory", device)
+            return None
+        except OSError as err:
+            self.sink.add(path, f"cannot read: {err.strerror or err}", device)
+            return None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.sink.add(path, "not valid text", device)
+            return None
+        if "\x00" in text:
+            self.sink.add(path, "not valid text", device)
+            return None
+        return text.strip()
+
+    def read_int(
+        self, path: str, device: str | None = None, base: int = 10, required: bool = True
+    ) -> int | None:
+        text = self.read_text(path, device, required)
+        if text is None:
+            return None
+        try:
+            return int(text, base)
+        except ValueError:
+            self.sink.add(path, f"not an integer: {text[:40]!r}", device)
+            return None
+
+    def read_hex(
+        self, path: str, device: str | None = None, digits: int = 4, required: bool = True
+    ) -> str | None:
+        """A sysfs hex id such as ``0x10de``, as ``0x`` + ``digits`` lower-case digits."""
+        text = self.read_text(path, device, required)
+        if text is None:
+            return None
+        body = text.lower().removeprefix("0x")
+        if not body or len(body) > digits or any(c not in "0123456789abcdef" for c in body):
+            self.sink.add(path, f"not a {digits}-digit hex id: {text[:40]!r}", device)
+            return None
+        return "0x" + body.rjust(digits, "0")

@@ -1,0 +1,177 @@
+"""NVML answers for a synthetic host: the stand-in at the NVML call boundary.
+
+A synthetic host root carries ``/.synthetic/nvml.json`` describing its GPUs. This class
+answers the same calls, with the same argument and return shapes and the same error types
+(``pynvml.NVMLError`` subclasses), as the ``pynvml`` module does for a real driver, so the
+discovery code above it runs unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pynvml
+
+
+@dataclass(frozen=True)
+class _Handle:
+    gpu: int
+    mig: int | None = None
+
+
+@dataclass(frozen=True)
+class _PciInfo:
+    busId: str
+    pciDeviceId: int
+    pciSubSystemId: int
+
+
+@dataclass(frozen=True)
+class _Memory:
+    total: int
+    free: int
+    used: int
+
+
+def _err(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)
+
+
+class SyntheticNVML:
+    """Answers NVML calls from a description (see the module docstring)."""
+
+    NVMLError = pynvml.NVMLError
+
+    def __init__(self, description: dict[str, Any]):
+        self.driver_version = str(description["driverVersion"])
+        self.cuda_version = int(description.get("cudaDriverVersion", 12000))
+        self.gpus: list[dict[str, Any]] = list(description["gpus"])
+        for gpu in self.gpus:
+            for key in ("busId", "uuid", "name", "memoryTotal"):
+                if key not in gpu:
+                    raise KeyError(f"GPU entry without {key!r}")
+
+    @classmethod
+    def from_file(cls, path: str) -> SyntheticNVML:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if not isinstance(data, dict):
+            raise ValueError("NVML description must be a JSON object")
+        return cls(data)
+
+    # -- library --------------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:
+        return None
+
+    def nvmlShutdown(self) -> None:
+        return None
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return self.driver_version
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.cuda_version
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        if not 0 <= index < len(self.gpus):
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        if self.gpus[index].get("lost"):
+            raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
+        return _Handle(index)
+
+    # -- per device -------------------------------------------------------------------------
+
+    def _gpu(self, handle: _Handle) -> dict[str, Any]:
+        return self.gpus[handle.gpu]
+
+    def _mig(self, handle: _Handle) -> dict[str, Any]:
+        assert handle.mig is not None
+        return dict(self._gpu(handle)["migDevices"][handle.mig])
+
+    def nvmlDeviceGetPciInfo(self, handle: _Handle) -> _PciInfo:
+        gpu = self._gpu(handle)
+        return _PciInfo(
+            busId=gpu["busId"],
+            pciDeviceId=int(gpu.get("pciDeviceId", 0x233010DE)),
+            pciSubSystemId=int(gpu.get("pciSubSystemId", 0)),
+        )
+
+    def nvmlDeviceGetName(self, handle: _Handle) -> str:
+        gpu = self._gpu(handle)
+        if handle.mig is not None:
+            return f"{gpu['name']} MIG {self._mig(handle)['profile']}"
+        return str(gpu["name"])
+
+    def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
+        if handle.mig is not None:
+            return str(self._mig(handle)["uuid"])
+        return str(self._gpu(handle)["uuid"])
+
+    def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> _Memory:
+        if handle.mig is not None:
+            total = int(self._mig(handle)["memoryTotal"])
+        else:
+            total = int(self._gpu(handle)["memoryTotal"])
+        return _Memory(total=total, free=total, used=0)
+
+    def nvmlDeviceGetSerial(self, handle: _Handle) -> str:
+        serial = self._gpu(handle).get("serial")
+        if serial is None:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return str(serial)
+
+    def nvmlDeviceGetMinorNumber(self, handle: _Handle) -> int:
+        return int(self._gpu(handle).get("minorNumber", handle.gpu))
+
+    def nvmlDeviceGetNumaNodeId(self, handle: _Handle) -> int:
+        return int(self._gpu(handle).get("numaNode", -1))
+
+    def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
+        return int(self._gpu(handle).get("temperature", 35))
+
+    def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:
+        rows = self._gpu(handle).get("remappedRows")
+        if rows is None:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return (
+            int(rows.get("correctable", 0)),
+            int(rows.get("uncorrectable", 0)),
+            int(bool(rows.get("pending", False))),
+            int(bool(rows.get("failure", False))),
+        )
+
+    def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
+        gpu = self._gpu(handle)
+        if "migMode" not in gpu:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        mode = int(gpu["migMode"])
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: _Handle) -> int:
+        return 7 if self._gpu(handle).get("migMode") else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _Handle, index: int) -> _Handle:
+        migs = self._gpu(handle).get("migDevices", [])
+        if not 0 <= index < len(migs):
+            raise _err(pynvml.NVML_ERROR_NOT_FOUND)
+        return _Handle(handle.gpu, index)
+
+    def _link(self, handle: _Handle, link: int) -> dict[str, Any]:
+        for entry in self._gpu(handle).get("nvlinks", []):
+            if int(entry["link"]) == link:
+                return dict(entry)
+        raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+
+    def nvmlDeviceGetNvLinkState(self, handle: _Handle, link: int) -> int:
+        entry = self._link(handle, link)
+        return pynvml.NVML_FEATURE_ENABLED if entry.get("active", True) else 0
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: _Handle, link: int) -> _PciInfo:
+        entry = self._link(handle, link)
+        return _PciInfo(busId=entry["remoteBusId"], pciDeviceId=0, pciSubSystemId=0)
