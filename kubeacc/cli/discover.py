@@ -1,0 +1,109 @@
+"""``kubeacc discover``: what is on this node (or on a host tree)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from kubeacc.cli.output import Format, dump
+from kubeacc.discovery import ConfigError, discover, load_config
+from kubeacc.model import Device, DeviceType, Inventory
+
+
+def _gib(value: int | None) -> str:
+    return f"{value / 2**30:.0f} GiB" if value else ""
+
+
+def type_facts(dev: Device) -> str:
+    """The facts that matter for this type of device, in one cell."""
+    facts: list[str] = []
+    if dev.memory_bytes:
+        facts.append(_gib(dev.memory_bytes))
+    if dev.uuid:
+        facts.append(dev.uuid)
+    if dev.links:
+        facts.append(f"{sum(link.count for link in dev.links)} links to {len(dev.links)} peers")
+    if dev.fpga:
+        facts.append(f"{dev.fpga.driver.value} interface={dev.fpga.interface_id or '-'}")
+        facts.append(f"afu={dev.fpga.afu_id or 'none'}")
+    if dev.netdevs:
+        facts.append("net=" + ",".join(dev.netdevs))
+    if dev.rdma_devices:
+        facts.append("rdma=" + ",".join(dev.rdma_devices))
+    if dev.sriov:
+        facts.append(f"VFs {dev.sriov.num_vfs}/{dev.sriov.total_vfs}")
+    migs = [p for p in dev.partitions if p.kind.value == "mig"]
+    if migs:
+        facts.append(f"MIG x{len(migs)}")
+    return " ".join(facts)
+
+
+def render_table(inv: Inventory, console: Console) -> None:
+    table = Table(title=f"Accelerators on {inv.hostname or 'host'}", title_justify="left")
+    for column in ("TYPE", "NAME", "VENDOR", "MODEL", "BDF", "NUMA", "PCIE ROOT", "HEALTH"):
+        table.add_column(column, no_wrap=column in ("NAME", "BDF"))
+    table.add_column("DETAILS")
+    for dev in inv.devices:
+        health = dev.health.state.value
+        if not dev.health.healthy:
+            health = f"[red]{health}[/red] {dev.health.reason}"
+        table.add_row(
+            dev.type.value,
+            dev.name,
+            dev.vendor,
+            dev.model,
+            dev.pci_bus_id or "",
+            str(dev.numa_node),
+            dev.pcie_root or "",
+            health,
+            type_facts(dev),
+        )
+    console.print(table)
+
+
+def discover_command(
+    host_root: Annotated[
+        Path, typer.Option("--host-root", help="Root of the host's /sys, /dev and /proc.")
+    ] = Path("/"),
+    output: Annotated[Format, typer.Option("--output", "-o", help="Output format.")] = (
+        Format.TABLE
+    ),
+    types: Annotated[
+        list[DeviceType] | None,
+        typer.Option("--type", "-t", help="Only devices of this type (repeatable)."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Admin-defined devices (DiscoveryConfig YAML)."),
+    ] = None,
+    nvml: Annotated[
+        str, typer.Option(help="Use NVML: auto, on or off.", case_sensitive=False)
+    ] = "auto",
+) -> None:
+    """Discover the accelerators of a host: GPUs, FPGAs, NICs, XPUs and other accelerators."""
+    err = Console(stderr=True)
+    if not host_root.is_dir():
+        err.print(f"[red]error:[/red] host root {host_root} is not a directory")
+        raise typer.Exit(2)
+    if nvml not in ("auto", "on", "off"):
+        err.print(f"[red]error:[/red] --nvml must be auto, on or off, not {nvml!r}")
+        raise typer.Exit(2)
+    try:
+        cfg = load_config(config) if config is not None else None
+    except ConfigError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    inv = discover(host_root, config=cfg, nvml=nvml, types=types)
+    if output is Format.TABLE:
+        render_table(inv, Console())
+        for warning in inv.warnings:
+            err.print(f"[yellow]warning:[/yellow] {warning}")
+        return
+    sys.stdout.write(dump(inv.to_json_dict(), output))
+    if output is Format.JSON:
+        sys.stdout.write("\n")

@@ -1,0 +1,27 @@
+"""The ``kubeacc`` command."""
+
+from __future__ import annotations
+
+import typer
+
+from kubeacc import __version__
+from kubeacc.cli.discover import discover_command
+
+app = typer.Typer(
+    name="kubeacc",
+    help="kube-acc: one accelerator management system for Kubernetes.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("discover")(discover_command)
+
+
+@app.command("version")
+def version() -> None:
+    """Print the kube-acc version."""
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()
