@@ -17,6 +17,14 @@ app = typer.Typer(
 app.command("discover")(discover_command)
 
 
+@app.command("schema")
+def schema() -> None:
+    """Print the JSON Schema of the inventory document (discover -o json)."""
+    from kubeacc.model.schema import inventory_schema_json
+
+    typer.echo(inventory_schema_json(), nl=False)
+
+
 @app.command("version")
 def version() -> None:
     """Print the kube-acc version."""

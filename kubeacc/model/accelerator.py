@@ -10,8 +10,16 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    computed_field,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 SCHEMA_VERSION = "kubeacc.io/v1alpha1"
@@ -169,6 +177,14 @@ class Device(_Model):
     attributes: dict[str, str] = Field(
         default_factory=dict, description="Backend-specific facts shown but not interpreted"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_derived(cls, data: Any) -> Any:
+        """Accept our own JSON back: the derived keys are recomputed, not stored."""
+        if isinstance(data, dict) and ("pciBusID" in data or "virtualFunctions" in data):
+            data = {k: v for k, v in data.items() if k not in ("pciBusID", "virtualFunctions")}
+        return data
 
     @field_validator("name")
     @classmethod
