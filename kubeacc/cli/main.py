@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kubeacc import __version__
+from kubeacc.cli.demo import demo_command
 from kubeacc.cli.discover import discover_command
 
 app = typer.Typer(
@@ -15,6 +16,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("discover")(discover_command)
+app.command("demo")(demo_command)
 
 
 @app.command("schema")

@@ -1,0 +1,1 @@
+"""The node agent: discovery, device plugin, DRA plugin, life cycle on its node."""
