@@ -70,6 +70,7 @@ CATALOG: Catalog = {
         0x09C4: ("PAC with Arria 10 GX FPGA", {}),
         0x0B30: ("PAC N3000 (FPGA programmable acceleration card)", {}),
         0x1237: ("440FX PCI and memory controller", {}),
+        0x1533: ("I210 Gigabit Network Connection", {}),
         0x1593: ("Ethernet Controller E810-C for SFP", {}),
         0x1889: ("Ethernet Adaptive Virtual Function", {}),
         0x352A: ("Xeon Scalable PCIe root port", {}),
