@@ -86,7 +86,7 @@ def discover_command(
     ] = "auto",
 ) -> None:
     """Discover the accelerators of a host: GPUs, FPGAs, NICs, XPUs and other accelerators."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     if not host_root.is_dir():
         err.print(f"[red]error:[/red] host root {host_root} is not a directory")
         raise typer.Exit(2)

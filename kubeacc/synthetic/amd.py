@@ -41,19 +41,21 @@ def write_kfd(w: TreeWriter, cpu_cores_by_node: list[int], gpus: list[KfdGpu]) -
         nodes.append([("cpu_cores_count", cores), ("simd_count", 0), ("mem_banks_count", 1)])
         gpu_ids.append(0)
     for g in gpus:
-        nodes.append([
-            ("cpu_cores_count", 0),
-            ("simd_count", g.simd_count),
-            ("mem_banks_count", 1),
-            ("gfx_target_version", g.gfx_target_version),
-            ("vendor_id", g.fn.vendor),
-            ("device_id", g.fn.device),
-            ("location_id", g.fn.bdf.rid),
-            ("domain", g.fn.bdf.domain),
-            ("drm_render_minor", g.render_minor),
-            ("local_mem_size", g.vram_bytes),
-            ("unique_id", g.unique_id),
-        ])
+        nodes.append(
+            [
+                ("cpu_cores_count", 0),
+                ("simd_count", g.simd_count),
+                ("mem_banks_count", 1),
+                ("gfx_target_version", g.gfx_target_version),
+                ("vendor_id", g.fn.vendor),
+                ("device_id", g.fn.device),
+                ("location_id", g.fn.bdf.rid),
+                ("domain", g.fn.bdf.domain),
+                ("drm_render_minor", g.render_minor),
+                ("local_mem_size", g.vram_bytes),
+                ("unique_id", g.unique_id),
+            ]
+        )
         gpu_ids.append(g.gpu_id)
     for index, (props, gpu_id) in enumerate(zip(nodes, gpu_ids, strict=True)):
         d = f"{KFD}/topology/nodes/{index}"

@@ -38,28 +38,52 @@ def bmc_vga(
     ast_bridge = b.bridge(port, bdf(bridge_bus), 0x1A03, 0x1150, driver=None, link=None)
     vga = bdf(bridge_bus + 1)
     b.function(
-        ast_bridge, vga, 0x1A03, 0x2000, CLASS_VGA, driver="ast",
-        subsystem=(0x1A03, 0x2000), revision=0x52, link=None,
+        ast_bridge,
+        vga,
+        0x1A03,
+        0x2000,
+        CLASS_VGA,
+        driver="ast",
+        subsystem=(0x1A03, 0x2000),
+        revision=0x52,
+        link=None,
     )
     b.drm(vga, card)
 
 
 def onboard_nic(
-    b: HostBuilder, port_bdf: str, bus: int, ifname: str, *, root_port: tuple[int, int],
-    device: tuple[int, int] = (0x14E4, 0x165F), driver: str = "tg3",
+    b: HostBuilder,
+    port_bdf: str,
+    bus: int,
+    ifname: str,
+    *,
+    root_port: tuple[int, int],
+    device: tuple[int, int] = (0x14E4, 0x165F),
+    driver: str = "tg3",
 ) -> None:
     """A plain onboard Ethernet port: no SR-IOV, no RDMA."""
     root = b.root_complex(0, 0x00)
     port = b.bridge(root, port_bdf, *root_port, link=("5.0 GT/s PCIe", 1))
     b.function(
-        port, bdf(bus), device[0], device[1], CLASS_ETHERNET, driver=driver,
-        subsystem=device, link=("5.0 GT/s PCIe", 1),
+        port,
+        bdf(bus),
+        device[0],
+        device[1],
+        CLASS_ETHERNET,
+        driver=driver,
+        subsystem=device,
+        link=("5.0 GT/s PCIe", 1),
     )
     b.netdev(bdf(bus), ifname, speed=1000)
 
 
 def nvme_drives(
-    b: HostBuilder, root_bus: int, numa: int, count: int, *, first_index: int = 0,
+    b: HostBuilder,
+    root_bus: int,
+    numa: int,
+    count: int,
+    *,
+    first_index: int = 0,
     root_port: tuple[int, int] = INTEL_ROOT_PORT,
 ) -> None:
     """``count`` Samsung NVMe drives, each behind its own root port on one root complex."""
@@ -68,8 +92,14 @@ def nvme_drives(
         port = b.bridge(root, bdf(root_bus, 2 + i), *root_port, link=GEN4_X4)
         drive = bdf(root_bus + 1 + i)
         b.function(
-            port, drive, 0x144D, 0xA80A, CLASS_NVME, driver="nvme",
-            subsystem=(0x144D, 0xA801), link=GEN4_X4,
+            port,
+            drive,
+            0x144D,
+            0xA80A,
+            CLASS_NVME,
+            driver="nvme",
+            subsystem=(0x144D, 0xA801),
+            link=GEN4_X4,
         )
         b.nvme(drive, first_index + i)
 
@@ -108,8 +138,12 @@ def switch_chain(
 
 
 def single_slot(
-    b: HostBuilder, root_bus: int, numa: int, *,
-    root_port: tuple[int, int] = INTEL_ROOT_PORT, link: tuple[str, int] = GEN3_X4,
+    b: HostBuilder,
+    root_bus: int,
+    numa: int,
+    *,
+    root_port: tuple[int, int] = INTEL_ROOT_PORT,
+    link: tuple[str, int] = GEN3_X4,
 ) -> PciFunction:
     """Root complex with one root port; the endpoint goes on bus ``root_bus + 1``."""
     root = b.root_complex(0, root_bus, numa=numa)

@@ -36,8 +36,14 @@ def _intel_card(b: HostBuilder, root_bus: int, numa: int, card: IntelCard, drive
     port = board.single_slot(b, root_bus, numa, link=GEN3_X16)
     addr = bdf(root_bus + 1)
     b.function(
-        port, addr, INTEL, card.device, CLASS_ACCEL, driver=driver,
-        subsystem=(INTEL, card.device), link=GEN3_X16,
+        port,
+        addr,
+        INTEL,
+        card.device,
+        CLASS_ACCEL,
+        driver=driver,
+        subsystem=(INTEL, card.device),
+        link=GEN3_X16,
     )
     return addr
 
@@ -73,9 +79,7 @@ def intel_fpga_opae(b: HostBuilder) -> None:
     _fpga_server(b, "fpga-opae-01")
     for (root_bus, numa), (card, afu) in zip(((0x3A, 0), (0xAE, 1)), CARDS, strict=True):
         addr = _intel_card(b, root_bus, numa, card, "intel-fpga-pci")
-        b.opae_fpga(
-            addr, afu_id=afu, interface_id=card.compat_id, bitstream_id=card.bitstream_id
-        )
+        b.opae_fpga(addr, afu_id=afu, interface_id=card.compat_id, bitstream_id=card.bitstream_id)
     b.pci_ids()
 
 
@@ -102,12 +106,25 @@ def aws_f1(b: HostBuilder) -> None:
     for slot, dev in enumerate((0x0F, 0x11)):
         app, mgmt = bdf(0, dev, 0), bdf(0, dev, 1)
         b.function(
-            root, app, AMAZON, 0xF000, CLASS_MEMORY_OTHER, driver="xocl", numa=0,
-            subsystem=(0xFEDD, 0x1D51), link=None,
+            root,
+            app,
+            AMAZON,
+            0xF000,
+            CLASS_MEMORY_OTHER,
+            driver="xocl",
+            numa=0,
+            subsystem=(0xFEDD, 0x1D51),
+            link=None,
         )
         b.function(
-            root, mgmt, AMAZON, 0xF001, CLASS_MEMORY_OTHER, numa=0,
-            subsystem=(0xFEDD, 0x1D51), link=None,
+            root,
+            mgmt,
+            AMAZON,
+            0xF001,
+            CLASS_MEMORY_OTHER,
+            numa=0,
+            subsystem=(0xFEDD, 0x1D51),
+            link=None,
         )
         b.drm(app, slot, slot)
     b.pci_ids()

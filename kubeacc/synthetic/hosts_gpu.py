@@ -48,8 +48,16 @@ def nvidia_gpu(
 ) -> NvmlGpu:
     """One NVIDIA GPU: PCI function, ``/proc/driver/nvidia``, ``/dev/nvidiaN``, NVML entry."""
     b.function(
-        parent, addr, NVIDIA, model.device, CLASS_3D, driver="nvidia", numa=numa,
-        subsystem=model.subsystem, revision=0xA1, link=model.link,
+        parent,
+        addr,
+        NVIDIA,
+        model.device,
+        CLASS_3D,
+        driver="nvidia",
+        numa=numa,
+        subsystem=model.subsystem,
+        revision=0xA1,
+        link=model.link,
     )
     uuid = "GPU-" + ids.make_uuid(b.seed, f"gpu/{addr}")
     b.proc_nvidia(addr, model.name, uuid, index)
@@ -107,8 +115,14 @@ def enable_mig(b: HostBuilder, gpu: NvmlGpu) -> None:
 def connectx7(b: HostBuilder, parent: Parent, addr: str, index: int, vfs: int) -> None:
     """ConnectX-7 in InfiniBand mode: IPoIB netdev ``ibp<bus>s<slot>``, ``mlx5_<index>``."""
     b.function(
-        parent, addr, MELLANOX, 0x1021, CLASS_INFINIBAND, driver="mlx5_core",
-        subsystem=(MELLANOX, 0x0041), link=GEN5_X16,
+        parent,
+        addr,
+        MELLANOX,
+        0x1021,
+        CLASS_INFINIBAND,
+        driver="mlx5_core",
+        subsystem=(MELLANOX, 0x0041),
+        link=GEN5_X16,
     )
     a = Bdf.parse(addr)
     b.netdev(addr, f"ibp{a.bus}s{a.device}", mtu=4092, speed=400000, infiniband=True)
@@ -140,9 +154,11 @@ def _dgx(b: HostBuilder, hostname: str) -> list[NvmlGpu]:
         for port, kind in enumerate(("gpu", "nic", "gpu", "nic")):
             addr = bdf(chain.slot_bus(port))
             if kind == "gpu":
-                gpus.append(nvidia_gpu(
-                    b, chain.downstream[port], addr, H100_SXM, index=len(gpus), numa=numa
-                ))
+                gpus.append(
+                    nvidia_gpu(
+                        b, chain.downstream[port], addr, H100_SXM, index=len(gpus), numa=numa
+                    )
+                )
             else:
                 connectx7(b, chain.downstream[port], addr, nic, vfs=8)
                 nic += 1
@@ -151,8 +167,14 @@ def _dgx(b: HostBuilder, hostname: str) -> list[NvmlGpu]:
     chain = board.switch_chain(b, 0xD8, 1, 4)
     for port in range(4):
         b.function(
-            chain.downstream[port], bdf(chain.slot_bus(port)), NVIDIA, 0x22A3,
-            CLASS_BRIDGE_OTHER, driver="nvidia-nvswitch", revision=0xA1, link=GEN4_X16,
+            chain.downstream[port],
+            bdf(chain.slot_bus(port)),
+            NVIDIA,
+            0x22A3,
+            CLASS_BRIDGE_OTHER,
+            driver="nvidia-nvswitch",
+            revision=0xA1,
+            link=GEN4_X16,
         )
 
     nvswitch_links(gpus)
@@ -201,8 +223,15 @@ def amd_gpu(b: HostBuilder) -> None:
         down = b.bridge(up, bdf(root_bus + 2), AMD, 0x14A1, link=GEN4_X16)
         addr = bdf(root_bus + 3)
         b.function(
-            down, addr, AMD, 0x740F, CLASS_DISPLAY_OTHER, driver="amdgpu",
-            subsystem=(AMD, 0x0C34), revision=0x02, link=GEN4_X16,
+            down,
+            addr,
+            AMD,
+            0x740F,
+            CLASS_DISPLAY_OTHER,
+            driver="amdgpu",
+            subsystem=(AMD, 0x0C34),
+            revision=0x02,
+            link=GEN4_X16,
         )
         b.drm(addr, 1 + i, i)
         b.amdgpu(addr, MI210_VRAM)
@@ -215,8 +244,15 @@ def amd_gpu(b: HostBuilder) -> None:
     rp = b.bridge(root, bdf(0xE0, 0x01, 1), *gpp, link=GEN4_X16)
     flex = bdf(0xE1)
     b.function(
-        rp, flex, 0x8086, 0x56C0, CLASS_DISPLAY_OTHER, driver="i915",
-        subsystem=(0x8086, 0x4905), revision=0x08, link=GEN4_X16,
+        rp,
+        flex,
+        0x8086,
+        0x56C0,
+        CLASS_DISPLAY_OTHER,
+        driver="i915",
+        subsystem=(0x8086, 0x4905),
+        revision=0x08,
+        link=GEN4_X16,
     )
     b.drm(flex, 5, 4)
     b.pci_ids()
@@ -235,8 +271,13 @@ def edge_mixed(b: HostBuilder) -> None:
     b.nvidia_version(DRIVER_VERSION)
     board.host_bridge(b, numa=0)
     board.onboard_nic(
-        b, bdf(0, 0x1C, 4), 0x05, "eno1", root_port=board.INTEL_ROOT_PORT,
-        device=(0x8086, 0x1533), driver="igb",
+        b,
+        bdf(0, 0x1C, 4),
+        0x05,
+        "eno1",
+        root_port=board.INTEL_ROOT_PORT,
+        device=(0x8086, 0x1533),
+        driver="igb",
     )
     root = b.root_complex(0, 0x00)
 
@@ -246,8 +287,15 @@ def edge_mixed(b: HostBuilder) -> None:
     port = b.bridge(root, bdf(0, 0x1B), *board.INTEL_ROOT_PORT, link=GEN4_X16)
     e810 = bdf(0x02)
     b.function(
-        port, e810, 0x8086, 0x1593, CLASS_ETHERNET, driver="ice",
-        subsystem=(0x8086, 0x0002), revision=0x02, link=GEN4_X16,
+        port,
+        e810,
+        0x8086,
+        0x1593,
+        CLASS_ETHERNET,
+        driver="ice",
+        subsystem=(0x8086, 0x0002),
+        revision=0x02,
+        link=GEN4_X16,
     )
     b.netdev(e810, "enp2s0f0", speed=25000)
     vfs = b.sriov(e810, total=8, num=4, vf_device_id=0x1889, vf_driver="iavf", offset=8)
@@ -272,12 +320,24 @@ def alveo_u250(b: HostBuilder, port: Parent, bus: int, card: int, render: int) -
     """
     mgmt, user = bdf(bus, 0, 0), bdf(bus, 0, 1)
     b.function(
-        port, mgmt, XILINX, 0x5004, CLASS_ACCEL, driver="xclmgmt",
-        subsystem=(XILINX, 0x000E), link=GEN3_X16,
+        port,
+        mgmt,
+        XILINX,
+        0x5004,
+        CLASS_ACCEL,
+        driver="xclmgmt",
+        subsystem=(XILINX, 0x000E),
+        link=GEN3_X16,
     )
     b.function(
-        port, user, XILINX, 0x5005, CLASS_ACCEL, driver="xocl",
-        subsystem=(XILINX, 0x000E), link=GEN3_X16,
+        port,
+        user,
+        XILINX,
+        0x5005,
+        CLASS_ACCEL,
+        driver="xocl",
+        subsystem=(XILINX, 0x000E),
+        link=GEN3_X16,
     )
     b.dev_node(f"/dev/xclmgmt{Bdf.parse(mgmt).rid}")
     b.drm(user, card, render)

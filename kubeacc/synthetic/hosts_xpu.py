@@ -29,19 +29,33 @@ def kunlun_xpu(b: HostBuilder) -> None:
         for port in range(4):
             addr = bdf(chain.slot_bus(port))
             b.function(
-                chain.downstream[port], addr, BAIDU, KUNLUN_R200, CLASS_ACCEL, driver="kunlun",
-                subsystem=(BAIDU, 0x0001), revision=0x01, link=GEN4_X16,
+                chain.downstream[port],
+                addr,
+                BAIDU,
+                KUNLUN_R200,
+                CLASS_ACCEL,
+                driver="kunlun",
+                subsystem=(BAIDU, 0x0001),
+                revision=0x01,
+                link=GEN4_X16,
             )
             b.dev_node(f"/dev/xpu{xpu}")
             xpu += 1
         if ports == 5:
             nic = bdf(chain.slot_bus(4))
             b.function(
-                chain.downstream[4], nic, 0x15B3, 0x101D, 0x020000, driver="mlx5_core",
-                subsystem=(0x15B3, 0x0016), link=GEN4_X16,
+                chain.downstream[4],
+                nic,
+                0x15B3,
+                0x101D,
+                0x020000,
+                driver="mlx5_core",
+                subsystem=(0x15B3, 0x0016),
+                link=GEN4_X16,
             )
             b.netdev(nic, "ens1f0np0", mtu=9000, speed=100000)
-            b.rdma(nic, "mlx5_0", link_layer="Ethernet", rate="100 Gb/sec (2X HDR)",
-                   hca_type="MT4125")
+            b.rdma(
+                nic, "mlx5_0", link_layer="Ethernet", rate="100 Gb/sec (2X HDR)", hca_type="MT4125"
+            )
     b.dev_node("/dev/xpuctrl")
     b.pci_ids()

@@ -52,7 +52,7 @@ class NvidiaGpuProc:
 def write_gpu(w: TreeWriter, gpu: NvidiaGpuProc) -> None:
     d = f"{PROC}/gpus/{gpu.bdf}"
     w.write(f"{d}/information", gpu.information())
-    w.write(f"{d}/registry", "Binary: \"\"\n")
+    w.write(f"{d}/registry", 'Binary: ""\n')
     w.dev_node(f"/dev/nvidia{gpu.minor}")
     control_nodes(w)
 

@@ -323,9 +323,7 @@ class PciTree:
             up.secondary_bus = addr.bus
             self._pci_bus_dir(up.sysfs, addr.domain, addr.bus, up.numa)
         elif up.secondary_bus != addr.bus:
-            raise ValueError(
-                f"{addr} is not on bus {up.secondary_bus:02x} behind bridge {up.bdf}"
-            )
+            raise ValueError(f"{addr} is not on bus {up.secondary_bus:02x} behind bridge {up.bdf}")
         node: RootHandle | PciFunction = up
         while isinstance(node, PciFunction):
             if node.subordinate_bus is None or node.subordinate_bus < addr.bus:

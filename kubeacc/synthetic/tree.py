@@ -343,9 +343,7 @@ class HostBuilder:
 
     def amdgpu(self, bdf: str | Bdf, vram_bytes: int) -> None:
         fn = self.get(bdf)
-        amd.write_amdgpu_attrs(
-            self.w, fn, vram_bytes, ids.hex_id(self.seed, f"amd/{fn.bdf}", 16)
-        )
+        amd.write_amdgpu_attrs(self.w, fn, vram_bytes, ids.hex_id(self.seed, f"amd/{fn.bdf}", 16))
 
     def kfd(self, gpus: list[amd.KfdGpu]) -> None:
         cores = [len(c) for c in self.layout.cpus_by_node]

@@ -39,7 +39,7 @@ def test_table_shows_devices_and_warnings(hosts: HostFactory) -> None:
     root = hosts.copy("dgx-h100")
     bdf = sorted((root / "proc/driver/nvidia/gpus").iterdir())[0].name
     (root / "sys/bus/pci/devices" / bdf / "numa_node").write_text("x\n")
-    result = runner.invoke(app, ["discover", "--host-root", str(root)], terminal_width=250)
+    result = runner.invoke(app, ["discover", "--host-root", str(root)], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert "H100" in result.stdout and "pci0000:" in result.stdout
     assert "warning" in result.stderr and "numa_node" in result.stderr

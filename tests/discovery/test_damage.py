@@ -103,18 +103,16 @@ _DAMAGE = st.sampled_from(["delete", "garbage", "binary", "truncate", "dir", "da
 
 
 def _targets(root: Path) -> list[Path]:
+    """Every file and symlink discovery may read (CPU topology files left out: never read)."""
     found = []
-    for top in ("sys/bus/pci/devices", "sys/class", "proc/driver", ".synthetic", "dev"):
-        base = root / top
-        if not base.exists():
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath.endswith("/sys/devices/system/cpu"):
+            dirnames.clear()
             continue
-        for dirpath, dirnames, filenames in os.walk(base, followlinks=True):
-            if dirpath.count(os.sep) - str(root).count(os.sep) > 12:
-                dirnames.clear()
-                continue
-            found.extend(Path(dirpath) / f for f in filenames)
-            found.extend(Path(dirpath) / d for d in dirnames if os.path.islink(Path(dirpath) / d))
-    return sorted(set(found))
+        here = Path(dirpath)
+        found.extend(here / f for f in filenames)
+        found.extend(here / d for d in dirnames if (here / d).is_symlink())
+    return sorted(found)
 
 
 def _damage(path: Path, how: str, data: bytes) -> None:
@@ -139,12 +137,14 @@ def _damage(path: Path, how: str, data: bytes) -> None:
 
 
 @settings(
-    max_examples=40,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(
-    profile=st.sampled_from(["dgx-h100", "edge-mixed", "intel-fpga-dfl", "intel-fpga-opae"]),
+    profile=st.sampled_from(
+        ["edge-mixed", "intel-fpga-dfl", "intel-fpga-opae", "kunlun-xpu", "aws-f1", "amd-gpu"]
+    ),
     picks=st.lists(st.tuples(st.integers(0, 10**6), _DAMAGE, st.binary(max_size=32)), max_size=8),
 )
 def test_random_damage_never_raises(hosts: HostFactory, profile: str, picks) -> None:  # type: ignore[no-untyped-def]

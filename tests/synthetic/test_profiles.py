@@ -25,16 +25,20 @@ def test_dgx_h100_devices(built: dict[str, Path]) -> None:
     vfs = by_id(root, 0x15B3, 0x101E)
     assert (len(gpus), len(nics), len(vfs)) == (8, 8, 64)
     assert Counter(read(g / "numa_node") for g in gpus) == {"0": 4, "1": 4}
-    assert all(read(g / "class") == "0x030200" and g.joinpath("driver").resolve().name == "nvidia"
-               for g in gpus)
-    assert all(read(n / "sriov_totalvfs") == "16" and read(n / "sriov_numvfs") == "8"
-               for n in nics)
+    assert all(
+        read(g / "class") == "0x030200" and g.joinpath("driver").resolve().name == "nvidia"
+        for g in gpus
+    )
+    assert all(read(n / "sriov_totalvfs") == "16" and read(n / "sriov_numvfs") == "8" for n in nics)
     # GPUs and NICs share a switch: two of each behind every upstream port.
     by_switch = Counter(g.parent.parent.name for g in gpus + nics)
     assert sorted(by_switch.values()) == [4, 4, 4, 4]
     # the contract's example path
-    assert (root / "sys/devices/pci0000:3a/0000:3a:02.0/0000:3b:00.0/0000:3c:08.0/0000:3d:00.0"
-            / "vendor").is_file()
+    assert (
+        root
+        / "sys/devices/pci0000:3a/0000:3a:02.0/0000:3b:00.0/0000:3c:08.0/0000:3d:00.0"
+        / "vendor"
+    ).is_file()
     # distractors
     assert by_id(root, 0x1A03, 0x2000) and len(by_id(root, 0x144D, 0xA80A)) == 2
     assert by_id(root, 0x14E4, 0x165F)[0].joinpath("net/eno1").is_dir()
@@ -110,8 +114,9 @@ def test_intel_fpga_dfl_layout(built: dict[str, Path]) -> None:
         assert pci.joinpath("driver").resolve().name == "dfl-pci"
         assert read(pci / "class") == "0x120000"
     assert afus[1] == "0" * 32 and afus[0] != "0" * 32
-    numas = sorted(read(p / "numa_node") for p in pci_devices(root).values()
-                   if read(p / "class") == "0x120000")
+    numas = sorted(
+        read(p / "numa_node") for p in pci_devices(root).values() if read(p / "class") == "0x120000"
+    )
     assert numas == ["0", "1"]
 
 
