@@ -43,6 +43,11 @@ SEMVER_KEY = "__kubeacc.io/semver__"
 _DOMAIN_RE = re.compile(r"device\s*\.\s*(attributes|capacity)\s*\[\s*(['\"])([^'\"]+)\2\s*\]")
 
 
+_PY_FAIL_RE = re.compile(
+    r"Python function call failed: \w+: (.*?)(?:\. Check function arguments.*)?$"
+)
+
+
 class CelError(Exception):
     """Compiling or evaluating a selector failed."""
 
@@ -216,7 +221,7 @@ def _clean(e: BaseException) -> str:
     msg = str(e).strip()
     if isinstance(e, KeyError):
         return f"no such key: {msg}"
-    m = re.search(r"Python function call failed: \w+: (.*?)(?:\. Check function arguments.*)?$", msg)
+    m = _PY_FAIL_RE.search(msg)
     if m:
         return m.group(1)
     return msg.splitlines()[0] if msg else type(e).__name__
