@@ -19,7 +19,7 @@ from kubeacc.engine.claims import Claim, ClaimError, DeviceClass, parse_claim
 from kubeacc.engine.explain import Explanation
 from kubeacc.engine.pools import Device, Node, Pool, gather_pools, get, node_names
 from kubeacc.engine.quantity import format_quantity
-from kubeacc.engine.search import NodeResult, NodeSearch, SelectorCache
+from kubeacc.engine.search import NodeResult, NodeSearch, SelectorCache, StaticCache
 from kubeacc.engine.state import Ledger
 
 
@@ -71,6 +71,7 @@ class Engine:
             self.nodes = [Node(n, {"kubernetes.io/hostname": n}) for n in node_names(slice_list)]
         self.ledger = Ledger()
         self.cache: SelectorCache = {}
+        self.static: StaticCache = {}
         self.max_feasible_nodes = max_feasible_nodes
         self.step_limit = step_limit
         self._start = 0
@@ -128,6 +129,7 @@ class Engine:
                 claim, n, self._node_devices.get(n.name, []),
                 classes=self.classes, pools=self.pools, ledger=self.ledger, cache=self.cache,
                 step_limit=self.step_limit, incomplete_pools=self.incomplete,
+                static_cache=self.static,
             ).run()
             if res.ok:
                 feasible.append(res)

@@ -15,6 +15,7 @@ Rules (resource.k8s.io/v1):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -125,6 +126,7 @@ class Device:
     all_nodes: bool
     raw: dict[str, Any]
     _env: DeviceEnv | None = None
+    _fp: str | None = None
 
     @property
     def key(self) -> DeviceKey:
@@ -145,8 +147,24 @@ class Device:
         return node_selector_matches(self.node_selector, node)
 
     @property
+    def fingerprint(self) -> str:
+        """Identity of what a selector can see (driver, attributes, capacity, sharing): equal
+        fingerprints give equal verdicts, so verdicts and CEL contexts are shared by them."""
+        if self._fp is None:
+            self._fp = json.dumps(
+                [self.driver, self.allow_multiple, self.attributes,
+                 {k: str(v) for k, v in self.capacity.items()}],
+                sort_keys=True, default=str,
+            )
+        return self._fp
+
+    @property
     def env(self) -> DeviceEnv:
         if self._env is None:
+            shared = _ENVS.get(self.fingerprint)
+            if shared is not None:
+                self._env = shared
+                return shared
             attrs: dict[str, dict[str, Any]] = {}
             for q, v in self.attributes.items():
                 domain, _, ident = q.rpartition("/")
@@ -163,7 +181,14 @@ class Device:
                     "allowMultipleAllocations": self.allow_multiple,
                 }
             )
+            if len(_ENVS) < _ENVS_MAX:
+                _ENVS[self.fingerprint] = self._env
         return self._env
+
+
+#: CEL contexts shared by devices that look alike to a selector (bounded).
+_ENVS: dict[str, DeviceEnv] = {}
+_ENVS_MAX = 100_000
 
 
 def qualify(name: str, driver: str) -> str:

@@ -29,8 +29,11 @@ from kubeacc.engine.state import CounterKey, Ledger
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 NUMA_ATTRS = ("kubeacc.io/numaNode",)
 
-#: selector verdict cache: (expression, device key) -> True/False or the error text
-SelectorCache = dict[tuple[str, DeviceKey], bool | str]
+#: selector verdict cache: (expression, device fingerprint) -> True/False or the error text
+SelectorCache = dict[tuple[str, str], bool | str]
+
+#: per node and (class, selectors): devices passing them and the funnel so far
+StaticCache = dict[tuple[str, str, tuple[str, ...]], tuple[list[Device], list[tuple[str, int]]]]
 
 
 class SearchLimit(Exception):
@@ -181,7 +184,9 @@ class NodeSearch:
         cache: SelectorCache,
         step_limit: int = 20000,
         incomplete_pools: Sequence[Pool] = (),
+        static_cache: StaticCache | None = None,
     ) -> None:
+        self.static = static_cache if static_cache is not None else {}
         self.claim = claim
         self.node = node
         self.devices = devices
@@ -200,7 +205,7 @@ class NodeSearch:
 
     # -- filtering -------------------------------------------------------------------
     def _match(self, sel: Selector, dev: Device) -> bool:
-        key = (sel.expression, dev.key)
+        key = (sel.expression, dev.fingerprint)
         v = self.cache.get(key)
         if v is None:
             try:
@@ -216,16 +221,24 @@ class NodeSearch:
         if alt.name in self.cands:
             return self.cands[alt.name]
         f = Funnel(alt.name)
-        cls = self.classes[alt.device_class]
-        devs = list(self.devices)
-        f.add("devices on node", len(devs))
-        class_sels = [compile_selector(e) for e in cls.selectors]
-        devs = [d for d in devs if all(self._match(s, d) for s in class_sels)]
-        f.add(f"in class {cls.name}", len(devs))
-        for expr in alt.selectors:
-            sel = compile_selector(expr)
-            devs = [d for d in devs if self._match(sel, d)]
-            f.add(f"pass selector '{sel.short(50)}'", len(devs))
+        skey = (self.node.name, alt.device_class, alt.selectors)
+        hit = self.static.get(skey)
+        if hit is None:
+            stages: list[tuple[str, int]] = []
+            cls = self.classes[alt.device_class]
+            devs = list(self.devices)
+            stages.append(("devices on node", len(devs)))
+            class_sels = [compile_selector(e) for e in cls.selectors]
+            devs = [d for d in devs if all(self._match(s, d) for s in class_sels)]
+            stages.append((f"in class {cls.name}", len(devs)))
+            for expr in alt.selectors:
+                sel = compile_selector(expr)
+                devs = [d for d in devs if self._match(sel, d)]
+                stages.append((f"pass selector '{sel.short(50)}'", len(devs)))
+            hit = (devs, stages)
+            self.static[skey] = hit
+        devs, stages = hit
+        f.stages.extend(stages)
         matching = devs
         if any(d.taints for d in devs):
             devs = [d for d in devs if tolerated(d.taints, alt.tolerations)]

@@ -137,7 +137,7 @@ def best_set(
     *,
     symmetry_keys: Sequence[Hashable] | None = None,
     budget: int = 20000,
-    time_limit: float = 0.008,
+    time_limit: float = 0.006,
 ) -> BestSet:
     """The k-subset of ``available`` (all devices if None) containing ``must_include`` with the
     highest link score. ``symmetry_keys`` (one per device; equal keys = structurally alike) lets
@@ -206,7 +206,7 @@ def best_set(
     def dfs(pos: int, cur: int, closed: frozenset[int]) -> None:
         nonlocal best_score, best_members, explored, exhausted
         explored += 1
-        if explored > budget or (explored & 255 == 0 and time.perf_counter() > deadline):
+        if explored > budget or (explored & 15 == 0 and time.perf_counter() > deadline):
             exhausted = True
             return
         left = r - len(chosen)
@@ -247,7 +247,7 @@ def graph_best_set(
     must_include: Iterable[int] = (),
     *,
     budget: int = 20000,
-    time_limit: float = 0.008,
+    time_limit: float = 0.006,
 ) -> BestSet:
     keys = [
         (graph.numa_of(i), graph.root_of(i), graph.switch_of(i), bool(any(graph.links[i])))
