@@ -45,8 +45,12 @@ def bench_best_set(seed: int = 7) -> dict[str, Any]:
                 res = graph_best_set(g, k, avail)
                 times.append(time.perf_counter() - t)
             row: dict[str, Any] = {
-                "k": k, "available": len(avail), "ms_median": round(statistics.median(times) * 1e3, 3),
-                "ms_max": round(max(times) * 1e3, 3), "score": res.score, "proven_optimal": res.exact,
+                "k": k,
+                "available": len(avail),
+                "ms_median": round(statistics.median(times) * 1e3, 3),
+                "ms_max": round(max(times) * 1e3, 3),
+                "score": res.score,
+                "proven_optimal": res.exact,
             }
             if comb(len(avail), k) <= EXHAUSTIVE_LIMIT:
                 ref = exhaustive_best_set(g.closeness, k, avail)
@@ -61,7 +65,10 @@ def bench_best_set(seed: int = 7) -> dict[str, Any]:
     return out
 
 
-def cluster(nodes: int = 500, per_node: int = 8) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+Objs = list[dict[str, Any]]
+
+
+def cluster(nodes: int = 500, per_node: int = 8) -> tuple[Objs, Objs]:
     slices = []
     for i in range(nodes):
         name = f"node-{i:03d}"
@@ -74,7 +81,8 @@ def cluster(nodes: int = 500, per_node: int = 8) -> tuple[list[dict[str, Any]], 
                     "model": {"string": "h100" if (i + j) % 4 else "a100"},
                     "numaNode": {"int": j // (per_node // 2)},
                     "driverVersion": {"version": "550.54.15"},
-                    "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{(j // 2) * 16 + 16:02x}"},
+                    "resource.kubernetes.io/pcieRoot": {
+                        "string": f"pci0000:{(j // 2) * 16 + 16:02x}"},
                 },
                 "capacity": {"memory": {"value": "80Gi" if j % 2 == 0 or i % 3 else "40Gi"}},
             })
