@@ -1,0 +1,217 @@
+"""The allocation engine over a cluster snapshot: where would each claim go, or why not.
+
+An :class:`Engine` holds ResourceSlices (gathered into pools), DeviceClasses, Nodes and a ledger
+of what existing allocations already take. :meth:`Engine.allocate` tries the nodes (rotating the
+start like the scheduler does), stops after ``max_feasible_nodes`` nodes can take the claim,
+keeps the one with the best topology score, and returns the ``status.allocation`` the API would
+hold. When no node fits, the result carries an :class:`~kubeacc.engine.explain.Explanation`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kubeacc.engine.claims import Claim, ClaimError, DeviceClass, parse_claim
+from kubeacc.engine.explain import Explanation
+from kubeacc.engine.pools import Device, Node, Pool, gather_pools, get, node_names
+from kubeacc.engine.quantity import format_quantity
+from kubeacc.engine.search import NodeResult, NodeSearch, SelectorCache, StaticCache
+from kubeacc.engine.state import Ledger
+
+
+@dataclass
+class Placement:
+    claim: str
+    node: str | None
+    allocation: dict[str, Any] | None
+    score: int = 0
+    explanation: Explanation | None = None
+    nodes_tried: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.allocation is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"claim": self.claim, "allocated": self.ok}
+        if self.ok:
+            out["node"] = self.node
+            out["allocation"] = self.allocation
+            out["score"] = self.score
+        elif self.explanation is not None:
+            out["explanation"] = self.explanation.to_dict()
+        return out
+
+
+class Engine:
+    def __init__(
+        self,
+        slices: Iterable[Mapping[str, Any]],
+        classes: Iterable[Mapping[str, Any]],
+        allocated_claims: Iterable[Mapping[str, Any]] = (),
+        nodes: Iterable[Mapping[str, Any]] | None = None,
+        *,
+        max_feasible_nodes: int = 4,
+        step_limit: int = 20000,
+    ) -> None:
+        slice_list = list(slices)
+        all_pools = gather_pools(slice_list)
+        self.pools: dict[tuple[str, str], Pool] = {(p.driver, p.name): p for p in all_pools}
+        self.complete = [p for p in all_pools if not p.incomplete]
+        self.incomplete = [p for p in all_pools if p.incomplete]
+        self.classes = {c.name: c for c in (DeviceClass.from_dict(o) for o in classes)}
+        if nodes is not None:
+            self.nodes = [Node.from_dict(n) for n in nodes]
+        else:
+            self.nodes = [Node(n, {"kubernetes.io/hostname": n}) for n in node_names(slice_list)]
+        self.ledger = Ledger()
+        self.cache: SelectorCache = {}
+        self.static: StaticCache = {}
+        self.max_feasible_nodes = max_feasible_nodes
+        self.step_limit = step_limit
+        self._start = 0
+        self._node_devices: dict[str, list[Device]] = {}
+        shared = [d for p in self.complete for d in p.devices
+                  if d.node_name is None]
+        local: dict[str, list[Device]] = {}
+        for p in self.complete:
+            for d in p.devices:
+                if d.node_name is not None:
+                    local.setdefault(d.node_name, []).append(d)
+        for n in self.nodes:
+            self._node_devices[n.name] = local.get(n.name, []) + [
+                d for d in shared if d.reachable_from(n)
+            ]
+        for claim in allocated_claims:
+            self.ledger.record(_results(claim), self.pools)
+
+    def devices_on(self, node: str) -> list[Device]:
+        return self._node_devices.get(node, [])
+
+    def allocate(
+        self,
+        claim_obj: Mapping[str, Any],
+        node: str | None = None,
+        *,
+        commit: bool = True,
+    ) -> Placement:
+        t0 = time.perf_counter()
+        try:
+            claim = parse_claim(claim_obj)
+        except ClaimError as e:
+            name = str(get(get(claim_obj, "metadata", {}), "name", "?"))
+            return Placement(name, None, None, explanation=Explanation(name, [str(e)]))
+        expl = Explanation(claim.ref)
+        missing = sorted({a.device_class for r in claim.requests for a in r.alternatives
+                          if a.device_class not in self.classes})
+        if missing:
+            expl.general.append(f"device class {', '.join(missing)} not found")
+            return Placement(claim.ref, None, None, explanation=expl)
+        if not claim.requests:
+            return Placement(claim.ref, node, {"devices": {"results": [], "config": []}})
+        nodes = self.nodes if node is None else [n for n in self.nodes if n.name == node]
+        if not nodes:
+            expl.general.append(f"node {node} not known" if node else "no nodes")
+            return Placement(claim.ref, None, None, explanation=expl)
+        feasible: list[NodeResult] = []
+        tried = 0
+        count = len(nodes)
+        start = self._start % count if node is None else 0
+        for k in range(count):
+            n = nodes[(start + k) % count]
+            tried += 1
+            res = NodeSearch(
+                claim, n, self._node_devices.get(n.name, []),
+                classes=self.classes, pools=self.pools, ledger=self.ledger, cache=self.cache,
+                step_limit=self.step_limit, incomplete_pools=self.incomplete,
+                static_cache=self.static,
+            ).run()
+            if res.ok:
+                feasible.append(res)
+                if len(feasible) >= self.max_feasible_nodes:
+                    break
+            else:
+                for r in res.reasons:
+                    expl.add(n.name, r)
+        if node is None:
+            self._start = start + tried
+        if not feasible:
+            return Placement(claim.ref, None, None, explanation=expl, nodes_tried=tried,
+                             seconds=time.perf_counter() - t0)
+        best = max(feasible, key=lambda r: r.score())  # first of the best on ties
+        allocation = self._allocation(claim, best)
+        if commit:
+            self.ledger.record(allocation["devices"]["results"], self.pools)
+        return Placement(claim.ref, best.node, allocation, best.score(), None, tried,
+                         time.perf_counter() - t0)
+
+    def _allocation(self, claim: Claim, res: NodeResult) -> dict[str, Any]:
+        assert res.picks is not None
+        results: list[dict[str, Any]] = []
+        for p in res.picks:
+            r: dict[str, Any] = {
+                "request": p.alt.name,
+                "driver": p.device.driver,
+                "pool": p.device.pool,
+                "device": p.device.name,
+            }
+            if p.alt.admin_access:
+                r["adminAccess"] = True
+            if p.alt.tolerations:
+                r["tolerations"] = list(p.alt.tolerations)
+            if p.consumed is not None:
+                r["consumedCapacity"] = {k: format_quantity(v) for k, v in p.consumed.items()}
+                r["shareID"] = str(uuid.uuid4())
+            results.append(r)
+        config: list[dict[str, Any]] = []
+        used_alts: dict[str, list[str]] = {}
+        for p in res.picks:
+            names = used_alts.setdefault(p.alt.device_class, [])
+            if p.alt.name not in names:
+                names.append(p.alt.name)
+        for cls_name, reqs in used_alts.items():
+            for c in self.classes[cls_name].config:
+                config.append({"source": "FromClass", "requests": reqs, **_opaque(c)})
+        chosen = {p.alt.name for p in res.picks} | {p.alt.request for p in res.picks}
+        for c in claim.config:
+            reqs = list(get(c, "requests", []) or [])
+            if reqs and not any(r in chosen for r in reqs):
+                continue
+            entry: dict[str, Any] = {"source": "FromClaim", **_opaque(c)}
+            if reqs:
+                entry["requests"] = reqs
+            config.append(entry)
+        out: dict[str, Any] = {"devices": {"results": results, "config": config}}
+        selector = _node_selector(res.node, [p.device for p in res.picks])
+        if selector is not None:
+            out["nodeSelector"] = selector
+        return out
+
+    def plan(self, claims: Sequence[Mapping[str, Any]]) -> list[Placement]:
+        """Allocate claims one after another, each seeing the previous ones' devices taken."""
+        return [self.allocate(c) for c in claims]
+
+
+def _opaque(c: Mapping[str, Any]) -> dict[str, Any]:
+    op = get(c, "opaque")
+    return {"opaque": dict(op)} if op else {}
+
+
+def _node_selector(node: str, devices: Sequence[Device]) -> dict[str, Any] | None:
+    if any(d.node_name is not None for d in devices):
+        return {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+    for d in devices:
+        if d.node_selector:
+            return dict(d.node_selector)
+    return None
+
+
+def _results(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    alloc = get(get(claim, "status", {}), "allocation", {})
+    return list(get(get(alloc, "devices", {}), "results", []) or [])

@@ -1,0 +1,331 @@
+"""ResourceSlices gathered into pools, and the devices they offer to each node.
+
+Rules (resource.k8s.io/v1):
+
+* a pool is identified by driver + ``spec.pool.name``; only slices with the pool's highest
+  ``spec.pool.generation`` count;
+* a pool whose newest generation has fewer slices than ``spec.pool.resourceSliceCount`` is
+  *incomplete*: it is skipped for ``ExactCount`` requests and makes ``All`` requests fail;
+* a slice is reachable from a node through ``nodeName`` (that node), ``nodeSelector`` (nodes
+  whose labels/fields match) or ``allNodes``; with ``perDeviceNodeSelection`` each device says
+  so itself;
+* attributes without a domain belong to the driver's domain; capacities are quantities;
+  ``sharedCounters`` are per pool, ``consumesCounters`` per device.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from kubeacc.engine.celenv import DeviceEnv, qvalue, svalue
+from kubeacc.engine.quantity import QuantityError, parse_quantity
+from kubeacc.engine.semver import SemverError, parse_semver
+
+AttrValue = int | bool | str
+
+DeviceKey = tuple[str, str, str]  # driver, pool, device
+
+
+@dataclass
+class Node:
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> Node:
+        meta = obj.get("metadata") or {}
+        return cls(str(meta.get("name", "")), dict(meta.get("labels") or {}))
+
+
+def _get(obj: Mapping[str, Any], *keys: str) -> Any:
+    """``obj[k]`` for the first spelling present (camelCase API JSON or snake_case to_dict())."""
+    for k in keys:
+        if k in obj and obj[k] is not None:
+            return obj[k]
+    return None
+
+
+def _camel_to_snake(name: str) -> str:
+    out = []
+    for ch in name:
+        if ch.isupper():
+            out.append("_" + ch.lower())
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def get(obj: Mapping[str, Any] | None, key: str, default: Any = None) -> Any:
+    """Field ``key`` (camelCase) of an API dict, accepting the snake_case spelling too."""
+    if not obj:
+        return default
+    v = _get(obj, key, _camel_to_snake(key))
+    return default if v is None else v
+
+
+def node_selector_matches(selector: Mapping[str, Any] | None, node: Node) -> bool:
+    """A core/v1 NodeSelector: terms ORed, expressions within a term ANDed."""
+    if not selector:
+        return False
+    terms = get(selector, "nodeSelectorTerms", [])
+    for term in terms:
+        exprs = get(term, "matchExpressions", [])
+        fields_ = get(term, "matchFields", [])
+        if not exprs and not fields_:
+            continue  # an empty term matches nothing
+        if all(_requirement(e, node.labels) for e in exprs) and all(
+            _requirement(f, {"metadata.name": node.name}) for f in fields_
+        ):
+            return True
+    return False
+
+
+def _requirement(req: Mapping[str, Any], values: Mapping[str, str]) -> bool:
+    key = get(req, "key", "")
+    op = get(req, "operator", "")
+    vals = list(get(req, "values", []))
+    have = key in values
+    v = values.get(key, "")
+    if op == "In":
+        return have and v in vals
+    if op == "NotIn":
+        return not have or v not in vals
+    if op == "Exists":
+        return have
+    if op == "DoesNotExist":
+        return not have
+    if op in ("Gt", "Lt"):
+        try:
+            a, b = int(v), int(vals[0])
+        except (ValueError, IndexError):
+            return False
+        return have and (a > b if op == "Gt" else a < b)
+    return False
+
+
+@dataclass
+class Device:
+    """One device of a complete or incomplete pool, flattened for the allocator."""
+
+    driver: str
+    pool: str
+    name: str
+    slice_name: str
+    attributes: dict[str, AttrValue | dict[str, str]]
+    capacity: dict[str, Fraction]
+    capacity_policy: dict[str, dict[str, Any]]
+    consumes: list[tuple[str, dict[str, Fraction]]]
+    allow_multiple: bool
+    taints: list[dict[str, Any]]
+    node_name: str | None
+    node_selector: dict[str, Any] | None
+    all_nodes: bool
+    raw: dict[str, Any]
+    _env: DeviceEnv | None = None
+    _fp: str | None = None
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.driver, self.pool, self.name)
+
+    @property
+    def id(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+    def attribute(self, qualified: str) -> AttrValue | dict[str, str] | None:
+        return self.attributes.get(qualified)
+
+    def reachable_from(self, node: Node) -> bool:
+        if self.all_nodes:
+            return True
+        if self.node_name is not None:
+            return self.node_name == node.name
+        return node_selector_matches(self.node_selector, node)
+
+    @property
+    def fingerprint(self) -> str:
+        """Identity of what a selector can see (driver, attributes, capacity, sharing): equal
+        fingerprints give equal verdicts, so verdicts and CEL contexts are shared by them."""
+        if self._fp is None:
+            self._fp = json.dumps(
+                [self.driver, self.allow_multiple, self.attributes,
+                 {k: str(v) for k, v in self.capacity.items()}],
+                sort_keys=True, default=str,
+            )
+        return self._fp
+
+    @property
+    def env(self) -> DeviceEnv:
+        if self._env is None:
+            shared = _ENVS.get(self.fingerprint)
+            if shared is not None:
+                self._env = shared
+                return shared
+            attrs: dict[str, dict[str, Any]] = {}
+            for q, v in self.attributes.items():
+                domain, _, ident = q.rpartition("/")
+                attrs.setdefault(domain, {})[ident] = v
+            caps: dict[str, dict[str, Any]] = {}
+            for q, c in self.capacity.items():
+                domain, _, ident = q.rpartition("/")
+                caps.setdefault(domain, {})[ident] = qvalue(c)
+            self._env = DeviceEnv(
+                {
+                    "driver": self.driver,
+                    "attributes": attrs,
+                    "capacity": caps,
+                    "allowMultipleAllocations": self.allow_multiple,
+                }
+            )
+            if len(_ENVS) < _ENVS_MAX:
+                _ENVS[self.fingerprint] = self._env
+        return self._env
+
+
+#: CEL contexts shared by devices that look alike to a selector (bounded).
+_ENVS: dict[str, DeviceEnv] = {}
+_ENVS_MAX = 100_000
+
+
+def qualify(name: str, driver: str) -> str:
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def _attr_value(raw: Mapping[str, Any]) -> AttrValue | dict[str, str]:
+    for kind in ("string", "int", "bool"):
+        v = get(raw, kind)
+        if v is not None:
+            return v  # type: ignore[no-any-return]
+    ver = get(raw, "version")
+    if ver is not None:
+        try:
+            return svalue(parse_semver(str(ver)))
+        except SemverError:
+            return str(ver)
+    raise ValueError(f"attribute without a value: {dict(raw)!r}")
+
+
+@dataclass
+class Pool:
+    driver: str
+    name: str
+    generation: int
+    slice_count: int
+    slices: list[dict[str, Any]]
+    devices: list[Device]
+    counters: dict[str, dict[str, Fraction]]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def incomplete(self) -> bool:
+        return len(self.slices) < self.slice_count
+
+    @property
+    def id(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+
+def _device(driver: str, pool: str, slc: Mapping[str, Any], raw: Mapping[str, Any]) -> Device:
+    spec = get(slc, "spec", {})
+    meta = get(slc, "metadata", {})
+    per_device = bool(get(spec, "perDeviceNodeSelection", False))
+    src = raw if per_device else spec
+    attrs = {
+        qualify(k, driver): _attr_value(v) for k, v in (get(raw, "attributes", {}) or {}).items()
+    }
+    capacity: dict[str, Fraction] = {}
+    policy: dict[str, dict[str, Any]] = {}
+    for k, v in (get(raw, "capacity", {}) or {}).items():
+        q = qualify(k, driver)
+        capacity[q] = parse_quantity(str(get(v, "value", "0")))
+        rp = get(v, "requestPolicy")
+        if rp:
+            policy[q] = dict(rp)
+    consumes = []
+    for cc in get(raw, "consumesCounters", []) or []:
+        consumes.append(
+            (
+                str(get(cc, "counterSet", "")),
+                {n: parse_quantity(str(get(c, "value", "0"))) for n, c in
+                 (get(cc, "counters", {}) or {}).items()},
+            )
+        )
+    return Device(
+        driver=driver,
+        pool=pool,
+        name=str(get(raw, "name", "")),
+        slice_name=str(get(meta, "name", "")),
+        attributes=attrs,
+        capacity=capacity,
+        capacity_policy=policy,
+        consumes=consumes,
+        allow_multiple=bool(get(raw, "allowMultipleAllocations", False)),
+        taints=list(get(raw, "taints", []) or []),
+        node_name=get(src, "nodeName"),
+        node_selector=get(src, "nodeSelector"),
+        all_nodes=bool(get(src, "allNodes", False)),
+        raw=dict(raw),
+    )
+
+
+def gather_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
+    """Group slices into pools, keeping only each pool's newest generation."""
+    newest: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    gen: dict[tuple[str, str], int] = {}
+    for slc in slices:
+        spec = get(slc, "spec", {})
+        driver = str(get(spec, "driver", ""))
+        pool = get(spec, "pool", {})
+        key = (driver, str(get(pool, "name", "")))
+        g = int(get(pool, "generation", 0))
+        if key not in gen or g > gen[key]:
+            gen[key] = g
+            newest[key] = []
+        if g == gen[key]:
+            newest[key].append(slc)
+    pools = []
+    for (driver, name), group in sorted(newest.items()):
+        count = max(int(get(get(get(s, "spec", {}), "pool", {}), "resourceSliceCount", 1))
+                    for s in group)
+        pool = Pool(driver, name, gen[(driver, name)], count, [dict(s) for s in group], [], {})
+        seen: set[str] = set()
+        for slc in group:
+            spec = get(slc, "spec", {})
+            for cs in get(spec, "sharedCounters", []) or []:
+                try:
+                    pool.counters[str(get(cs, "name", ""))] = {
+                        n: parse_quantity(str(get(c, "value", "0")))
+                        for n, c in (get(cs, "counters", {}) or {}).items()
+                    }
+                except QuantityError as e:
+                    pool.problems.append(f"counter set {get(cs, 'name')}: {e}")
+            for raw in get(spec, "devices", []) or []:
+                try:
+                    dev = _device(driver, name, slc, raw)
+                except (ValueError, QuantityError) as e:
+                    pool.problems.append(f"device {get(raw, 'name')}: {e}")
+                    continue
+                if dev.name in seen:
+                    pool.problems.append(f"duplicate device name {dev.name}")
+                    continue
+                seen.add(dev.name)
+                pool.devices.append(dev)
+        pools.append(pool)
+    return pools
+
+
+def node_names(slices: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Nodes named by node-local slices or devices (when no Node objects are given)."""
+    out: dict[str, None] = {}
+    for slc in slices:
+        spec = get(slc, "spec", {})
+        if get(spec, "nodeName"):
+            out[str(get(spec, "nodeName"))] = None
+        for d in get(spec, "devices", []) or []:
+            if get(d, "nodeName"):
+                out[str(get(d, "nodeName"))] = None
+    return list(out)
