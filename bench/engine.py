@@ -74,38 +74,72 @@ def cluster(nodes: int = 500, per_node: int = 8) -> tuple[Objs, Objs]:
         name = f"node-{i:03d}"
         devs = []
         for j in range(per_node):
-            devs.append({
-                "name": f"gpu-{j}",
-                "attributes": {
-                    "type": {"string": "gpu"},
-                    "model": {"string": "h100" if (i + j) % 4 else "a100"},
-                    "numaNode": {"int": j // (per_node // 2)},
-                    "driverVersion": {"version": "550.54.15"},
-                    "resource.kubernetes.io/pcieRoot": {
-                        "string": f"pci0000:{(j // 2) * 16 + 16:02x}"},
+            devs.append(
+                {
+                    "name": f"gpu-{j}",
+                    "attributes": {
+                        "type": {"string": "gpu"},
+                        "model": {"string": "h100" if (i + j) % 4 else "a100"},
+                        "numaNode": {"int": j // (per_node // 2)},
+                        "driverVersion": {"version": "550.54.15"},
+                        "resource.kubernetes.io/pcieRoot": {
+                            "string": f"pci0000:{(j // 2) * 16 + 16:02x}"
+                        },
+                    },
+                    "capacity": {"memory": {"value": "80Gi" if j % 2 == 0 or i % 3 else "40Gi"}},
+                }
+            )
+        slices.append(
+            {
+                "metadata": {"name": f"{name}-gpus"},
+                "spec": {
+                    "driver": "kubeacc.io",
+                    "nodeName": name,
+                    "pool": {"name": name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devs,
                 },
-                "capacity": {"memory": {"value": "80Gi" if j % 2 == 0 or i % 3 else "40Gi"}},
-            })
-        slices.append({"metadata": {"name": f"{name}-gpus"}, "spec": {
-            "driver": "kubeacc.io", "nodeName": name,
-            "pool": {"name": name, "generation": 1, "resourceSliceCount": 1}, "devices": devs}})
-    classes = [{"metadata": {"name": "gpu.kubeacc.io"}, "spec": {"selectors": [{"cel": {
-        "expression": 'device.driver == "kubeacc.io" && '
-                      'device.attributes["kubeacc.io"].type == "gpu"'}}]}}]
+            }
+        )
+    classes = [
+        {
+            "metadata": {"name": "gpu.kubeacc.io"},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": 'device.driver == "kubeacc.io" && '
+                            'device.attributes["kubeacc.io"].type == "gpu"'
+                        }
+                    }
+                ]
+            },
+        }
+    ]
     return slices, classes
 
 
 def claim(i: int, count: int, selector: str, match: str | None) -> dict[str, Any]:
-    devices: dict[str, Any] = {"requests": [{"name": "gpus", "exactly": {
-        "deviceClassName": "gpu.kubeacc.io", "count": count,
-        "selectors": [{"cel": {"expression": selector}}]}}]}
+    devices: dict[str, Any] = {
+        "requests": [
+            {
+                "name": "gpus",
+                "exactly": {
+                    "deviceClassName": "gpu.kubeacc.io",
+                    "count": count,
+                    "selectors": [{"cel": {"expression": selector}}],
+                },
+            }
+        ]
+    }
     if match:
         devices["constraints"] = [{"matchAttribute": match}]
     return {"metadata": {"name": f"claim-{i}", "namespace": "bench"}, "spec": {"devices": devices}}
 
 
-SELECTOR = ('device.capacity["kubeacc.io"].memory.compareTo(quantity("64Gi")) >= 0 && '
-            'device.attributes["kubeacc.io"].model == "h100"')
+SELECTOR = (
+    'device.capacity["kubeacc.io"].memory.compareTo(quantity("64Gi")) >= 0 && '
+    'device.attributes["kubeacc.io"].model == "h100"'
+)
 
 
 def bench_allocation(n_claims: int) -> dict[str, Any]:
@@ -126,11 +160,16 @@ def bench_allocation(n_claims: int) -> dict[str, Any]:
     no: dict[str, Any] = {}
     cases = {
         "matchAttribute_no_common_value": claim(0, 3, "true", "resource.kubernetes.io/pcieRoot"),
-        "selector_matches_nothing": claim(1, 1, 'device.attributes["kubeacc.io"].model == "b200"',
-                                          None),
+        "selector_matches_nothing": claim(
+            1, 1, 'device.attributes["kubeacc.io"].model == "b200"', None
+        ),
         "count_exceeds_node": claim(2, 9, SELECTOR, None),
-        "new_selector_cold_cache": claim(3, 5, 'device.attributes["kubeacc.io"].driverVersion'
-                                               '.isLessThan(semver("500.0.0"))', None),
+        "new_selector_cold_cache": claim(
+            3,
+            5,
+            'device.attributes["kubeacc.io"].driverVersion.isLessThan(semver("500.0.0"))',
+            None,
+        ),
     }
     for name, c in cases.items():
         t = time.perf_counter()
@@ -140,11 +179,14 @@ def bench_allocation(n_claims: int) -> dict[str, Any]:
         lines = p.explanation.lines() if p.explanation else []
         no[name] = {"ms": round(ms, 2), "reason": lines[0] if lines else ""}
     return {
-        "nodes": 500, "devices_per_node": 8,
-        "selector": SELECTOR, "constraint": "matchAttribute resource.kubernetes.io/pcieRoot",
+        "nodes": 500,
+        "devices_per_node": 8,
+        "selector": SELECTOR,
+        "constraint": "matchAttribute resource.kubernetes.io/pcieRoot",
         "load_s": round(load_s, 3),
         "first_claim_s_cold_cel": round(first_claim_s, 3),
-        "claims": n_claims, "allocated": ok,
+        "claims": n_claims,
+        "allocated": ok,
         "claims_per_s": round(n_claims / dt, 1),
         "infeasible": no,
         "infeasible_ms_max": max(v["ms"] for v in no.values()),
@@ -155,8 +197,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--claims", type=int, default=600)
     args = ap.parse_args()
-    print(json.dumps({"best_set": bench_best_set(), "allocation": bench_allocation(args.claims)},
-                     indent=2))
+    print(
+        json.dumps(
+            {"best_set": bench_best_set(), "allocation": bench_allocation(args.claims)}, indent=2
+        )
+    )
 
 
 if __name__ == "__main__":

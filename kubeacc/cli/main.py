@@ -7,6 +7,7 @@ import typer
 from kubeacc import __version__
 from kubeacc.cli.demo import demo_command
 from kubeacc.cli.discover import discover_command
+from kubeacc.cli.plan import plan
 
 app = typer.Typer(
     name="kubeacc",
@@ -17,6 +18,7 @@ app = typer.Typer(
 )
 app.command("discover")(discover_command)
 app.command("demo")(demo_command)
+app.command("plan")(plan)
 
 
 @app.command("schema")

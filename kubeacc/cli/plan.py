@@ -42,14 +42,22 @@ def run_plan(objs: list[dict[str, Any]]) -> list[Placement]:
     existing = [c for c in claims if (c.get("status") or {}).get("allocation")]
     pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
     nodes = by_kind.get("Node")
-    engine = Engine(by_kind.get("ResourceSlice", []), by_kind.get("DeviceClass", []), existing,
-                    nodes if nodes else None)
+    engine = Engine(
+        by_kind.get("ResourceSlice", []),
+        by_kind.get("DeviceClass", []),
+        existing,
+        nodes if nodes else None,
+    )
     return engine.plan(pending)
 
 
 def plan(
-    folder: Annotated[Path, typer.Argument(help="Folder of YAML/JSON: slices, classes, claims",
-                                           exists=True, file_okay=False)],
+    folder: Annotated[
+        Path,
+        typer.Argument(
+            help="Folder of YAML/JSON: slices, classes, claims", exists=True, file_okay=False
+        ),
+    ],
     output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
 ) -> None:
     """Show where each ResourceClaim would be allocated, or why it cannot be."""
@@ -63,8 +71,10 @@ def plan(
             table.add_column(col)
         for p in placements:
             if p.allocation is not None:
-                devs = ", ".join(f"{r['request']}: {r['pool']}/{r['device']}"
-                                 for r in p.allocation["devices"]["results"])
+                devs = ", ".join(
+                    f"{r['request']}: {r['pool']}/{r['device']}"
+                    for r in p.allocation["devices"]["results"]
+                )
                 table.add_row(p.claim, p.node or "(any)", devs, "")
             else:
                 why = "\n".join(p.explanation.lines()) if p.explanation else "unknown"

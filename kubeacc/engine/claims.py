@@ -139,9 +139,7 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim:
         if exactly is not None and first:
             raise ClaimError(f"request {name}: both exactly and firstAvailable")
         if first:
-            alts = tuple(
-                _alternative(f"{name}/{get(s, 'name', '')}", name, s) for s in first
-            )
+            alts = tuple(_alternative(f"{name}/{get(s, 'name', '')}", name, s) for s in first)
             requests.append(Request(name, alts, True))
         elif exactly is not None:
             requests.append(Request(name, (_alternative(name, name, exactly),), False))

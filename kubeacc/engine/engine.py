@@ -76,8 +76,7 @@ class Engine:
         self.step_limit = step_limit
         self._start = 0
         self._node_devices: dict[str, list[Device]] = {}
-        shared = [d for p in self.complete for d in p.devices
-                  if d.node_name is None]
+        shared = [d for p in self.complete for d in p.devices if d.node_name is None]
         local: dict[str, list[Device]] = {}
         for p in self.complete:
             for d in p.devices:
@@ -107,8 +106,14 @@ class Engine:
             name = str(get(get(claim_obj, "metadata", {}), "name", "?"))
             return Placement(name, None, None, explanation=Explanation(name, [str(e)]))
         expl = Explanation(claim.ref)
-        missing = sorted({a.device_class for r in claim.requests for a in r.alternatives
-                          if a.device_class not in self.classes})
+        missing = sorted(
+            {
+                a.device_class
+                for r in claim.requests
+                for a in r.alternatives
+                if a.device_class not in self.classes
+            }
+        )
         if missing:
             expl.general.append(f"device class {', '.join(missing)} not found")
             return Placement(claim.ref, None, None, explanation=expl)
@@ -126,9 +131,15 @@ class Engine:
             n = nodes[(start + k) % count]
             tried += 1
             res = NodeSearch(
-                claim, n, self._node_devices.get(n.name, []),
-                classes=self.classes, pools=self.pools, ledger=self.ledger, cache=self.cache,
-                step_limit=self.step_limit, incomplete_pools=self.incomplete,
+                claim,
+                n,
+                self._node_devices.get(n.name, []),
+                classes=self.classes,
+                pools=self.pools,
+                ledger=self.ledger,
+                cache=self.cache,
+                step_limit=self.step_limit,
+                incomplete_pools=self.incomplete,
                 static_cache=self.static,
             ).run()
             if res.ok:
@@ -141,14 +152,21 @@ class Engine:
         if node is None:
             self._start = start + tried
         if not feasible:
-            return Placement(claim.ref, None, None, explanation=expl, nodes_tried=tried,
-                             seconds=time.perf_counter() - t0)
+            return Placement(
+                claim.ref,
+                None,
+                None,
+                explanation=expl,
+                nodes_tried=tried,
+                seconds=time.perf_counter() - t0,
+            )
         best = max(feasible, key=lambda r: r.score())  # first of the best on ties
         allocation = self._allocation(claim, best)
         if commit:
             self.ledger.record(allocation["devices"]["results"], self.pools)
-        return Placement(claim.ref, best.node, allocation, best.score(), None, tried,
-                         time.perf_counter() - t0)
+        return Placement(
+            claim.ref, best.node, allocation, best.score(), None, tried, time.perf_counter() - t0
+        )
 
     def _allocation(self, claim: Claim, res: NodeResult) -> dict[str, Any]:
         assert res.picks is not None
@@ -204,8 +222,11 @@ def _opaque(c: Mapping[str, Any]) -> dict[str, Any]:
 
 def _node_selector(node: str, devices: Sequence[Device]) -> dict[str, Any] | None:
     if any(d.node_name is not None for d in devices):
-        return {"nodeSelectorTerms": [{"matchFields": [
-            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}
+        return {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        }
     for d in devices:
         if d.node_selector:
             return dict(d.node_selector)

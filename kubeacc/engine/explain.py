@@ -22,8 +22,11 @@ class Funnel:
 
     def __str__(self) -> str:
         parts = [f"{n} {label}" for label, n in self.stages]
-        return f"request {self.request}: " + ", ".join(parts) + (f", need {self.need}"
-                                                                 if self.need else "")
+        return (
+            f"request {self.request}: "
+            + ", ".join(parts)
+            + (f", need {self.need}" if self.need else "")
+        )
 
 
 @dataclass

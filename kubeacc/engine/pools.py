@@ -152,9 +152,14 @@ class Device:
         fingerprints give equal verdicts, so verdicts and CEL contexts are shared by them."""
         if self._fp is None:
             self._fp = json.dumps(
-                [self.driver, self.allow_multiple, self.attributes,
-                 {k: str(v) for k, v in self.capacity.items()}],
-                sort_keys=True, default=str,
+                [
+                    self.driver,
+                    self.allow_multiple,
+                    self.attributes,
+                    {k: str(v) for k, v in self.capacity.items()},
+                ],
+                sort_keys=True,
+                default=str,
             )
         return self._fp
 
@@ -250,8 +255,10 @@ def _device(driver: str, pool: str, slc: Mapping[str, Any], raw: Mapping[str, An
         consumes.append(
             (
                 str(get(cc, "counterSet", "")),
-                {n: parse_quantity(str(get(c, "value", "0"))) for n, c in
-                 (get(cc, "counters", {}) or {}).items()},
+                {
+                    n: parse_quantity(str(get(c, "value", "0")))
+                    for n, c in (get(cc, "counters", {}) or {}).items()
+                },
             )
         )
     return Device(
@@ -289,8 +296,9 @@ def gather_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
             newest[key].append(slc)
     pools = []
     for (driver, name), group in sorted(newest.items()):
-        count = max(int(get(get(get(s, "spec", {}), "pool", {}), "resourceSliceCount", 1))
-                    for s in group)
+        count = max(
+            int(get(get(get(s, "spec", {}), "pool", {}), "resourceSliceCount", 1)) for s in group
+        )
         pool = Pool(driver, name, gen[(driver, name)], count, [dict(s) for s in group], [], {})
         seen: set[str] = set()
         for slc in group:

@@ -41,8 +41,10 @@ def parse_quantity(text: str | int | float) -> Fraction:
         return Fraction(text)
     m = _RE.match(text.strip())
     if not m:
-        raise QuantityError(f"quantities must match the regular expression "
-                            f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}")
+        raise QuantityError(
+            f"quantities must match the regular expression "
+            f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}"
+        )
     sign, number, suffix = m.group(1), m.group(2), m.group(3) or ""
     value = Fraction(number)
     if suffix in _BINARY:

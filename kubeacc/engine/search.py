@@ -87,8 +87,9 @@ def _numa(d: Device) -> AttrValue | dict[str, str] | None:
     return None
 
 
-def tolerated(taints: Sequence[Mapping[str, Any]], tolerations: Sequence[Mapping[str, Any]]
-              ) -> bool:
+def tolerated(
+    taints: Sequence[Mapping[str, Any]], tolerations: Sequence[Mapping[str, Any]]
+) -> bool:
     for t in taints:
         effect = t.get("effect", "")
         if effect not in ("NoSchedule", "NoExecute"):
@@ -195,8 +196,9 @@ class NodeSearch:
         self.ledger = ledger
         self.cache = cache
         self.step_limit = step_limit
-        self.incomplete = [p for p in incomplete_pools
-                           if any(d.reachable_from(node) for d in p.devices)]
+        self.incomplete = [
+            p for p in incomplete_pools if any(d.reachable_from(node) for d in p.devices)
+        ]
         self.steps = 0
         self.failures: Counter[str] = Counter()
         self.funnels: dict[str, Funnel] = {}
@@ -332,9 +334,12 @@ class NodeSearch:
             return NodeResult(self.node.name, None, [str(e)], self.steps)
         except SearchLimit:
             return NodeResult(
-                self.node.name, None,
-                [f"search stopped after {self.step_limit} steps without a solution",
-                 *self._failure_summary()],
+                self.node.name,
+                None,
+                [
+                    f"search stopped after {self.step_limit} steps without a solution",
+                    *self._failure_summary(),
+                ],
                 self.steps,
             )
         return NodeResult(self.node.name, None, self._failure_summary(), self.steps)
@@ -374,9 +379,13 @@ class NodeSearch:
     def _common_value_check(self, con: Constraint) -> str | None:
         """Necessary condition: some value is shared by enough candidates of every request."""
         attr = con.attribute
-        involved = [r for r in self.claim.requests
-                    if not con.requests or r.name in con.requests
-                    or any(a.name in con.requests for a in r.alternatives)]
+        involved = [
+            r
+            for r in self.claim.requests
+            if not con.requests
+            or r.name in con.requests
+            or any(a.name in con.requests for a in r.alternatives)
+        ]
         common: set[str] | None = None
         seen: Counter[str] = Counter()
         for req in involved:
@@ -384,8 +393,11 @@ class NodeSearch:
             for alt in req.alternatives:
                 if not con.applies(alt):
                     continue
-                vals = Counter(repr(d.attribute(attr)) for d in self.candidates(alt)
-                               if d.attribute(attr) is not None)
+                vals = Counter(
+                    repr(d.attribute(attr))
+                    for d in self.candidates(alt)
+                    if d.attribute(attr) is not None
+                )
                 seen.update(vals)
                 need = alt.count if alt.mode != ALL else len(self.candidates(alt))
                 ok_values |= {v for v, n in vals.items() if n >= need}
@@ -427,17 +439,19 @@ class NodeSearch:
             self._undo()
         return False
 
-    def _pick(self, alt: Alternative, cands: list[Device], start: int, need: int, ri: int
-              ) -> bool:
+    def _pick(self, alt: Alternative, cands: list[Device], start: int, need: int, ri: int) -> bool:
         if need == 0:
             return self._solve(ri + 1)
         fixed = self._fixed_values(alt)
         for i in range(start, len(cands) - need + 1):
-            if fixed and sum(
-                1 for d in cands[i:] if all(d.attribute(a) == v for a, v in fixed)
-            ) < need:
-                self.failures[f"{fixed[0][0]}: not enough devices with value "
-                              f"{fixed[0][1]!r} for request {alt.name}"] += 1
+            if (
+                fixed
+                and sum(1 for d in cands[i:] if all(d.attribute(a) == v for a, v in fixed)) < need
+            ):
+                self.failures[
+                    f"{fixed[0][0]}: not enough devices with value "
+                    f"{fixed[0][1]!r} for request {alt.name}"
+                ] += 1
                 return False
             d = cands[i]
             if self._add(alt, d):
@@ -507,8 +521,9 @@ class NodeSearch:
                 for n, v in counters.items():
                     pending[n] = pending.get(n, Fraction(0)) + v
 
-                def _uncount(p: dict[str, Fraction] = pending,
-                             c: dict[str, Fraction] = counters) -> None:
+                def _uncount(
+                    p: dict[str, Fraction] = pending, c: dict[str, Fraction] = counters
+                ) -> None:
                     for n2, v2 in c.items():
                         p[n2] -= v2
 
@@ -528,8 +543,7 @@ class NodeSearch:
             for c, v in consumed.items():
                 pend[c] = pend.get(c, Fraction(0)) + v
 
-            def _uncap(p: dict[str, Fraction] = pend, c: dict[str, Fraction] = consumed
-                       ) -> None:
+            def _uncap(p: dict[str, Fraction] = pend, c: dict[str, Fraction] = consumed) -> None:
                 for n2, v2 in c.items():
                     p[n2] -= v2
 

@@ -19,17 +19,18 @@ class Ledger:
     counters_used: dict[CounterKey, dict[str, Fraction]] = field(default_factory=dict)
     capacity_used: dict[DeviceKey, dict[str, Fraction]] = field(default_factory=dict)
 
-    def counter_free(self, pools: Mapping[tuple[str, str], Pool], key: CounterKey) -> (
-        dict[str, Fraction] | None
-    ):
+    def counter_free(
+        self, pools: Mapping[tuple[str, str], Pool], key: CounterKey
+    ) -> dict[str, Fraction] | None:
         pool = pools.get((key[0], key[1]))
         if pool is None or key[2] not in pool.counters:
             return None
         used = self.counters_used.get(key, {})
         return {n: v - used.get(n, Fraction(0)) for n, v in pool.counters[key[2]].items()}
 
-    def record(self, results: Iterable[Mapping[str, Any]],
-               pools: Mapping[tuple[str, str], Pool]) -> None:
+    def record(
+        self, results: Iterable[Mapping[str, Any]], pools: Mapping[tuple[str, str], Pool]
+    ) -> None:
         """Mark the devices of ``status.allocation.devices.results`` as taken."""
         by_key = {d.key: d for p in pools.values() for d in p.devices}
         for r in results:

@@ -81,16 +81,14 @@ def _symmetry_classes(
         inside = set(members)
         inner = c[rep][members[1]] if len(members) > 1 else 0
         for v in members[1:]:
-            same = all(
-                c[v][x] == c[rep][x] for x in range(n) if x not in inside
-            ) and all(c[v][w] == inner for w in members if w != v)
+            same = all(c[v][x] == c[rep][x] for x in range(n) if x not in inside) and all(
+                c[v][w] == inner for w in members if w != v
+            )
             out[v] = rep if same else v
     return out
 
 
-def _greedy(
-    c: Sequence[Sequence[int]], start: list[int], pool: list[int], k: int
-) -> list[int]:
+def _greedy(c: Sequence[Sequence[int]], start: list[int], pool: list[int], k: int) -> list[int]:
     chosen = list(start)
     gain = {v: sum(c[m][v] for m in chosen) for v in pool if v not in chosen}
     while len(chosen) < k and gain:
@@ -174,7 +172,7 @@ def best_set(
     # Branch and bound. Order: incumbent members first, then by potential.
     half_pref: dict[int, list[float]] = {}
     for v in pool:
-        vals = sorted((c[v][w] for w in pool if w != v), reverse=True)[: r]
+        vals = sorted((c[v][w] for w in pool if w != v), reverse=True)[:r]
         acc = [0.0]
         for x in vals:
             acc.append(acc[-1] + x / 2)
@@ -194,11 +192,7 @@ def best_set(
     npos = len(order)
 
     def bound(pos: int, left: int, closed: set[int]) -> float:
-        vals = [
-            gain[v] + half_pref[v][left - 1]
-            for v in order[pos:]
-            if cls[v] not in closed
-        ]
+        vals = [gain[v] + half_pref[v][left - 1] for v in order[pos:] if cls[v] not in closed]
         if len(vals) < left:
             return -1.0
         return sum(heapq.nlargest(left, vals))
@@ -256,8 +250,13 @@ def graph_best_set(
         for i in range(len(graph))
     ]
     return best_set(
-        graph.closeness, k, available, must_include,
-        symmetry_keys=keys, budget=budget, time_limit=time_limit,
+        graph.closeness,
+        k,
+        available,
+        must_include,
+        symmetry_keys=keys,
+        budget=budget,
+        time_limit=time_limit,
     )
 
 

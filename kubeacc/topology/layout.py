@@ -57,7 +57,9 @@ def build_node(
                             index=len(devices),
                             source="layout",
                             pci=PCIIdentity(
-                                bus_id=bdf, vendor_id="0x10de", device_id="0x2330",
+                                bus_id=bdf,
+                                vendor_id="0x10de",
+                                device_id="0x2330",
                                 class_id="0x030200",
                             ),
                             numa_node=node,
@@ -71,9 +73,7 @@ def build_node(
         a.links = [*a.links, Link(peer=b.pci.bus_id, count=count)]
         b.links = [*b.links, Link(peer=a.pci.bus_id, count=count)]
     nodes = [
-        NUMANode(
-            id=n, distances=[10 if m == n else remote_distance for m in range(numa)]
-        )
+        NUMANode(id=n, distances=[10 if m == n else remote_distance for m in range(numa)])
         for n in range(numa)
     ]
     return Inventory(hostname=hostname, devices=devices, numa_nodes=nodes)

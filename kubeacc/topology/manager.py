@@ -237,11 +237,7 @@ def _permutations(lists: Sequence[Sequence[TopologyHint]]) -> Iterator[tuple[Top
 
 def _single_numa_filter(lists: Sequence[Sequence[TopologyHint]]) -> list[list[TopologyHint]]:
     return [
-        [
-            h
-            for h in lst
-            if h.preferred and (h.affinity is None or width(h.affinity) == 1)
-        ]
+        [h for h in lst if h.preferred and (h.affinity is None or width(h.affinity) == 1)]
         for lst in lists
     ]
 
@@ -312,9 +308,7 @@ class TopologyManager:
                 self.numa,
                 self.options,
             )
-            return AdmitResult(
-                ok, {c.name: hint for c in containers}, "" if ok else _REJECT_REASON
-            )
+            return AdmitResult(ok, {c.name: hint for c in containers}, "" if ok else _REJECT_REASON)
         out: dict[str, TopologyHint] = {}
         for c in containers:
             hint, ok = merge(

@@ -14,8 +14,12 @@ from tests.engine.helpers import claim, device_class, exactly, node_gpus, slice_
 
 
 def test_plan_folder_json_and_table(tmp_path: Path) -> None:
-    docs = [slice_("a", node_gpus(2)), device_class(),
-            claim(exactly(count=2), name="fits"), claim(exactly(count=3), name="too-big")]
+    docs = [
+        slice_("a", node_gpus(2)),
+        device_class(),
+        claim(exactly(count=2), name="fits"),
+        claim(exactly(count=3), name="too-big"),
+    ]
     (tmp_path / "all.yaml").write_text(yaml.safe_dump_all(docs))
     app = typer.Typer()
     app.command()(plan)

@@ -22,8 +22,12 @@ from tests.engine.helpers import (
 ROOT = "resource.kubernetes.io/pcieRoot"
 
 
-def eng(*slices: dict[str, Any], allocated_claims: list[dict[str, Any]] | None = None,
-        classes: list[dict[str, Any]] | None = None, **kw: Any) -> Engine:
+def eng(
+    *slices: dict[str, Any],
+    allocated_claims: list[dict[str, Any]] | None = None,
+    classes: list[dict[str, Any]] | None = None,
+    **kw: Any,
+) -> Engine:
     return Engine(list(slices), classes or [device_class()], allocated_claims or [], **kw)
 
 
@@ -61,17 +65,24 @@ def test_incomplete_pool_is_ignored_and_blocks_all_mode() -> None:
     part = slice_(None, [gpu("g0")], pool="big", count=2, allNodes=True)
     local = slice_("a", [gpu("l0")])
     e = eng(part, local)
-    assert devices_of(e.allocate(claim(exactly(count=1)), commit=False).allocation or {}) == [
-        "l0"]
-    p = e.allocate(claim({"name": "all", "exactly": {"deviceClassName": "gpu.kubeacc.io",
-                                                     "allocationMode": "All"}}))
+    assert devices_of(e.allocate(claim(exactly(count=1)), commit=False).allocation or {}) == ["l0"]
+    p = e.allocate(
+        claim(
+            {
+                "name": "all",
+                "exactly": {"deviceClassName": "gpu.kubeacc.io", "allocationMode": "All"},
+            }
+        )
+    )
     assert not p.ok and "incomplete" in str(p.explanation)
 
 
 def test_all_mode_takes_every_match_and_needs_them_free() -> None:
     e = eng(slice_("a", node_gpus(3)))
-    all_req = {"name": "all", "exactly": {"deviceClassName": "gpu.kubeacc.io",
-                                          "allocationMode": "All"}}
+    all_req = {
+        "name": "all",
+        "exactly": {"deviceClassName": "gpu.kubeacc.io", "allocationMode": "All"},
+    }
     p = e.allocate(claim(all_req), commit=False)
     assert sorted(devices_of(p.allocation or {})) == ["gpu-0", "gpu-1", "gpu-2"]
     e.allocate(claim(exactly(count=1)))
@@ -81,18 +92,33 @@ def test_all_mode_takes_every_match_and_needs_them_free() -> None:
 
 def test_all_mode_needs_at_least_one_device() -> None:
     e = eng(slice_("a", node_gpus(2)))
-    req = {"name": "all", "exactly": {"deviceClassName": "gpu.kubeacc.io", "allocationMode": "All",
-                                      "selectors": [{"cel": {"expression": "false"}}]}}
+    req = {
+        "name": "all",
+        "exactly": {
+            "deviceClassName": "gpu.kubeacc.io",
+            "allocationMode": "All",
+            "selectors": [{"cel": {"expression": "false"}}],
+        },
+    }
     assert not e.allocate(claim(req)).ok
 
 
 def test_first_available_takes_subrequests_in_order() -> None:
     e = eng(slice_("a", [*node_gpus(2, model="a100"), gpu("big", model="h200")]))
-    fa = {"name": "gpus", "firstAvailable": [
-        {"name": "h200", "deviceClassName": "gpu.kubeacc.io", "count": 1, "selectors": [
-            {"cel": {"expression": 'device.attributes["kubeacc.io"].model == "h200"'}}]},
-        {"name": "any2", "deviceClassName": "gpu.kubeacc.io", "count": 2},
-    ]}
+    fa = {
+        "name": "gpus",
+        "firstAvailable": [
+            {
+                "name": "h200",
+                "deviceClassName": "gpu.kubeacc.io",
+                "count": 1,
+                "selectors": [
+                    {"cel": {"expression": 'device.attributes["kubeacc.io"].model == "h200"'}}
+                ],
+            },
+            {"name": "any2", "deviceClassName": "gpu.kubeacc.io", "count": 2},
+        ],
+    }
     p1 = e.allocate(claim(fa))
     assert p1.allocation is not None
     assert p1.allocation["devices"]["results"][0]["request"] == "gpus/h200"
@@ -109,17 +135,24 @@ def test_first_available_takes_subrequests_in_order() -> None:
         ('device.capacity["kubeacc.io"].memory.isGreaterThan(quantity("40Gi"))', ["gpu-1"]),
         ('device.capacity["kubeacc.io"].memory.compareTo(quantity("40Gi")) <= 0', ["gpu-0"]),
         ('device.capacity["kubeacc.io"].memory == quantity("81920Mi")', ["gpu-1"]),
-        ('device.attributes["kubeacc.io"].driverVersion.isGreaterThan(semver("550.0.0"))',
-         ["gpu-1"]),
+        (
+            'device.attributes["kubeacc.io"].driverVersion.isGreaterThan(semver("550.0.0"))',
+            ["gpu-1"],
+        ),
         ('device.attributes["kubeacc.io"].driverVersion.major() == 535', ["gpu-0"]),
         ('device.attributes["kubeacc.io"].model.startsWith("a")', ["gpu-0"]),
-        ('device.attributes["other.example.com"].size() == 0 && '
-         'device.attributes["kubeacc.io"].numaNode == 1', ["gpu-1"]),
+        (
+            'device.attributes["other.example.com"].size() == 0 && '
+            'device.attributes["kubeacc.io"].numaNode == 1',
+            ["gpu-1"],
+        ),
     ],
 )
 def test_cel_selectors_with_quantity_and_semver(expr: str, expected: list[str]) -> None:
-    devs = [gpu("gpu-0", model="a10", memory="24Gi", version="535.1.0"),
-            gpu("gpu-1", numa=1, model="h100", memory="80Gi", version="550.54.15")]
+    devs = [
+        gpu("gpu-0", model="a10", memory="24Gi", version="535.1.0"),
+        gpu("gpu-1", numa=1, model="h100", memory="80Gi", version="550.54.15"),
+    ]
     e = eng(slice_("a", devs))
     p = e.allocate(claim(exactly(count=1, selectors=[expr])))
     assert devices_of(p.allocation or {}) == expected
@@ -133,27 +166,27 @@ def test_cel_runtime_error_aborts_with_reason() -> None:
 
 def test_match_attribute_across_requests() -> None:
     e = eng(slice_("a", node_gpus(8)))
-    c = claim(exactly("x", 1), exactly("y", 1),
-              constraints=[{"requests": ["x", "y"], "matchAttribute": ROOT}])
+    c = claim(
+        exactly("x", 1),
+        exactly("y", 1),
+        constraints=[{"requests": ["x", "y"], "matchAttribute": ROOT}],
+    )
     p = e.allocate(c)
     assert p.ok and p.allocation is not None
     roots = {r["device"] for r in p.allocation["devices"]["results"]}
-    assert roots in ({"gpu-0", "gpu-1"}, {"gpu-2", "gpu-3"}, {"gpu-4", "gpu-5"},
-                     {"gpu-6", "gpu-7"})
+    assert roots in ({"gpu-0", "gpu-1"}, {"gpu-2", "gpu-3"}, {"gpu-4", "gpu-5"}, {"gpu-6", "gpu-7"})
 
 
 def test_match_attribute_without_common_value_is_explained() -> None:
     e = eng(slice_("a", node_gpus(8)))
     p = e.allocate(claim(exactly(count=3), constraints=[{"matchAttribute": ROOT}]))
     assert not p.ok
-    assert "matchAttribute resource.kubernetes.io/pcieRoot: no common value" in str(
-        p.explanation)
+    assert "matchAttribute resource.kubernetes.io/pcieRoot: no common value" in str(p.explanation)
 
 
 def test_distinct_attribute() -> None:
     e = eng(slice_("a", node_gpus(8)))
-    p = e.allocate(claim(exactly(count=4), constraints=[
-        {"distinctAttribute": ROOT}]))
+    p = e.allocate(claim(exactly(count=4), constraints=[{"distinctAttribute": ROOT}]))
     assert p.ok and p.allocation is not None
     assert len(devices_of(p.allocation)) == 4
 
@@ -166,11 +199,20 @@ def test_topology_preference_keeps_sets_together() -> None:
 
 
 def test_shared_counters_are_consumed() -> None:
-    parts = [gpu(f"mig-{i}", consumesCounters=[{"counterSet": "gpu-0-mem",
-                                                "counters": {"memory": {"value": "40Gi"}}}])
-             for i in range(3)]
-    s = slice_("a", parts, sharedCounters=[{"name": "gpu-0-mem",
-                                             "counters": {"memory": {"value": "80Gi"}}}])
+    parts = [
+        gpu(
+            f"mig-{i}",
+            consumesCounters=[
+                {"counterSet": "gpu-0-mem", "counters": {"memory": {"value": "40Gi"}}}
+            ],
+        )
+        for i in range(3)
+    ]
+    s = slice_(
+        "a",
+        parts,
+        sharedCounters=[{"name": "gpu-0-mem", "counters": {"memory": {"value": "80Gi"}}}],
+    )
     e = eng(s)
     assert e.allocate(claim(exactly(count=2))).ok
     p = e.allocate(claim(exactly(count=1)))
@@ -178,9 +220,16 @@ def test_shared_counters_are_consumed() -> None:
 
 
 def test_consumable_capacity_shares_a_device() -> None:
-    dev = gpu("shared", allowMultipleAllocations=True, capacity={"memory": {
-        "value": "80Gi", "requestPolicy": {"default": "10Gi",
-                                           "validRange": {"min": "10Gi", "step": "10Gi"}}}})
+    dev = gpu(
+        "shared",
+        allowMultipleAllocations=True,
+        capacity={
+            "memory": {
+                "value": "80Gi",
+                "requestPolicy": {"default": "10Gi", "validRange": {"min": "10Gi", "step": "10Gi"}},
+            }
+        },
+    )
     e = eng(slice_("a", [dev]))
     req = exactly(count=1, capacity={"requests": {"kubeacc.io/memory": "35Gi"}})
     p = e.allocate(claim(req))
@@ -217,17 +266,24 @@ def test_admin_allocations_do_not_take_devices() -> None:
 
 
 def test_node_selector_and_all_nodes_slices() -> None:
-    nodes = [{"metadata": {"name": "a", "labels": {"zone": "z1"}}},
-             {"metadata": {"name": "b", "labels": {"zone": "z2"}}}]
-    sel = {"nodeSelectorTerms": [{"matchExpressions": [
-        {"key": "zone", "operator": "In", "values": ["z2"]}]}]}
-    e = Engine([slice_(None, [gpu("net-0")], pool="rack", nodeSelector=sel)],
-               [device_class()], [], nodes)
+    nodes = [
+        {"metadata": {"name": "a", "labels": {"zone": "z1"}}},
+        {"metadata": {"name": "b", "labels": {"zone": "z2"}}},
+    ]
+    sel = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z2"]}]}
+        ]
+    }
+    e = Engine(
+        [slice_(None, [gpu("net-0")], pool="rack", nodeSelector=sel)], [device_class()], [], nodes
+    )
     p = e.allocate(claim(exactly()))
     assert p.node == "b" and p.allocation is not None
     assert p.allocation["nodeSelector"] == sel
-    e2 = Engine([slice_(None, [gpu("fabric-0")], pool="fab", allNodes=True)],
-                [device_class()], [], nodes)
+    e2 = Engine(
+        [slice_(None, [gpu("fabric-0")], pool="fab", allNodes=True)], [device_class()], [], nodes
+    )
     p2 = e2.allocate(claim(exactly()))
     assert p2.ok and p2.allocation is not None and "nodeSelector" not in p2.allocation
 
@@ -235,8 +291,10 @@ def test_node_selector_and_all_nodes_slices() -> None:
 def test_class_and_claim_config_in_result() -> None:
     cls = device_class(config=[{"opaque": {"driver": DRIVER, "parameters": {"a": 1}}}])
     e = eng(slice_("a", node_gpus(2)), classes=[cls])
-    c = claim(exactly(), config=[{"requests": ["gpus"], "opaque": {"driver": DRIVER,
-                                                                  "parameters": {"b": 2}}}])
+    c = claim(
+        exactly(),
+        config=[{"requests": ["gpus"], "opaque": {"driver": DRIVER, "parameters": {"b": 2}}}],
+    )
     p = e.allocate(c)
     assert p.allocation is not None
     cfg = p.allocation["devices"]["config"]
@@ -256,8 +314,9 @@ def test_missing_class_and_bad_claims_are_explained() -> None:
     e = eng(slice_("a", node_gpus(1)))
     p = e.allocate(claim(exactly(cls="nope.kubeacc.io")))
     assert "device class nope.kubeacc.io not found" in str(p.explanation)
-    bad = claim({"name": "x", "exactly": {"deviceClassName": "gpu.kubeacc.io",
-                                          "allocationMode": "Some"}})
+    bad = claim(
+        {"name": "x", "exactly": {"deviceClassName": "gpu.kubeacc.io", "allocationMode": "Some"}}
+    )
     assert "unknown allocationMode" in str(e.allocate(bad).explanation)
 
 
@@ -274,11 +333,13 @@ def test_explanations_aggregate_over_many_nodes_quickly() -> None:
 def test_search_limit_is_reported() -> None:
     # Three distinct NUMA nodes among devices on two: only exhaustive search can tell.
     e = eng(slice_("a", node_gpus(16, per_numa=8)), step_limit=50)
-    p = e.allocate(claim(exactly(count=3), constraints=[
-        {"distinctAttribute": "kubeacc.io/numaNode"}]))
+    p = e.allocate(
+        claim(exactly(count=3), constraints=[{"distinctAttribute": "kubeacc.io/numaNode"}])
+    )
     assert not p.ok and "search stopped after 50 steps" in str(p.explanation)
     assert "already used" in str(p.explanation)
     e2 = eng(slice_("a", node_gpus(16, per_numa=8)))
-    p2 = e2.allocate(claim(exactly(count=3), constraints=[
-        {"distinctAttribute": "kubeacc.io/numaNode"}]))
+    p2 = e2.allocate(
+        claim(exactly(count=3), constraints=[{"distinctAttribute": "kubeacc.io/numaNode"}])
+    )
     assert not p2.ok and "distinctAttribute kubeacc.io/numaNode: value" in str(p2.explanation)

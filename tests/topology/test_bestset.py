@@ -31,7 +31,10 @@ def node_and_query(draw: st.DrawFn, n_max: int = 8) -> Query:
     links = draw(st.lists(st.sampled_from(pairs), max_size=6, unique=True)) if pairs else []
     counts = draw(st.lists(st.integers(1, 6), min_size=len(links), max_size=len(links)))
     inv = build_node(
-        numa, roots, switches, per,
+        numa,
+        roots,
+        switches,
+        per,
         links=[(i, j, c) for (i, j), c in zip(links, counts, strict=True)],
         remote_distance=draw(st.sampled_from([12, 21, 32])),
     )

@@ -34,26 +34,64 @@ CASES: list[tuple[str, Policy, list[ProviderHints], TopologyHint, bool]] = [
     ("resource with nil hints: no preference", BE, [{"gpu": None}], H(M(0, 1), T), True),
     ("resource with no possible affinity", BE, [{"gpu": []}], H(M(0, 1), F), True),
     ("restricted rejects impossible", RS, [{"gpu": []}], H(M(0, 1), F), False),
-    ("single provider narrowest preferred", RS,
-     [{"gpu": [H(M(0), T), H(M(1), T), H(M(0, 1), F)]}], H(M(0), T), True),
-    ("two providers agree on node 1", RS,
-     [{"cpu": [H(M(1), T), H(M(0, 1), F)]}, {"gpu": [H(M(0), T), H(M(1), T)]}],
-     H(M(1), T), True),
-    ("preferred beats narrower non-preferred", BE,
-     [{"cpu": [H(M(0), F), H(M(0, 1), T)]}], H(M(0, 1), T), True),
-    ("unequal preferred masks merge to non-preferred", RS,
-     [{"cpu": [H(M(0, 1), T)]}, {"gpu": [H(M(0), T)]}], H(M(0), F), False),
-    ("disjoint masks are skipped", BE,
-     [{"cpu": [H(M(0), T)]}, {"gpu": [H(M(1), T)]}], H(M(0, 1), F), True),
-    ("non-preferred: aim for the widest provider minimum", BE,
-     [{"cpu": [H(M(0), F), H(M(0, 1), F)]}, {"gpu": [H(M(0, 1), F)]}], H(M(0, 1), F), True),
-    ("single-numa-node keeps single-node hints", SN,
-     [{"gpu": [H(M(0), T), H(M(1), T), H(M(0, 1), F)]}], H(M(0), T), True),
-    ("single-numa-node rejects a two-node need", SN,
-     [{"gpu": [H(M(0, 1), T)]}], H(None, F), False),
+    (
+        "single provider narrowest preferred",
+        RS,
+        [{"gpu": [H(M(0), T), H(M(1), T), H(M(0, 1), F)]}],
+        H(M(0), T),
+        True,
+    ),
+    (
+        "two providers agree on node 1",
+        RS,
+        [{"cpu": [H(M(1), T), H(M(0, 1), F)]}, {"gpu": [H(M(0), T), H(M(1), T)]}],
+        H(M(1), T),
+        True,
+    ),
+    (
+        "preferred beats narrower non-preferred",
+        BE,
+        [{"cpu": [H(M(0), F), H(M(0, 1), T)]}],
+        H(M(0, 1), T),
+        True,
+    ),
+    (
+        "unequal preferred masks merge to non-preferred",
+        RS,
+        [{"cpu": [H(M(0, 1), T)]}, {"gpu": [H(M(0), T)]}],
+        H(M(0), F),
+        False,
+    ),
+    (
+        "disjoint masks are skipped",
+        BE,
+        [{"cpu": [H(M(0), T)]}, {"gpu": [H(M(1), T)]}],
+        H(M(0, 1), F),
+        True,
+    ),
+    (
+        "non-preferred: aim for the widest provider minimum",
+        BE,
+        [{"cpu": [H(M(0), F), H(M(0, 1), F)]}, {"gpu": [H(M(0, 1), F)]}],
+        H(M(0, 1), F),
+        True,
+    ),
+    (
+        "single-numa-node keeps single-node hints",
+        SN,
+        [{"gpu": [H(M(0), T), H(M(1), T), H(M(0, 1), F)]}],
+        H(M(0), T),
+        True,
+    ),
+    ("single-numa-node rejects a two-node need", SN, [{"gpu": [H(M(0, 1), T)]}], H(None, F), False),
     ("single-numa-node: no preference becomes any", SN, [{"gpu": None}], H(None, T), True),
-    ("single-numa-node drops non-preferred single node", SN,
-     [{"gpu": [H(M(1), F)]}], H(None, F), False),
+    (
+        "single-numa-node drops non-preferred single node",
+        SN,
+        [{"gpu": [H(M(1), F)]}],
+        H(None, F),
+        False,
+    ),
 ]
 
 
@@ -86,8 +124,12 @@ def test_prefer_closest_still_prefers_narrower() -> None:
 
 
 def test_prefer_closest_ignored_by_single_numa_node() -> None:
-    hint, ok = merge([{"gpu": [H(M(2), T), H(M(0), T)]}], SN, NUMA4,
-                     PolicyOptions(prefer_closest_numa_nodes=True))
+    hint, ok = merge(
+        [{"gpu": [H(M(2), T), H(M(0), T)]}],
+        SN,
+        NUMA4,
+        PolicyOptions(prefer_closest_numa_nodes=True),
+    )
     assert ok and hint.affinity == M(0)
 
 
