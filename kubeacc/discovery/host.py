@@ -39,22 +39,34 @@ class HostRoot:
 
     def __init__(self, root: str | os.PathLike[str] = "/", sink: WarningSink | None = None):
         self.root = os.path.realpath(os.fspath(root))
+        self._prefix = "" if self.root == "/" else self.root
         self.sink = sink if sink is not None else WarningSink()
 
     # -- paths -------------------------------------------------------------------------------
 
     def real(self, path: str) -> str:
         """The machine path of host path ``path`` (no symlink resolution)."""
-        rel = path.lstrip("/")
-        return os.path.join(self.root, rel) if rel else self.root
+        if self.root == "/":
+            return path if path.startswith("/") else "/" + path
+        return self._prefix + path if path.startswith("/") else self._prefix + "/" + path
 
     def host_path(self, real_path: str) -> str:
         """The host path of a machine path under the root."""
-        rel = os.path.relpath(real_path, self.root)
-        return "/" if rel == "." else "/" + rel
+        if self.root == "/":
+            return real_path
+        rel = real_path[len(self.root) :]
+        return rel or "/"
 
     def resolve(self, path: str) -> str | None:
         """Host path with every symlink followed inside the root; None if it dangles or loops."""
+        # Fast path: the kernel's own links are relative and stay inside the root.
+        real = os.path.realpath(self.real(path))
+        if (real == self.root or real.startswith(self._prefix + "/")) and os.path.exists(real):
+            return self.host_path(real)
+        return self._resolve_jailed(path)
+
+    def _resolve_jailed(self, path: str) -> str | None:
+        """Component by component, so absolute and escaping links stay inside the root."""
         parts = [p for p in PurePosixPath(path).parts if p != "/"]
         resolved: list[str] = []
         hops = 0
