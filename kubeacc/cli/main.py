@@ -6,6 +6,7 @@ import typer
 
 from kubeacc import __version__
 from kubeacc.cli.demo import demo_command
+from kubeacc.cli.deviceplugin import device_plugin_command
 from kubeacc.cli.discover import discover_command
 from kubeacc.cli.plan import plan
 
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.command("discover")(discover_command)
 app.command("demo")(demo_command)
 app.command("plan")(plan)
+app.command("device-plugin")(device_plugin_command)
 
 
 @app.command("schema")

@@ -1,0 +1,1 @@
+"""Device plugin mode: the kubelet's v1beta1 device plugin API for every accelerator type."""

@@ -1,0 +1,129 @@
+"""What a container gets for a set of device IDs, and which IDs the plugin prefers.
+
+Pure functions over the model, so the gRPC layer stays thin and the rules are easy to test.
+Device IDs are PCI addresses; with sharing, ``<bdf>::<replica>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kubeacc.model import Device, DeviceType
+from kubeacc.topology.bestset import preferred_allocation
+from kubeacc.topology.graph import TopologyGraph
+
+REPLICA_SEP = "::"
+UNITS_ENV = "ACCELERATOR_UNITS"
+
+
+class AllocationError(ValueError):
+    """The request can't be honoured; nothing is handed out."""
+
+
+def device_id(bdf: str, replica: int | None) -> str:
+    return bdf if replica is None else f"{bdf}{REPLICA_SEP}{replica}"
+
+
+def physical(dev_id: str) -> str:
+    return dev_id.split(REPLICA_SEP, 1)[0]
+
+
+@dataclass
+class ContainerDevices:
+    envs: dict[str, str] = field(default_factory=dict)
+    device_nodes: list[str] = field(default_factory=list)
+    cdi_devices: list[str] = field(default_factory=list)
+
+
+def allocate(
+    devices: Mapping[str, Device], ids: Sequence[str], cdi_kind: str | None = None
+) -> ContainerDevices:
+    """Device nodes, env and CDI names for one container; raises AllocationError as a whole."""
+    if not ids:
+        raise AllocationError("no devices requested")
+    bdfs = list(dict.fromkeys(physical(i) for i in ids))
+    unknown = [b for b in bdfs if b not in devices]
+    if unknown:
+        raise AllocationError(f"unknown device(s): {', '.join(unknown)}")
+    chosen = [devices[b] for b in bdfs]
+    sick = [d.name for d in chosen if not d.health.healthy]
+    if sick:
+        raise AllocationError(f"unhealthy device(s): {', '.join(sick)}")
+    out = ContainerDevices()
+    out.envs[UNITS_ENV] = ",".join(bdfs)
+    out.envs["ACCELERATOR_TYPE"] = chosen[0].type.value
+    out.envs.update(_type_env(chosen))
+    out.device_nodes = list(dict.fromkeys(n for d in chosen for n in d.device_nodes))
+    if cdi_kind is not None:
+        out.cdi_devices = [f"{cdi_kind}={d.name}" for d in chosen]
+    return out
+
+
+def _type_env(chosen: Sequence[Device]) -> dict[str, str]:
+    """The variables each vendor's runtime reads to pick its devices."""
+    first = chosen[0]
+    if first.type is DeviceType.GPU and first.vendor == "NVIDIA":
+        return {
+            "NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid or str(d.index) for d in chosen),
+        }
+    if first.type is DeviceType.GPU and first.vendor == "AMD":
+        return {"ROCR_VISIBLE_DEVICES": ",".join(str(d.index) for d in chosen)}
+    if first.type is DeviceType.XPU:
+        return {"XPU_VISIBLE_DEVICES": ",".join(str(d.index) for d in chosen)}
+    if first.type is DeviceType.FPGA:
+        ports = [p for d in chosen if d.fpga for p in d.fpga.ports]
+        return {"FPGA_PORTS": ",".join(ports)} if ports else {}
+    if first.type is DeviceType.NIC:
+        nets = [n for d in chosen for n in d.netdevs]
+        return {"ACCELERATOR_NETDEVS": ",".join(nets)} if nets else {}
+    return {}
+
+
+def prefer(
+    graph: TopologyGraph,
+    available: Sequence[str],
+    must_include: Sequence[str],
+    size: int,
+    strategy: str = "spread",
+) -> list[str]:
+    """GetPreferredAllocation for one container.
+
+    Without sharing: the topology-best set (fewest NUMA nodes, then shared switch/root, then
+    links). With sharing, IDs are replicas: ``spread`` picks replicas of as many different,
+    least-used devices as possible; ``packed`` fills the most-used devices first. The
+    physical devices are chosen by topology either way.
+    """
+    if size <= 0:
+        return []
+    if not any(REPLICA_SEP in i for i in [*available, *must_include]):
+        return preferred_allocation(graph, available, must_include, size)
+    free: dict[str, list[str]] = {}
+    for dev_id in dict.fromkeys([*must_include, *available]):
+        free.setdefault(physical(dev_id), []).append(dev_id)
+    picked = list(dict.fromkeys(must_include))
+    for dev_id in picked:
+        free[physical(dev_id)].remove(dev_id)
+    need = size - len(picked)
+    if need <= 0:
+        return picked[:size]
+    if strategy == "packed":
+        order = sorted(free, key=lambda b: (len(free[b]), b))
+        for bdf in order:
+            take = free[bdf][:need]
+            picked += take
+            need -= len(take)
+            if need == 0:
+                break
+        return picked
+    physical_must = list(dict.fromkeys(physical(i) for i in picked))
+    candidates = [b for b in free if free[b]]
+    width = min(len(candidates), need + len(physical_must))
+    best = preferred_allocation(graph, candidates, physical_must, width)
+    order = sorted(best, key=lambda b: -len(free[b]))
+    while need > 0 and any(free[b] for b in order):
+        for bdf in order:
+            if need and free[bdf]:
+                picked.append(free[bdf].pop(0))
+                need -= 1
+    return picked

@@ -1,0 +1,98 @@
+"""Which device-plugin resources the agent serves, per accelerator type.
+
+Example (YAML)::
+
+    apiVersion: kubeacc.io/v1alpha1
+    kind: DevicePluginConfig
+    types:
+      gpu: {generic: true, perModel: true, replicas: 1}
+      nic: {generic: true, perModel: false}
+      fpga: {replicas: 4, strategy: packed}
+    cdi: false
+
+A type left out is not served through the device plugin (it stays with DRA): per type, a
+device is advertised through one mode only.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kubeacc.model import Device, DeviceType
+
+DOMAIN = "kubeacc.io"
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+
+
+class Strategy(StrEnum):
+    SPREAD = "spread"
+    PACKED = "packed"
+
+
+class TypeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    generic: bool = Field(default=True, description="serve kubeacc.io/<type>")
+    per_model: bool = Field(
+        default=True, alias="perModel", description="serve kubeacc.io/<type>-<model>"
+    )
+    replicas: int = Field(default=1, ge=1, le=64, description="shares per device")
+    strategy: Strategy = Strategy.SPREAD
+
+
+class DevicePluginConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    api_version: Literal["kubeacc.io/v1alpha1"] = Field(
+        default="kubeacc.io/v1alpha1", alias="apiVersion"
+    )
+    kind: Literal["DevicePluginConfig"] = "DevicePluginConfig"
+    types: dict[DeviceType, TypeConfig] = Field(default_factory=dict)
+    cdi: bool = Field(default=False, description="also hand out CDI device names")
+
+    @classmethod
+    def for_types(cls, types: list[DeviceType]) -> DevicePluginConfig:
+        return cls(types={t: TypeConfig() for t in types})
+
+
+class DevicePluginConfigError(ValueError):
+    pass
+
+
+def load_config(path: Path) -> DevicePluginConfig:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return DevicePluginConfig.model_validate(data)
+    except OSError as err:
+        raise DevicePluginConfigError(f"{path}: cannot read: {err.strerror or err}") from err
+    except yaml.YAMLError as err:
+        raise DevicePluginConfigError(f"{path}: not valid YAML: {err}") from err
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+        )
+        raise DevicePluginConfigError(f"{path}: {problems}") from err
+
+
+def model_slug(dev: Device) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``h100-80gb-hbm3``: the model part of a resource name."""
+    model = dev.model
+    if model.lower().startswith(dev.vendor.lower() + " "):
+        model = model[len(dev.vendor) + 1 :]
+    slug = _SLUG_RE.sub("-", model.lower()).strip("-")
+    return slug[: 63 - len(dev.type.value) - 1].strip("-") or "unknown"
+
+
+def resource_names(dev: Device, cfg: TypeConfig) -> list[str]:
+    names = []
+    if cfg.generic:
+        names.append(f"{DOMAIN}/{dev.type.value}")
+    if cfg.per_model:
+        names.append(f"{DOMAIN}/{dev.type.value}-{model_slug(dev)}")
+    return names

@@ -1,0 +1,125 @@
+"""All device-plugin resources of a node: start, update, and re-register after kubelet restarts.
+
+The kubelet announces a restart by recreating ``kubelet.sock`` (and deleting every plugin
+socket in its directory). A watcher polls the socket's identity every 50 ms; when it changes,
+or one of our sockets is gone, every server is restarted on a fresh socket and registered
+again, well within the one-second target.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+from kubeacc.agent.deviceplugin.config import DevicePluginConfig, resource_names
+from kubeacc.agent.deviceplugin.server import ResourceServer, ResourceState
+from kubeacc.model import Device, Inventory
+
+log = logging.getLogger(__name__)
+
+KUBELET_SOCKET = "kubelet.sock"
+POLL_SECONDS = 0.05
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns)
+
+
+class DevicePluginManager:
+    def __init__(self, plugin_dir: Path, config: DevicePluginConfig, cdi_kind: str | None = None):
+        self.plugin_dir = plugin_dir
+        self.config = config
+        self.cdi_kind = cdi_kind if config.cdi else None
+        self.kubelet_socket = plugin_dir / KUBELET_SOCKET
+        self.servers: dict[str, ResourceServer] = {}
+        self.registrations = 0
+        self.last_registration: float | None = None
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._kubelet: tuple[int, int] | None = None
+
+    # -- what to serve --------------------------------------------------------------------
+
+    def states(self, inv: Inventory) -> dict[str, ResourceState]:
+        """Resource name -> its devices, for every type the config serves."""
+        grouped: dict[str, dict[str, Device]] = {}
+        settings: dict[str, tuple[int, str]] = {}
+        for dev in inv.devices:
+            cfg = self.config.types.get(dev.type)
+            if cfg is None or dev.pci is None:
+                continue
+            for name in resource_names(dev, cfg):
+                grouped.setdefault(name, {})[dev.pci.bus_id] = dev
+                settings[name] = (cfg.replicas, cfg.strategy.value)
+        numa = {n.id: list(n.distances) for n in inv.numa_nodes}
+        return {name: ResourceState(devs, numa, *settings[name]) for name, devs in grouped.items()}
+
+    # -- life cycle -----------------------------------------------------------------------
+
+    def start(self, inv: Inventory) -> None:
+        self.update(inv)
+        self._watcher = threading.Thread(target=self._watch, name="dp-watch", daemon=True)
+        self._watcher.start()
+
+    def update(self, inv: Inventory) -> None:
+        """New discovery result: stream changed lists; serve resources that appeared.
+
+        A resource whose devices all vanished keeps serving an empty list, so the kubelet
+        drops its capacity to zero instead of keeping stale devices.
+        """
+        states = self.states(inv)
+        with self._lock:
+            for name, state in states.items():
+                server = self.servers.get(name)
+                if server is None:
+                    server = ResourceServer(name, self.plugin_dir, state, self.cdi_kind)
+                    self.servers[name] = server
+                    self._serve(server)
+                else:
+                    server.update(state)
+            for name, server in self.servers.items():
+                if name not in states:
+                    server.update(ResourceState({}, {}, server.state.replicas, "spread"))
+
+    def _serve(self, server: ResourceServer) -> None:
+        server.start()
+        if self.kubelet_socket.exists():
+            try:
+                server.register(self.kubelet_socket)
+                self.registrations += 1
+                self.last_registration = time.monotonic()
+            except grpc.RpcError as err:
+                log.warning("kubelet refused %s: %s", server.resource, err)
+
+    def _watch(self) -> None:
+        self._kubelet = _identity(self.kubelet_socket)
+        while not self._stop.wait(POLL_SECONDS):
+            current = _identity(self.kubelet_socket)
+            with self._lock:
+                lost = [s for s in self.servers.values() if not s.serving()]
+                if current is not None and current != self._kubelet:
+                    log.info("kubelet socket recreated: registering again")
+                    lost = list(self.servers.values())
+                self._kubelet = current
+                if current is None:
+                    continue
+                for server in lost:
+                    self._serve(server)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._watcher is not None:
+            self._watcher.join(2)
+        with self._lock:
+            for server in self.servers.values():
+                server.stop()
