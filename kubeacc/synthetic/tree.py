@@ -124,7 +124,7 @@ class HostBuilder:
             parent, bdf, vendor, device, class_code, driver=driver, numa=numa, link=link
         )
 
-    def function(  # noqa: PLR0917 - the documented API takes these positionally
+    def function(
         self,
         parent: Parent,
         bdf: str | Bdf,
