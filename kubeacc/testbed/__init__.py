@@ -6,6 +6,7 @@ kubelet (on the upstream in-memory CRI runtime) on loopback ports; see docs/test
 
 from kubeacc.testbed.build import BuildError, ensure_built
 from kubeacc.testbed.kubelet import Kubelet, KubeletOptions
+from kubeacc.testbed.records import ContainerRecord
 from kubeacc.testbed.testbed import Testbed
 from kubeacc.testbed.versions import ETCD_VERSION, FEATURE_GATES, KUBERNETES_VERSION
 
@@ -14,6 +15,7 @@ __all__ = [
     "FEATURE_GATES",
     "KUBERNETES_VERSION",
     "BuildError",
+    "ContainerRecord",
     "Kubelet",
     "KubeletOptions",
     "Testbed",

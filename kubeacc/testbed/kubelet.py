@@ -17,7 +17,6 @@ plugins (outside that namespace) use ``<root>/device-plugins`` and reach the sam
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -30,6 +29,7 @@ import yaml
 from kubeacc.testbed.certs import CertificateAuthority, CertPair
 from kubeacc.testbed.kubeconfig import http_ok, write_kubeconfig
 from kubeacc.testbed.procs import Process, free_port, wait_for
+from kubeacc.testbed.records import ContainerRecord, read_records
 from kubeacc.testbed.versions import FEATURE_GATES
 
 #: Where the kubelet looks for device plugins, independent of --root-dir (pluginapi.KubeletSocket).
@@ -135,12 +135,15 @@ class Kubelet:
     def log_path(self) -> Path:
         return self.logs / "kubelet.log"
 
-    def container_records(self) -> list[dict[str, Any]]:
-        """Every recorded CreateContainerRequest, oldest first (protobuf JSON field names)."""
-        files = sorted(
-            self.container_records_dir.glob("*.json"), key=lambda p: p.name.rsplit("_", 1)[-1]
-        )
-        return [json.loads(p.read_text()) for p in files]
+    def container_records(
+        self, namespace: str | None = None, pod: str | None = None
+    ) -> list[ContainerRecord]:
+        """CreateContainer calls the kubelet made, oldest first, optionally for one pod."""
+        return [
+            r
+            for r in read_records(self.container_records_dir)
+            if (namespace is None or r.namespace == namespace) and (pod is None or r.pod == pod)
+        ]
 
     # -- life cycle ------------------------------------------------------------------------
     def start(self, timeout: float = 60) -> None:
@@ -253,6 +256,9 @@ class Kubelet:
             "memoryManagerPolicy": o.memory_manager_policy,
             "featureGates": dict(o.feature_gates),
             "shutdownGracePeriod": "0s",
+            # Keep every path the kubelet writes to inside the work directory.
+            "volumePluginDir": str(self.root_dir / "volume-plugins"),
+            "podLogsDir": str(self.root_dir / "pod-logs"),
         }
         if o.reserved_system_cpus is not None:
             cfg["reservedSystemCPUs"] = o.reserved_system_cpus
@@ -275,7 +281,6 @@ class Kubelet:
             f"--root-dir={self.root_dir}",
             f"--cert-dir={self.root_dir / 'pki'}",
             f"--hostname-override={o.node_name}",
-            "--node-ip=127.0.0.1",
             f"--v={o.verbosity}",
         ]
         env = None

@@ -70,15 +70,11 @@ def test_plain_pod_runs_on_the_kubelet(
     assert got.status.containerStatuses[0].ready is True
 
     # The kubelet really asked the runtime to create the container with the pod's settings.
-    records = [
-        r
-        for r in testbed.kubelet.container_records()
-        if r["sandboxConfig"]["metadata"]["namespace"] == namespace
-    ]
+    records = testbed.kubelet.container_records(namespace=namespace, pod="plain")
     assert len(records) == 1
-    envs = {e["key"]: e.get("value", "") for e in records[0]["config"].get("envs", [])}
-    assert envs["GREETING"] == "hello"
-    assert records[0]["config"]["metadata"]["name"] == "main"
+    assert records[0].container == "main"
+    assert records[0].envs["GREETING"] == "hello"
+    assert any(m.container_path == "/etc/hosts" for m in records[0].mounts)
 
 
 CRD = {

@@ -89,6 +89,8 @@ func main() {
 	base.RuntimeService.FakeLinuxConfiguration = &kubeapi.LinuxRuntimeConfiguration{
 		CgroupDriver: kubeapi.CgroupDriver_CGROUPFS,
 	}
+	// The kubelet refuses images whose size is unknown; "pulled" images get a nominal size.
+	base.ImageService.SetFakeImageSize(4 << 20)
 	rt := &recordingRuntime{RemoteRuntime: base, recordDir: *recordDir}
 
 	server := grpc.NewServer()
