@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import ssl
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -41,6 +43,15 @@ def https_ok(url: str, ca: Path | None, client: CertPair | None = None, timeout:
         ctx.load_cert_chain(str(client.cert), str(client.key))
     with urllib.request.urlopen(url, context=ctx, timeout=timeout) as resp:
         return int(resp.status) == 200
+
+
+def https_get_json(url: str, ca: Path | None, client: CertPair | None, timeout: float = 5) -> Any:
+    """GET ``url`` with a client certificate and decode the JSON body."""
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca else ssl._create_unverified_context()
+    if client is not None:
+        ctx.load_cert_chain(str(client.cert), str(client.key))
+    with urllib.request.urlopen(url, context=ctx, timeout=timeout) as resp:
+        return json.loads(resp.read())
 
 
 def http_ok(url: str, timeout: float = 2) -> bool:

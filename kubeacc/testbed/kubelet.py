@@ -331,6 +331,11 @@ class Kubelet:
         if options is not None:
             if options.node_name != self.options.node_name:
                 raise ValueError("a restart cannot rename the node")
+            # The kubelet refuses to start when its checkpointed manager policy differs.
+            if options.cpu_manager_policy != self.options.cpu_manager_policy:
+                (self.root_dir / "cpu_manager_state").unlink(missing_ok=True)
+            if options.memory_manager_policy != self.options.memory_manager_policy:
+                (self.root_dir / "memory_manager_state").unlink(missing_ok=True)
             self.options = options
         old_socket_mtime = _mtime(self.kubelet_socket)
         self._start_kubelet()

@@ -8,7 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import TextIO
+from typing import Any, TextIO
 
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
@@ -16,6 +16,7 @@ from lightkube.resources.core_v1 import Node, ServiceAccount
 
 from kubeacc.testbed.build import ensure_built
 from kubeacc.testbed.control_plane import ControlPlane
+from kubeacc.testbed.kubeconfig import https_get_json
 from kubeacc.testbed.kubelet import Kubelet, KubeletOptions
 from kubeacc.testbed.procs import wait_for
 
@@ -125,6 +126,14 @@ class Testbed:
     def kubectl(self) -> list[str]:
         """argv prefix for the testbed's kubectl, already pointed at this cluster."""
         return [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}"]
+
+    def kubelet_configz(self) -> dict[str, Any]:
+        """The configuration the running kubelet reports on its /configz endpoint."""
+        pki = self.control_plane.pki
+        assert pki is not None
+        url = f"https://127.0.0.1:{self.kubelet.port}/configz"
+        data = https_get_json(url, pki.ca.cert_path, pki.admin)
+        return dict(data["kubeletconfig"])
 
     # -- waiting ---------------------------------------------------------------------------
     def wait_node_ready(self, name: str | None = None, timeout: float = 60) -> None:
