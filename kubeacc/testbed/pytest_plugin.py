@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import uuid
 from collections.abc import Generator, Iterator
 from typing import Any
@@ -82,7 +83,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def testbed() -> Iterator[Testbed]:
     """The session's cluster (etcd, apiserver, scheduler, controller manager, kubelet)."""
     try:
-        tb = Testbed.start(keep=os.environ.get("KUBEACC_TESTBED_KEEP") == "1")
+        # Build progress goes to the real stderr: a cold build takes minutes and pytest would
+        # otherwise hold the output back until the fixture finished.
+        tb = Testbed.start(
+            keep=os.environ.get("KUBEACC_TESTBED_KEEP") == "1", out=sys.__stderr__ or sys.stderr
+        )
     except BuildError as exc:
         pytest.fail(f"building the testbed failed:\n{exc}", pytrace=False)
     except Exception as exc:
