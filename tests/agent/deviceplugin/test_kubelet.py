@@ -1,0 +1,175 @@
+"""Device plugin mode against the testbed's real kubelet.
+
+One plugin process (``kubeacc device-plugin``) serves the 8-GPU synthetic server for the whole
+module; the tests run in order: registration and capacity, a kubelet restart with the
+single-numa-node Topology Manager policy, a 2-GPU pod, then a device turning unhealthy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lightkube import Client
+from lightkube.codecs import from_dict
+from lightkube.generic_resource import get_generic_resource  # noqa: F401 - keeps lightkube warm
+from lightkube.resources.core_v1 import Node, Pod
+
+from kubeacc.discovery import discover
+from kubeacc.model import DeviceType
+from kubeacc.synthetic import profiles
+from kubeacc.testbed.kubelet import KubeletOptions
+from kubeacc.testbed.testbed import Testbed
+from tests.testbed.helpers import eventually
+
+pytestmark = pytest.mark.cluster
+
+GPU = "kubeacc.io/gpu"
+H100 = "kubeacc.io/gpu-h100-80gb-hbm3"
+NIC = "kubeacc.io/nic"
+
+
+class Plugin:
+    def __init__(self, host: Path, plugin_dir: Path, log: Path):
+        self.host = host
+        self.log = log
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kubeacc.cli",
+                "device-plugin",
+                "--host-root",
+                str(host),
+                "--plugin-dir",
+                str(plugin_dir),
+                "--type",
+                "gpu",
+                "--type",
+                "nic",
+                "--interval",
+                "0.5",
+            ],
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def plugin(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plugin]:
+    work = tmp_path_factory.mktemp("dp")
+    host = profiles.build("dgx-h100", work / "host")
+    p = Plugin(host, testbed.kubelet.device_plugin_dir, work / "plugin.log")
+    yield p
+    p.stop()
+    testbed.restart_kubelet(KubeletOptions(node_name=testbed.node_name))
+
+
+def _allocatable(client: Client, node: str) -> dict[str, str]:
+    status = client.get(Node, node).status
+    return dict(status.allocatable or {}) if status else {}
+
+
+def test_resources_show_in_node_capacity(
+    plugin: Plugin, testbed: Testbed, kube_client: Client
+) -> None:
+    def advertised() -> dict[str, str] | None:
+        alloc = _allocatable(kube_client, testbed.node_name)
+        return alloc if alloc.get(GPU) == "8" and alloc.get(NIC) == "8" else None
+
+    alloc = eventually(advertised, 60, "kubeacc resources in allocatable")
+    assert alloc[H100] == "8", "the per-model resource is served too"
+    capacity = kube_client.get(Node, testbed.node_name).status.capacity  # type: ignore[union-attr]
+    assert capacity and capacity[GPU] == "8"
+
+
+def test_kubelet_restart_leads_to_reregistration(
+    plugin: Plugin, testbed: Testbed, kube_client: Client
+) -> None:
+    before = plugin.output().count("registered kubeacc.io/gpu ")
+    testbed.restart_kubelet(
+        KubeletOptions(node_name=testbed.node_name, topology_manager_policy="single-numa-node")
+    )
+    assert testbed.kubelet_configz()["topologyManagerPolicy"] == "single-numa-node"
+    eventually(
+        lambda: plugin.output().count("registered kubeacc.io/gpu ") > before,
+        10,
+        "the plugin registering again",
+    )
+    assert "kubelet socket recreated" in plugin.output()
+    eventually(lambda: _allocatable(kube_client, testbed.node_name).get(GPU) == "8", 60, "GPUs")
+
+
+def test_two_gpus_on_one_numa_node(
+    plugin: Plugin, testbed: Testbed, kube_client: Client, namespace: str
+) -> None:
+    pod = from_dict(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "two-gpus", "namespace": namespace},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "train",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"limits": {GPU: "2"}},
+                    }
+                ]
+            },
+        }
+    )
+    kube_client.create(pod)
+    eventually(
+        lambda: (
+            (p := kube_client.get(Pod, "two-gpus", namespace=namespace)).status
+            and p.status.phase == "Running"
+        ),
+        90,
+        "pod Running",
+    )
+    records = testbed.kubelet.container_records(namespace=namespace, pod="two-gpus")
+    assert len(records) == 1
+    units = records[0].envs["ACCELERATOR_UNITS"].split(",")
+    assert len(units) == 2
+    inv = discover(plugin.host)
+    numa = {d.pci_bus_id: d.numa_node for d in inv.by_type(DeviceType.GPU)}
+    assert len({numa[u] for u in units}) == 1, f"{units} span NUMA nodes"
+    assert records[0].envs["NVIDIA_VISIBLE_DEVICES"].count("GPU-") == 2
+    nodes = {d.host_path for d in records[0].devices}
+    assert "/dev/nvidiactl" in nodes
+    assert len([n for n in nodes if n[11:].isdigit()]) == 2
+
+
+def test_unhealthy_device_lowers_allocatable(
+    plugin: Plugin, testbed: Testbed, kube_client: Client
+) -> None:
+    nvml = plugin.host / ".synthetic/nvml.json"
+    data = json.loads(nvml.read_text())
+    data["gpus"][0]["remappedRows"] = {"failure": True}
+    nvml.write_text(json.dumps(data))
+    eventually(
+        lambda: _allocatable(kube_client, testbed.node_name).get(GPU) == "7",
+        30,
+        "allocatable GPUs down to 7",
+    )
+    assert _allocatable(kube_client, testbed.node_name)[H100] == "7"
+    del data["gpus"][0]["remappedRows"]
+    nvml.write_text(json.dumps(data))
+    eventually(lambda: _allocatable(kube_client, testbed.node_name).get(GPU) == "8", 30, "8 again")
