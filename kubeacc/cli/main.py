@@ -7,6 +7,7 @@ import typer
 from kubeacc import __version__
 from kubeacc.cli.demo import demo_command
 from kubeacc.cli.discover import discover_command
+from kubeacc.cli.lifecycle import controller_command, crds_command, lifecycle_agent_command
 from kubeacc.cli.plan import plan
 
 app = typer.Typer(
@@ -19,6 +20,9 @@ app = typer.Typer(
 app.command("discover")(discover_command)
 app.command("demo")(demo_command)
 app.command("plan")(plan)
+app.command("controller")(controller_command)
+app.command("lifecycle-agent")(lifecycle_agent_command)
+app.command("crds")(crds_command)
 
 
 @app.command("schema")

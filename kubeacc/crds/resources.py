@@ -53,6 +53,20 @@ def install_crds(client: Client, timeout: float = 30, field_manager: str = "kube
             if time.monotonic() > deadline:
                 raise TimeoutError(f"CRD {name} not Established after {timeout}s")
             time.sleep(0.1)
+    # Established does not mean served yet: the first requests may get 429 "storage is
+    # (re)initializing" for a moment. Wait until every kind can be listed.
+    for kind in (Accelerator, AcceleratorPolicy, AcceleratorOperation):
+        while True:
+            try:
+                if kind is AcceleratorOperation:
+                    list(client.list(kind, namespace="*"))
+                else:
+                    list(client.list(kind))
+                break
+            except ApiError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
 
 def as_dict(obj: Any) -> dict[str, Any]:
