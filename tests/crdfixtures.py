@@ -11,11 +11,9 @@ import pytest
 from lightkube import ApiError, Client
 from lightkube.types import PatchType
 
-from kubeacc.crds.resources import Accelerator, AcceleratorPolicy
+from kubeacc.crds.resources import Accelerator, AcceleratorPolicy, install_crds
 from kubeacc.crds.types import API_VERSION, NODE_LABEL, AcceleratorStatus
 from kubeacc.model import Device
-
-from kubeacc.crds.resources import install_crds
 from kubeacc.testbed.testbed import Testbed
 
 

@@ -40,12 +40,12 @@ from kubeacc.crds.status import emit_event, get_condition, now, parse_time, set_
 from kubeacc.crds.types import (
     API_VERSION,
     POLICY_LABEL,
-    Action,
     AcceleratorOperationSpec,
     AcceleratorOperationStatus,
     AcceleratorPolicySpec,
     AcceleratorPolicyStatus,
     AcceleratorStatus,
+    Action,
     Dispatch,
     OperationPhase,
     UnhealthyAction,

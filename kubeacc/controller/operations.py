@@ -7,11 +7,11 @@ from typing import Any
 
 from kubeacc.crds.status import selector_matches
 from kubeacc.crds.types import (
-    Action,
     AcceleratorOperationSpec,
     AcceleratorPolicySpec,
     AcceleratorSpec,
     AcceleratorStatus,
+    Action,
     Consumer,
 )
 from kubeacc.model import Device, DeviceType

@@ -59,7 +59,9 @@ class BitstreamLibrary:
     def resolve(self, name: str) -> Path:
         rel = PurePosixPath(name)
         if not name or rel.is_absolute() or any(p in ("..", ".", "") for p in name.split("/")):
-            raise HostError("InvalidBitstreamName", f"bitstream name {name!r} must stay inside the library")
+            raise HostError(
+                "InvalidBitstreamName", f"bitstream name {name!r} must stay inside the library"
+            )
         base = self.root.resolve()
         candidate = self.root / rel
         try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.host import FpgaPort, HostError, HostKernel, host_path
-from kubeacc.crds.types import Action, AcceleratorOperationSpec, PowerState
+from kubeacc.crds.types import AcceleratorOperationSpec, Action, PowerState
 from kubeacc.model import Device, DeviceType
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,9 @@ class Executor:
     def reset(self, device: Device) -> Outcome:
         bdf = self._bdf(device)
         if not host_path(self.root, f"{PCI_DEVICES}/{bdf}/reset").exists():
-            raise HostError("ResetUnsupported", f"{bdf} has no function-level reset (no reset file)")
+            raise HostError(
+                "ResetUnsupported", f"{bdf} has no function-level reset (no reset file)"
+            )
         self.kernel.write(f"{PCI_DEVICES}/{bdf}/reset", "1")
         return Outcome(True, "Reset", f"function {bdf} reset")
 
@@ -141,7 +143,9 @@ class Executor:
         bdf = self._bdf(device)
         before = self._current_driver(bdf)
         if not driver:
-            raise HostError("NoHostDriver", f"{bdf}: no host driver recorded; set spec.detach.driver")
+            raise HostError(
+                "NoHostDriver", f"{bdf}: no host driver recorded; set spec.detach.driver"
+            )
         if before == driver:
             return Outcome(True, "Detached", f"{bdf} already bound to {driver}", driver=driver)
         if not host_path(self.root, f"{PCI_DRIVERS}/{driver}/bind").exists():
@@ -179,14 +183,16 @@ class Executor:
         if sha256 not in allowed_digests:
             raise HostError(
                 "BitstreamNotAllowed",
-                f"{bitstream} (sha256 {sha256[:12]}…) is not allowed by the policies of {device.name}",
+                f"{bitstream} (sha256 {sha256[:12]}…) is not allowed by the policies of "
+                f"{device.name}",
             )
         image = self.library.load(bitstream, sha256)
         want_iface = device.fpga.interface_id
         if image.interface_id and want_iface and image.interface_id != want_iface:
             raise HostError(
                 "IncompatibleBitstream",
-                f"{bitstream} was built for FIM {image.interface_id}, {device.name} has {want_iface}",
+                f"{bitstream} was built for FIM {image.interface_id}, "
+                f"{device.name} has {want_iface}",
             )
         port = FpgaPort.of(device)
         self.kernel.fpga_program(port, image)

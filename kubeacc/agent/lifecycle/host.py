@@ -97,13 +97,16 @@ class LinuxKernel:
             with open(target, "w") as fh:
                 fh.write(value)
         except OSError as exc:
-            raise HostError("SysfsWriteFailed", f"writing {value.strip()!r} to {path}: {exc}") from exc
+            raise HostError(
+                "SysfsWriteFailed", f"writing {value.strip()!r} to {path}: {exc}"
+            ) from exc
 
     def fpga_program(self, port: FpgaPort, image: FpgaImage) -> None:
         buf = ctypes.create_string_buffer(image.payload, len(image.payload))
         addr = ctypes.addressof(buf)
         if port.driver is FPGADriver.DFL:
-            # struct dfl_fpga_fme_port_pr { u32 argsz, flags, port_id, buffer_size; u64 buffer_address; }
+            # struct dfl_fpga_fme_port_pr {
+            #     u32 argsz, flags, port_id, buffer_size; u64 buffer_address; }
             arg = struct.pack("=IIIIQ", 24, 0, port.port_id, len(image.payload), addr)
         else:
             # struct fpga_fme_port_pr { ... as above ...; u64 status; }
