@@ -90,8 +90,10 @@ def test_commands_run_an_operation(
                     if (a.to_dict().get("status") or {}).get("device")
                 ]
 
-            found = wait_for("Accelerators from the agent process", accs, timeout=60)
-            gpu = next(a for a in found if a["status"]["device"]["type"] == "gpu")
+            def gpus() -> list[dict[str, Any]]:
+                return [a for a in accs() if a["status"]["device"]["type"] == "gpu"]
+
+            gpu = wait_for("a GPU Accelerator from the agent process", gpus, timeout=60)[0]
             kube_client.create(
                 AcceleratorOperation(
                     {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
