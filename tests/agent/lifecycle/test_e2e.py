@@ -255,3 +255,53 @@ def test_reset_runs_on_the_node(stack: Stack, namespace: str) -> None:
     op = _run_op(stack, namespace, "reset", {"action": "Reset", "targets": [CARD1]})
     assert op["status"]["phase"] == "Succeeded", op["status"]
     assert ("/sys/bus/pci/devices/0000:af:00.0/reset", "1") in stack.kernel.writes
+
+
+def test_drain_first_waits_then_runs_and_uncordons(stack: Stack, namespace: str) -> None:
+    """The allocator's ``allocatedTo`` and the agent's status fields live side by side
+    (server-side apply, separate field managers); drainFirst waits for the consumer to go."""
+    wait_for("card 1", lambda: _acc(stack.client, CARD1), timeout=30)
+
+    def allocate(consumers: list[dict[str, str]]) -> None:
+        stack.client.patch(
+            Accelerator.Status,
+            CARD1,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Accelerator",
+                "metadata": {"name": CARD1},
+                "status": {"allocatedTo": consumers},
+            },
+            patch_type=PatchType.APPLY,
+            field_manager="kubeacc-dra-test",
+            force=True,
+        )
+
+    allocate([{"kind": "ResourceClaim", "namespace": namespace, "name": "c0"}])
+    stack.client.create(
+        AcceleratorOperation(
+            {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
+            metadata={"name": "reset-drain", "namespace": namespace},
+            spec={"action": "Reset", "targets": [CARD1], "drainFirst": True},
+        ),
+        namespace=namespace,
+    )
+
+    def status() -> dict[str, Any]:
+        op = as_dict(stack.client.get(AcceleratorOperation, "reset-drain", namespace=namespace))
+        return op.get("status") or {}
+
+    wait_for(
+        "Draining",
+        lambda: any(
+            c["type"] == "Draining" and c["status"] == "True"
+            for c in status().get("conditions", [])
+        ),
+    )
+    assert status()["phase"] == "Pending"
+    assert (_acc(stack.client, CARD1) or {})["spec"]["cordoned"] is True
+    # the agent keeps reporting the device without touching allocatedTo
+    assert (_acc(stack.client, CARD1) or {})["status"]["allocatedTo"][0]["name"] == "c0"
+    allocate([])
+    wait_for("Succeeded", lambda: status().get("phase") == "Succeeded")
+    wait_for("uncordoned", lambda: (_acc(stack.client, CARD1) or {})["spec"]["cordoned"] is False)
