@@ -107,8 +107,8 @@ class Controller:
         for op in self.client.list(AcceleratorOperation, namespace="*"):
             try:
                 self.reconcile_operation(as_dict(op), specs, accelerators)
-            except ApiError as exc:
-                log.warning("operation %s: %s", op.metadata.name if op.metadata else "?", exc)
+            except Exception:  # one broken object must not stop the others
+                log.exception("operation %s", op.metadata.name if op.metadata else "?")
 
     # -- policies ----------------------------------------------------------------------------
     def reconcile_policies(

@@ -185,40 +185,46 @@ class LifecycleAgent:
     def process_operations(self) -> None:
         for item in self.client.list(AcceleratorOperation, namespace="*"):
             op = as_dict(item)
-            status = AcceleratorOperationStatus.model_validate(op.get("status") or {})
-            if status.phase is not OperationPhase.RUNNING:
+            try:
+                self._process(op)
+            except Exception:  # one broken object must not stop the others
+                log.exception("operation %s", op.get("metadata", {}).get("name"))
+
+    def _process(self, op: dict[str, Any]) -> None:
+        status = AcceleratorOperationStatus.model_validate(op.get("status") or {})
+        if status.phase is not OperationPhase.RUNNING:
+            return
+        mine = [d for d in status.dispatch if d.node == self.node]
+        if not mine:
+            return
+        results = {r.accelerator: r for r in status.results if r.node == self.node}
+        for target in mine:
+            res = results.get(target.accelerator)
+            if res is not None and res.phase in (
+                OperationPhase.SUCCEEDED,
+                OperationPhase.FAILED,
+            ):
                 continue
-            mine = [d for d in status.dispatch if d.node == self.node]
-            if not mine:
-                continue
-            results = {r.accelerator: r for r in status.results if r.node == self.node}
-            for target in mine:
-                res = results.get(target.accelerator)
-                if res is not None and res.phase in (
-                    OperationPhase.SUCCEEDED,
-                    OperationPhase.FAILED,
-                ):
-                    continue
-                if res is not None and res.phase is OperationPhase.RUNNING and not self._started:
-                    outcome = Outcome(
-                        False,
-                        "AgentRestarted",
-                        "the node agent restarted while this action ran; check the device "
-                        "and create a new operation",
-                    )
-                else:
-                    self._report(op, results, target.accelerator, None)
-                    outcome = self._execute(op, target.accelerator, target.device_name)
-                self._report(op, results, target.accelerator, outcome)
-                emit_event(
-                    self.client,
-                    op,
-                    outcome.reason,
-                    f"{target.accelerator}: {outcome.message}",
-                    warning=not outcome.ok,
-                    component=self.field_manager,
+            if res is not None and res.phase is OperationPhase.RUNNING and not self._started:
+                outcome = Outcome(
+                    False,
+                    "AgentRestarted",
+                    "the node agent restarted while this action ran; check the device "
+                    "and create a new operation",
                 )
-                self.sync_inventory()
+            else:
+                self._report(op, results, target.accelerator, None)
+                outcome = self._execute(op, target.accelerator, target.device_name)
+            self._report(op, results, target.accelerator, outcome)
+            emit_event(
+                self.client,
+                op,
+                outcome.reason,
+                f"{target.accelerator}: {outcome.message}",
+                warning=not outcome.ok,
+                component=self.field_manager,
+            )
+            self.sync_inventory()
 
     def _execute(self, op: dict[str, Any], acc_name: str, device_name: str) -> Outcome:
         spec = AcceleratorOperationSpec.model_validate(op["spec"])
