@@ -93,6 +93,9 @@ class Controller:
             self.elector.release()
 
     def reconcile_once(self) -> None:
+        # Operations are listed first: whatever an operation refers to and was created before
+        # it (its Accelerators, the policy allowing it) is then in the lists read after.
+        operations = list(self.client.list(AcceleratorOperation, namespace="*"))
         policies = [as_dict(p) for p in self.client.list(AcceleratorPolicy)]
         accelerators = {
             a["metadata"]["name"]: a for a in (as_dict(x) for x in self.client.list(Accelerator))
@@ -104,7 +107,7 @@ class Controller:
         self.reconcile_policies(policies, specs, accelerators)
         self.reconcile_unhealthy(specs, accelerators)
         self.collect_garbage(accelerators)
-        for op in self.client.list(AcceleratorOperation, namespace="*"):
+        for op in operations:
             try:
                 self.reconcile_operation(as_dict(op), specs, accelerators)
             except Exception:  # one broken object must not stop the others
