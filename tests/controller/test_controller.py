@@ -219,3 +219,16 @@ def test_one_leader_at_a_time(kube_client: Client, kubeacc_crds: None) -> None:
     a.release()
     assert b.try_acquire_or_renew()
     assert not a.try_acquire_or_renew()
+
+
+def test_operation_without_an_agent_times_out(
+    controller: Controller, kube_client: Client, namespace: str, fpgas: list[Device]
+) -> None:
+    acc = put_accelerator(kube_client, "node-a", fpgas[1])
+    _operation(
+        kube_client, namespace, "lonely", {"action": "Reset", "targets": [acc], "timeoutSeconds": 2}
+    )
+    op = wait_for("timeout", lambda: _finished(kube_client, namespace, "lonely"))
+    assert op["status"]["phase"] == "Failed"
+    assert _condition(op, "Failed")["reason"] == "Timeout"
+    assert op["status"]["dispatch"][0]["node"] == "node-a"
