@@ -8,6 +8,7 @@ from kubeacc import __version__
 from kubeacc.cli.demo import demo_command
 from kubeacc.cli.deviceplugin import device_plugin_command
 from kubeacc.cli.discover import discover_command
+from kubeacc.cli.lifecycle import controller_command, crds_command, lifecycle_agent_command
 from kubeacc.cli.plan import plan
 
 app = typer.Typer(
@@ -21,6 +22,9 @@ app.command("discover")(discover_command)
 app.command("demo")(demo_command)
 app.command("plan")(plan)
 app.command("device-plugin")(device_plugin_command)
+app.command("controller")(controller_command)
+app.command("lifecycle-agent")(lifecycle_agent_command)
+app.command("crds")(crds_command)
 
 
 @app.command("schema")

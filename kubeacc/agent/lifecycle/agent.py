@@ -1,0 +1,290 @@
+"""The life-cycle agent of one node.
+
+Each pass:
+
+1. discovers the node's devices through the host root and server-side-applies one
+   ``Accelerator`` per device (``<node>-<device>``): spec (node, device name) and the status
+   fields this agent owns (``device``, ``hostDriver``, ``lastSeen``, conditions ``Present`` and
+   ``Healthy``). Devices that disappear keep their object with ``Present=False``; the controller
+   deletes a node's objects when the Node goes.
+2. runs the operation targets the controller dispatched to this node (``status.dispatch``
+   entries naming it) and reports each in ``status.results`` under its own field manager,
+   ``kubeacc-agent-<node>``: Running first, then Succeeded or Failed.
+
+A ``Running`` result of this node found at start-up means the agent died during that action; it
+is reported Failed (``AgentRestarted``) rather than replayed, because a half-done hardware action
+must be looked at, not repeated blindly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from lightkube import ApiError, Client
+from lightkube.types import PatchType
+
+from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
+from kubeacc.agent.lifecycle.executor import VFIO, Executor, Outcome
+from kubeacc.agent.lifecycle.host import HostKernel
+from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
+from kubeacc.crds.status import emit_event, now, selector_matches, set_condition
+from kubeacc.crds.types import (
+    API_VERSION,
+    NODE_LABEL,
+    AcceleratorOperationSpec,
+    AcceleratorOperationStatus,
+    AcceleratorPolicySpec,
+    AcceleratorStatus,
+    ConditionStatus,
+    OperationPhase,
+    TargetResult,
+)
+from kubeacc.discovery import discover
+from kubeacc.model import Device, HealthState
+
+log = logging.getLogger(__name__)
+
+_AGENT_CONDITIONS = ("Present", "Healthy")
+
+
+class LifecycleAgent:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        node_name: str,
+        host_root: Path,
+        bitstream_dir: Path,
+        kernel: HostKernel,
+        interval: float = 1.0,
+        resync_seconds: float = 60.0,
+    ) -> None:
+        self.client = client
+        self.node = node_name
+        self.host_root = Path(host_root)
+        self.kernel = kernel
+        self.interval = interval
+        self.resync_seconds = resync_seconds
+        self.field_manager = f"kubeacc-agent-{node_name}"
+        self.executor = Executor(kernel, BitstreamLibrary(bitstream_dir), self._rediscover)
+        self._applied: dict[str, tuple[dict[str, Any], float]] = {}
+        self._started = False
+
+    def accelerator_name(self, device_name: str) -> str:
+        return f"{self.node}-{device_name}"
+
+    # -- loop --------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        log.info("life-cycle agent for node %s on %s", self.node, self.host_root)
+        while not stop.is_set():
+            try:
+                self.pass_once()
+            except Exception:
+                log.exception("agent pass failed; retrying")
+            stop.wait(self.interval)
+
+    def pass_once(self) -> None:
+        self.sync_inventory()
+        self.process_operations()
+        self._started = True
+
+    # -- inventory ---------------------------------------------------------------------------
+    def _discover(self) -> dict[str, Device]:
+        return {d.name: d for d in discover(self.host_root).devices}
+
+    def _rediscover(self, device_name: str) -> Device | None:
+        return self._discover().get(device_name)
+
+    def sync_inventory(self) -> dict[str, Device]:
+        devices = self._discover()
+        existing = {
+            a["metadata"]["name"]: a
+            for a in (
+                as_dict(x) for x in self.client.list(Accelerator, labels={NODE_LABEL: self.node})
+            )
+        }
+        for dev in devices.values():
+            name = self.accelerator_name(dev.name)
+            self._apply_accelerator(name, dev.name, dev, existing.get(name), present=True)
+        for name, obj in existing.items():
+            dev_name = obj["spec"]["deviceName"]
+            if dev_name not in devices:
+                old = AcceleratorStatus.model_validate(obj.get("status") or {})
+                self._apply_accelerator(name, dev_name, old.device, obj, present=False)
+        return devices
+
+    def _apply_accelerator(
+        self,
+        name: str,
+        device_name: str,
+        dev: Device | None,
+        current: dict[str, Any] | None,
+        *,
+        present: bool,
+    ) -> None:
+        old = AcceleratorStatus.model_validate((current or {}).get("status") or {})
+        host_driver = old.host_driver
+        driver = dev.pci.driver if dev and dev.pci else None
+        if driver and driver != VFIO:
+            host_driver = driver
+        conds = [c for c in old.conditions if c.type in _AGENT_CONDITIONS]
+        conds = set_condition(
+            conds,
+            "Present",
+            present,
+            "Discovered" if present else "NotFound",
+            "" if present else "the device is no longer seen on the node",
+        )
+        if dev is not None:
+            healthy = dev.health.state is HealthState.HEALTHY
+            conds = set_condition(
+                conds,
+                "Healthy",
+                healthy if dev.health.state is not HealthState.UNKNOWN else ConditionStatus.UNKNOWN,
+                dev.health.state.value,
+                dev.health.reason,
+            )
+        status: dict[str, Any] = {"conditions": [c.to_api() for c in conds]}
+        if dev is not None:
+            status["device"] = dev.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if host_driver:
+            status["hostDriver"] = host_driver
+        last, when = self._applied.get(name, ({}, 0.0))
+        if current is not None and last == status and time.monotonic() - when < self.resync_seconds:
+            return
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": "Accelerator",
+            "metadata": {"name": name, "labels": {NODE_LABEL: self.node}},
+            "spec": {"node": self.node, "deviceName": device_name},
+        }
+        if current is None:
+            self.client.patch(
+                Accelerator,
+                name,
+                body,
+                patch_type=PatchType.APPLY,
+                field_manager=self.field_manager,
+                force=True,
+            )
+        self.client.patch(
+            Accelerator.Status,
+            name,
+            {**body, "status": {**status, "lastSeen": now()}},
+            patch_type=PatchType.APPLY,
+            field_manager=self.field_manager,
+            force=True,
+        )
+        self._applied[name] = (status, time.monotonic())
+
+    # -- operations --------------------------------------------------------------------------
+    def process_operations(self) -> None:
+        for item in self.client.list(AcceleratorOperation, namespace="*"):
+            op = as_dict(item)
+            try:
+                self._process(op)
+            except Exception:  # one broken object must not stop the others
+                log.exception("operation %s", op.get("metadata", {}).get("name"))
+
+    def _process(self, op: dict[str, Any]) -> None:
+        status = AcceleratorOperationStatus.model_validate(op.get("status") or {})
+        if status.phase is not OperationPhase.RUNNING:
+            return
+        mine = [d for d in status.dispatch if d.node == self.node]
+        if not mine:
+            return
+        results = {r.accelerator: r for r in status.results if r.node == self.node}
+        for target in mine:
+            res = results.get(target.accelerator)
+            if res is not None and res.phase in (
+                OperationPhase.SUCCEEDED,
+                OperationPhase.FAILED,
+            ):
+                continue
+            if res is not None and res.phase is OperationPhase.RUNNING and not self._started:
+                outcome = Outcome(
+                    False,
+                    "AgentRestarted",
+                    "the node agent restarted while this action ran; check the device "
+                    "and create a new operation",
+                )
+            else:
+                self._report(op, results, target.accelerator, None)
+                outcome = self._execute(op, target.accelerator, target.device_name)
+            self._report(op, results, target.accelerator, outcome)
+            emit_event(
+                self.client,
+                op,
+                outcome.reason,
+                f"{target.accelerator}: {outcome.message}",
+                warning=not outcome.ok,
+                component=self.field_manager,
+            )
+            self.sync_inventory()
+
+    def _execute(self, op: dict[str, Any], acc_name: str, device_name: str) -> Outcome:
+        spec = AcceleratorOperationSpec.model_validate(op["spec"])
+        try:
+            acc = as_dict(self.client.get(Accelerator, acc_name))
+        except ApiError as exc:
+            return Outcome(False, "AcceleratorNotFound", f"{acc_name}: {exc}")
+        acc_status = AcceleratorStatus.model_validate(acc.get("status") or {})
+        device = self._rediscover(device_name) or acc_status.device
+        if device is None:
+            return Outcome(False, "DeviceNotFound", f"{device_name} is not on node {self.node}")
+        allowed: set[str] = set()
+        for pol in self.client.list(AcceleratorPolicy):
+            pspec = AcceleratorPolicySpec.model_validate(as_dict(pol).get("spec") or {})
+            if selector_matches(pspec.selector, device):
+                allowed |= {b.sha256 for b in pspec.allowed_bitstreams}
+        log.info("%s: %s on %s", op["metadata"]["name"], spec.action.value, device_name)
+        try:
+            return self.executor.run(
+                spec, device, host_driver=acc_status.host_driver, allowed_digests=allowed
+            )
+        except Exception as exc:  # a bug must fail the target, not the agent
+            log.exception("executing %s", spec.action.value)
+            return Outcome(False, "InternalError", f"{type(exc).__name__}: {exc}")
+
+    def _report(
+        self,
+        op: dict[str, Any],
+        results: dict[str, TargetResult],
+        acc_name: str,
+        outcome: Outcome | None,
+    ) -> None:
+        if outcome is None:
+            res = TargetResult(
+                accelerator=acc_name, node=self.node, phase=OperationPhase.RUNNING, reason="Running"
+            )
+        else:
+            res = TargetResult(
+                accelerator=acc_name,
+                node=self.node,
+                phase=OperationPhase.SUCCEEDED if outcome.ok else OperationPhase.FAILED,
+                reason=outcome.reason,
+                message=outcome.message,
+                afu_id=outcome.afu_id,
+                driver=outcome.driver,
+                finished_at=now(),
+            )
+        results[acc_name] = res
+        meta = op["metadata"]
+        self.client.patch(
+            AcceleratorOperation.Status,
+            meta["name"],
+            {
+                "apiVersion": API_VERSION,
+                "kind": "AcceleratorOperation",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "status": {"results": [r.to_api() for r in results.values()]},
+            },
+            namespace=meta["namespace"],
+            patch_type=PatchType.APPLY,
+            field_manager=self.field_manager,
+            force=True,
+        )

@@ -1,0 +1,1 @@
+"""The kube-acc controller: policies -> DeviceClasses, the operation state machine, inventory GC."""

@@ -1,0 +1,429 @@
+"""The controller: a level-triggered reconcile loop under Lease leader election.
+
+Every pass reads the whole picture (policies, Accelerators, operations, Nodes, the DeviceClasses
+it generated) and moves each object one step toward what it should be. Passes are cheap at the
+scale of an accelerator fleet, and a pass that is interrupted (crash, lost leadership) leaves
+nothing that the next pass cannot finish: every write is idempotent.
+
+Writes:
+
+* DeviceClasses: server-side apply, field manager ``kubeacc-controller``; orphans deleted
+  (owner references make the garbage collector delete them too when a policy goes).
+* AcceleratorPolicy/AcceleratorOperation status: server-side apply of the fields this controller
+  owns. Operation ``status.results`` belong to the node agents (one field manager per node), so
+  the two never fight over a field.
+* Accelerators: ``spec.cordoned`` (merge patch) for drains; deletion when the node is gone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from typing import Any
+
+from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import Node
+from lightkube.resources.resource_v1 import DeviceClass
+from lightkube.types import PatchType
+
+from kubeacc.controller.leader import LeaderElector
+from kubeacc.controller.operations import Refusal, TargetView, busy, covering, validate
+from kubeacc.controller.policies import SPEC_HASH_ANNOTATION, device_class
+from kubeacc.crds.resources import (
+    Accelerator,
+    AcceleratorOperation,
+    AcceleratorPolicy,
+    as_dict,
+)
+from kubeacc.crds.status import emit_event, get_condition, now, parse_time, set_condition
+from kubeacc.crds.types import (
+    API_VERSION,
+    POLICY_LABEL,
+    AcceleratorOperationSpec,
+    AcceleratorOperationStatus,
+    AcceleratorPolicySpec,
+    AcceleratorPolicyStatus,
+    AcceleratorStatus,
+    Action,
+    Dispatch,
+    OperationPhase,
+    UnhealthyAction,
+)
+from kubeacc.model import HealthState
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "kubeacc-controller"
+CORDONED_BY = "kubeacc.io/cordoned-by"
+_TERMINAL = (OperationPhase.SUCCEEDED, OperationPhase.FAILED)
+
+
+class Controller:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        identity: str,
+        lease_namespace: str = "kube-system",
+        lease_name: str = "kubeacc-controller",
+        interval: float = 1.0,
+        node_grace_passes: int = 2,
+    ) -> None:
+        self.client = client
+        self.interval = interval
+        self.elector = LeaderElector(
+            client, name=lease_name, namespace=lease_namespace, identity=identity
+        )
+        self.node_grace_passes = node_grace_passes
+        self._missing_node_passes: dict[str, int] = {}
+
+    # -- loop --------------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        log.info("controller %s starting", self.elector.identity)
+        try:
+            while not stop.is_set():
+                if self.elector.try_acquire_or_renew():
+                    try:
+                        self.reconcile_once()
+                    except Exception:
+                        log.exception("reconcile pass failed; retrying")
+                stop.wait(self.interval)
+        finally:
+            self.elector.release()
+
+    def reconcile_once(self) -> None:
+        # Operations are listed first: whatever an operation refers to and was created before
+        # it (its Accelerators, the policy allowing it) is then in the lists read after.
+        operations = list(self.client.list(AcceleratorOperation, namespace="*"))
+        policies = [as_dict(p) for p in self.client.list(AcceleratorPolicy)]
+        accelerators = {
+            a["metadata"]["name"]: a for a in (as_dict(x) for x in self.client.list(Accelerator))
+        }
+        specs = {
+            p["metadata"]["name"]: AcceleratorPolicySpec.model_validate(p.get("spec") or {})
+            for p in policies
+        }
+        self.reconcile_policies(policies, specs, accelerators)
+        self.reconcile_unhealthy(specs, accelerators)
+        self.collect_garbage(accelerators)
+        for op in operations:
+            try:
+                self.reconcile_operation(as_dict(op), specs, accelerators)
+            except Exception:  # one broken object must not stop the others
+                log.exception("operation %s", op.metadata.name if op.metadata else "?")
+
+    # -- policies ----------------------------------------------------------------------------
+    def reconcile_policies(
+        self,
+        policies: list[dict[str, Any]],
+        specs: dict[str, AcceleratorPolicySpec],
+        accelerators: dict[str, dict[str, Any]],
+    ) -> None:
+        existing = {
+            d.metadata.name: d
+            for d in self.client.list(DeviceClass, labels={POLICY_LABEL: None})
+            if d.metadata and d.metadata.name
+        }
+        wanted: set[str] = set()
+        for policy in policies:
+            name = policy["metadata"]["name"]
+            spec = specs[name]
+            cls = device_class(policy)
+            cname = cls["metadata"]["name"]
+            wanted.add(cname)
+            have = existing.get(cname)
+            have_meta = have.metadata if have else None
+            have_hash = (
+                (have_meta.annotations or {}).get(SPEC_HASH_ANNOTATION) if have_meta else None
+            )
+            if have_hash != cls["metadata"]["annotations"][SPEC_HASH_ANNOTATION]:
+                self.client.patch(
+                    DeviceClass,
+                    cname,
+                    cls,
+                    patch_type=PatchType.APPLY,
+                    field_manager=FIELD_MANAGER,
+                    force=True,
+                )
+                emit_event(
+                    self.client,
+                    policy,
+                    "DeviceClassUpdated" if have else "DeviceClassCreated",
+                    f"DeviceClass {cname}: {cls['spec']['selectors'][0]['cel']['expression']}",
+                )
+            matched = sum(
+                1
+                for a in accelerators.values()
+                if (dev := AcceleratorStatus.model_validate(a.get("status") or {}).device)
+                and name in covering({name: spec}, dev)
+            )
+            self._apply_policy_status(policy, cname, matched)
+        for cname, obj in existing.items():
+            if cname not in wanted:
+                owner = (obj.metadata.labels or {}).get(POLICY_LABEL) if obj.metadata else None
+                log.info("deleting DeviceClass %s (policy %s is gone or renamed it)", cname, owner)
+                try:
+                    self.client.delete(DeviceClass, cname)
+                except ApiError as exc:
+                    if int(exc.status.code or 0) != 404:
+                        raise
+
+    def _apply_policy_status(self, policy: dict[str, Any], cname: str, matched: int) -> None:
+        old = AcceleratorPolicyStatus.model_validate(policy.get("status") or {})
+        gen = policy["metadata"].get("generation")
+        new = AcceleratorPolicyStatus(
+            device_class_name=cname,
+            matched_accelerators=matched,
+            observed_generation=gen,
+            conditions=set_condition(
+                old.conditions, "Ready", True, "DeviceClassReady", f"DeviceClass {cname}", gen
+            ),
+        )
+        if new.to_api() == old.to_api():
+            return
+        self.client.patch(
+            AcceleratorPolicy.Status,
+            policy["metadata"]["name"],
+            {
+                "apiVersion": API_VERSION,
+                "kind": "AcceleratorPolicy",
+                "metadata": {"name": policy["metadata"]["name"]},
+                "status": new.to_api(),
+            },
+            patch_type=PatchType.APPLY,
+            field_manager=FIELD_MANAGER,
+            force=True,
+        )
+
+    # -- unhealthy devices -------------------------------------------------------------------
+    def reconcile_unhealthy(
+        self, specs: dict[str, AcceleratorPolicySpec], accelerators: dict[str, dict[str, Any]]
+    ) -> None:
+        for name, acc in accelerators.items():
+            view = TargetView.parse(acc)
+            dev = view.device
+            if dev is None or dev.health.state is not HealthState.UNHEALTHY:
+                continue
+            actions = {specs[p].on_unhealthy for p in covering(specs, dev)}
+            if UnhealthyAction.DRAIN in actions and not view.spec.cordoned:
+                self._cordon(acc, "policy", True)
+                emit_event(
+                    self.client,
+                    acc,
+                    "Cordoned",
+                    f"{name} is unhealthy ({dev.health.reason or 'no reason given'}); a policy "
+                    "asks to drain it: no new allocations",
+                    warning=True,
+                )
+
+    def _cordon(self, acc: dict[str, Any], by: str, value: bool) -> None:
+        name = acc["metadata"]["name"]
+        patch: dict[str, Any] = {
+            "metadata": {"annotations": {CORDONED_BY: by if value else None}},
+            "spec": {"cordoned": value},
+        }
+        self.client.patch(
+            Accelerator, name, patch, patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER
+        )
+        acc.setdefault("spec", {})["cordoned"] = value
+
+    # -- garbage collection ------------------------------------------------------------------
+    def collect_garbage(self, accelerators: dict[str, dict[str, Any]]) -> None:
+        """Delete Accelerators of Nodes that are gone (after a grace of a few passes)."""
+        nodes = {n.metadata.name for n in self.client.list(Node) if n.metadata}
+        missing: dict[str, int] = {}
+        for name, acc in accelerators.items():
+            node = (acc.get("spec") or {}).get("node")
+            if node in nodes:
+                continue
+            missing[name] = self._missing_node_passes.get(name, 0) + 1
+            if missing[name] >= self.node_grace_passes:
+                log.info("deleting Accelerator %s: node %s is gone", name, node)
+                try:
+                    self.client.delete(Accelerator, name)
+                except ApiError as exc:
+                    if int(exc.status.code or 0) != 404:
+                        raise
+                emit_event(self.client, acc, "NodeGone", f"node {node} no longer exists")
+                del missing[name]
+        self._missing_node_passes = missing
+
+    # -- operations --------------------------------------------------------------------------
+    def reconcile_operation(
+        self,
+        op: dict[str, Any],
+        policies: dict[str, AcceleratorPolicySpec],
+        accelerators: dict[str, dict[str, Any]],
+    ) -> None:
+        meta = op["metadata"]
+        status = AcceleratorOperationStatus.model_validate(op.get("status") or {})
+        if status.phase in _TERMINAL:
+            return
+        before = status.model_copy(deep=True)
+        spec = AcceleratorOperationSpec.model_validate(op.get("spec") or {})
+        gen = meta.get("generation")
+        status.observed_generation = gen
+        targets = {
+            t: (TargetView.parse(accelerators[t]) if t in accelerators else None)
+            for t in spec.targets
+        }
+        if status.phase is None:
+            status.start_time = now()
+            refusal = validate(meta["namespace"], spec, targets, policies)
+            if refusal is None and not spec.drain_first and spec.action is not Action.DRAIN:
+                in_use = busy(targets)
+                if in_use:
+                    detail = "; ".join(f"{n} is used by {w}" for n, w in sorted(in_use.items()))
+                    refusal = Refusal(
+                        "DeviceInUse",
+                        f"refusing {spec.action.value}: {detail} (set spec.drainFirst to wait "
+                        "for them to finish)",
+                    )
+            if refusal is not None:
+                self._finish(op, status, OperationPhase.FAILED, refusal.reason, refusal.message)
+                self._apply_op_status(op, before, status)
+                return
+            status.phase = OperationPhase.PENDING
+            status.message = "validated"
+            status.conditions = set_condition(
+                status.conditions, "Validated", True, "Validated", "targets and policy checked", gen
+            )
+            emit_event(self.client, op, "Validated", f"{spec.action.value} on {spec.targets}")
+        if status.phase is OperationPhase.PENDING:
+            self._pending(op, spec, status, targets)
+        elif status.phase is OperationPhase.RUNNING:
+            self._running(op, spec, status, accelerators)
+        if status.phase not in _TERMINAL and self._timed_out(spec, status):
+            self._finish(
+                op,
+                status,
+                OperationPhase.FAILED,
+                "Timeout",
+                f"not finished within {spec.timeout_seconds}s",
+            )
+        self._apply_op_status(op, before, status)
+
+    def _pending(
+        self,
+        op: dict[str, Any],
+        spec: AcceleratorOperationSpec,
+        status: AcceleratorOperationStatus,
+        targets: dict[str, TargetView | None],
+    ) -> None:
+        gen = op["metadata"].get("generation")
+        ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
+        if spec.drain_first or spec.action is Action.DRAIN:
+            for view in targets.values():
+                if view is not None and not view.spec.cordoned:
+                    self._cordon({"metadata": {"name": view.name}}, ref, True)
+        in_use = busy(targets)
+        if in_use:
+            detail = "; ".join(f"{n} is used by {w}" for n, w in sorted(in_use.items()))
+            status.message = f"draining: {detail}"
+            status.conditions = set_condition(
+                status.conditions, "Draining", True, "WaitingForConsumers", detail, gen
+            )
+            return
+        if get_condition(status.conditions, "Draining") is not None:
+            status.conditions = set_condition(
+                status.conditions, "Draining", False, "Drained", "no consumers left", gen
+            )
+        if spec.action is Action.DRAIN:
+            self._finish(op, status, OperationPhase.SUCCEEDED, "Drained", "targets cordoned, idle")
+            return
+        status.dispatch = [
+            Dispatch(accelerator=v.name, node=v.spec.node, device_name=v.spec.device_name)
+            for v in targets.values()
+            if v is not None
+        ]
+        status.phase = OperationPhase.RUNNING
+        nodes = sorted({d.node for d in status.dispatch})
+        status.message = f"handed to the node agents of {', '.join(nodes)}"
+        status.conditions = set_condition(
+            status.conditions, "Dispatched", True, "Dispatched", status.message, gen
+        )
+        emit_event(self.client, op, "Dispatched", status.message)
+
+    def _running(
+        self,
+        op: dict[str, Any],
+        spec: AcceleratorOperationSpec,
+        status: AcceleratorOperationStatus,
+        accelerators: dict[str, dict[str, Any]],
+    ) -> None:
+        results = {r.accelerator: r for r in status.results}
+        done = {n: r for n, r in results.items() if r.phase in _TERMINAL}
+        wanted = {d.accelerator for d in status.dispatch}
+        failed = {n: r for n, r in done.items() if r.phase is OperationPhase.FAILED}
+        if not wanted <= set(done):
+            status.message = f"{len(done)}/{len(wanted)} targets done"
+            return
+        if failed:
+            first = sorted(failed.items())[0][1]
+            msg = "; ".join(f"{n}: {r.message}" for n, r in sorted(failed.items()))
+            self._finish(op, status, OperationPhase.FAILED, first.reason or "TargetFailed", msg)
+        else:
+            self._finish(
+                op, status, OperationPhase.SUCCEEDED, "Succeeded", f"{spec.action.value} done"
+            )
+        if spec.drain_first:
+            ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
+            for name in spec.targets:
+                acc = accelerators.get(name)
+                if acc and (acc["metadata"].get("annotations") or {}).get(CORDONED_BY) == ref:
+                    self._cordon(acc, ref, False)
+
+    def _timed_out(
+        self, spec: AcceleratorOperationSpec, status: AcceleratorOperationStatus
+    ) -> bool:
+        if not status.start_time:
+            return False
+        age = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
+        return age.total_seconds() > spec.timeout_seconds
+
+    def _finish(
+        self,
+        op: dict[str, Any],
+        status: AcceleratorOperationStatus,
+        phase: OperationPhase,
+        reason: str,
+        message: str,
+    ) -> None:
+        gen = op["metadata"].get("generation")
+        status.phase = phase
+        status.message = message
+        status.completion_time = now()
+        ok = phase is OperationPhase.SUCCEEDED
+        status.conditions = set_condition(
+            status.conditions, "Complete" if ok else "Failed", True, reason, message, gen
+        )
+        emit_event(self.client, op, reason, message, warning=not ok)
+
+    def _apply_op_status(
+        self,
+        op: dict[str, Any],
+        before: AcceleratorOperationStatus,
+        status: AcceleratorOperationStatus,
+    ) -> None:
+        owned = status.to_api()
+        owned.pop("results", None)  # the node agents' field
+        old = before.to_api()
+        old.pop("results", None)
+        if owned == old:
+            return
+        meta = op["metadata"]
+        self.client.patch(
+            AcceleratorOperation.Status,
+            meta["name"],
+            {
+                "apiVersion": API_VERSION,
+                "kind": "AcceleratorOperation",
+                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                "status": owned,
+            },
+            namespace=meta["namespace"],
+            patch_type=PatchType.APPLY,
+            field_manager=FIELD_MANAGER,
+            force=True,
+        )

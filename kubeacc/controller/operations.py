@@ -1,0 +1,118 @@
+"""Validation of AcceleratorOperations against the inventory and the policies (pure functions)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubeacc.crds.status import selector_matches
+from kubeacc.crds.types import (
+    AcceleratorOperationSpec,
+    AcceleratorPolicySpec,
+    AcceleratorSpec,
+    AcceleratorStatus,
+    Action,
+    Consumer,
+)
+from kubeacc.model import Device, DeviceType
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TargetView:
+    """One target Accelerator as the controller sees it."""
+
+    name: str
+    spec: AcceleratorSpec
+    status: AcceleratorStatus
+
+    @classmethod
+    def parse(cls, obj: dict[str, Any]) -> TargetView:
+        return cls(
+            name=obj["metadata"]["name"],
+            spec=AcceleratorSpec.model_validate(obj.get("spec") or {}),
+            status=AcceleratorStatus.model_validate(obj.get("status") or {}),
+        )
+
+    @property
+    def device(self) -> Device | None:
+        return self.status.device
+
+    @property
+    def consumers(self) -> list[Consumer]:
+        return self.status.allocated_to
+
+
+def covering(policies: dict[str, AcceleratorPolicySpec], device: Device) -> list[str]:
+    """Names of the policies whose selector covers ``device``."""
+    return sorted(n for n, p in policies.items() if selector_matches(p.selector, device))
+
+
+def _who(consumers: list[Consumer]) -> str:
+    parts = [f"{c.kind} {c.namespace + '/' if c.namespace else ''}{c.name}" for c in consumers]
+    return ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
+
+
+def validate(
+    namespace: str,
+    spec: AcceleratorOperationSpec,
+    targets: dict[str, TargetView | None],
+    policies: dict[str, AcceleratorPolicySpec],
+) -> Refusal | None:
+    """Why the operation must not run (the first reason found), or None."""
+    missing = sorted(n for n, t in targets.items() if t is None)
+    if missing:
+        return Refusal("AcceleratorNotFound", f"no Accelerator named {', '.join(missing)}")
+    for name, view in targets.items():
+        assert view is not None
+        dev = view.device
+        if dev is None:
+            return Refusal("AcceleratorNotReady", f"{name}: its node agent has not reported it")
+        names = covering(policies, dev)
+        for pname in names:
+            allowed = policies[pname].allowed_namespaces
+            if allowed and namespace not in allowed:
+                return Refusal(
+                    "NamespaceNotAllowed",
+                    f"{name}: AcceleratorPolicy {pname} does not allow operations from "
+                    f"namespace {namespace} (allowed: {', '.join(allowed)})",
+                )
+        if spec.action is not Action.DRAIN and dev.pci is None:
+            return Refusal("NotAPCIDevice", f"{name}: {spec.action.value} needs a PCI device")
+        if spec.action is Action.PROGRAM:
+            refusal = _check_program(name, dev, spec, names, policies)
+            if refusal:
+                return refusal
+    return None
+
+
+def _check_program(
+    name: str,
+    dev: Device,
+    spec: AcceleratorOperationSpec,
+    names: list[str],
+    policies: dict[str, AcceleratorPolicySpec],
+) -> Refusal | None:
+    assert spec.program is not None
+    if dev.type is not DeviceType.FPGA or dev.fpga is None:
+        return Refusal("NotAnFPGA", f"{name} is a {dev.type.value}, not an FPGA")
+    digest = spec.program.sha256
+    for pname in names:
+        if any(b.sha256 == digest for b in policies[pname].allowed_bitstreams):
+            return None
+    where = f"the policies covering it ({', '.join(names)})" if names else "any AcceleratorPolicy"
+    return Refusal(
+        "BitstreamNotAllowed",
+        f"{name}: bitstream {spec.program.bitstream} (sha256 {digest[:12]}…) is not allowed by "
+        f"{where}; add it to spec.allowedBitstreams of a policy that selects this FPGA",
+    )
+
+
+def busy(targets: dict[str, TargetView | None]) -> dict[str, str]:
+    """Targets in use -> who uses them."""
+    return {n: _who(t.consumers) for n, t in targets.items() if t is not None and t.consumers}

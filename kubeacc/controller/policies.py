@@ -1,0 +1,89 @@
+"""AcceleratorPolicy -> DeviceClass.
+
+A policy named ``P`` generates the DeviceClass ``spec.deviceClass.name`` or, by default,
+``P.policy.kubeacc.io`` (a suffix that cannot collide with the driver's own classes such as
+``gpu.kubeacc.io``). The class selects devices of the one DRA driver ``kubeacc.io`` with a CEL
+expression over the attributes the driver publishes (``type``, ``vendor``, ``model``), and passes
+the sharing settings to the driver as opaque configuration.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from kubeacc.crds.types import (
+    API_VERSION,
+    POLICY_CLASS_SUFFIX,
+    POLICY_LABEL,
+    AcceleratorPolicySpec,
+    PolicySelector,
+)
+
+DRIVER = "kubeacc.io"
+SPEC_HASH_ANNOTATION = "kubeacc.io/spec-hash"
+
+
+def class_name(policy_name: str, spec: AcceleratorPolicySpec) -> str:
+    return spec.device_class.name or f"{policy_name}{POLICY_CLASS_SUFFIX}"
+
+
+def _cel_list(values: list[str]) -> str:
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"
+
+
+def cel_selector(selector: PolicySelector) -> str:
+    """The CEL expression of a policy selector over the kubeacc.io driver's attributes."""
+    attrs = f'device.attributes["{DRIVER}"]'
+    terms = [f'device.driver == "{DRIVER}"']
+    if selector.types:
+        terms.append(f"{attrs}.type in {_cel_list([t.value for t in selector.types])}")
+    if selector.vendors:
+        terms.append(f"{attrs}.vendor in {_cel_list(selector.vendors)}")
+    if selector.models:
+        terms.append(f"{attrs}.model in {_cel_list(selector.models)}")
+    return " && ".join(terms)
+
+
+def device_class(policy: dict[str, Any]) -> dict[str, Any]:
+    """The DeviceClass manifest a policy object generates (owned by the policy)."""
+    meta = policy["metadata"]
+    spec = AcceleratorPolicySpec.model_validate(policy.get("spec") or {})
+    body: dict[str, Any] = {
+        "selectors": [{"cel": {"expression": cel_selector(spec.selector)}}],
+        "config": [
+            {
+                "opaque": {
+                    "driver": DRIVER,
+                    "parameters": {
+                        "apiVersion": API_VERSION,
+                        "kind": "SharingConfig",
+                        "policy": meta["name"],
+                        **spec.sharing.to_api(),
+                    },
+                }
+            }
+        ],
+    }
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {
+            "name": class_name(meta["name"], spec),
+            "labels": {POLICY_LABEL: meta["name"]},
+            "annotations": {SPEC_HASH_ANNOTATION: digest},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "AcceleratorPolicy",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": body,
+    }

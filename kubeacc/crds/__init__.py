@@ -1,0 +1,1 @@
+"""The kubeacc.io/v1alpha1 custom resources: API types, CRD manifests, lightkube resources."""

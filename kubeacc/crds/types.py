@@ -1,0 +1,340 @@
+"""The ``kubeacc.io/v1alpha1`` API types: ``Accelerator``, ``AcceleratorPolicy``,
+``AcceleratorOperation``.
+
+These pydantic models are the single source of the CRD schemas: ``kubeacc.crds.manifests``
+turns them into apiextensions.k8s.io/v1 structural schemas (validation rules included), and a
+test checks that ``deploy/crds/`` holds exactly what they generate. Controllers and agents parse
+and build objects with the same models, so the wire format cannot drift from the schema.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from kubeacc.model import Device, DeviceType
+
+GROUP = "kubeacc.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: Label on objects a policy generates (DeviceClasses) naming the policy.
+POLICY_LABEL = "kubeacc.io/policy"
+#: Label on Accelerators: the node they live on (list by node with a label selector).
+NODE_LABEL = "kubeacc.io/node"
+#: Suffix of the DeviceClass a policy generates when it names none: ``<policy>.policy.kubeacc.io``.
+POLICY_CLASS_SUFFIX = ".policy.kubeacc.io"
+
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_SHA256 = r"^[a-f0-9]{64}$"
+#: A path relative to the bitstream library: segments that never start with a dot, so neither
+#: ``..`` nor hidden files nor absolute paths can be expressed.
+_LIBRARY_PATH = r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$"
+
+
+def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def to_api(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(_Model):
+    """A metav1.Condition."""
+
+    type: str = Field(max_length=316, pattern=r"^[A-Za-z][A-Za-z0-9_.\-/]*$")
+    status: ConditionStatus
+    reason: str = Field(max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = Field(default="", max_length=32768)
+    last_transition_time: str = Field(json_schema_extra={"format": "date-time"})
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+_CONDITIONS: Any = Field(
+    default_factory=list,
+    max_length=32,
+    json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+)
+
+# --------------------------------------------------------------------------------------------
+# Accelerator (cluster-scoped; one per device; name <node>-<device name>)
+# --------------------------------------------------------------------------------------------
+
+
+class AcceleratorSpec(_Model):
+    """Which device this object stands for; written by the node agent, immutable."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            ("self.node == oldSelf.node", "spec.node is immutable"),
+            ("self.deviceName == oldSelf.deviceName", "spec.deviceName is immutable"),
+        )
+    )
+
+    node: str = Field(max_length=253, pattern=_DNS_SUBDOMAIN, description="Node name")
+    device_name: str = Field(
+        max_length=63, pattern=_DNS_LABEL, description="Device name as discovery reports it"
+    )
+    cordoned: bool = Field(
+        default=False,
+        description="No new allocations (set by a Drain operation or an unhealthy-device policy)",
+    )
+
+
+class Consumer(_Model):
+    """Who holds the device: a ResourceClaim, a Pod, a VM."""
+
+    kind: str = Field(min_length=1, max_length=63)
+    namespace: str | None = Field(default=None, max_length=63)
+    name: str = Field(min_length=1, max_length=253)
+    uid: str | None = Field(default=None, max_length=64)
+
+
+class AcceleratorStatus(_Model):
+    device: Device | None = Field(default=None, description="The device as discovery sees it")
+    host_driver: str | None = Field(
+        default=None, description="Kernel driver to return to on Detach (recorded by the agent)"
+    )
+    allocated_to: list[Consumer] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Consumers of the device; written by the allocating component",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
+    )
+    last_seen: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    conditions: list[Condition] = _CONDITIONS
+
+
+# --------------------------------------------------------------------------------------------
+# AcceleratorPolicy (cluster-scoped)
+# --------------------------------------------------------------------------------------------
+
+
+class PolicySelector(_Model):
+    """Which devices a policy governs; empty lists match everything, lists are ORed inside."""
+
+    types: list[DeviceType] = Field(default_factory=list, max_length=8)
+    vendors: list[str] = Field(default_factory=list, max_length=16)
+    models: list[str] = Field(default_factory=list, max_length=64)
+
+
+class SharingMode(StrEnum):
+    EXCLUSIVE = "Exclusive"
+    TIME_SLICED = "TimeSliced"
+    MEMORY_SHARED = "MemoryShared"
+
+
+class Sharing(_Model):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "self.mode != 'Exclusive' || !has(self.maxConsumers) || self.maxConsumers == 1",
+                "Exclusive sharing allows exactly one consumer (maxConsumers must be 1)",
+            ),
+            (
+                "self.mode == 'MemoryShared' || !has(self.memoryPerConsumerBytes)",
+                "memoryPerConsumerBytes is only valid with mode MemoryShared",
+            ),
+        )
+    )
+
+    mode: SharingMode = SharingMode.EXCLUSIVE
+    max_consumers: int = Field(default=1, ge=1, le=64)
+    memory_per_consumer_bytes: int | None = Field(default=None, ge=1)
+
+
+class Bitstream(_Model):
+    name: str = Field(
+        max_length=253,
+        pattern=_LIBRARY_PATH,
+        description="Path inside the node's bitstream library",
+    )
+    sha256: str = Field(pattern=_SHA256, description="Lower-case hex SHA-256 of the file")
+
+
+class UnhealthyAction(StrEnum):
+    TAINT = "Taint"
+    DRAIN = "Drain"
+
+
+class DeviceClassTemplate(_Model):
+    name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=_DNS_SUBDOMAIN,
+        description="DeviceClass name; default <policy name>.policy.kubeacc.io",
+    )
+
+
+class AcceleratorPolicySpec(_Model):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.allowedBitstreams) || size(self.allowedBitstreams) == 0 || "
+                "!has(self.selector.types) || size(self.selector.types) == 0 || "
+                "'fpga' in self.selector.types",
+                "allowedBitstreams only make sense for a policy that selects FPGAs",
+            ),
+        )
+    )
+
+    selector: PolicySelector = Field(default_factory=PolicySelector)
+    sharing: Sharing = Field(default_factory=Sharing)
+    allowed_namespaces: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Namespaces that may run operations on these devices; empty: all",
+    )
+    allowed_bitstreams: list[Bitstream] = Field(
+        default_factory=list,
+        max_length=256,
+        description="FPGA images that may be programmed (by SHA-256); empty: none",
+    )
+    on_unhealthy: UnhealthyAction = UnhealthyAction.TAINT
+    device_class: DeviceClassTemplate = Field(default_factory=DeviceClassTemplate)
+
+
+class AcceleratorPolicyStatus(_Model):
+    device_class_name: str | None = None
+    matched_accelerators: int | None = Field(default=None, ge=0)
+    observed_generation: int | None = Field(default=None, ge=0)
+    conditions: list[Condition] = _CONDITIONS
+
+
+# --------------------------------------------------------------------------------------------
+# AcceleratorOperation (namespaced: who may change hardware is a namespace-level RBAC question)
+# --------------------------------------------------------------------------------------------
+
+
+class Action(StrEnum):
+    PROGRAM = "Program"
+    RESET = "Reset"
+    POWER = "Power"
+    ATTACH = "Attach"
+    DETACH = "Detach"
+    DRAIN = "Drain"
+
+
+class ProgramSpec(_Model):
+    bitstream: str = Field(
+        max_length=253,
+        pattern=_LIBRARY_PATH,
+        description="Bitstream file, relative to the node's bitstream library",
+    )
+    sha256: str = Field(pattern=_SHA256, description="Expected SHA-256 of the file")
+
+
+class PowerState(StrEnum):
+    ON = "On"
+    OFF = "Off"
+    CYCLE = "Cycle"
+
+
+class PowerSpec(_Model):
+    state: PowerState
+
+
+class DetachSpec(_Model):
+    driver: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="Host driver to bind; default: the one recorded at Attach",
+    )
+
+
+class AcceleratorOperationSpec(_Model):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            ("self == oldSelf", "spec is immutable; create a new operation instead"),
+            (
+                "self.action == 'Program' ? has(self.program) : !has(self.program)",
+                "spec.program is required for action Program and not allowed otherwise",
+            ),
+            (
+                "self.action == 'Power' ? has(self.power) : !has(self.power)",
+                "spec.power is required for action Power and not allowed otherwise",
+            ),
+            (
+                "self.action == 'Detach' || !has(self.detach)",
+                "spec.detach is only allowed for action Detach",
+            ),
+        )
+    )
+
+    action: Action
+    targets: list[Annotated[str, Field(max_length=253, pattern=_DNS_SUBDOMAIN)]] = Field(
+        min_length=1,
+        max_length=64,
+        description="Accelerator names",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    program: ProgramSpec | None = None
+    power: PowerSpec | None = None
+    detach: DetachSpec | None = None
+    drain_first: bool = Field(
+        default=False,
+        description="Cordon the targets and wait until nobody uses them instead of refusing",
+    )
+    timeout_seconds: int = Field(default=600, ge=1, le=86400)
+
+
+class OperationPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class Dispatch(_Model):
+    """A target handed to a node agent (written by the controller)."""
+
+    accelerator: str = Field(max_length=253)
+    node: str = Field(max_length=253)
+    device_name: str = Field(max_length=63)
+
+
+class TargetResult(_Model):
+    """What the node agent did to one target (written by that node's agent)."""
+
+    accelerator: str = Field(max_length=253)
+    node: str = Field(max_length=253)
+    phase: OperationPhase
+    reason: str = Field(default="", max_length=128)
+    message: str = Field(default="", max_length=4096)
+    afu_id: str | None = Field(default=None, max_length=64)
+    driver: str | None = Field(default=None, max_length=63)
+    finished_at: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+
+
+def _map_list(key: str) -> Any:
+    return Field(
+        default_factory=list,
+        max_length=64,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": [key]},
+    )
+
+
+class AcceleratorOperationStatus(_Model):
+    phase: OperationPhase | None = None
+    message: str | None = Field(default=None, max_length=4096)
+    start_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    completion_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    observed_generation: int | None = Field(default=None, ge=0)
+    dispatch: list[Dispatch] = _map_list("accelerator")
+    results: list[TargetResult] = _map_list("accelerator")
+    conditions: list[Condition] = _CONDITIONS

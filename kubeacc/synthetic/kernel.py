@@ -1,0 +1,84 @@
+"""What the kernel would do to a synthetic host tree when the life-cycle agent writes to it.
+
+``SyntheticKernel`` implements the agent's ``HostKernel`` boundary for a tree built by
+``kubeacc.synthetic``: writes land in the files (so tests can read what was written), and the
+side effects the real kernel has become visible the way they would on a node:
+
+* ``drivers/<drv>/unbind`` removes the ``driver`` link and the driver's back link;
+* ``drivers/<drv>/bind`` creates them, unless ``driver_override`` names another driver
+  (the real kernel answers ENODEV then);
+* ``driver_override`` reads back as written, ``(null)`` when cleared;
+* the FME PR ioctl makes the new AFU id appear in the port's ``afu_id``.
+
+``modules`` names drivers to "load" (create under ``/sys/bus/pci/drivers``), vfio-pci by default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubeacc.agent.lifecycle.host import FpgaImage, FpgaPort, HostError, host_path
+
+PCI = "/sys/bus/pci"
+
+
+class SyntheticKernel:
+    def __init__(self, root: Path | str, modules: tuple[str, ...] = ("vfio-pci",)) -> None:
+        self.root = Path(root)
+        self.writes: list[tuple[str, str]] = []
+        self.fail_bind: set[str] = set()
+        for module in modules:
+            d = host_path(self.root, f"{PCI}/drivers/{module}")
+            d.mkdir(parents=True, exist_ok=True)
+            for name in ("bind", "unbind", "new_id", "remove_id", "uevent"):
+                (d / name).touch()
+
+    def _dev(self, bdf: str) -> Path:
+        return host_path(self.root, f"{PCI}/devices/{bdf}")
+
+    def write(self, path: str, value: str) -> None:
+        target = host_path(self.root, path)
+        if not target.exists():
+            raise HostError("SysfsWriteFailed", f"writing to {path}: no such file")
+        self.writes.append((path, value))
+        parts = path.strip("/").split("/")
+        if path.startswith(f"{PCI}/drivers/") and parts[-1] in ("bind", "unbind"):
+            self._bind_unbind(parts[-2], parts[-1], value.strip())
+            return
+        if parts[-1] == "driver_override":
+            text = value.strip()
+            target.write_text((text or "(null)") + "\n")
+            return
+        target.write_text(value)
+
+    def _bind_unbind(self, driver: str, op: str, bdf: str) -> None:
+        dev = self._dev(bdf)
+        if not dev.exists():
+            raise HostError("SysfsWriteFailed", f"{op} {bdf}: no such device")
+        real = Path(os.path.realpath(dev))
+        drv_dir = host_path(self.root, f"{PCI}/drivers/{driver}")
+        link = real / "driver"
+        if op == "unbind":
+            current = os.path.basename(os.readlink(link)) if link.is_symlink() else None
+            if current != driver:
+                raise HostError("SysfsWriteFailed", f"unbind {bdf}: not bound to {driver}")
+            link.unlink()
+            (drv_dir / bdf).unlink(missing_ok=True)
+            return
+        if link.is_symlink():
+            raise HostError("SysfsWriteFailed", f"bind {bdf}: device busy (already bound)")
+        override = (real / "driver_override").read_text().strip()
+        if (override not in ("", "(null)") and override != driver) or driver in self.fail_bind:
+            raise HostError("SysfsWriteFailed", f"bind {bdf} to {driver}: No such device")
+        link.symlink_to(os.path.relpath(drv_dir, real))
+        (drv_dir / bdf).symlink_to(os.path.relpath(real, drv_dir))
+
+    def fpga_program(self, port: FpgaPort, image: FpgaImage) -> None:
+        if not host_path(self.root, port.fme_dev).exists():
+            raise HostError("FMEOpenFailed", f"opening {port.fme_dev}: no such device")
+        afu = host_path(self.root, port.port_sysfs) / "afu_id"
+        if not afu.parent.exists():
+            raise HostError("PartialReconfigurationFailed", f"{port.port_sysfs}: no such port")
+        self.writes.append((port.fme_dev, f"PR port {port.port_id}: {image.name}"))
+        afu.write_text(image.afu_id + "\n")

@@ -1,0 +1,205 @@
+"""Least privilege: a node agent (user system:kubeacc:agent:<node>) can write only its own
+node's Accelerators and operation results; the ValidatingAdmissionPolicy refuses the rest."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.types import PatchType
+
+from kubeacc.crds.deploy import apply_manifest
+from kubeacc.crds.resources import Accelerator, AcceleratorOperation
+from kubeacc.crds.types import API_VERSION
+from kubeacc.discovery import discover
+from kubeacc.model import Device, DeviceType
+from kubeacc.synthetic.profiles import build
+from kubeacc.testbed.kubeconfig import write_kubeconfig
+from kubeacc.testbed.testbed import Testbed
+from tests.crdfixtures import put_accelerator
+
+
+@pytest.fixture(scope="module")
+def device(tmp_path_factory: pytest.TempPathFactory) -> Device:
+    root = build("intel-fpga-dfl", tmp_path_factory.mktemp("host") / "root")
+    return discover(Path(root)).by_type(DeviceType.FPGA)[0]
+
+
+def agent_client(testbed: Testbed, node: str, tmp: Path) -> Client:
+    pki = testbed.control_plane.pki
+    assert pki is not None
+    pair = pki.ca.issue(
+        f"kubeacc-agent-{node}",
+        f"system:kubeacc:agent:{node}",
+        organizations=("kubeacc:agents",),
+        client=True,
+    )
+    kc = write_kubeconfig(
+        tmp / f"agent-{node}.kubeconfig", testbed.server, pki.ca.cert_path, pair, f"agent-{node}"
+    )
+    return Client(KubeConfig.from_file(kc), field_manager=f"kubeacc-agent-{node}")
+
+
+def _status_patch(name: str, node: str, device: Device) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Accelerator",
+        "metadata": {"name": name},
+        "status": {
+            "hostDriver": "dfl-pci",
+            "device": device.model_dump(mode="json", by_alias=True, exclude_none=True),
+        },
+    }
+
+
+def _denied(fn: Callable[[], Any]) -> str:
+    with pytest.raises(ApiError) as err:
+        fn()
+    assert err.value.status.code in (403, 422), err.value.status
+    return str(err.value.status.message)
+
+
+def _eventually_denied(fn: Callable[[], Any], timeout: float = 20) -> str:
+    """The policy takes a moment to be loaded by the API server after it is created."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fn()
+        except ApiError as exc:
+            assert exc.status.code in (403, 422), exc.status
+            return str(exc.status.message)
+        if time.monotonic() > deadline:
+            raise AssertionError("the write was never refused")
+        time.sleep(0.3)
+
+
+def test_agent_cannot_modify_another_nodes_objects(  # noqa: PLR0917 - fixtures
+    testbed: Testbed,
+    kubeacc_crds: None,
+    kubeacc_cleanup: None,
+    kube_client: Client,
+    namespace: str,
+    device: Device,
+    tmp_path: Path,
+) -> None:
+    apply_manifest(kube_client, "rbac/agent.yaml")
+    apply_manifest(kube_client, "admission/agent-node-restriction.yaml")
+    mine = put_accelerator(kube_client, "node-a", device)
+    theirs = put_accelerator(kube_client, "node-b", device)
+    agent = agent_client(testbed, "node-a", tmp_path)
+
+    msg = _eventually_denied(
+        lambda: agent.patch(
+            Accelerator.Status,
+            theirs,
+            _status_patch(theirs, "node-b", device),
+            patch_type=PatchType.APPLY,
+            force=True,
+        )
+    )
+    assert "node agent node-a may only write Accelerators of node node-a" in msg
+    # its own node's object: allowed
+    agent.patch(
+        Accelerator.Status,
+        mine,
+        _status_patch(mine, "node-a", device),
+        patch_type=PatchType.APPLY,
+        force=True,
+    )
+
+    other = device.model_copy(update={"name": "fpga-0000-99-00-0"})
+    new_name = f"node-b-{other.name}"
+    msg = _denied(
+        lambda: agent.patch(
+            Accelerator,
+            new_name,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Accelerator",
+                "metadata": {"name": new_name},
+                "spec": {"node": "node-b", "deviceName": other.name},
+            },
+            patch_type=PatchType.APPLY,
+            force=True,
+        )
+    )
+    assert "may only write Accelerators of node node-a" in msg
+    msg = _denied(lambda: agent.delete(Accelerator, theirs))
+    assert "may only write Accelerators of node node-a" in msg
+    msg = _denied(
+        lambda: agent.patch(
+            Accelerator, mine, {"spec": {"cordoned": True}}, patch_type=PatchType.MERGE
+        )
+    )
+    assert "spec.cordoned is set by the controller" in msg
+
+    # Operation results: only for its own node.
+    kube_client.create(
+        AcceleratorOperation(
+            {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
+            metadata={"name": "reset-both", "namespace": namespace},
+            spec={"action": "Reset", "targets": [mine, theirs]},
+        ),
+        namespace=namespace,
+    )
+    base = {
+        "apiVersion": API_VERSION,
+        "kind": "AcceleratorOperation",
+        "metadata": {"name": "reset-both", "namespace": namespace},
+    }
+    kube_client.patch(
+        AcceleratorOperation.Status,
+        "reset-both",
+        {
+            **base,
+            "status": {
+                "phase": "Running",
+                "dispatch": [
+                    {"accelerator": mine, "node": "node-a", "deviceName": device.name},
+                    {"accelerator": theirs, "node": "node-b", "deviceName": device.name},
+                ],
+            },
+        },
+        namespace=namespace,
+        patch_type=PatchType.APPLY,
+        field_manager="kubeacc-controller",
+    )
+
+    def result(acc: str, node: str) -> dict[str, Any]:
+        return {"accelerator": acc, "node": node, "phase": "Succeeded", "reason": "Reset"}
+
+    msg = _denied(
+        lambda: agent.patch(
+            AcceleratorOperation.Status,
+            "reset-both",
+            {**base, "status": {"results": [result(theirs, "node-b")]}},
+            namespace=namespace,
+            patch_type=PatchType.APPLY,
+            force=True,
+        )
+    )
+    assert "may only report results of its own node" in msg
+    msg = _denied(
+        lambda: agent.patch(
+            AcceleratorOperation.Status,
+            "reset-both",
+            {**base, "status": {"phase": "Succeeded", "results": [result(mine, "node-a")]}},
+            namespace=namespace,
+            patch_type=PatchType.APPLY,
+            force=True,
+        )
+    )
+    assert "status.phase belongs to the controller" in msg
+    agent.patch(
+        AcceleratorOperation.Status,
+        "reset-both",
+        {**base, "status": {"results": [result(mine, "node-a")]}},
+        namespace=namespace,
+        patch_type=PatchType.APPLY,
+        force=True,
+    )

@@ -1,0 +1,234 @@
+"""The controller against the real API server: DeviceClasses, operation checks, clean-up."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.resources.resource_v1 import DeviceClass
+from lightkube.types import PatchType
+
+from kubeacc.controller.controller import Controller
+from kubeacc.controller.leader import LeaderElector
+from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
+from kubeacc.crds.types import API_VERSION
+from kubeacc.discovery import discover
+from kubeacc.model import Device, DeviceType
+from kubeacc.synthetic.profiles import build
+from tests.crdfixtures import put_accelerator, wait_for
+
+SHA_A = "a" * 64
+SHA_B = "b" * 64
+
+
+@pytest.fixture(scope="module")
+def fpgas(tmp_path_factory: pytest.TempPathFactory) -> list[Device]:
+    root = build("intel-fpga-dfl", tmp_path_factory.mktemp("host") / "root")
+    return discover(Path(root)).by_type(DeviceType.FPGA)
+
+
+def _policy(client: Client, name: str, spec: dict[str, Any]) -> None:
+    client.patch(
+        AcceleratorPolicy,
+        name,
+        {
+            "apiVersion": API_VERSION,
+            "kind": "AcceleratorPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+        patch_type=PatchType.APPLY,
+        field_manager="test",
+        force=True,
+    )
+
+
+def _operation(client: Client, ns: str, name: str, spec: dict[str, Any]) -> None:
+    client.create(
+        AcceleratorOperation(
+            {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
+            metadata={"name": name, "namespace": ns},
+            spec=spec,
+        ),
+        namespace=ns,
+    )
+
+
+def _finished(client: Client, ns: str, name: str) -> dict[str, Any] | None:
+    obj = as_dict(client.get(AcceleratorOperation, name, namespace=ns))
+    phase = (obj.get("status") or {}).get("phase")
+    return obj if phase in ("Succeeded", "Failed") else None
+
+
+def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in obj["status"]["conditions"] if c["type"] == type_)
+
+
+def _class_expression(client: Client, name: str) -> str | None:
+    try:
+        dc = client.get(DeviceClass, name)
+    except ApiError:
+        return None
+    assert dc.spec and dc.spec.selectors and dc.spec.selectors[0].cel
+    return dc.spec.selectors[0].cel.expression
+
+
+def test_policy_change_updates_its_device_class(
+    controller: Controller, kube_client: Client, fpgas: list[Device]
+) -> None:
+    name = f"fpgas-{uuid.uuid4().hex[:5]}"
+    cls = f"{name}.policy.kubeacc.io"
+    _policy(kube_client, name, {"selector": {"types": ["fpga"]}})
+    expr = wait_for("DeviceClass", lambda: _class_expression(kube_client, cls))
+    assert (
+        expr == 'device.driver == "kubeacc.io" && device.attributes["kubeacc.io"].type in ["fpga"]'
+    )
+    dc = kube_client.get(DeviceClass, cls)
+    assert dc.metadata and dc.metadata.ownerReferences
+    assert dc.metadata.ownerReferences[0].kind == "AcceleratorPolicy"
+
+    model = fpgas[0].model
+    _policy(
+        kube_client,
+        name,
+        {
+            "selector": {"types": ["fpga"], "models": [model]},
+            "sharing": {"mode": "TimeSliced", "maxConsumers": 2},
+        },
+    )
+    expr = wait_for(
+        "updated DeviceClass",
+        lambda: (e := _class_expression(kube_client, cls)) and "model" in e and e,
+    )
+    assert f'device.attributes["kubeacc.io"].model in ["{model}"]' in expr
+    dc = kube_client.get(DeviceClass, cls)
+    assert dc.spec and dc.spec.config and dc.spec.config[0].opaque
+    params = dc.spec.config[0].opaque.parameters
+    assert params["mode"] == "TimeSliced" and params["maxConsumers"] == 2
+
+    pol = wait_for(
+        "policy status",
+        lambda: (
+            (p := as_dict(kube_client.get(AcceleratorPolicy, name)))
+            .get("status", {})
+            .get("deviceClassName")
+            and p
+        ),
+    )
+    assert pol["status"]["deviceClassName"] == cls
+
+    kube_client.delete(AcceleratorPolicy, name)
+    wait_for("DeviceClass deleted", lambda: _class_expression(kube_client, cls) is None)
+
+
+def test_reset_of_a_busy_device_is_refused(
+    controller: Controller, kube_client: Client, namespace: str, fpgas: list[Device]
+) -> None:
+    acc = put_accelerator(
+        kube_client,
+        "node-a",
+        fpgas[0],
+        allocated_to=[{"kind": "ResourceClaim", "namespace": "team-a", "name": "train-0"}],
+    )
+    _operation(kube_client, namespace, "reset", {"action": "Reset", "targets": [acc]})
+    op = wait_for("operation finished", lambda: _finished(kube_client, namespace, "reset"))
+    assert op["status"]["phase"] == "Failed"
+    cond = _condition(op, "Failed")
+    assert cond["reason"] == "DeviceInUse"
+    assert "ResourceClaim team-a/train-0" in cond["message"]
+    assert "drainFirst" in cond["message"]
+    assert not op["status"].get("dispatch")
+
+
+def test_bitstream_not_allowed_by_policy_is_refused(
+    controller: Controller, kube_client: Client, namespace: str, fpgas: list[Device]
+) -> None:
+    pname = f"fpga-images-{uuid.uuid4().hex[:5]}"
+    _policy(
+        kube_client,
+        pname,
+        {
+            "selector": {"types": ["fpga"]},
+            "allowedBitstreams": [{"name": "a.gbs", "sha256": SHA_A}],
+        },
+    )
+    acc = put_accelerator(kube_client, "node-a", fpgas[1])
+    _operation(
+        kube_client,
+        namespace,
+        "program-b",
+        {"action": "Program", "targets": [acc], "program": {"bitstream": "b.gbs", "sha256": SHA_B}},
+    )
+    op = wait_for("operation finished", lambda: _finished(kube_client, namespace, "program-b"))
+    assert op["status"]["phase"] == "Failed"
+    cond = _condition(op, "Failed")
+    assert cond["reason"] == "BitstreamNotAllowed"
+    assert "b.gbs" in cond["message"] and pname in cond["message"]
+
+
+def test_drain_waits_for_consumers(
+    controller: Controller, kube_client: Client, namespace: str, fpgas: list[Device]
+) -> None:
+    acc = put_accelerator(
+        kube_client,
+        "node-a",
+        fpgas[0],
+        allocated_to=[{"kind": "Pod", "name": "p", "namespace": "x"}],
+    )
+    _operation(kube_client, namespace, "drain", {"action": "Drain", "targets": [acc]})
+
+    def draining() -> bool:
+        obj = as_dict(kube_client.get(AcceleratorOperation, "drain", namespace=namespace))
+        conds = (obj.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Draining" and c["status"] == "True" for c in conds)
+
+    wait_for("Draining", draining)
+    assert as_dict(kube_client.get(Accelerator, acc))["spec"]["cordoned"] is True
+    put_accelerator(kube_client, "node-a", fpgas[0], allocated_to=[])
+    op = wait_for("drained", lambda: _finished(kube_client, namespace, "drain"))
+    assert op["status"]["phase"] == "Succeeded"
+
+
+def test_accelerators_of_vanished_nodes_are_deleted(
+    controller: Controller, kube_client: Client, fpgas: list[Device]
+) -> None:
+    ghost = put_accelerator(kube_client, "ghost-node", fpgas[0])
+    kept = put_accelerator(kube_client, "node-a", fpgas[1])
+
+    def gone() -> bool:
+        try:
+            kube_client.get(Accelerator, ghost)
+        except ApiError as exc:
+            return exc.status.code == 404
+        return False
+
+    wait_for("ghost Accelerator deleted", gone)
+    kube_client.get(Accelerator, kept)
+
+
+def test_one_leader_at_a_time(kube_client: Client, kubeacc_crds: None) -> None:
+    lease = f"kubeacc-le-{uuid.uuid4().hex[:5]}"
+    a = LeaderElector(kube_client, name=lease, namespace="default", identity="a")
+    b = LeaderElector(kube_client, name=lease, namespace="default", identity="b")
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    assert a.try_acquire_or_renew()
+    a.release()
+    assert b.try_acquire_or_renew()
+    assert not a.try_acquire_or_renew()
+
+
+def test_operation_without_an_agent_times_out(
+    controller: Controller, kube_client: Client, namespace: str, fpgas: list[Device]
+) -> None:
+    acc = put_accelerator(kube_client, "node-a", fpgas[1])
+    _operation(
+        kube_client, namespace, "lonely", {"action": "Reset", "targets": [acc], "timeoutSeconds": 2}
+    )
+    op = wait_for("timeout", lambda: _finished(kube_client, namespace, "lonely"))
+    assert op["status"]["phase"] == "Failed"
+    assert _condition(op, "Failed")["reason"] == "Timeout"
+    assert op["status"]["dispatch"][0]["node"] == "node-a"

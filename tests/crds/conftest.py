@@ -1,0 +1,3 @@
+from tests.crdfixtures import kubeacc_crds
+
+__all__ = ["kubeacc_crds"]

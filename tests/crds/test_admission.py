@@ -1,0 +1,116 @@
+"""Invalid custom resources are refused by the real API server, with messages that say why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from lightkube import ApiError, Client
+
+from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy
+
+SHA = "a" * 64
+
+
+def _op(name: str, spec: dict[str, Any]) -> Any:
+    return AcceleratorOperation(
+        {"apiVersion": "kubeacc.io/v1alpha1", "kind": "AcceleratorOperation"},
+        metadata={"name": name},
+        spec=spec,
+    )
+
+
+def _refused(client: Client, obj: Any, namespace: str | None = None) -> str:
+    with pytest.raises(ApiError) as err:
+        client.create(obj, namespace=namespace) if namespace else client.create(obj)
+    assert err.value.status.code == 422, err.value.status
+    return str(err.value.status.message)
+
+
+def test_operation_rules(kubeacc_crds: None, kube_client: Client, namespace: str) -> None:
+    msg = _refused(
+        kube_client, _op("no-program", {"action": "Program", "targets": ["a"]}), namespace
+    )
+    assert "spec.program is required for action Program" in msg
+    msg = _refused(
+        kube_client,
+        _op(
+            "bad-sha",
+            {
+                "action": "Program",
+                "targets": ["a"],
+                "program": {"bitstream": "x.gbs", "sha256": "xyz"},
+            },
+        ),
+        namespace,
+    )
+    assert "spec.program.sha256" in msg
+    msg = _refused(
+        kube_client,
+        _op(
+            "escape",
+            {
+                "action": "Program",
+                "targets": ["a"],
+                "program": {"bitstream": "../etc/shadow", "sha256": SHA},
+            },
+        ),
+        namespace,
+    )
+    assert "spec.program.bitstream" in msg
+    msg = _refused(kube_client, _op("no-targets", {"action": "Reset", "targets": []}), namespace)
+    assert "spec.targets" in msg
+    msg = _refused(
+        kube_client, _op("bad-action", {"action": "Explode", "targets": ["a"]}), namespace
+    )
+    assert "Unsupported value" in msg and "Explode" in msg
+    msg = _refused(
+        kube_client,
+        _op("power-missing", {"action": "Power", "targets": ["a"]}),
+        namespace,
+    )
+    assert "spec.power is required for action Power" in msg
+
+    ok = _op("reset-ok", {"action": "Reset", "targets": ["node-a-gpu-0000-01-00-0"]})
+    kube_client.create(ok, namespace=namespace)
+    with pytest.raises(ApiError) as err:
+        kube_client.patch(
+            AcceleratorOperation,
+            "reset-ok",
+            {"spec": {"action": "Attach"}},
+            namespace=namespace,
+            patch_type=__import__("lightkube").types.PatchType.MERGE,
+        )
+    assert "spec is immutable" in str(err.value.status.message)
+
+
+def test_accelerator_and_policy_rules(kubeacc_crds: None, kube_client: Client) -> None:
+    acc = Accelerator(
+        {"apiVersion": "kubeacc.io/v1alpha1", "kind": "Accelerator"},
+        metadata={"name": "wrong-name"},
+        spec={"node": "node-x", "deviceName": "gpu-0000-01-00-0"},
+    )
+    msg = _refused(kube_client, acc)
+    assert "metadata.name must be <spec.node>-<spec.deviceName>" in msg
+
+    pol = AcceleratorPolicy(
+        {"apiVersion": "kubeacc.io/v1alpha1", "kind": "AcceleratorPolicy"},
+        metadata={"name": "bad-sharing"},
+        spec={"selector": {"types": ["gpu"]}, "sharing": {"mode": "Exclusive", "maxConsumers": 4}},
+    )
+    assert "Exclusive sharing allows exactly one consumer" in _refused(kube_client, pol)
+    pol = AcceleratorPolicy(
+        {"apiVersion": "kubeacc.io/v1alpha1", "kind": "AcceleratorPolicy"},
+        metadata={"name": "bitstreams-on-gpus"},
+        spec={
+            "selector": {"types": ["gpu"]},
+            "allowedBitstreams": [{"name": "a.gbs", "sha256": SHA}],
+        },
+    )
+    assert "allowedBitstreams only make sense" in _refused(kube_client, pol)
+    pol = AcceleratorPolicy(
+        {"apiVersion": "kubeacc.io/v1alpha1", "kind": "AcceleratorPolicy"},
+        metadata={"name": "bad-type"},
+        spec={"selector": {"types": ["quantum"]}},
+    )
+    assert "spec.selector.types" in _refused(kube_client, pol)
