@@ -35,7 +35,7 @@ def _logging(verbose: bool) -> None:
     )
 
 
-def controller_command(  # noqa: PLR0917 - typer maps options to parameters
+def controller_command(
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig; default: in-cluster")] = None,
     identity: Annotated[str | None, typer.Option(help="Leader-election identity")] = None,
     lease_namespace: Annotated[str, typer.Option()] = "kube-system",
@@ -57,7 +57,7 @@ def controller_command(  # noqa: PLR0917 - typer maps options to parameters
     )
 
 
-def lifecycle_agent_command(  # noqa: PLR0917 - typer maps options to parameters
+def lifecycle_agent_command(
     node_name: Annotated[str, typer.Option(help="This node's name")],
     host_root: Annotated[Path, typer.Option(help="Root of the host's /sys, /dev, /proc")] = Path(
         "/"

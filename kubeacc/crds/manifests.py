@@ -119,7 +119,7 @@ def _col(name: str, path: str, kind: str = "string", priority: int = 0) -> dict[
 _AGE = _col("Age", ".metadata.creationTimestamp", "date")
 
 
-def _crd(  # noqa: PLR0917 - one row of the table in crds()
+def _crd(
     kind: str,
     plural: str,
     scope: str,

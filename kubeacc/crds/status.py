@@ -25,7 +25,7 @@ def parse_time(value: str) -> dt.datetime:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def set_condition(  # noqa: PLR0917 - mirrors the Condition fields
+def set_condition(
     conditions: list[Condition],
     type_: str,
     status: bool | ConditionStatus,

@@ -78,7 +78,7 @@ def _eventually_denied(fn: Callable[[], Any], timeout: float = 20) -> str:
         time.sleep(0.3)
 
 
-def test_agent_cannot_modify_another_nodes_objects(  # noqa: PLR0917 - fixtures
+def test_agent_cannot_modify_another_nodes_objects(
     testbed: Testbed,
     kubeacc_crds: None,
     kubeacc_cleanup: None,
