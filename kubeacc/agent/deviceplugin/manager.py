@@ -97,7 +97,7 @@ class DevicePluginManager:
             try:
                 server.register(self.kubelet_socket)
                 self.registrations += 1
-                self.last_registration = time.monotonic()
+                self.last_registration = time.time()
             except grpc.RpcError as err:
                 log.warning("kubelet refused %s: %s", server.resource, err)
 
