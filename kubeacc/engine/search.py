@@ -51,6 +51,10 @@ class Pick:
     consumed: dict[str, Fraction] | None = None
 
 
+class AllModeConflict(Exception):
+    """An ``All`` request can't take every device: the claim fails on this node."""
+
+
 @dataclass
 class NodeResult:
     node: str
@@ -330,7 +334,7 @@ class NodeSearch:
             self.capacity: dict[DeviceKey, dict[str, Fraction]] = {}
             if self._solve(0):
                 return NodeResult(self.node.name, list(self.picks), [], self.steps)
-        except CelAbort as e:
+        except (CelAbort, AllModeConflict) as e:
             return NodeResult(self.node.name, None, [str(e)], self.steps)
         except SearchLimit:
             return NodeResult(
@@ -426,14 +430,18 @@ class NodeSearch:
         return False
 
     def _take_all(self, alt: Alternative, cands: list[Device], ri: int) -> bool:
+        """All or nothing. As in kube-scheduler, a device of an ``All`` request that can't be
+        added (a constraint rejects it) fails the claim outright: it does not fall through to
+        a later firstAvailable subrequest."""
         added = 0
-        ok = True
         for d in cands:
             if not self._add(alt, d):
-                ok = False
-                break
+                raise AllModeConflict(
+                    f"request {alt.name}: cannot add device {d.name} because a claim "
+                    "constraint would not be satisfied (allocationMode All)"
+                )
             added += 1
-        if ok and self._solve(ri + 1):
+        if self._solve(ri + 1):
             return True
         for _ in range(added):
             self._undo()

@@ -129,6 +129,24 @@ def test_first_available_takes_subrequests_in_order() -> None:
     assert not p3.ok and "no subrequest fits" in str(p3.explanation)
 
 
+def test_all_mode_that_breaks_a_constraint_fails_the_claim_like_the_scheduler() -> None:
+    # Devices on two PCIe roots: "All" can't satisfy matchAttribute on the root, and upstream
+    # treats that as an error for the claim rather than trying the next subrequest.
+    e = eng(slice_("a", node_gpus(4, per_root=2)))
+    fa = {
+        "name": "gpus",
+        "firstAvailable": [
+            {"name": "every", "deviceClassName": "gpu.kubeacc.io", "allocationMode": "All"},
+            {"name": "one", "deviceClassName": "gpu.kubeacc.io", "count": 1},
+        ],
+    }
+    c = claim(fa)
+    c["spec"]["devices"]["constraints"] = [{"matchAttribute": ROOT}]
+    placed = e.allocate(c)
+    assert not placed.ok
+    assert "because a claim constraint would not be satisfied" in str(placed.explanation)
+
+
 @pytest.mark.parametrize(
     ("expr", "expected"),
     [
