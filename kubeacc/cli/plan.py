@@ -1,9 +1,10 @@
 """``kubeacc plan``: where would these ResourceClaims be allocated, or why not.
 
 Reads every ``*.yaml``/``*.yml``/``*.json`` file under a folder (multi-document YAML and ``List``
-kinds are fine), sorts the objects by kind (ResourceSlice, DeviceClass, ResourceClaim, Node),
-treats claims that already carry ``status.allocation`` as existing allocations, and plans the
-others in file order. Prints a table, or JSON with ``-o json``.
+kinds are fine), or the live objects of a cluster (``--kubeconfig``), sorts the objects by kind
+(ResourceSlice, DeviceClass, ResourceClaim, Node), treats claims that already carry
+``status.allocation`` as existing allocations, and plans the others in order. Prints a
+table, or JSON with ``-o json``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,27 @@ def load_objects(folder: Path) -> list[dict[str, Any]]:
     return objs
 
 
+def cluster_objects(kubeconfig: Path, namespace: str | None = None) -> list[dict[str, Any]]:
+    """ResourceSlices, DeviceClasses, Nodes and ResourceClaims of a live cluster, as dicts."""
+    from lightkube import Client, KubeConfig
+    from lightkube.resources.core_v1 import Node
+    from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
+
+    client = Client(KubeConfig.from_file(kubeconfig))
+    objs: list[dict[str, Any]] = []
+    for kind, name in (
+        (ResourceSlice, "ResourceSlice"),
+        (DeviceClass, "DeviceClass"),
+        (Node, "Node"),
+    ):
+        objs += [{**o.to_dict(), "kind": name} for o in client.list(kind)]  # type: ignore[attr-defined]
+    ns = namespace if namespace is not None else "*"
+    objs += [
+        {**o.to_dict(), "kind": "ResourceClaim"} for o in client.list(ResourceClaim, namespace=ns)
+    ]
+    return objs
+
+
 def run_plan(objs: list[dict[str, Any]]) -> list[Placement]:
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for o in objs:
@@ -53,15 +75,26 @@ def run_plan(objs: list[dict[str, Any]]) -> list[Placement]:
 
 def plan(
     folder: Annotated[
-        Path,
+        Path | None,
         typer.Argument(
             help="Folder of YAML/JSON: slices, classes, claims", exists=True, file_okay=False
         ),
-    ],
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(help="Plan the pending claims of a live cluster instead of a folder."),
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option(help="With --kubeconfig: only claims of this namespace.")
+    ] = None,
     output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
 ) -> None:
     """Show where each ResourceClaim would be allocated, or why it cannot be."""
-    placements = run_plan(load_objects(folder))
+    if (folder is None) == (kubeconfig is None):
+        typer.echo("error: give either a folder or --kubeconfig", err=True)
+        raise typer.Exit(code=2)
+    objs = cluster_objects(kubeconfig, namespace) if kubeconfig else load_objects(folder)  # type: ignore[arg-type]
+    placements = run_plan(objs)
     if output == "json":
         typer.echo(json.dumps([p.to_dict() for p in placements], indent=2))
     else:
