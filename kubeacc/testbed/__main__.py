@@ -1,0 +1,76 @@
+"""``python -m kubeacc.testbed build|up|bin-dir``."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from kubeacc.testbed.build import BuildError, bin_dir, ensure_built
+from kubeacc.testbed.kubelet import KubeletOptions
+from kubeacc.testbed.testbed import Testbed
+
+
+def _raise_exit(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kubeacc.testbed")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build (or reuse) the binaries; print their directory")
+    b.add_argument("--force", action="store_true", help="rebuild even when cached")
+    sub.add_parser("bin-dir", help="print where the binaries for these sources live")
+    up = sub.add_parser("up", help="start a cluster with a kubelet; stop it with Ctrl-C")
+    up.add_argument("--workdir", type=Path, help="work directory (default: new dir under /tmp)")
+    up.add_argument("--keep", action="store_true", help="keep the work directory after stopping")
+    up.add_argument("--node-name", default="node-a")
+    up.add_argument("--topology-manager-policy", default="none")
+    up.add_argument("--cpu-manager-policy", default="none")
+    up.add_argument("--no-kubelet", action="store_true")
+    up.add_argument("--for", dest="duration", type=float, help="stop after this many seconds")
+    args = parser.parse_args(argv)
+
+    if args.cmd == "bin-dir":
+        print(bin_dir())
+        return 0
+    if args.cmd == "build":
+        try:
+            print(ensure_built(force=args.force))
+        except BuildError as exc:
+            print(f"testbed build failed: {exc}", file=sys.stderr)
+            return 1
+        return 0
+
+    signal.signal(signal.SIGTERM, _raise_exit)
+    t0 = time.monotonic()
+    options = KubeletOptions(
+        node_name=args.node_name,
+        topology_manager_policy=args.topology_manager_policy,
+        cpu_manager_policy=args.cpu_manager_policy,
+    )
+    tb = Testbed.start(
+        args.workdir, kubelet=options, with_kubelet=not args.no_kubelet, keep=args.keep
+    )
+    try:
+        print(f"ready in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+        print(f"workdir:    {tb.workdir}", file=sys.stderr)
+        print(f"logs:       {tb.logs_dir}", file=sys.stderr)
+        print(f"kubectl:    {' '.join(tb.kubectl())}", file=sys.stderr)
+        print(tb.kubeconfig, flush=True)
+        deadline = None if args.duration is None else time.monotonic() + args.duration
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(1)
+            tb.check_alive()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tb.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
