@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kubeacc import __version__
+from kubeacc.cli.agent import agent_command, install_classes_command
 from kubeacc.cli.demo import demo_command
 from kubeacc.cli.discover import discover_command
 from kubeacc.cli.plan import plan
@@ -19,6 +20,8 @@ app = typer.Typer(
 app.command("discover")(discover_command)
 app.command("demo")(demo_command)
 app.command("plan")(plan)
+app.command("agent")(agent_command)
+app.command("install-classes")(install_classes_command)
 
 
 @app.command("schema")
