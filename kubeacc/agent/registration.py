@@ -28,12 +28,10 @@ class _Registration(rpb_grpc.RegistrationServicer):
         self.registered = registered
         self.last_error = ""
 
-    def GetInfo(  # noqa: N802
-        self, request: rpb.InfoRequest, context: grpc.ServicerContext
-    ) -> rpb.PluginInfo:
+    def GetInfo(self, request: rpb.InfoRequest, context: grpc.ServicerContext) -> rpb.PluginInfo:
         return self.info
 
-    def NotifyRegistrationStatus(  # noqa: N802
+    def NotifyRegistrationStatus(
         self, request: rpb.RegistrationStatus, context: grpc.ServicerContext
     ) -> rpb.RegistrationStatusResponse:
         if request.plugin_registered:

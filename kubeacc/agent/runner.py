@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import httpx
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 
@@ -77,7 +76,7 @@ class AgentOptions:
 
 def make_client(kubeconfig: Path | None) -> Client:
     config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
-    return Client(config, timeout=httpx.Timeout(10.0))
+    return Client(config)
 
 
 class Agent:
@@ -96,9 +95,9 @@ class Agent:
             options.node_name,
             claims or ApiClaimSource(self.client),
             lambda: self._index,
-            options.cdi_dir,
-            options.state_dir,
-            options.host_root,
+            cdi_dir=options.cdi_dir,
+            state_dir=options.state_dir,
+            host_root=options.host_root,
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None

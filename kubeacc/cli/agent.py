@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 
-def agent_command(
+def agent_command(  # noqa: PLR0917 - one parameter per CLI option
     node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name.")],
     host_root: Annotated[Path, typer.Option(help="Root of the host's /sys, /dev, /proc.")] = Path(
         "/"

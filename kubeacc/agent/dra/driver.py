@@ -49,6 +49,7 @@ class Driver:
         node: str,
         claims: ClaimSource,
         devices: Callable[[], Mapping[str, DeviceInfo]],
+        *,
         cdi_dir: Path,
         state_dir: Path,
         host_root: Path = Path("/"),
@@ -72,6 +73,9 @@ class Driver:
         Returns (removed, rewritten) claim UIDs.
         """
         with self.lock:
+            for d in (self.cdi_dir, self.state_dir):
+                for tmp in d.glob(".*.tmp"):  # interrupted atomic writes
+                    tmp.unlink(missing_ok=True)
             on_disk = cdi.spec_uids(self.cdi_dir)
             removed = sorted(on_disk - self.checkpoint.claims.keys())
             for uid in removed:
@@ -163,7 +167,7 @@ class Driver:
                     cfg = parse_config(params)
                 except ConfigError as exc:
                     raise ClaimError(f"{where}: {exc}") from None
-                if cfg.DEVICE_TYPE != info.type:
+                if info.type != cfg.DEVICE_TYPE:
                     raise ClaimError(
                         f"{where}: {cfg.kind} does not apply to {info.type} device {dev_name} "
                         f"(request {r['request']})"

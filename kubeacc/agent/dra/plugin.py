@@ -39,7 +39,7 @@ class DRAPluginV1(v1_grpc.DRAPluginServicer):
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
 
-    def NodePrepareResources(  # noqa: N802 - gRPC method name
+    def NodePrepareResources(
         self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1.NodePrepareResourcesResponse:
         resp = v1.NodePrepareResourcesResponse()
@@ -57,7 +57,7 @@ class DRAPluginV1(v1_grpc.DRAPluginServicer):
                 )
         return resp
 
-    def NodeUnprepareResources(  # noqa: N802
+    def NodeUnprepareResources(
         self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1.NodeUnprepareResourcesResponse:
         resp = v1.NodeUnprepareResourcesResponse()
@@ -72,7 +72,7 @@ class DRAPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
     def __init__(self, impl: DRAPluginV1) -> None:
         self.impl = impl
 
-    def NodePrepareResources(  # noqa: N802
+    def NodePrepareResources(
         self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodePrepareResourcesResponse:
         req = v1.NodePrepareResourcesRequest.FromString(request.SerializeToString())
@@ -81,7 +81,7 @@ class DRAPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
         resp.ParseFromString(out.SerializeToString())
         return resp
 
-    def NodeUnprepareResources(  # noqa: N802
+    def NodeUnprepareResources(
         self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodeUnprepareResourcesResponse:
         req = v1.NodeUnprepareResourcesRequest.FromString(request.SerializeToString())
@@ -95,7 +95,7 @@ class ResourceHealth(hpb_grpc.DRAResourceHealthServicer):
     def __init__(self, board: HealthBoard) -> None:
         self.board = board
 
-    def NodeWatchResources(  # noqa: N802
+    def NodeWatchResources(
         self, request: hpb.NodeWatchResourcesRequest, context: grpc.ServicerContext
     ) -> Any:
         active = threading.Event()
@@ -106,10 +106,7 @@ class ResourceHealth(hpb_grpc.DRAResourceHealthServicer):
 
 
 def remove_socket(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
+    path.unlink(missing_ok=True)
 
 
 class PluginServer:
