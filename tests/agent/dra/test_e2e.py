@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from lightkube import Client
+from lightkube.types import PatchType
 from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
@@ -60,9 +61,7 @@ def claim_obj(name: str, ns: str, spec: dict[str, Any]) -> Any:
 
 def one_gpu(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "devices": {
-            "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}]
-        }
+        "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}]}
     }
     spec["devices"].update(extra or {})
     return spec
@@ -176,41 +175,36 @@ def test_unknown_foreign_and_bad_claims_get_per_claim_errors(
     # a claim allocated (by hand, through the status subresource) from another node's pool
     kube_client.create(claim_obj("foreign", namespace, one_gpu()))
     foreign = kube_client.get(ResourceClaim, "foreign", namespace=namespace)
-    foreign.status = from_dict(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "foreign", "namespace": namespace},
-            "status": {
-                "allocation": {
-                    "devices": {
-                        "results": [
-                            {
-                                "request": "gpu",
-                                "driver": DRIVER_NAME,
-                                "pool": "some-other-node",
-                                "device": "gpu-0000-1b-00-0",
-                            }
+    status = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpu",
+                        "driver": DRIVER_NAME,
+                        "pool": "some-other-node",
+                        "device": "gpu-0000-1b-00-0",
+                    }
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": ["other"]}
                         ]
-                    },
-                    "nodeSelector": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchFields": [
-                                    {
-                                        "key": "metadata.name",
-                                        "operator": "In",
-                                        "values": ["some-other-node"],
-                                    }
-                                ]
-                            }
-                        ]
-                    },
-                }
+                    }
+                ]
             },
         }
-    ).status
-    kube_client.replace(foreign, field_manager="kubeacc-test", subresource="status")  # type: ignore[call-arg]
+    }
+    kube_client.patch(
+        ResourceClaim.Status,
+        "foreign",
+        {"status": status},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
     unallocated = "pending"
     kube_client.create(claim_obj(unallocated, namespace, one_gpu()))
     pending_uid = kube_client.get(ResourceClaim, unallocated, namespace=namespace).metadata.uid
