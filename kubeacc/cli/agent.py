@@ -48,6 +48,8 @@ def agent_command(  # noqa: PLR0917 - one parameter per CLI option
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for noisy in ("httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     agent = Agent(
         AgentOptions(
             node_name=node_name,

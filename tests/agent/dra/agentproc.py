@@ -54,6 +54,7 @@ class AgentProcess:
             f"--cdi-dir={self.cdi_dir}",
             f"--state-dir={self.state_dir}",
             "--rediscover-interval=1",
+            "--apply-classes",
             *(extra or []),
         ]
         log = self.log_path.open("ab")

@@ -12,10 +12,10 @@ from typing import Any
 import grpc
 import pytest
 from lightkube import Client
-from lightkube.types import PatchType
 from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+from lightkube.types import PatchType
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
@@ -40,7 +40,7 @@ def agent(testbed: Testbed, tmp_path: Path) -> Iterator[AgentProcess]:
     a = AgentProcess(
         testbed.node_name, host, testbed.kubeconfig, testbed.kubelet.root_dir, tmp_path
     )
-    a.start(extra=["--apply-classes"])
+    a.start()
     try:
         a.wait_registered()
         yield a
