@@ -88,9 +88,10 @@ def _claim(client: Any, ns: str) -> str:
 
 
 def main(runs: int = 300) -> dict[str, object]:
-    with tempfile.TemporaryDirectory(prefix="kubeacc-bench-") as tmp, Testbed.start(
-        with_kubelet=False
-    ) as tb:
+    with (
+        tempfile.TemporaryDirectory(prefix="kubeacc-bench-") as tmp,
+        Testbed.start(with_kubelet=False) as tb,
+    ):
         work = Path(tmp)
         client = tb.client()
         client.create(Node(metadata=ObjectMeta(name=NODE)))

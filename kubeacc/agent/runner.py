@@ -26,7 +26,7 @@ from lightkube.config.kubeconfig import KubeConfig
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
-from kubeacc.agent.dra.claims import ApiClaimSource, ClaimSource
+from kubeacc.agent.dra.claims import ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.driver import Driver
@@ -90,10 +90,13 @@ class Agent:
         self.client = client or make_client(options.kubeconfig)
         self.publisher = SlicePublisher(self.client, options.node_name)
         self.board = HealthBoard(options.node_name)
+        self._watch: WatchingClaimSource | None = None
+        if claims is None and options.kubelet_plugin:
+            claims = self._watch = WatchingClaimSource(self.client, options.node_name)
         self._index: dict[str, DeviceInfo] = {}
         self.driver = Driver(
             options.node_name,
-            claims or ApiClaimSource(self.client),
+            claims or WatchingClaimSource(self.client, options.node_name),
             lambda: self._index,
             cdi_dir=options.cdi_dir,
             state_dir=options.state_dir,
@@ -114,6 +117,8 @@ class Agent:
     def start(self) -> None:
         self._observe(discover(self.opts.host_root))
         self.driver.reconcile()
+        if self._watch is not None:
+            self._watch.start()
         if self.opts.kubelet_plugin:
             self.plugin = PluginServer(self.driver, self.board, self.opts.dra_socket)
             self.plugin.start()
@@ -140,6 +145,9 @@ class Agent:
             self.registration.stop()
         if self.plugin is not None:
             self.plugin.stop()
+        if self._watch is not None:
+            self._watch.stop()
+        self.driver.checkpoint.close()
 
     def request_stop(self) -> None:
         self._stop.set()

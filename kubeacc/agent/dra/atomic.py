@@ -7,26 +7,32 @@ import os
 from pathlib import Path
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file."""
+def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file.
+
+    ``durable``: also flush file and directory, so the new file survives a power loss.
+    """
     tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         os.write(fd, data)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def remove_durable(path: Path) -> bool:
-    """Delete ``path`` (if present) and make the deletion durable; True if it existed."""
+def remove_durable(path: Path, *, durable: bool = True) -> bool:
+    """Delete ``path`` (if present), flushing the directory if ``durable``; True if it existed."""
     try:
         path.unlink()
     except FileNotFoundError:
         return False
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
     return True
 
 

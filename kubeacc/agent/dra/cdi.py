@@ -82,13 +82,19 @@ def _node(path: str, host_root: Path) -> dict[str, str]:
 
 
 def write_spec(cdi_dir: Path, claim_uid: str, spec: Mapping[str, Any]) -> Path:
+    """Write the spec atomically (a reader never sees half a file).
+
+    Not flushed to the disk: a spec is derived data. The checkpoint is the durable record and
+    the plugin rewrites any missing or different spec from it when it starts (and the usual
+    CDI directory, /var/run/cdi, is a tmpfs that does not outlive a reboot anyway).
+    """
     path = spec_path(cdi_dir, claim_uid)
-    write_atomic(path, json.dumps(spec, indent=1, sort_keys=True).encode())
+    write_atomic(path, json.dumps(spec, indent=1, sort_keys=True).encode(), durable=False)
     return path
 
 
 def remove_spec(cdi_dir: Path, claim_uid: str) -> bool:
-    return remove_durable(spec_path(cdi_dir, claim_uid))
+    return remove_durable(spec_path(cdi_dir, claim_uid), durable=False)
 
 
 def spec_uids(cdi_dir: Path) -> set[str]:

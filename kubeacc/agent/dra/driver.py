@@ -94,9 +94,9 @@ class Driver:
     def prepare(self, refs: Iterable[ClaimRef]) -> dict[str, PrepareResult]:
         out: dict[str, PrepareResult] = {}
         with self.lock:
-            changed = False
+            new: dict[str, PreparedClaim] = {}
             for ref in refs:
-                done = self.checkpoint.claims.get(ref.uid)
+                done = self.checkpoint.claims.get(ref.uid) or new.get(ref.uid)
                 if done is not None:
                     out[ref.uid] = PrepareResult(devices=done.devices)
                     continue
@@ -110,26 +110,23 @@ class Driver:
                     log.exception("prepare %s/%s failed", ref.namespace, ref.name)
                     out[ref.uid] = PrepareResult(error=f"prepare failed: {exc}")
                     continue
-                self.checkpoint.claims[ref.uid] = prepared
+                new[ref.uid] = prepared
                 out[ref.uid] = PrepareResult(devices=prepared.devices)
-                changed = True
-            if changed:
+            if new:
                 pause_point("prepare-after-cdi", self.state_dir)
                 try:
-                    self.checkpoint.save()
+                    self.checkpoint.record_prepare(new)
                 except OSError as exc:
                     log.exception("checkpoint write failed")
-                    for uid, res in out.items():
-                        if res.devices and uid in self.checkpoint.claims:
-                            del self.checkpoint.claims[uid]
-                            cdi.remove_spec(self.cdi_dir, uid)
-                            out[uid] = PrepareResult(error=f"checkpoint write failed: {exc}")
+                    for uid in new:
+                        cdi.remove_spec(self.cdi_dir, uid)
+                        out[uid] = PrepareResult(error=f"checkpoint write failed: {exc}")
                     return out
                 pause_point("prepare-after-checkpoint", self.state_dir)
         return out
 
     def _prepare_one(self, ref: ClaimRef) -> PreparedClaim:
-        claim = self.claims.get(ref.namespace, ref.name)
+        claim = self.claims.get(ref.namespace, ref.name, ref.uid)
         where = f"ResourceClaim {ref.namespace}/{ref.name}"
         if claim is None:
             raise ClaimError(f"{where} not found")
@@ -196,9 +193,7 @@ class Driver:
             present = [u for u in uids if u in self.checkpoint.claims]
             try:
                 if present:
-                    for uid in present:
-                        del self.checkpoint.claims[uid]
-                    self.checkpoint.save()
+                    self.checkpoint.record_unprepare(present)
                     pause_point("unprepare-after-checkpoint", self.state_dir)
                 for uid in uids:
                     cdi.remove_spec(self.cdi_dir, uid)

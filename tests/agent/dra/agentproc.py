@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra import cdi
-from kubeacc.agent.dra.checkpoint import FILE_NAME
+from kubeacc.agent.dra.checkpoint import read_claims
 
 
 class AgentProcess:
@@ -107,10 +106,7 @@ class AgentProcess:
         return cdi.spec_uids(self.cdi_dir)
 
     def checkpoint_claims(self) -> dict[str, Any]:
-        path = self.state_dir / FILE_NAME
-        if not path.exists():
-            return {}
-        return dict(json.loads(path.read_text())["claims"])
+        return read_claims(self.state_dir)
 
     def stray_files(self) -> list[str]:
         """Temporary files left behind by interrupted atomic writes (after a clean restart)."""
