@@ -52,6 +52,8 @@ def demo_command(
 ) -> None:
     """Run the DRA driver on a local cluster: allocate GPUs, FPGAs, NICs and XPUs to pods."""
     console = Console()
+    if not console.is_terminal or console.width < 150:
+        console = Console(width=150)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -60,9 +62,6 @@ def demo_command(
 
 
 def _run(console: Console, base: Path, keep: bool, timeout: float) -> None:
-    from lightkube.models.meta_v1 import ObjectMeta
-    from lightkube.resources.core_v1 import Namespace, Node
-
     from kubeacc.agent.dra.classes import apply_device_classes
     from kubeacc.agent.runner import Agent, AgentOptions
     from kubeacc.testbed import Testbed
@@ -86,7 +85,7 @@ def _run(console: Console, base: Path, keep: bool, timeout: float) -> None:
             host = profiles.build(node.profile, base / "hosts" / node.name)
             real = node.name == tb.node_name
             if not real:
-                client.create(Node(metadata=ObjectMeta(name=node.name)))
+                _api_only_node(client, node.name)
             opts = AgentOptions(
                 node_name=node.name,
                 host_root=host,
@@ -124,6 +123,18 @@ def _run(console: Console, base: Path, keep: bool, timeout: float) -> None:
         tb.stop()
 
 
+def _api_only_node(client: Any, name: str) -> None:
+    """A Node object with capacity but no kubelet (the scheduler can place pods on it)."""
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Node
+    from lightkube.types import PatchType
+
+    client.create(Node(metadata=ObjectMeta(name=name, labels={"kubeacc.io/demo": "api-only"})))
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+    status = {"capacity": resources, "allocatable": resources}
+    client.patch(Node.Status, name, {"status": status}, patch_type=PatchType.MERGE)
+
+
 def _claims_and_pods(console: Console, client: Any, tb: Any, agents: Any, timeout: float) -> None:
     from lightkube.codecs import from_dict
     from lightkube.models.meta_v1 import ObjectMeta
@@ -150,10 +161,25 @@ def _claims_and_pods(console: Console, client: Any, tb: Any, agents: Any, timeou
             break
         time.sleep(0.5)
     inventories = {a.opts.node_name: a.inventory for a in agents}
-    _table(console, client, tb, claims, pods, inventories)
+    _table(console, tb, claims, pods, inventories, agents[0].opts.cdi_dir)
 
 
-def _table(console: Console, client: Any, tb: Any, claims: Any, pods: Any, invs: Any) -> None:
+def _units(cdi_dir: Path, uid: str) -> str | None:
+    import json
+
+    from kubeacc.agent.dra.cdi import spec_path
+
+    try:
+        spec = json.loads(spec_path(cdi_dir, uid).read_text())
+    except (OSError, ValueError):
+        return None
+    env = spec.get("containerEdits", {}).get("env", [])
+    return next((e for e in env if e.startswith("ACCELERATOR_UNITS=")), None)
+
+
+def _table(  # noqa: PLR0917
+    console: Console, tb: Any, claims: Any, pods: Any, invs: Any, cdi_dir: Path
+) -> None:
     from kubeacc.cli.demo_claims import CLAIMS
 
     records = {r.pod: r for r in tb.kubelet.container_records(namespace=NAMESPACE)}
@@ -175,10 +201,10 @@ def _table(console: Console, client: Any, tb: Any, claims: Any, pods: Any, invs:
         rec = records.get(f"{name}-pod")
         if rec is not None:
             phase += "\nCDI: " + ", ".join(d.split("=", 1)[1][:13] + "…" for d in rec.cdi_devices)
-            units = rec.envs.get("ACCELERATOR_UNITS")
+            units = _units(cdi_dir, c.metadata.uid) if c else None
             if units:
-                phase += f"\nACCELERATOR_UNITS={units}"
-        elif node != "-" and node != tb.node_name:
+                phase += f"\n{units} (CDI spec)"
+        elif node not in ("-", tb.node_name):
             phase += " (no kubelet)"
         table.add_row(name, what, node, "\n".join(lines) or "[red]not allocated[/]", phase)
     console.print(table)

@@ -95,6 +95,8 @@ class WatchingClaimSource(ApiClaimSource):
                             self._cache.pop(key, None)
                     backoff = 1.0
             except Exception as exc:
+                if self._stop.is_set():
+                    return
                 log.warning("claim watch ended (%s); restarting in %.0f s", exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
