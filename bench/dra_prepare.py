@@ -102,9 +102,7 @@ def main(runs: int = 300) -> dict[str, object]:
         log = (work / "agent.log").open("wb")
         agent = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "kubeacc.cli.main",
+                str(Path(sys.executable).parent / "kubeacc"),
                 "agent",
                 f"--node-name={NODE}",
                 f"--host-root={host}",

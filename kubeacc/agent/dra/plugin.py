@@ -115,7 +115,7 @@ class PluginServer:
     def __init__(self, driver: Driver, board: HealthBoard, socket_path: Path) -> None:
         self.socket_path = socket_path
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dra-grpc")
+            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="dra-grpc")
         )
         impl = DRAPluginV1(driver)
         v1_grpc.add_DRAPluginServicer_to_server(impl, self.server)

@@ -42,9 +42,7 @@ class AgentProcess:
             env["KUBEACC_AGENT_PAUSE_FILE"] = str(self.pause_file)
         self.pause_file.unlink(missing_ok=True)
         argv = [
-            sys.executable,
-            "-m",
-            "kubeacc.cli.main",
+            str(Path(sys.executable).parent / "kubeacc"),
             "agent",
             f"--node-name={self.node}",
             f"--host-root={self.host_root}",
