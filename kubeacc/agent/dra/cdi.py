@@ -22,7 +22,7 @@ CDI_VERSION = "0.6.0"
 CDI_KIND = "kubeacc.io/claim"
 SPEC_PREFIX = "kubeacc.io-claim_"
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
-_SPEC_RE = re.compile(r"^kubeacc\.io-claim_(?P<uid>[0-9a-fA-F-]+)\.json$")
+_SPEC_RE = re.compile(r"^kubeacc\.io-claim_(?P<uid>[A-Za-z0-9-]+)\.json$")
 
 
 @dataclass(frozen=True)
