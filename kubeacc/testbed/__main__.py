@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         args.workdir, kubelet=options, with_kubelet=not args.no_kubelet, keep=args.keep
     )
     try:
-        print(f"ready in {time.monotonic() - t0:.1f}s", file=sys.stderr)
+        steps = ", ".join(f"{k} {v:.1f}s" for k, v in tb.timings.items())
+        print(f"ready in {time.monotonic() - t0:.1f}s ({steps})", file=sys.stderr)
         print(f"workdir:    {tb.workdir}", file=sys.stderr)
         print(f"logs:       {tb.logs_dir}", file=sys.stderr)
         print(f"kubectl:    {' '.join(tb.kubectl())}", file=sys.stderr)

@@ -82,6 +82,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[Testbed]:
     """The session's cluster (etcd, apiserver, scheduler, controller manager, kubelet)."""
+    failure = ""
     try:
         # Build progress goes to the real stderr: a cold build takes minutes and pytest would
         # otherwise hold the output back until the fixture finished.
@@ -89,9 +90,11 @@ def testbed() -> Iterator[Testbed]:
             keep=os.environ.get("KUBEACC_TESTBED_KEEP") == "1", out=sys.__stderr__ or sys.stderr
         )
     except BuildError as exc:
-        pytest.fail(f"building the testbed failed:\n{exc}", pytrace=False)
+        failure = f"building the testbed failed:\n{exc}"
     except Exception as exc:
-        pytest.fail(f"starting the testbed failed: {exc}", pytrace=False)
+        failure = f"starting the testbed failed: {exc}"
+    if failure:
+        pytest.fail(failure, pytrace=False)
     _started.append(tb)
     try:
         yield tb
