@@ -16,6 +16,7 @@ import grpc
 
 from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
 from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2_grpc as rpb_grpc
+from kubeacc.agent.sockets import check_socket_path
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ class RegistrationServer:
         rpb_grpc.add_RegistrationServicer_to_server(self.servicer, self.server)
 
     def start(self) -> None:
+        check_socket_path(self.socket_path)
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         self.socket_path.unlink(missing_ok=True)
         self.server.add_insecure_port(f"unix://{self.socket_path}")

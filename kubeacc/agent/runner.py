@@ -116,6 +116,13 @@ class Agent:
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
         self._observe(discover(self.opts.host_root))
         self.driver.reconcile()
         trim()

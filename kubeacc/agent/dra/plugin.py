@@ -24,6 +24,7 @@ from kubeacc.agent.kubeletapi import dra_v1beta1_pb2 as v1beta1
 from kubeacc.agent.kubeletapi import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2 as hpb
 from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2_grpc as hpb_grpc
+from kubeacc.agent.sockets import check_socket_path
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class PluginServer:
         self.board = board
 
     def start(self) -> None:
+        check_socket_path(self.socket_path)
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         remove_socket(self.socket_path)
         self.server.add_insecure_port(f"unix://{self.socket_path}")
