@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 
@@ -24,9 +25,15 @@ DRA_PLUGIN_TYPE = "DRAPlugin"
 
 
 class _Registration(rpb_grpc.RegistrationServicer):
-    def __init__(self, info: rpb.PluginInfo, registered: threading.Event) -> None:
+    def __init__(
+        self,
+        info: rpb.PluginInfo,
+        registered: threading.Event,
+        on_registered: Callable[[], None] | None,
+    ) -> None:
         self.info = info
         self.registered = registered
+        self.on_registered = on_registered
         self.last_error = ""
 
     def GetInfo(self, request: rpb.InfoRequest, context: grpc.ServicerContext) -> rpb.PluginInfo:
@@ -39,6 +46,8 @@ class _Registration(rpb_grpc.RegistrationServicer):
             log.info("kubelet registered plugin %s (%s)", self.info.name, self.info.type)
             self.last_error = ""
             self.registered.set()
+            if self.on_registered is not None:
+                self.on_registered()
         else:
             log.error("kubelet refused plugin %s: %s", self.info.name, request.error)
             self.last_error = request.error
@@ -54,13 +63,15 @@ class RegistrationServer:
         name: str,
         endpoint: Path,
         versions: list[str],
+        *,
+        on_registered: Callable[[], None] | None = None,
     ) -> None:
         self.socket_path = registry_dir / f"{name}-reg.sock"
         self.registered = threading.Event()
         info = rpb.PluginInfo(
             type=plugin_type, name=name, endpoint=str(endpoint), supported_versions=versions
         )
-        self.servicer = _Registration(info, self.registered)
+        self.servicer = _Registration(info, self.registered, on_registered)
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         rpb_grpc.add_RegistrationServicer_to_server(self.servicer, self.server)
 

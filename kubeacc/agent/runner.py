@@ -107,6 +107,10 @@ class Agent:
         self.registration: RegistrationServer | None = None
         self._plugins: list[NodePlugin] = []
         self._stop = threading.Event()
+        #: Wakes the loop early (stop, or the kubelet registered us).
+        self._wake = threading.Event()
+        #: Until then, every loop pass re-reads the server's slices (see _on_registered).
+        self._force_until = 0.0
         self._thread: threading.Thread | None = None
         self.inventory = Inventory()
         self.published = threading.Event()
@@ -137,6 +141,7 @@ class Agent:
                 DRIVER_NAME,
                 self.opts.dra_socket,
                 SUPPORTED_SERVICES,
+                on_registered=self._on_registered,
             )
             self.registration.start()
         for p in self._plugins:
@@ -146,6 +151,7 @@ class Agent:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=15)
         for p in self._plugins:
@@ -160,6 +166,13 @@ class Agent:
 
     def request_stop(self) -> None:
         self._stop.set()
+        self._wake.set()
+
+    def _on_registered(self) -> None:
+        """A (re)started kubelet deletes the node's slices when it starts, in the background,
+        possibly just after registering us: re-check the server now and for a little while."""
+        self._force_until = time.monotonic() + 3 * self.opts.rediscover_interval + 5
+        self._wake.set()
 
     def wait(self) -> None:
         """Block until :meth:`stop` is called (from a signal handler)."""
@@ -184,7 +197,8 @@ class Agent:
                 if not classes_done:
                     apply_device_classes(self.client)
                     classes_done = True
-                force = time.monotonic() - last_resync >= self.opts.resync_interval
+                now = time.monotonic()
+                force = now - last_resync >= self.opts.resync_interval or now < self._force_until
                 self.publisher.publish(slice_devices(self.inventory), force=force)
                 if force:
                     last_resync = time.monotonic()
@@ -197,8 +211,12 @@ class Agent:
                     return
                 continue
             wait = max(0.0, next_discovery - time.monotonic())
-            if self._stop.wait(wait):
+            woken = self._wake.wait(wait)
+            self._wake.clear()
+            if self._stop.is_set():
                 return
+            if woken:
+                continue  # publish (forced) right away; discovery keeps its schedule
             next_discovery = time.monotonic() + self.opts.rediscover_interval
             try:
                 inv = discover(self.opts.host_root)

@@ -4,6 +4,7 @@ our CDI devices and unprepares when the pod goes."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -281,3 +282,18 @@ def test_health_stream_reports_every_device(
     assert len(by_name) == 80
     assert {d.device.pool_name for d in first.devices} == {testbed.node_name}
     assert by_name["gpu-0000-1b-00-0"].health == hpb.HEALTHY
+
+
+def test_reregisters_and_republishes_after_kubelet_restart(
+    testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
+) -> None:
+    wait_slices(kube_client, testbed.node_name)
+    testbed.restart_kubelet()
+    # the plugin watcher of the new kubelet finds our socket again ...
+    agent.wait_log("kubelet registered plugin kubeacc.io", 60, count=2)
+    # ... and the slices the new kubelet wiped at start are written again
+    time.sleep(2)
+    wait_slices(kube_client, testbed.node_name)
+    kube_client.create(claim_obj("gpu", namespace, one_gpu()))
+    kube_client.create(pod_obj("app", namespace, "gpu"))
+    eventually(lambda: running(kube_client, "app", namespace), 90, "pod Running after restart")
