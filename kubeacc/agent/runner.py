@@ -33,7 +33,6 @@ from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.slices import SlicePublisher
-from kubeacc.agent.memory import trim
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
 from kubeacc.discovery import discover
 from kubeacc.model import Inventory
@@ -129,7 +128,6 @@ class Agent:
     def _start(self) -> None:
         self._observe(discover(self.opts.host_root))
         self.driver.reconcile()
-        trim()
         if self._watch is not None:
             self._watch.start()
         if self.opts.kubelet_plugin:
@@ -223,10 +221,7 @@ class Agent:
             except Exception:
                 log.exception("discovery failed; keeping the last inventory")
                 continue
-            changed = self._observe(inv)
-            del inv
-            trim()
-            if changed:
+            if self._observe(inv):
                 log.info("inventory changed: %d devices", len(self.inventory.devices))
                 for p in self._plugins:
                     p.update(self.inventory)

@@ -41,10 +41,7 @@ def agent_command(  # noqa: PLR0917 - one parameter per CLI option
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
-    from kubeacc.agent.memory import limit_arenas
     from kubeacc.agent.runner import Agent, AgentOptions
-
-    limit_arenas()
 
     logging.basicConfig(
         level=log_level.upper(),
