@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from kubeacc import __version__
+from kubeacc.cli.agent import agent_command, install_classes_command
 from kubeacc.cli.demo import demo_command
 from kubeacc.cli.deviceplugin import device_plugin_command
 from kubeacc.cli.discover import discover_command
@@ -21,6 +22,8 @@ app = typer.Typer(
 app.command("discover")(discover_command)
 app.command("demo")(demo_command)
 app.command("plan")(plan)
+app.command("agent")(agent_command)
+app.command("install-classes")(install_classes_command)
 app.command("device-plugin")(device_plugin_command)
 app.command("controller")(controller_command)
 app.command("lifecycle-agent")(lifecycle_agent_command)
@@ -43,3 +46,7 @@ def version() -> None:
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

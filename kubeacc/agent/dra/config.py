@@ -1,0 +1,134 @@
+"""Opaque claim configuration of the driver, apiVersion ``kubeacc.io/v1alpha1``.
+
+A ResourceClaim (or DeviceClass) carries it as ``opaque.parameters`` with ``driver: kubeacc.io``;
+the API server stores it unchecked, so the plugin validates it here and answers a bad one with a
+per-claim error instead of preparing anything.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+API_VERSION = "kubeacc.io/v1alpha1"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED_ENV = {"ACCELERATOR_UNITS"}
+
+
+class ConfigError(ValueError):
+    """An opaque configuration the driver cannot accept (the message names what is wrong)."""
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    api_version: Literal["kubeacc.io/v1alpha1"] = Field(alias="apiVersion")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Extra environment for the containers"
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"not an environment variable name: {key!r}")
+            if key in _RESERVED_ENV:
+                raise ValueError(f"{key} is set by the driver")
+        return value
+
+    #: The device type this kind configures.
+    DEVICE_TYPE: ClassVar[str] = ""
+
+
+class SharingStrategy(StrEnum):
+    EXCLUSIVE = "Exclusive"
+    TIME_SLICING = "TimeSlicing"
+
+
+class TimeSlice(StrEnum):
+    DEFAULT = "Default"
+    SHORT = "Short"
+    MEDIUM = "Medium"
+    LONG = "Long"
+
+
+class GpuSharing(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    strategy: SharingStrategy = SharingStrategy.EXCLUSIVE
+    time_slice: TimeSlice = Field(default=TimeSlice.DEFAULT, alias="timeSlice")
+
+
+class GpuConfig(_Config):
+    """GPU settings: sharing (time-slicing) and environment."""
+
+    kind: Literal["GpuConfig"]
+    sharing: GpuSharing | None = None
+    DEVICE_TYPE: ClassVar[str] = "gpu"
+
+
+class Bitstream(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+
+
+class FpgaConfig(_Config):
+    """The bitstream an FPGA should carry. Recorded now; the life-cycle manager programs it."""
+
+    kind: Literal["FpgaConfig"]
+    bitstream: Bitstream | None = None
+    DEVICE_TYPE: ClassVar[str] = "fpga"
+
+
+class NicConfig(_Config):
+    """SmartNIC / VF settings."""
+
+    kind: Literal["NicConfig"]
+    vlan: int | None = Field(default=None, ge=0, le=4094)
+    mtu: int | None = Field(default=None, ge=68, le=9216)
+    DEVICE_TYPE: ClassVar[str] = "nic"
+
+
+DeviceConfig = Annotated[GpuConfig | FpgaConfig | NicConfig, Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[GpuConfig | FpgaConfig | NicConfig] = TypeAdapter(DeviceConfig)
+
+
+def parse_config(parameters: Any) -> GpuConfig | FpgaConfig | NicConfig:
+    """Validate one ``opaque.parameters`` object; raises :class:`ConfigError`."""
+    if not isinstance(parameters, dict):
+        raise ConfigError("opaque parameters must be a JSON object")
+    if parameters.get("apiVersion") != API_VERSION:
+        raise ConfigError(
+            f"unsupported apiVersion {parameters.get('apiVersion')!r}, want {API_VERSION}"
+        )
+    try:
+        return _ADAPTER.validate_python(parameters)
+    except ValidationError as exc:
+        kind = parameters.get("kind", "?")
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'kind'}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"invalid {kind}: {problems}") from None
+
+
+def config_env(cfg: GpuConfig | FpgaConfig | NicConfig) -> dict[str, str]:
+    """The environment a configuration adds for the devices it applies to."""
+    env = dict(cfg.env)
+    if isinstance(cfg, GpuConfig) and cfg.sharing is not None:
+        env["KUBEACC_GPU_SHARING"] = cfg.sharing.strategy.value
+        if cfg.sharing.strategy is SharingStrategy.TIME_SLICING:
+            env["KUBEACC_GPU_TIMESLICE"] = cfg.sharing.time_slice.value
+    elif isinstance(cfg, FpgaConfig) and cfg.bitstream is not None:
+        env["KUBEACC_FPGA_BITSTREAM"] = f"{cfg.bitstream.name}@{cfg.bitstream.digest}"
+    elif isinstance(cfg, NicConfig):
+        if cfg.vlan is not None:
+            env["KUBEACC_NIC_VLAN"] = str(cfg.vlan)
+        if cfg.mtu is not None:
+            env["KUBEACC_NIC_MTU"] = str(cfg.mtu)
+    return env

@@ -1,0 +1,151 @@
+"""Inventory devices as ``resource.k8s.io/v1`` slice devices (plain dicts, API field names).
+
+One entry per accelerator plus one per enabled SR-IOV virtual function. Attribute names without
+a domain are qualified by the driver name (``type`` is ``kubeacc.io/type`` in CEL); the two
+standard PCI attributes carry their own domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kubeacc.model import Device, HealthState, Inventory, PartitionKind
+
+#: Taint key put on devices that discovery reports as not healthy.
+UNHEALTHY_TAINT = "kubeacc.io/unhealthy"
+PCIE_ROOT_ATTR = "resource.kubernetes.io/pcieRoot"
+PCI_BUS_ID_ATTR = "resource.kubernetes.io/pciBusID"
+#: The DRA API caps string attribute values at 64 characters.
+_MAX_STRING = 64
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"string": value[:_MAX_STRING]}
+
+
+def _int(value: int) -> dict[str, int]:
+    return {"int": value}
+
+
+def _common(dev: Device) -> dict[str, Any]:
+    attrs: dict[str, Any] = {
+        "type": _s(dev.type.value),
+        "vendor": _s(dev.vendor),
+        "model": _s(dev.model),
+        "index": _int(dev.index),
+        "numaNode": _int(dev.numa_node),
+    }
+    if dev.pcie_root:
+        attrs[PCIE_ROOT_ATTR] = _s(dev.pcie_root)
+    return attrs
+
+
+def _taints(state: HealthState, reason: str) -> list[dict[str, str]]:
+    if state is HealthState.HEALTHY:
+        return []
+    value = "unknown" if state is HealthState.UNKNOWN else "unhealthy"
+    taint = {"key": UNHEALTHY_TAINT, "value": value, "effect": "NoSchedule"}
+    return [taint]
+
+
+def device_entry(dev: Device) -> dict[str, Any]:
+    """The slice entry of one physical device."""
+    attrs = _common(dev)
+    if dev.pci:
+        attrs[PCI_BUS_ID_ATTR] = _s(dev.pci.bus_id)
+    if dev.uuid:
+        attrs["uuid"] = _s(dev.uuid)
+    attrs["productName"] = _s(dev.model)
+    if dev.driver_version:
+        attrs["driverVersion"] = _s(dev.driver_version)
+    if dev.fpga is not None:
+        if dev.fpga.interface_id:
+            attrs["interfaceId"] = _s(dev.fpga.interface_id)
+        if dev.fpga.afu_id:
+            attrs["afuId"] = _s(dev.fpga.afu_id)
+    if dev.sriov is not None:
+        attrs["sriovNumVFs"] = _int(dev.sriov.num_vfs)
+    entry: dict[str, Any] = {"name": dev.name, "attributes": attrs}
+    if dev.memory_bytes:
+        entry["capacity"] = {"kubeacc.io/memory": {"value": str(dev.memory_bytes)}}
+    taints = _taints(dev.health.state, dev.health.reason)
+    if taints:
+        entry["taints"] = taints
+    return entry
+
+
+def vf_name(pf: Device, vf_index: int) -> str:
+    """Slice name of a virtual function: ``<pf-name>-vf<N>`` (still a DNS label)."""
+    return f"{pf.name}-vf{vf_index}"
+
+
+def vf_entries(pf: Device) -> list[dict[str, Any]]:
+    """One slice entry per enabled SR-IOV virtual function of ``pf``."""
+    out = []
+    for part in pf.partitions:
+        if part.kind is not PartitionKind.SRIOV_VF:
+            continue
+        attrs = _common(pf)
+        attrs["physicalFunction"] = _s(pf.name)
+        attrs["virtualFunction"] = _int(part.index)
+        attrs["sriovVF"] = {"bool": True}
+        if part.bus_id:
+            attrs[PCI_BUS_ID_ATTR] = _s(part.bus_id)
+        if part.driver:
+            attrs["vfDriver"] = _s(part.driver)
+        entry: dict[str, Any] = {"name": vf_name(pf, part.index), "attributes": attrs}
+        taints = _taints(pf.health.state, pf.health.reason)
+        if taints:
+            entry["taints"] = taints
+        out.append(entry)
+    return out
+
+
+def slice_devices(inv: Inventory) -> list[dict[str, Any]]:
+    """Every device of the node as slice entries, sorted by name (stable slice contents)."""
+    out: list[dict[str, Any]] = []
+    for dev in inv.devices:
+        out.append(device_entry(dev))
+        out.extend(vf_entries(dev))
+    out.sort(key=lambda d: str(d["name"]))
+    return out
+
+
+def device_index(inv: Inventory) -> dict[str, DeviceInfo]:
+    """What the kubelet plugin needs to know about each published device, by slice name."""
+    out: dict[str, DeviceInfo] = {}
+    for dev in inv.devices:
+        bdf = dev.pci.bus_id if dev.pci else ""
+        out[dev.name] = DeviceInfo(
+            name=dev.name,
+            type=dev.type.value,
+            bus_id=bdf,
+            device_nodes=tuple(dev.device_nodes),
+            healthy=dev.health.state,
+            message=dev.health.reason,
+        )
+        for part in dev.partitions:
+            if part.kind is PartitionKind.SRIOV_VF:
+                name = vf_name(dev, part.index)
+                out[name] = DeviceInfo(
+                    name=name,
+                    type=dev.type.value,
+                    bus_id=part.bus_id or "",
+                    device_nodes=(),
+                    healthy=dev.health.state,
+                    message=dev.health.reason,
+                )
+    return out
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A published device as the plugin sees it: PCI address, device nodes, health."""
+
+    name: str
+    type: str
+    bus_id: str
+    device_nodes: tuple[str, ...]
+    healthy: HealthState
+    message: str

@@ -1,0 +1,36 @@
+"""Crash-test hook: make the agent stop dead at a named point of prepare/unprepare.
+
+``KUBEACC_AGENT_PAUSE_AT=<point>`` (comma-separated for several) makes the plugin, on reaching
+that point, create the file ``KUBEACC_AGENT_PAUSE_FILE`` (default ``<state-dir>/paused``)
+containing the point's name and then block forever, so a test can SIGKILL the agent at exactly
+that moment. Points:
+
+* ``prepare-after-cdi``        CDI spec written, checkpoint not yet
+* ``prepare-after-checkpoint`` spec and checkpoint written, kubelet not yet answered
+* ``unprepare-after-checkpoint`` claim gone from the checkpoint, CDI spec still on disk
+* ``unprepare-after-cdi``      both removed, kubelet not yet answered
+
+Unset (the default) the hook costs one set lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+POINTS = (
+    "prepare-after-cdi",
+    "prepare-after-checkpoint",
+    "unprepare-after-checkpoint",
+    "unprepare-after-cdi",
+)
+_ACTIVE = frozenset(p for p in os.environ.get("KUBEACC_AGENT_PAUSE_AT", "").split(",") if p)
+
+
+def pause_point(point: str, state_dir: Path) -> None:
+    if point not in _ACTIVE:
+        return
+    marker = Path(os.environ.get("KUBEACC_AGENT_PAUSE_FILE", str(state_dir / "paused")))
+    marker.write_text(point)
+    threading.Event().wait()  # until killed

@@ -1,0 +1,192 @@
+"""ResourceSlices of one node's pool: build them, and keep the API server in step.
+
+The pool is named after the node and holds every device the agent discovered. When the pool
+has more devices than one slice may hold it is split over several slices, each carrying the
+pool's ``generation`` and ``resourceSliceCount``. Every change to the devices bumps the
+generation, so schedulers never mix slices of two versions of the pool. Slices are written with
+server-side apply under one field manager and are owned by the Node object (deleted with it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any, cast
+
+from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import Node
+from lightkube.resources.resource_v1 import ResourceSlice
+
+from kubeacc.agent.dra import DRIVER_NAME, FIELD_MANAGER
+
+log = logging.getLogger(__name__)
+
+#: resource.k8s.io/v1 limits (ResourceSliceMaxDevices / ...WithAdvancedFeatures): a slice whose
+#: devices use taints may hold only 64 devices.
+MAX_DEVICES_PER_SLICE = 128
+MAX_DEVICES_PER_SLICE_ADVANCED = 64
+#: Label on every slice the agent writes, to find them again.
+NODE_LABEL = "kubeacc.io/node"
+
+
+def slice_name(node: str, index: int) -> str:
+    return f"{node}-kubeacc.io-{index}"
+
+
+def chunk_devices(
+    devices: Sequence[dict[str, Any]], max_per_slice: int = MAX_DEVICES_PER_SLICE
+) -> list[list[dict[str, Any]]]:
+    """Split ``devices`` into slices that respect the per-slice limit (never zero slices)."""
+    if any(d.get("taints") for d in devices):
+        max_per_slice = min(max_per_slice, MAX_DEVICES_PER_SLICE_ADVANCED)
+    chunks = [list(devices[i : i + max_per_slice]) for i in range(0, len(devices), max_per_slice)]
+    return chunks or [[]]
+
+
+def devices_digest(devices: Sequence[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(devices, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_slices(
+    node: str,
+    node_uid: str | None,
+    devices: Sequence[dict[str, Any]],
+    generation: int,
+    max_per_slice: int = MAX_DEVICES_PER_SLICE,
+) -> list[dict[str, Any]]:
+    """The complete set of slice objects for the node's pool at ``generation``."""
+    chunks = chunk_devices(devices, max_per_slice)
+    out = []
+    for i, chunk in enumerate(chunks):
+        meta: dict[str, Any] = {
+            "name": slice_name(node, i),
+            "labels": {NODE_LABEL: node},
+        }
+        if node_uid:
+            meta["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid}
+            ]
+        out.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": meta,
+                "spec": {
+                    "driver": DRIVER_NAME,
+                    "nodeName": node,
+                    "pool": {
+                        "name": node,
+                        "generation": generation,
+                        "resourceSliceCount": len(chunks),
+                    },
+                    "devices": chunk,
+                },
+            }
+        )
+    return out
+
+
+class SlicePublisher:
+    """Keeps the node's slices equal to what discovery found.
+
+    :meth:`publish` is cheap when nothing changed (a digest comparison); pass ``force`` to
+    re-read the server (slices someone deleted are written again). The generation continues
+    from what the server holds, so a restarted agent never reuses a generation number.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        node: str,
+        *,
+        max_per_slice: int = MAX_DEVICES_PER_SLICE,
+        field_manager: str = FIELD_MANAGER,
+    ) -> None:
+        self.client = client
+        self.node = node
+        self.max_per_slice = max_per_slice
+        self.field_manager = field_manager
+        self.generation = 0
+        self._digest: str | None = None
+        self._node_uid: str | None = None
+
+    def _existing(self) -> list[ResourceSlice]:
+        return list(
+            self.client.list(
+                ResourceSlice,
+                fields={"spec.nodeName": self.node, "spec.driver": DRIVER_NAME},
+            )
+        )
+
+    def _uid(self) -> str | None:
+        if self._node_uid is None:
+            try:
+                node = self.client.get(Node, self.node)
+            except ApiError as exc:
+                if exc.status.code != 404:
+                    raise
+                log.warning("node %s not found: slices get no owner reference", self.node)
+                return None
+            self._node_uid = node.metadata.uid if node.metadata else None
+        return self._node_uid
+
+    def publish(self, devices: Sequence[dict[str, Any]], *, force: bool = False) -> bool:
+        """Make the server's slices match ``devices``; True if anything was written."""
+        digest = devices_digest(devices)
+        if digest == self._digest and not force:
+            return False
+        existing = self._existing()
+        server_gen = max(
+            (s.spec.pool.generation for s in existing if s.spec and s.spec.pool), default=0
+        )
+        desired_count = len(chunk_devices(devices, self.max_per_slice))
+        if digest == self._digest and self._matches(existing, devices, desired_count):
+            return False
+        self.generation = max(self.generation, server_gen) + 1
+        desired = build_slices(self.node, self._uid(), devices, self.generation, self.max_per_slice)
+        for obj in desired:
+            self.client.apply(
+                cast(ResourceSlice, ResourceSlice.from_dict(obj)),
+                field_manager=self.field_manager,
+                force=True,
+            )
+        wanted = {obj["metadata"]["name"] for obj in desired}
+        for s in existing:
+            name = s.metadata.name if s.metadata else None
+            if name and name not in wanted:
+                try:
+                    self.client.delete(ResourceSlice, name)
+                except ApiError as exc:
+                    if exc.status.code != 404:
+                        raise
+        self._digest = digest
+        log.info(
+            "published %d devices in %d slice(s), generation %d",
+            len(devices),
+            len(desired),
+            self.generation,
+        )
+        return True
+
+    def _matches(
+        self, existing: list[ResourceSlice], devices: Sequence[dict[str, Any]], count: int
+    ) -> bool:
+        """Does the server hold exactly our current slices (all of one generation)?"""
+        if len(existing) != count:
+            return False
+        gens = {s.spec.pool.generation for s in existing if s.spec and s.spec.pool}
+        if gens != {self.generation}:
+            return False
+        names = sorted(
+            d.name for s in existing if s.spec and s.spec.devices for d in s.spec.devices
+        )
+        return names == sorted(str(d["name"]) for d in devices)
+
+    def delete_all(self) -> None:
+        """Remove every slice of this node's pool (the agent is leaving the node)."""
+        for s in self._existing():
+            if s.metadata and s.metadata.name:
+                self.client.delete(ResourceSlice, s.metadata.name)
+        self._digest = None

@@ -1,0 +1,14 @@
+"""Unix socket paths for the kubelet-facing gRPC servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: sun_path holds 108 bytes including the terminating NUL.
+MAX_SOCKET_PATH = 107
+
+
+def check_socket_path(path: Path) -> None:
+    """Refuse a path the kernel cannot bind, with a message that says why."""
+    if len(str(path).encode()) > MAX_SOCKET_PATH:
+        raise ValueError(f"socket path longer than {MAX_SOCKET_PATH} bytes: {path}")

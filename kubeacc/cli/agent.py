@@ -1,0 +1,86 @@
+"""``kubeacc agent``: the node agent (DRA driver ``kubeacc.io``)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def agent_command(  # noqa: PLR0917 - one parameter per CLI option
+    node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name.")],
+    host_root: Annotated[Path, typer.Option(help="Root of the host's /sys, /dev, /proc.")] = Path(
+        "/"
+    ),
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig (default: in-cluster service account).")
+    ] = None,
+    kubelet_root: Annotated[Path, typer.Option(help="The kubelet's --root-dir.")] = Path(
+        "/var/lib/kubelet"
+    ),
+    cdi_dir: Annotated[Path, typer.Option(help="Where CDI specs are written.")] = Path(
+        "/var/run/cdi"
+    ),
+    state_dir: Annotated[Path, typer.Option(help="Checkpoint directory.")] = Path(
+        "/var/lib/kubeacc"
+    ),
+    apply_classes: Annotated[
+        bool, typer.Option("--apply-classes", help="Create/update the driver's DeviceClasses.")
+    ] = False,
+    rediscover_interval: Annotated[
+        float, typer.Option(help="Seconds between re-discoveries (hot-plug, health).")
+    ] = 5.0,
+    kubelet_plugin: Annotated[
+        bool,
+        typer.Option(help="Serve the kubelet DRA plugin (off: only publish ResourceSlices)."),
+    ] = True,
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+) -> None:
+    """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
+    from kubeacc.agent.runner import Agent, AgentOptions
+
+    logging.basicConfig(
+        level=log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    agent = Agent(
+        AgentOptions(
+            node_name=node_name,
+            host_root=host_root,
+            kubeconfig=kubeconfig,
+            kubelet_root=kubelet_root,
+            cdi_dir=cdi_dir,
+            state_dir=state_dir,
+            apply_classes=apply_classes,
+            rediscover_interval=rediscover_interval,
+            kubelet_plugin=kubelet_plugin,
+        )
+    )
+
+    def _term(signum: int, frame: object) -> None:
+        agent.request_stop()
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
+    agent.start()
+    logging.getLogger("kubeacc.agent").info("agent ready on node %s", node_name)
+    agent.wait()
+    agent.stop()
+
+
+def install_classes_command(
+    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig.")] = None,
+) -> None:
+    """Create or update the DeviceClasses of the kubeacc.io DRA driver."""
+    from kubeacc.agent.dra.classes import apply_device_classes
+    from kubeacc.agent.runner import make_client
+
+    for name in apply_device_classes(make_client(kubeconfig)):
+        typer.echo(f"deviceclass {name} applied")

@@ -1,0 +1,50 @@
+"""Fixtures for the DRA driver tests: synthetic inventories, fresh Node objects."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Node
+
+from kubeacc.discovery import discover
+from kubeacc.model import Inventory
+from kubeacc.synthetic import profiles
+
+_CACHE: dict[str, Inventory] = {}
+
+
+def inventory(profile: str, tmp: Path) -> Inventory:
+    """The discovered inventory of a synthetic profile (built once per session)."""
+    if profile not in _CACHE:
+        root = profiles.build(profile, tmp / profile)
+        _CACHE[profile] = discover(root)
+    return _CACHE[profile].model_copy(deep=True)
+
+
+@pytest.fixture
+def dgx(tmp_path_factory: pytest.TempPathFactory) -> Inventory:
+    return inventory("dgx-h100", tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture
+def make_inventory(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    def make(profile: str) -> Inventory:
+        return inventory(profile, tmp_path_factory.getbasetemp())
+
+    return make
+
+
+@pytest.fixture
+def api_node(kube_client: Client) -> Iterator[str]:
+    """A Node object without a kubelet (slices of such nodes are still valid)."""
+    name = f"pub-{uuid.uuid4().hex[:6]}"
+    kube_client.create(Node(metadata=ObjectMeta(name=name)))
+    yield name
+    with contextlib.suppress(ApiError):
+        kube_client.delete(Node, name)

@@ -1,0 +1,66 @@
+"""Opaque claim configuration kubeacc.io/v1alpha1: validation and the environment it adds."""
+
+from __future__ import annotations
+
+import pytest
+
+from kubeacc.agent.dra.config import (
+    ConfigError,
+    FpgaConfig,
+    GpuConfig,
+    NicConfig,
+    config_env,
+    parse_config,
+)
+
+V = "kubeacc.io/v1alpha1"
+
+
+def test_gpu_time_slicing_env() -> None:
+    cfg = parse_config(
+        {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "TimeSlicing"}}
+    )
+    assert isinstance(cfg, GpuConfig)
+    assert config_env(cfg) == {
+        "KUBEACC_GPU_SHARING": "TimeSlicing",
+        "KUBEACC_GPU_TIMESLICE": "Default",
+    }
+
+
+def test_fpga_bitstream_recorded() -> None:
+    digest = "sha256:" + "ab" * 32
+    cfg = parse_config(
+        {"apiVersion": V, "kind": "FpgaConfig", "bitstream": {"name": "aes", "digest": digest}}
+    )
+    assert isinstance(cfg, FpgaConfig)
+    assert config_env(cfg)["KUBEACC_FPGA_BITSTREAM"] == f"aes@{digest}"
+
+
+def test_nic_settings() -> None:
+    cfg = parse_config({"apiVersion": V, "kind": "NicConfig", "vlan": 100, "mtu": 9000})
+    assert isinstance(cfg, NicConfig)
+    assert config_env(cfg) == {"KUBEACC_NIC_VLAN": "100", "KUBEACC_NIC_MTU": "9000"}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"apiVersion": "v9", "kind": "GpuConfig"}, "unsupported apiVersion"),
+        ({"apiVersion": V, "kind": "TpuConfig"}, "does not match any of the expected tags"),
+        ({"apiVersion": V, "kind": "GpuConfig", "sharng": {}}, "sharng: Extra inputs"),
+        ({"apiVersion": V, "kind": "NicConfig", "vlan": 5000}, "vlan: Input should be less"),
+        (
+            {"apiVersion": V, "kind": "FpgaConfig", "bitstream": {"name": "x", "digest": "1"}},
+            "bitstream.digest",
+        ),
+        ({"apiVersion": V, "kind": "GpuConfig", "env": {"1BAD": "x"}}, "not an environment"),
+        (
+            {"apiVersion": V, "kind": "GpuConfig", "env": {"ACCELERATOR_UNITS": "x"}},
+            "set by the driver",
+        ),
+        ("just a string", "must be a JSON object"),
+    ],
+)
+def test_bad_configs_are_clear_errors(params: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        parse_config(params)

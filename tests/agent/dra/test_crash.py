@@ -1,0 +1,92 @@
+"""The agent SIGKILLed in the middle of prepare or unprepare, then restarted: the real kubelet's
+retry ends with exactly one prepared copy (one CDI spec, one checkpoint entry) or none, and no
+leftovers. The agent is stopped at a named point by the KUBEACC_AGENT_PAUSE_AT hook
+(kubeacc/agent/dra/hooks.py), so every run kills it at the same moment."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from kubeacc.synthetic import profiles
+from kubeacc.testbed import Testbed
+
+from ...testbed.helpers import eventually
+from .agentproc import AgentProcess
+from .test_e2e import claim_obj, gone, one_gpu, pod_obj, running
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def agent(testbed: Testbed, tmp_path: Path) -> Iterator[AgentProcess]:
+    host = profiles.build("dgx-h100", tmp_path / "host")
+    a = AgentProcess(
+        testbed.node_name, host, testbed.kubeconfig, testbed.kubelet.root_dir, tmp_path
+    )
+    try:
+        yield a
+    finally:
+        a.stop()
+
+
+def _restart(agent: AgentProcess) -> None:
+    agent.kill()
+    agent.start()
+    agent.wait_registered(90)
+
+
+@pytest.mark.parametrize("point", ["prepare-after-cdi", "prepare-after-checkpoint"])
+def test_killed_during_prepare(
+    testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess, point: str
+) -> None:
+    agent.start(pause_at=point)
+    agent.wait_registered()
+    kube_client.create(claim_obj("gpu", namespace, one_gpu()))
+    kube_client.create(pod_obj("app", namespace, "gpu"))
+    assert agent.wait_paused() == point
+    uid = kube_client.get(ResourceClaim, "gpu", namespace=namespace).metadata.uid
+    assert agent.spec_uids() == {uid}  # the spec was written before the kill
+    _restart(agent)
+
+    eventually(lambda: running(kube_client, "app", namespace), 120, "pod Running after restart")
+    assert agent.spec_uids() == {uid}
+    assert list(agent.checkpoint_claims()) == [uid]
+    assert agent.stray_files() == []
+    recs = testbed.kubelet.container_records(namespace=namespace, pod="app")
+    device = agent.checkpoint_claims()[uid]["devices"][0]["device"]
+    assert {r.cdi_devices for r in recs} == {(f"kubeacc.io/claim={uid}-{device}",)}
+
+    kube_client.delete(Pod, "app", namespace=namespace)
+    eventually(lambda: not agent.spec_uids() and not agent.checkpoint_claims(), 90, "unprepared")
+
+
+@pytest.mark.parametrize("point", ["unprepare-after-checkpoint", "unprepare-after-cdi"])
+def test_killed_during_unprepare(
+    testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess, point: str
+) -> None:
+    agent.start()
+    agent.wait_registered()
+    kube_client.create(claim_obj("gpu", namespace, one_gpu()))
+    kube_client.create(pod_obj("app", namespace, "gpu"))
+    eventually(lambda: running(kube_client, "app", namespace), 90, "pod Running")
+    uid = kube_client.get(ResourceClaim, "gpu", namespace=namespace).metadata.uid
+    assert agent.spec_uids() == {uid}
+
+    # same agent state, now armed to stop dead in unprepare
+    agent.stop()
+    agent.start(pause_at=point)
+    agent.wait_registered(90)
+    kube_client.delete(Pod, "app", namespace=namespace)
+    assert agent.wait_paused() == point
+    _restart(agent)
+
+    eventually(lambda: not agent.spec_uids() and not agent.checkpoint_claims(), 120, "unprepared")
+    eventually(lambda: gone(kube_client, "app", namespace), 90, "pod gone")
+    assert agent.stray_files() == []
+    assert "Traceback" not in agent.log()

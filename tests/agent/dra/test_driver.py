@@ -1,0 +1,181 @@
+"""Prepare/unprepare without gRPC or cluster: a claim source in memory, files in tmp_path.
+
+(The same paths run against the real API server and kubelet in test_e2e.py / test_crash.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubeacc.agent.dra import cdi
+from kubeacc.agent.dra.checkpoint import JOURNAL_NAME, Checkpoint, read_claims
+from kubeacc.agent.dra.devices import device_index
+from kubeacc.agent.dra.driver import ClaimRef, Driver
+from kubeacc.model import Inventory
+
+NODE = "n1"
+
+
+class Claims:
+    """ResourceClaims as the API server would return them."""
+
+    def __init__(self) -> None:
+        self.objs: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def add(self, name: str, uid: str, devices: list[str], pool: str = NODE, **extra: Any) -> None:
+        results = [
+            {"request": "r", "driver": "kubeacc.io", "pool": pool, "device": d} for d in devices
+        ]
+        self.objs[("ns", name)] = {
+            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "status": {"allocation": {"devices": {"results": results, **extra}}},
+        }
+
+    def get(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        return self.objs.get((namespace, name))
+
+
+@pytest.fixture
+def claims() -> Claims:
+    return Claims()
+
+
+@pytest.fixture
+def driver(tmp_path: Path, claims: Claims, dgx: Inventory) -> Driver:
+    index = device_index(dgx)
+    return Driver(
+        NODE, claims, lambda: index, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state"
+    )
+
+
+def test_prepare_writes_spec_and_checkpoint_and_is_idempotent(
+    driver: Driver, claims: Claims, tmp_path: Path
+) -> None:
+    claims.add("c", "u1", ["gpu-0000-1b-00-0", "gpu-0000-1d-00-0"])
+    ref = ClaimRef("ns", "c", "u1")
+    (res,) = driver.prepare([ref]).values()
+    assert res.error == ""
+    assert [d.cdi_device_ids for d in res.devices] == [
+        ["kubeacc.io/claim=u1-gpu-0000-1b-00-0"],
+        ["kubeacc.io/claim=u1-gpu-0000-1d-00-0"],
+    ]
+    spec = json.loads(cdi.spec_path(tmp_path / "cdi", "u1").read_text())
+    assert spec["kind"] == "kubeacc.io/claim"
+    assert "ACCELERATOR_UNITS=0000:1b:00.0,0000:1d:00.0" in spec["containerEdits"]["env"]
+    assert {"path": "/dev/nvidia0"} in spec["devices"][0]["containerEdits"]["deviceNodes"]
+    assert list(read_claims(tmp_path / "state")) == ["u1"]
+    # again: same answer, nothing new in the journal
+    journal = (tmp_path / "state" / JOURNAL_NAME).read_bytes()
+    (again,) = driver.prepare([ref]).values()
+    assert again.devices == res.devices
+    assert (tmp_path / "state" / JOURNAL_NAME).read_bytes() == journal
+
+
+def test_every_claim_gets_its_own_answer(driver: Driver, claims: Claims) -> None:
+    claims.add("ok", "u1", ["gpu-0000-1b-00-0"])
+    claims.add("foreign", "u2", ["gpu-0000-1b-00-0"], pool="other")
+    claims.add("ghost-dev", "u3", ["gpu-0000-ff-00-0"])
+    claims.add(
+        "wrong-type",
+        "u4",
+        ["gpu-0000-1d-00-0"],
+        config=[
+            {
+                "source": "FromClaim",
+                "opaque": {
+                    "driver": "kubeacc.io",
+                    "parameters": {"apiVersion": "kubeacc.io/v1alpha1", "kind": "NicConfig"},
+                },
+            }
+        ],
+    )
+    out = driver.prepare(
+        [
+            ClaimRef("ns", "ok", "u1"),
+            ClaimRef("ns", "foreign", "u2"),
+            ClaimRef("ns", "ghost-dev", "u3"),
+            ClaimRef("ns", "wrong-type", "u4"),
+            ClaimRef("ns", "missing", "u5"),
+        ]
+    )
+    assert out["u1"].error == "" and out["u1"].devices
+    assert "pool 'other'" in out["u2"].error
+    assert "not published by this node" in out["u3"].error
+    assert "NicConfig does not apply to gpu device" in out["u4"].error
+    assert "not found" in out["u5"].error
+    assert set(driver.prepared()) == {"u1"}
+
+
+def test_unprepare_needs_no_claim_object_and_is_idempotent(
+    driver: Driver, claims: Claims, tmp_path: Path
+) -> None:
+    claims.add("c", "u1", ["gpu-0000-1b-00-0"])
+    driver.prepare([ClaimRef("ns", "c", "u1")])
+    claims.objs.clear()  # the claim is gone from the API server
+    assert driver.unprepare([ClaimRef("ns", "c", "u1")]) == {"u1": ""}
+    assert driver.unprepare([ClaimRef("ns", "c", "u1")]) == {"u1": ""}
+    assert cdi.spec_uids(tmp_path / "cdi") == set()
+    assert read_claims(tmp_path / "state") == {}
+
+
+def test_restart_reconciles_specs_with_the_checkpoint(
+    driver: Driver, claims: Claims, tmp_path: Path, dgx: Inventory
+) -> None:
+    claims.add("a", "u1", ["gpu-0000-1b-00-0"])
+    claims.add("b", "u2", ["gpu-0000-1d-00-0"])
+    driver.prepare([ClaimRef("ns", "a", "u1"), ClaimRef("ns", "b", "u2")])
+    cdi_dir = tmp_path / "cdi"
+    cdi.spec_path(cdi_dir, "u1").unlink()  # lost (tmpfs after reboot)
+    cdi.write_spec(cdi_dir, "u9", {"orphan": True})  # written, never checkpointed
+    (cdi_dir / ".kubeacc.io-claim_u8.json.tmp").write_text("{")  # interrupted write
+    driver.checkpoint.close()
+
+    index = device_index(dgx)
+    again = Driver(NODE, claims, lambda: index, cdi_dir=cdi_dir, state_dir=tmp_path / "state")
+    removed, rewritten = again.reconcile()
+    assert removed == ["u9"]
+    assert rewritten == ["u1"]
+    assert cdi.spec_uids(cdi_dir) == {"u1", "u2"}
+    assert not list(cdi_dir.glob(".*.tmp"))
+    assert set(again.prepared()) == {"u1", "u2"}
+
+
+def test_torn_journal_line_is_ignored(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    journal = tmp_path / JOURNAL_NAME
+    with journal.open("ab") as f:
+        f.write(b'{"sum":"0","body":{"op":"prep')  # crash in the middle of an append
+    cp2 = Checkpoint(tmp_path)
+    cp2.load()
+    assert cp2.claims == {}
+
+
+def test_concurrent_prepares_do_not_corrupt_state(
+    driver: Driver, claims: Claims, tmp_path: Path
+) -> None:
+    names = [f"gpu-0000-{b}-00-0" for b in ("1b", "1d", "3d", "3f")]
+    for i, dev in enumerate(names):
+        claims.add(f"c{i}", f"u{i}", [dev])
+    errors: list[str] = []
+
+    def work(i: int) -> None:
+        for _ in range(20):
+            r = driver.prepare([ClaimRef("ns", f"c{i}", f"u{i}")])
+            errors.extend(x.error for x in r.values() if x.error)
+            driver.unprepare([ClaimRef("ns", f"c{i}", f"u{i}")])
+        driver.prepare([ClaimRef("ns", f"c{i}", f"u{i}")])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert set(read_claims(tmp_path / "state")) == {"u0", "u1", "u2", "u3"}
+    assert cdi.spec_uids(tmp_path / "cdi") == {"u0", "u1", "u2", "u3"}
