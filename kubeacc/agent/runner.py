@@ -35,9 +35,18 @@ from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.slices import SlicePublisher
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
 from kubeacc.discovery import discover
-from kubeacc.model import Inventory
+from kubeacc.model import DeviceType, Inventory
 
 log = logging.getLogger(__name__)
+
+
+def dra_part(inv: Inventory, device_plugin_types: frozenset[DeviceType]) -> Inventory:
+    """The devices DRA serves: all but the types given to the device plugin."""
+    if not device_plugin_types:
+        return inv
+    return inv.model_copy(
+        update={"devices": [d for d in inv.devices if d.type not in device_plugin_types]}
+    )
 
 
 class NodePlugin(Protocol):
@@ -64,6 +73,8 @@ class AgentOptions:
     resync_interval: float = 60.0
     #: Serve the kubelet (DRA socket + registration). Off for nodes that have no kubelet.
     kubelet_plugin: bool = True
+    #: Types served through the kubelet device plugin API instead of DRA (one mode per type).
+    device_plugin_types: frozenset[DeviceType] = frozenset()
 
     @property
     def dra_socket(self) -> Path:
@@ -112,6 +123,7 @@ class Agent:
         self._force_until = 0.0
         self._thread: threading.Thread | None = None
         self.inventory = Inventory()
+        self.dra_inventory = Inventory()
         self.published = threading.Event()
 
     def add_plugin(self, plugin: NodePlugin) -> None:
@@ -181,7 +193,8 @@ class Agent:
     def _observe(self, inv: Inventory) -> bool:
         changed = inv.devices != self.inventory.devices
         self.inventory = inv
-        self._index = device_index(inv)
+        self.dra_inventory = dra_part(inv, self.opts.device_plugin_types)
+        self._index = device_index(self.dra_inventory)
         self.board.update({n: (i.healthy, i.message) for n, i in self._index.items()})
         return changed
 
@@ -197,7 +210,7 @@ class Agent:
                     classes_done = True
                 now = time.monotonic()
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
-                self.publisher.publish(slice_devices(self.inventory), force=force)
+                self.publisher.publish(slice_devices(self.dra_inventory), force=force)
                 if force:
                     last_resync = time.monotonic()
                 self.published.set()

@@ -10,8 +10,10 @@ from typing import Annotated
 
 import typer
 
+from kubeacc.model import DeviceType
 
-def agent_command(  # noqa: PLR0917 - one parameter per CLI option
+
+def agent_command(
     node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name.")],
     host_root: Annotated[Path, typer.Option(help="Root of the host's /sys, /dev, /proc.")] = Path(
         "/"
@@ -38,6 +40,20 @@ def agent_command(  # noqa: PLR0917 - one parameter per CLI option
         bool,
         typer.Option(help="Serve the kubelet DRA plugin (off: only publish ResourceSlices)."),
     ] = True,
+    device_plugin_types: Annotated[
+        list[DeviceType] | None,
+        typer.Option(
+            "--device-plugin-type",
+            help="Serve this type through the kubelet device plugin API instead of DRA "
+            "(repeatable; one mode per type).",
+        ),
+    ] = None,
+    device_plugin_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="The kubelet's device-plugin dir (default: <kubelet-root>/device-plugins)."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
@@ -61,8 +77,19 @@ def agent_command(  # noqa: PLR0917 - one parameter per CLI option
             apply_classes=apply_classes,
             rediscover_interval=rediscover_interval,
             kubelet_plugin=kubelet_plugin,
+            device_plugin_types=frozenset(device_plugin_types or ()),
         )
     )
+    if device_plugin_types:
+        from kubeacc.agent.deviceplugin.config import DevicePluginConfig
+        from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+
+        agent.add_plugin(
+            DevicePluginManager(
+                device_plugin_dir or kubelet_root / "device-plugins",
+                DevicePluginConfig.for_types(list(device_plugin_types)),
+            )
+        )
 
     def _term(signum: int, frame: object) -> None:
         agent.request_stop()

@@ -177,9 +177,7 @@ def _units(cdi_dir: Path, uid: str) -> str | None:
     return next((e for e in env if e.startswith("ACCELERATOR_UNITS=")), None)
 
 
-def _table(  # noqa: PLR0917
-    console: Console, tb: Any, claims: Any, pods: Any, invs: Any, cdi_dir: Path
-) -> None:
+def _table(console: Console, tb: Any, claims: Any, pods: Any, invs: Any, cdi_dir: Path) -> None:
     from kubeacc.cli.demo_claims import CLAIMS
 
     records = {r.pod: r for r in tb.kubelet.container_records(namespace=NAMESPACE)}
