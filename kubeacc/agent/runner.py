@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -75,6 +76,10 @@ class AgentOptions:
     kubelet_plugin: bool = True
     #: Types served through the kubelet device plugin API instead of DRA (one mode per type).
     device_plugin_types: frozenset[DeviceType] = frozenset()
+    #: Node-local bitstream library: claims with an FpgaConfig bitstream get it programmed.
+    bitstream_dir: Path | None = None
+    #: Synthetic host: emulate the kernel's sysfs/ioctl effects of programming an FPGA.
+    simulate_kernel: bool = False
 
     @property
     def dra_socket(self) -> Path:
@@ -112,6 +117,7 @@ class Agent:
             cdi_dir=options.cdi_dir,
             state_dir=options.state_dir,
             host_root=options.host_root,
+            fpga=self._fpga_programmer(),
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None
@@ -125,6 +131,26 @@ class Agent:
         self.inventory = Inventory()
         self.dra_inventory = Inventory()
         self.published = threading.Event()
+
+    def _fpga_programmer(self) -> Callable[[str, str, str], str] | None:
+        if self.opts.bitstream_dir is None:
+            return None
+        from kubeacc.agent.fpga_claims import ClaimProgrammer
+        from kubeacc.agent.lifecycle.host import HostKernel
+        from kubeacc.crds.resources import AcceleratorPolicy, as_dict
+
+        kernel: HostKernel | None = None
+        if self.opts.simulate_kernel:
+            from kubeacc.synthetic.kernel import SyntheticKernel
+
+            kernel = SyntheticKernel(self.opts.host_root)
+        programmer = ClaimProgrammer(
+            self.opts.host_root,
+            self.opts.bitstream_dir,
+            lambda: [as_dict(p) for p in self.client.list(AcceleratorPolicy)],
+            kernel,
+        )
+        return programmer.ensure
 
     def add_plugin(self, plugin: NodePlugin) -> None:
         self._plugins.append(plugin)

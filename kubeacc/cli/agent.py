@@ -54,6 +54,13 @@ def agent_command(
             help="The kubelet's device-plugin dir (default: <kubelet-root>/device-plugins)."
         ),
     ] = None,
+    bitstream_dir: Annotated[
+        Path | None,
+        typer.Option(help="Bitstream library: claims whose FpgaConfig names one get it loaded."),
+    ] = None,
+    simulate_kernel: Annotated[
+        bool, typer.Option(help="Synthetic host: emulate the kernel's FPGA programming effects.")
+    ] = False,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
@@ -78,6 +85,8 @@ def agent_command(
             rediscover_interval=rediscover_interval,
             kubelet_plugin=kubelet_plugin,
             device_plugin_types=frozenset(device_plugin_types or ()),
+            bitstream_dir=bitstream_dir,
+            simulate_kernel=simulate_kernel,
         )
     )
     if device_plugin_types:

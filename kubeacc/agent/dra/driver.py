@@ -19,11 +19,14 @@ from typing import Any
 from kubeacc.agent.dra import DRIVER_NAME, cdi
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from kubeacc.agent.dra.claims import ClaimSource
-from kubeacc.agent.dra.config import ConfigError, config_env, parse_config
+from kubeacc.agent.dra.config import ConfigError, FpgaConfig, config_env, parse_config
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.hooks import pause_point
 
 log = logging.getLogger(__name__)
+
+#: (device name, bitstream name, "sha256:<hex>") -> what was done; raises when refused.
+FpgaProgrammer = Callable[[str, str, str], str]
 
 
 @dataclass(frozen=True)
@@ -53,8 +56,10 @@ class Driver:
         cdi_dir: Path,
         state_dir: Path,
         host_root: Path = Path("/"),
+        fpga: FpgaProgrammer | None = None,
     ) -> None:
         self.node = node
+        self.fpga = fpga
         self.claims = claims
         self.devices = devices
         self.cdi_dir = cdi_dir
@@ -169,6 +174,8 @@ class Driver:
                         f"{where}: {cfg.kind} does not apply to {info.type} device {dev_name} "
                         f"(request {r['request']})"
                     )
+                if isinstance(cfg, FpgaConfig) and cfg.bitstream is not None:
+                    self._program(where, dev_name, cfg.bitstream.name, cfg.bitstream.digest)
                 env.update(config_env(cfg))
                 recorded[dev_name] = cfg.model_dump(mode="json", by_alias=True)
             cdi_devices.append(cdi.CDIDevice(dev_name, info.bus_id, info.device_nodes, env))
@@ -183,6 +190,19 @@ class Driver:
         spec = cdi.build_spec(ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.host_root)
         cdi.write_spec(self.cdi_dir, ref.uid, spec)
         return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
+
+    def _program(self, where: str, device: str, bitstream: str, digest: str) -> None:
+        """Load the claim's bitstream before the container may use the FPGA."""
+        if self.fpga is None:
+            raise ClaimError(
+                f"{where}: FpgaConfig names bitstream {bitstream}, but this agent has no "
+                "bitstream library (--bitstream-dir)"
+            )
+        try:
+            done = self.fpga(device, bitstream, digest)
+        except Exception as exc:  # ProgrammingRefused, or the API server being away
+            raise ClaimError(f"{where}: device {device}: {exc}") from None
+        log.info("%s: %s", where, done)
 
     # -- unprepare --------------------------------------------------------------------------
     def unprepare(self, refs: Iterable[ClaimRef]) -> dict[str, str]:

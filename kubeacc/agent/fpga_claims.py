@@ -1,0 +1,92 @@
+"""Programming an FPGA when a DRA claim asks for a bitstream (``FpgaConfig`` opaque config).
+
+The answer to "program on demand": NodePrepareResources finds a bitstream in the claim's
+config, and before the CDI spec is written the FPGA region is programmed with it, unless it
+already carries that AFU. The checks are the life-cycle operation's: the bitstream comes from
+the node-local library by a name that can't escape it, its digest must match, an
+AcceleratorPolicy that selects the device must allow the digest, and it must be built for the
+card's FPGA interface (FIM). A refusal is the claim's per-claim error; nothing is half-applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
+from kubeacc.agent.lifecycle.executor import Executor
+from kubeacc.agent.lifecycle.host import HostError, HostKernel, LinuxKernel
+from kubeacc.crds.types import AcceleratorPolicySpec
+from kubeacc.discovery import discover
+from kubeacc.model import Device
+
+log = logging.getLogger(__name__)
+
+
+class ProgrammingRefused(Exception):
+    """The bitstream can't be loaded on this device; the message says why."""
+
+
+class ClaimProgrammer:
+    def __init__(
+        self,
+        host_root: Path,
+        bitstream_dir: Path,
+        policies: Callable[[], list[dict[str, Any]]],
+        kernel: HostKernel | None = None,
+    ) -> None:
+        self.host_root = host_root
+        self.policies = policies
+        self.library = BitstreamLibrary(bitstream_dir)
+        self.executor = Executor(kernel or LinuxKernel(host_root), self.library, self._device)
+        self._lock = threading.Lock()
+
+    def _device(self, name: str) -> Device | None:
+        for dev in discover(self.host_root).devices:
+            if dev.name == name:
+                return dev
+        return None
+
+    def allowed_digests(self, device: Device) -> set[str]:
+        from kubeacc.crds.status import selector_matches
+
+        allowed: set[str] = set()
+        for pol in self.policies():
+            spec = AcceleratorPolicySpec.model_validate(pol.get("spec") or {})
+            if selector_matches(spec.selector, device):
+                allowed |= {b.sha256 for b in spec.allowed_bitstreams}
+        return allowed
+
+    def ensure(self, device_name: str, bitstream: str, digest: str) -> str:
+        """Program ``device_name`` with the bitstream unless it carries it already.
+
+        Returns what was done, for the log; raises :class:`ProgrammingRefused`.
+        """
+        sha256 = digest.removeprefix("sha256:")
+        with self._lock:  # one reconfiguration at a time on this node
+            device = self._device(device_name)
+            if device is None or device.fpga is None:
+                raise ProgrammingRefused(f"{device_name} is not an FPGA on this node")
+            try:
+                image = self.library.load(bitstream, sha256)
+            except HostError as err:
+                raise ProgrammingRefused(f"{err.reason}: {err}") from None
+            allowed = self.allowed_digests(device)
+            if sha256 not in allowed:
+                raise ProgrammingRefused(
+                    f"BitstreamNotAllowed: {bitstream} (sha256 {sha256[:12]}…) is not allowed "
+                    f"by the AcceleratorPolicies that select {device_name}"
+                )
+            if device.fpga.afu_id == image.afu_id:
+                return f"{device_name} already carries AFU {image.afu_id}"
+            try:
+                outcome = self.executor.program(device, bitstream, sha256, allowed)
+            except HostError as err:
+                raise ProgrammingRefused(f"{err.reason}: {err}") from None
+            if not outcome.ok:
+                raise ProgrammingRefused(f"{outcome.reason}: {outcome.message}")
+            log.info("programmed %s with %s: %s", device_name, bitstream, outcome.message)
+            return outcome.message
