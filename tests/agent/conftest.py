@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.crdfixtures import kubeacc_cleanup, kubeacc_crds  # noqa: F401 - fixtures
 from tests.hosts import HostFactory
 
 
