@@ -36,9 +36,7 @@ def rpc_latencies(runs: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         inv = discover(profiles.build("dgx-h100", Path(tmp) / "host"))
         plugin_dir = Path(tmp) / "dp"
-        manager = DevicePluginManager(
-            plugin_dir, DevicePluginConfig.for_types([DeviceType.GPU]), None
-        )
+        manager = DevicePluginManager(plugin_dir, DevicePluginConfig.for_types([DeviceType.GPU]))
         manager.update(inv)
         server = manager.servers["kubeacc.io/gpu"]
         ids = sorted(d.pci_bus_id for d in inv.by_type(DeviceType.GPU) if d.pci_bus_id)
@@ -83,7 +81,7 @@ def reregistration(restarts: int) -> dict[str, object]:
         inv = discover(profiles.build("dgx-h100", Path(tmp) / "host"))
         kubelet_sock = tb.kubelet.kubelet_socket
         manager = DevicePluginManager(
-            tb.kubelet.device_plugin_dir, DevicePluginConfig.for_types([DeviceType.GPU]), None
+            tb.kubelet.device_plugin_dir, DevicePluginConfig.for_types([DeviceType.GPU])
         )
         manager.start(inv)
         for _ in range(restarts):

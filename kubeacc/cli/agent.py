@@ -97,6 +97,8 @@ def agent_command(
             DevicePluginManager(
                 device_plugin_dir or kubelet_root / "device-plugins",
                 DevicePluginConfig.for_types(list(device_plugin_types)),
+                cdi_dir,
+                host_root,
             )
         )
 

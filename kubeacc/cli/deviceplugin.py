@@ -41,6 +41,9 @@ def device_plugin_command(
         float, typer.Option(help="Seconds between re-discoveries (hot-plug, health).")
     ] = 5.0,
     nvml: Annotated[str, typer.Option(help="Use NVML: auto, on or off.")] = "auto",
+    cdi_dir: Annotated[
+        Path, typer.Option(help="Where the CDI spec goes when the config enables CDI.")
+    ] = Path("/var/run/cdi"),
 ) -> None:
     """Advertise accelerators to the kubelet as kubeacc.io/<type> and kubeacc.io/<type>-<model>."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -56,7 +59,7 @@ def device_plugin_command(
     if not host_root.is_dir():
         typer.echo(f"error: host root {host_root} is not a directory", err=True)
         raise typer.Exit(2)
-    manager = DevicePluginManager(plugin_dir, cfg, cdi_kind="kubeacc.io/device")
+    manager = DevicePluginManager(plugin_dir, cfg, cdi_dir, host_root)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import grpc
 
+from kubeacc.agent.deviceplugin.cdi import CDI_KIND, build_spec, write_spec
 from kubeacc.agent.deviceplugin.config import DevicePluginConfig, resource_names
 from kubeacc.agent.deviceplugin.server import ResourceServer, ResourceState
 from kubeacc.model import Device, Inventory
@@ -35,10 +36,18 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 
 class DevicePluginManager:
-    def __init__(self, plugin_dir: Path, config: DevicePluginConfig, cdi_kind: str | None = None):
+    def __init__(
+        self,
+        plugin_dir: Path,
+        config: DevicePluginConfig,
+        cdi_dir: Path | None = None,
+        host_root: Path = Path("/"),
+    ):
         self.plugin_dir = plugin_dir
         self.config = config
-        self.cdi_kind = cdi_kind if config.cdi else None
+        self.cdi_dir = cdi_dir if config.cdi else None
+        self.cdi_kind = CDI_KIND if self.cdi_dir is not None else None
+        self.host_root = host_root
         self.kubelet_socket = plugin_dir / KUBELET_SOCKET
         self.servers: dict[str, ResourceServer] = {}
         self.registrations = 0
@@ -78,6 +87,9 @@ class DevicePluginManager:
         drops its capacity to zero instead of keeping stale devices.
         """
         states = self.states(inv)
+        if self.cdi_dir is not None:
+            served = {d.name: d for st in states.values() for d in st.devices.values()}
+            write_spec(self.cdi_dir, build_spec(served.values(), self.host_root))
         with self._lock:
             for name, state in states.items():
                 server = self.servers.get(name)

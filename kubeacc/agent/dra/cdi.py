@@ -55,7 +55,7 @@ def build_spec(
     for d in devices:
         edits: dict[str, Any] = {}
         if d.device_nodes:
-            edits["deviceNodes"] = [_node(p, host_root) for p in d.device_nodes]
+            edits["deviceNodes"] = [device_node(p, host_root) for p in d.device_nodes]
         env = [f"KUBEACC_DEVICE_{_env_suffix(d.name)}={d.bus_id}"]
         env += [f"{k}={v}" for k, v in sorted(d.env.items())]
         edits["env"] = env
@@ -74,7 +74,8 @@ def _env_suffix(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
-def _node(path: str, host_root: Path) -> dict[str, str]:
+def device_node(path: str, host_root: Path) -> dict[str, str]:
+    """A CDI device node; on a synthetic host root the file lives under the root."""
     entry = {"path": path}
     if host_root != Path("/"):
         entry["hostPath"] = str(host_root / path.lstrip("/"))

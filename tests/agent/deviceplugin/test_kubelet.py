@@ -35,7 +35,7 @@ NIC = "kubeacc.io/nic"
 
 
 class Plugin:
-    def __init__(self, host: Path, plugin_dir: Path, log: Path):
+    def __init__(self, host: Path, plugin_dir: Path, log: Path, args: list[str] | None = None):
         self.host = host
         self.log = log
         self.proc = subprocess.Popen(
@@ -48,12 +48,9 @@ class Plugin:
                 str(host),
                 "--plugin-dir",
                 str(plugin_dir),
-                "--type",
-                "gpu",
-                "--type",
-                "nic",
                 "--interval",
                 "0.5",
+                *(args if args is not None else ["--type", "gpu", "--type", "nic"]),
             ],
             stdout=log.open("w"),
             stderr=subprocess.STDOUT,
@@ -173,3 +170,61 @@ def test_unhealthy_device_lowers_allocatable(
     del data["gpus"][0]["remappedRows"]
     nvml.write_text(json.dumps(data))
     eventually(lambda: _allocatable(kube_client, testbed.node_name).get(GPU) == "8", 30, "8 again")
+
+
+def test_cdi_names_resolve_to_the_written_spec(
+    plugin: Plugin, testbed: Testbed, kube_client: Client, namespace: str, tmp_path: Path
+) -> None:
+    host = profiles.build("kunlun-xpu", tmp_path / "host")
+    config = tmp_path / "dp.yaml"
+    config.write_text("types:\n  xpu: {perModel: false}\ncdi: true\n")
+    cdi_dir = tmp_path / "cdi"
+    xpu = Plugin(
+        host,
+        testbed.kubelet.device_plugin_dir,
+        tmp_path / "xpu.log",
+        ["--config", str(config), "--cdi-dir", str(cdi_dir)],
+    )
+    try:
+        eventually(
+            lambda: _allocatable(kube_client, testbed.node_name).get("kubeacc.io/xpu") == "8",
+            60,
+            "kubeacc.io/xpu",
+        )
+        pod = from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "one-xpu", "namespace": namespace},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "infer",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"limits": {"kubeacc.io/xpu": "1"}},
+                        }
+                    ]
+                },
+            }
+        )
+        kube_client.create(pod)
+        eventually(
+            lambda: (
+                (p := kube_client.get(Pod, "one-xpu", namespace=namespace)).status
+                and p.status.phase == "Running"
+            ),
+            90,
+            "pod Running",
+        )
+        (record,) = testbed.kubelet.container_records(namespace=namespace, pod="one-xpu")
+        (name,) = record.cdi_devices
+        kind, _, device = name.partition("=")
+        assert kind == "kubeacc.io/device"
+        spec = json.loads((cdi_dir / "kubeacc.io-device.json").read_text())
+        assert spec["kind"] == kind
+        entry = next(d for d in spec["devices"] if d["name"] == device)
+        nodes = [n["path"] for n in entry["containerEdits"]["deviceNodes"]]
+        assert any(n.startswith("/dev/xpu") and n[8:].isdigit() for n in nodes)
+        assert record.envs["ACCELERATOR_UNITS"] in entry["containerEdits"]["env"][0]
+    finally:
+        xpu.stop()
