@@ -203,3 +203,41 @@ def test_agent_cannot_modify_another_nodes_objects(
         patch_type=PatchType.APPLY,
         force=True,
     )
+
+
+def _slice(name: str, node: str, driver: str = "kubeacc.io") -> Any:
+    from lightkube.codecs import from_dict
+
+    return from_dict(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0000-3b-00-0"}],
+            },
+        }
+    )
+
+
+def test_agent_writes_only_its_own_nodes_resource_slices(
+    testbed: Testbed, kube_client: Client, tmp_path: Path
+) -> None:
+    from lightkube.resources.resource_v1 import ResourceSlice
+
+    apply_manifest(kube_client, "rbac/agent.yaml")
+    apply_manifest(kube_client, "admission/agent-node-restriction.yaml")
+    agent = agent_client(testbed, "node-a", tmp_path)
+    kube_client.create(_slice("node-b-kubeacc", "node-b"))
+    msg = _eventually_denied(lambda: agent.create(_slice("node-b-forged", "node-b")))
+    assert "may only write kubeacc.io ResourceSlices of node node-a" in msg
+    msg = _denied(lambda: agent.delete(ResourceSlice, "node-b-kubeacc"))
+    assert "of node node-a" in msg
+    msg = _denied(lambda: agent.create(_slice("node-a-other", "node-a", "other.example.com")))
+    assert "kubeacc.io ResourceSlices" in msg
+    # Its own node's slice: allowed, also to delete.
+    agent.create(_slice("node-a-kubeacc", "node-a"))
+    agent.delete(ResourceSlice, "node-a-kubeacc")
