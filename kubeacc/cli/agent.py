@@ -64,7 +64,11 @@ def agent_command(
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
+    import faulthandler
+
     from kubeacc.agent.runner import Agent, AgentOptions
+
+    faulthandler.enable()  # a crash in a C extension leaves the Python stacks in the log
 
     logging.basicConfig(
         level=log_level.upper(),
