@@ -58,7 +58,7 @@ def controller_command(
 
 
 def lifecycle_agent_command(
-    node_name: Annotated[str, typer.Option(help="This node's name")],
+    node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name")],
     host_root: Annotated[Path, typer.Option(help="Root of the host's /sys, /dev, /proc")] = Path(
         "/"
     ),
