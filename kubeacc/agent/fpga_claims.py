@@ -19,7 +19,7 @@ from typing import Any
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import Executor
 from kubeacc.agent.lifecycle.host import HostError, HostKernel, LinuxKernel
-from kubeacc.crds.types import AcceleratorPolicySpec
+from kubeacc.crds.status import allowed_bitstream_digests
 from kubeacc.discovery import discover
 from kubeacc.model import Device
 
@@ -50,16 +50,6 @@ class ClaimProgrammer:
                 return dev
         return None
 
-    def allowed_digests(self, device: Device) -> set[str]:
-        from kubeacc.crds.status import selector_matches
-
-        allowed: set[str] = set()
-        for pol in self.policies():
-            spec = AcceleratorPolicySpec.model_validate(pol.get("spec") or {})
-            if selector_matches(spec.selector, device):
-                allowed |= {b.sha256 for b in spec.allowed_bitstreams}
-        return allowed
-
     def ensure(self, device_name: str, bitstream: str, digest: str) -> str:
         """Program ``device_name`` with the bitstream unless it carries it already.
 
@@ -74,7 +64,7 @@ class ClaimProgrammer:
                 image = self.library.load(bitstream, sha256)
             except HostError as err:
                 raise ProgrammingRefused(f"{err.reason}: {err}") from None
-            allowed = self.allowed_digests(device)
+            allowed = allowed_bitstream_digests(self.policies(), device)
             if sha256 not in allowed:
                 raise ProgrammingRefused(
                     f"BitstreamNotAllowed: {bitstream} (sha256 {sha256[:12]}…) is not allowed "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lightkube import ApiError, Client
@@ -11,7 +12,12 @@ from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
 
-from kubeacc.crds.types import Condition, ConditionStatus, PolicySelector
+from kubeacc.crds.types import (
+    AcceleratorPolicySpec,
+    Condition,
+    ConditionStatus,
+    PolicySelector,
+)
 from kubeacc.model import Device
 
 log = logging.getLogger(__name__)
@@ -78,6 +84,16 @@ def selector_matches(selector: PolicySelector, device: Device) -> bool:
     if selector.vendors and device.vendor not in selector.vendors:
         return False
     return not selector.models or device.model in selector.models
+
+
+def allowed_bitstream_digests(policies: Iterable[Mapping[str, Any]], device: Device) -> set[str]:
+    """SHA-256 digests that the AcceleratorPolicies selecting ``device`` allow on it."""
+    allowed: set[str] = set()
+    for pol in policies:
+        spec = AcceleratorPolicySpec.model_validate(pol.get("spec") or {})
+        if selector_matches(spec.selector, device):
+            allowed |= {b.sha256 for b in spec.allowed_bitstreams}
+    return allowed
 
 
 def emit_event(

@@ -31,13 +31,12 @@ from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import VFIO, Executor, Outcome
 from kubeacc.agent.lifecycle.host import HostKernel
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
-from kubeacc.crds.status import emit_event, now, selector_matches, set_condition
+from kubeacc.crds.status import allowed_bitstream_digests, emit_event, now, set_condition
 from kubeacc.crds.types import (
     API_VERSION,
     NODE_LABEL,
     AcceleratorOperationSpec,
     AcceleratorOperationStatus,
-    AcceleratorPolicySpec,
     AcceleratorStatus,
     ConditionStatus,
     OperationPhase,
@@ -236,11 +235,9 @@ class LifecycleAgent:
         device = self._rediscover(device_name) or acc_status.device
         if device is None:
             return Outcome(False, "DeviceNotFound", f"{device_name} is not on node {self.node}")
-        allowed: set[str] = set()
-        for pol in self.client.list(AcceleratorPolicy):
-            pspec = AcceleratorPolicySpec.model_validate(as_dict(pol).get("spec") or {})
-            if selector_matches(pspec.selector, device):
-                allowed |= {b.sha256 for b in pspec.allowed_bitstreams}
+        allowed = allowed_bitstream_digests(
+            (as_dict(p) for p in self.client.list(AcceleratorPolicy)), device
+        )
         log.info("%s: %s on %s", op["metadata"]["name"], spec.action.value, device_name)
         try:
             return self.executor.run(
