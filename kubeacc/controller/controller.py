@@ -36,7 +36,14 @@ from kubeacc.crds.resources import (
     AcceleratorPolicy,
     as_dict,
 )
-from kubeacc.crds.status import emit_event, get_condition, now, parse_time, set_condition
+from kubeacc.crds.status import (
+    apply_operation_status,
+    emit_event,
+    get_condition,
+    now,
+    parse_time,
+    set_condition,
+)
 from kubeacc.crds.types import (
     API_VERSION,
     POLICY_LABEL,
@@ -412,18 +419,4 @@ class Controller:
         old.pop("results", None)
         if owned == old:
             return
-        meta = op["metadata"]
-        self.client.patch(
-            AcceleratorOperation.Status,
-            meta["name"],
-            {
-                "apiVersion": API_VERSION,
-                "kind": "AcceleratorOperation",
-                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                "status": owned,
-            },
-            namespace=meta["namespace"],
-            patch_type=PatchType.APPLY,
-            field_manager=FIELD_MANAGER,
-            force=True,
-        )
+        apply_operation_status(self.client, op, owned, FIELD_MANAGER)

@@ -11,8 +11,11 @@ from lightkube import ApiError, Client
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
+from lightkube.types import PatchType
 
+from kubeacc.crds.resources import AcceleratorOperation
 from kubeacc.crds.types import (
+    API_VERSION,
     AcceleratorPolicySpec,
     Condition,
     ConditionStatus,
@@ -41,36 +44,18 @@ def set_condition(
 ) -> list[Condition]:
     """Return ``conditions`` with ``type_`` set; the transition time moves only on a change."""
     st = status if isinstance(status, ConditionStatus) else ConditionStatus(str(status))
-    out: list[Condition] = []
-    found = False
-    for c in conditions:
-        if c.type != type_:
-            out.append(c)
-            continue
-        found = True
-        when = c.last_transition_time if c.status == st else now()
-        out.append(
-            Condition(
-                type=type_,
-                status=st,
-                reason=reason,
-                message=message,
-                last_transition_time=when,
-                observed_generation=generation,
-            )
-        )
-    if not found:
-        out.append(
-            Condition(
-                type=type_,
-                status=st,
-                reason=reason,
-                message=message,
-                last_transition_time=now(),
-                observed_generation=generation,
-            )
-        )
-    return out
+    old = get_condition(conditions, type_)
+    new = Condition(
+        type=type_,
+        status=st,
+        reason=reason,
+        message=message,
+        last_transition_time=old.last_transition_time if old and old.status == st else now(),
+        observed_generation=generation,
+    )
+    if old is None:
+        return [*conditions, new]
+    return [new if c.type == type_ else c for c in conditions]
 
 
 def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
@@ -132,3 +117,27 @@ def emit_event(
         client.create(event, namespace=namespace)
     except ApiError as exc:
         log.warning("event %s on %s not recorded: %s", reason, meta.get("name"), exc)
+
+
+def apply_operation_status(
+    client: Client, op: Mapping[str, Any], status: dict[str, Any], field_manager: str
+) -> None:
+    """Server-side apply the ``status`` fields this manager owns on an AcceleratorOperation.
+
+    The controller owns phase and conditions, each node agent its results; SSA keeps them apart.
+    """
+    meta = op["metadata"]
+    client.patch(
+        AcceleratorOperation.Status,
+        meta["name"],
+        {
+            "apiVersion": API_VERSION,
+            "kind": "AcceleratorOperation",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "status": status,
+        },
+        namespace=meta["namespace"],
+        patch_type=PatchType.APPLY,
+        field_manager=field_manager,
+        force=True,
+    )

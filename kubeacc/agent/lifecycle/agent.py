@@ -31,7 +31,13 @@ from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import VFIO, Executor, Outcome
 from kubeacc.agent.lifecycle.host import HostKernel
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
-from kubeacc.crds.status import allowed_bitstream_digests, emit_event, now, set_condition
+from kubeacc.crds.status import (
+    allowed_bitstream_digests,
+    apply_operation_status,
+    emit_event,
+    now,
+    set_condition,
+)
 from kubeacc.crds.types import (
     API_VERSION,
     NODE_LABEL,
@@ -270,18 +276,9 @@ class LifecycleAgent:
                 finished_at=now(),
             )
         results[acc_name] = res
-        meta = op["metadata"]
-        self.client.patch(
-            AcceleratorOperation.Status,
-            meta["name"],
-            {
-                "apiVersion": API_VERSION,
-                "kind": "AcceleratorOperation",
-                "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                "status": {"results": [r.to_api() for r in results.values()]},
-            },
-            namespace=meta["namespace"],
-            patch_type=PatchType.APPLY,
-            field_manager=self.field_manager,
-            force=True,
+        apply_operation_status(
+            self.client,
+            op,
+            {"results": [r.to_api() for r in results.values()]},
+            self.field_manager,
         )
