@@ -4,20 +4,19 @@ confined to its own node through the node name in its pod-bound token."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.codecs import from_dict
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Pod
 
 from kubeacc.crds.deploy import DEPLOY, apply_manifest
 from kubeacc.testbed.testbed import Testbed
-from tests.testbed.helpers import eventually
+from tests.testbed.helpers import eventually, eventually_refused
 
 pytestmark = pytest.mark.cluster
 SA_NS = "kube-system"
@@ -83,19 +82,6 @@ def _token_client(testbed: Testbed, tmp: Path, *bound: str) -> Client:
     return Client(KubeConfig.from_file(kc), field_manager="kubeacc-agent")
 
 
-def _refused(fn: Any, timeout: float = 20) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fn()
-        except ApiError as exc:
-            assert exc.status.code in (403, 422), exc.status
-            return str(exc.status.message)
-        if time.monotonic() > deadline:
-            raise AssertionError("the write was never refused")
-        time.sleep(0.3)
-
-
 def test_daemonset_identity_writes_only_its_nodes_slices(
     testbed: Testbed, kube_client: Client, tmp_path: Path
 ) -> None:
@@ -125,13 +111,13 @@ def test_daemonset_identity_writes_only_its_nodes_slices(
             testbed, tmp_path, "--bound-object-kind=Pod", "--bound-object-name=kubeacc-agent-test"
         )
         # Dry runs until the updated policy is loaded (admission runs on dry runs too).
-        _refused(lambda: bound.create(_slice("sa-node-b", "node-b"), dry_run=True))
-        msg = _refused(lambda: bound.create(_slice("sa-node-b", "node-b")), timeout=0)
+        eventually_refused(lambda: bound.create(_slice("sa-node-b", "node-b"), dry_run=True))
+        msg = eventually_refused(lambda: bound.create(_slice("sa-node-b", "node-b")), timeout=0)
         assert f"node agent {testbed.node_name} may only write kubeacc.io ResourceSlices" in msg
         bound.create(_slice("sa-own", testbed.node_name))
         bound.delete(ResourceSlice, "sa-own")
         unbound = _token_client(testbed, tmp_path)
-        msg = _refused(
+        msg = eventually_refused(
             lambda: unbound.create(_slice("sa-any", testbed.node_name), dry_run=True), timeout=0
         )
         assert "may only write kubeacc.io ResourceSlices" in msg

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from lightkube import ApiError
 
 T = TypeVar("T")
 
@@ -20,3 +22,21 @@ def eventually(probe: Callable[[], T | None], timeout: float = 60, what: str = "
         last = value
         time.sleep(0.2)
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def eventually_refused(write: Callable[[], Any], timeout: float = 20) -> str:
+    """Retry ``write`` until the API server refuses it (403/422); return the message.
+
+    Admission policies take a moment to be loaded after they are created or changed.
+    ``timeout=0`` makes one attempt.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            write()
+        except ApiError as exc:
+            assert exc.status.code in (403, 422), exc.status
+            return str(exc.status.message)
+        if time.monotonic() > deadline:
+            raise AssertionError("the write was never refused")
+        time.sleep(0.3)

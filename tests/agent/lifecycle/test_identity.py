@@ -3,7 +3,6 @@ node's Accelerators and operation results; the ValidatingAdmissionPolicy refuses
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.kubeconfig import write_kubeconfig
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import put_accelerator
+from tests.testbed.helpers import eventually_refused
 
 
 @pytest.fixture(scope="module")
@@ -64,20 +64,6 @@ def _denied(fn: Callable[[], Any]) -> str:
     return str(err.value.status.message)
 
 
-def _eventually_denied(fn: Callable[[], Any], timeout: float = 20) -> str:
-    """The policy takes a moment to be loaded by the API server after it is created."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fn()
-        except ApiError as exc:
-            assert exc.status.code in (403, 422), exc.status
-            return str(exc.status.message)
-        if time.monotonic() > deadline:
-            raise AssertionError("the write was never refused")
-        time.sleep(0.3)
-
-
 def test_agent_cannot_modify_another_nodes_objects(
     testbed: Testbed,
     kubeacc_crds: None,
@@ -93,7 +79,7 @@ def test_agent_cannot_modify_another_nodes_objects(
     theirs = put_accelerator(kube_client, "node-b", device)
     agent = agent_client(testbed, "node-a", tmp_path)
 
-    msg = _eventually_denied(
+    msg = eventually_refused(
         lambda: agent.patch(
             Accelerator.Status,
             theirs,
@@ -232,7 +218,7 @@ def test_agent_writes_only_its_own_nodes_resource_slices(
     apply_manifest(kube_client, "admission/agent-node-restriction.yaml")
     agent = agent_client(testbed, "node-a", tmp_path)
     kube_client.create(_slice("node-b-kubeacc", "node-b"))
-    msg = _eventually_denied(lambda: agent.create(_slice("node-b-forged", "node-b")))
+    msg = eventually_refused(lambda: agent.create(_slice("node-b-forged", "node-b")))
     assert "may only write kubeacc.io ResourceSlices of node node-a" in msg
     msg = _denied(lambda: agent.delete(ResourceSlice, "node-b-kubeacc"))
     assert "of node node-a" in msg
