@@ -1,10 +1,10 @@
 """Device plugin latencies over the real unix socket, and re-registration after a kubelet restart.
 
 Prints one JSON object. Targets (DESIGN.md): Allocate p99 <= 2 ms; re-registration <= 1 s.
-Allocate and GetPreferredAllocation are called through gRPC on the plugin's socket, the way
-the kubelet calls them. ``--kubelet`` also starts the testbed (real kubelet), restarts the
-kubelet a few times and measures how long after the new kubelet.sock appears the plugin has
-registered again.
+Allocate and GetPreferredAllocation are called through gRPC on the socket of a
+``kubeacc device-plugin`` process, the way the kubelet calls them. ``--kubelet`` also starts
+the testbed (real kubelet), restarts the kubelet a few times and measures how long after the
+new kubelet.sock appears the plugin has registered again.
 """
 
 from __future__ import annotations
@@ -12,19 +12,29 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from kubeacc.agent.deviceplugin.config import DevicePluginConfig
 from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
-from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from kubeacc.discovery import discover
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
+
+
+def _kubelet_stubs() -> Any:
+    """The grpcio stubs the tests use to play the kubelet (tests/kubeletclient)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.kubeletclient import deviceplugin_v1beta1_pb2_grpc
+
+    return deviceplugin_v1beta1_pb2_grpc
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -32,16 +42,37 @@ def _pct(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))], 3)
 
 
+def _plugin_process(host: Path, plugin_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``kubeacc device-plugin`` for the GPUs, serving once its socket exists."""
+    proc = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "kubeacc"),
+            "device-plugin",
+            f"--host-root={host}",
+            f"--plugin-dir={plugin_dir}",
+            "--type=gpu",
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while not (plugin_dir / "kubeacc-gpu.sock").exists():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise RuntimeError(log.read_text())
+        time.sleep(0.05)
+    return proc
+
+
 def rpc_latencies(runs: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
-        inv = discover(profiles.build("dgx-h100", Path(tmp) / "host"))
+        host = profiles.build("dgx-h100", Path(tmp) / "host")
+        inv = discover(host)
         plugin_dir = Path(tmp) / "dp"
-        manager = DevicePluginManager(plugin_dir, DevicePluginConfig.for_types([DeviceType.GPU]))
-        manager.update(inv)
-        server = manager.servers["kubeacc.io/gpu"]
+        plugin = _plugin_process(host, plugin_dir, Path(tmp) / "plugin.log")
         ids = sorted(d.pci_bus_id for d in inv.by_type(DeviceType.GPU) if d.pci_bus_id)
-        with grpc.insecure_channel(f"unix://{server.socket}") as channel:
-            stub = pb_grpc.DevicePluginStub(channel)
+        with grpc.insecure_channel(f"unix://{plugin_dir / 'kubeacc-gpu.sock'}") as channel:
+            stub = _kubelet_stubs().DevicePluginStub(channel)
             alloc_req = pb.AllocateRequest(
                 container_requests=[pb.ContainerAllocateRequest(devices_ids=ids[:2])]
             )
@@ -62,7 +93,8 @@ def rpc_latencies(runs: int) -> dict[str, object]:
                 start = time.perf_counter()
                 stub.GetPreferredAllocation(pref_req)
                 pref.append((time.perf_counter() - start) * 1000)
-        manager.stop()
+        plugin.terminate()
+        plugin.wait(15)
     return {
         "allocate_p50_ms": round(statistics.median(alloc), 3),
         "allocate_p99_ms": _pct(alloc, 0.99),

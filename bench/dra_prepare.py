@@ -33,7 +33,6 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
 from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
-from kubeacc.agent.kubeletapi import dra_v1_pb2_grpc as v1_grpc
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 
@@ -41,6 +40,14 @@ NODE = "bench-node"
 DEVICE = "gpu-0000-1b-00-0"
 TARGET_P99_MS = 5.0
 TARGET_RSS_MB = 60.0
+
+
+def _kubelet_stubs() -> Any:
+    """The grpcio stubs the tests use to play the kubelet (tests/kubeletclient)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.kubeletclient import dra_v1_pb2_grpc
+
+    return dra_v1_pb2_grpc
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -126,7 +133,7 @@ def main(runs: int = 300) -> dict[str, object]:
             unprep = v1.NodeUnprepareResourcesRequest(claims=[claim])
             times: list[float] = []
             with grpc.insecure_channel(f"unix://{sock}") as ch:
-                stub = v1_grpc.DRAPluginStub(ch)
+                stub = _kubelet_stubs().DRAPluginStub(ch)
                 for i in range(runs + 20):
                     t0 = time.perf_counter()
                     resp = stub.NodePrepareResources(prep, timeout=10)

@@ -7,24 +7,24 @@ socket deregisters the plugin. Shared by every kubelet plugin the agent runs.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from concurrent import futures
 from pathlib import Path
 
-import grpc
+from grpclib.server import Stream
 
+from kubeacc.agent.kubeletapi import pluginregistration_v1_grpc as rpb_grpc
 from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
-from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2_grpc as rpb_grpc
-from kubeacc.agent.sockets import check_socket_path
+from kubeacc.agent.rpc import UnixServer, received
 
 log = logging.getLogger(__name__)
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
 
 
-class _Registration(rpb_grpc.RegistrationServicer):
+class _Registration(rpb_grpc.RegistrationBase):
     def __init__(
         self,
         info: rpb.PluginInfo,
@@ -36,12 +36,18 @@ class _Registration(rpb_grpc.RegistrationServicer):
         self.on_registered = on_registered
         self.last_error = ""
 
-    def GetInfo(self, request: rpb.InfoRequest, context: grpc.ServicerContext) -> rpb.PluginInfo:
-        return self.info
+    async def GetInfo(self, stream: Stream[rpb.InfoRequest, rpb.PluginInfo]) -> None:
+        await received(stream)
+        await stream.send_message(self.info)
 
-    def NotifyRegistrationStatus(
-        self, request: rpb.RegistrationStatus, context: grpc.ServicerContext
-    ) -> rpb.RegistrationStatusResponse:
+    async def NotifyRegistrationStatus(
+        self, stream: Stream[rpb.RegistrationStatus, rpb.RegistrationStatusResponse]
+    ) -> None:
+        request = await received(stream)
+        await asyncio.to_thread(self.record, request)
+        await stream.send_message(rpb.RegistrationStatusResponse())
+
+    def record(self, request: rpb.RegistrationStatus) -> None:
         if request.plugin_registered:
             log.info("kubelet registered plugin %s (%s)", self.info.name, self.info.type)
             self.last_error = ""
@@ -52,7 +58,6 @@ class _Registration(rpb_grpc.RegistrationServicer):
             log.error("kubelet refused plugin %s: %s", self.info.name, request.error)
             self.last_error = request.error
             self.registered.clear()
-        return rpb.RegistrationStatusResponse()
 
 
 class RegistrationServer:
@@ -72,17 +77,11 @@ class RegistrationServer:
             type=plugin_type, name=name, endpoint=str(endpoint), supported_versions=versions
         )
         self.servicer = _Registration(info, self.registered, on_registered)
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        rpb_grpc.add_RegistrationServicer_to_server(self.servicer, self.server)
+        self.server = UnixServer([self.servicer], self.socket_path)
 
     def start(self) -> None:
-        check_socket_path(self.socket_path)
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        self.socket_path.unlink(missing_ok=True)
-        self.server.add_insecure_port(f"unix://{self.socket_path}")
         self.server.start()
         log.info("registration socket %s", self.socket_path)
 
     def stop(self) -> None:
-        self.server.stop(0.5).wait()
-        self.socket_path.unlink(missing_ok=True)
+        self.server.stop(0.5)

@@ -14,11 +14,9 @@ import threading
 import time
 from pathlib import Path
 
-import grpc
-
 from kubeacc.agent.deviceplugin.cdi import CDI_KIND, build_spec, write_spec
 from kubeacc.agent.deviceplugin.config import DevicePluginConfig, resource_names
-from kubeacc.agent.deviceplugin.server import ResourceServer, ResourceState
+from kubeacc.agent.deviceplugin.server import RegistrationError, ResourceServer, ResourceState
 from kubeacc.model import Device, Inventory
 
 log = logging.getLogger(__name__)
@@ -110,7 +108,7 @@ class DevicePluginManager:
                 server.register(self.kubelet_socket)
                 self.registrations += 1
                 self.last_registration = time.time()
-            except grpc.RpcError as err:
+            except RegistrationError as err:
                 log.warning("kubelet refused %s: %s", server.resource, err)
 
     def _watch(self) -> None:

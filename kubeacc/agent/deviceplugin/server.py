@@ -1,16 +1,20 @@
-"""One device-plugin gRPC server: one extended resource on the kubelet's plugin socket dir."""
+"""One device-plugin gRPC server: one extended resource on the kubelet's plugin socket dir.
+
+Handlers run on the agent's RPC loop (:mod:`kubeacc.agent.rpc`); Allocate and
+GetPreferredAllocation are pure computations over the current state, fast enough to answer
+inline.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
-from collections.abc import Callable, Iterator
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+from grpclib.server import Stream
 
 from kubeacc.agent.deviceplugin.allocation import (
     AllocationError,
@@ -18,8 +22,9 @@ from kubeacc.agent.deviceplugin.allocation import (
     device_id,
     prefer,
 )
+from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_grpc as pb_grpc
 from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
-from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from kubeacc.agent.rpc import Changes, UnixServer, received, rpc_loop
 from kubeacc.model import Device, Inventory
 from kubeacc.topology.graph import TopologyGraph
 
@@ -28,6 +33,10 @@ log = logging.getLogger(__name__)
 API_VERSION = "v1beta1"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
+
+
+class RegistrationError(RuntimeError):
+    """The kubelet refused the resource, or could not be reached."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,7 @@ class ResourceState:
         return TopologyGraph.from_inventory(inv)
 
 
-class ResourceServer(pb_grpc.DevicePluginServicer):
+class ResourceServer(pb_grpc.DevicePluginBase):
     """Serves one resource (e.g. ``kubeacc.io/gpu``) and registers it with the kubelet."""
 
     def __init__(self, resource: str, plugin_dir: Path, state: ResourceState, cdi_kind: str | None):
@@ -67,10 +76,8 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         self.cdi_kind = cdi_kind
         self._state = state
         self._graph: TopologyGraph | None = None
-        self._changed = threading.Condition()
-        self._version = 0
-        self._server: grpc.Server | None = None
-        self._stopping = False
+        self._changes = Changes()
+        self._server: UnixServer | None = None
 
     # -- state ----------------------------------------------------------------------------
 
@@ -82,11 +89,9 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
         """Publish a new device list to every ListAndWatch stream (only when it changed)."""
         if state == self._state:
             return
-        with self._changed:
-            self._state = state
-            self._graph = None
-            self._version += 1
-            self._changed.notify_all()
+        self._state = state
+        self._graph = None
+        self._changes.bump()
 
     def _topology(self) -> TopologyGraph:
         graph = self._graph
@@ -99,75 +104,63 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
     def start(self) -> None:
         """Serve on a fresh socket (the kubelet deletes plugin sockets when it restarts)."""
         self.stop()
-        self.plugin_dir.mkdir(parents=True, exist_ok=True)
-        if self.socket.exists() or self.socket.is_symlink():
-            self.socket.unlink()
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="dp"))
-        pb_grpc.add_DevicePluginServicer_to_server(self, server)
-        server.add_insecure_port(f"unix://{self.socket}")
-        self._stopping = False
+        self._changes = Changes()
+        server = UnixServer([self], self.socket)
         server.start()
         self._server = server
 
     def register(self, kubelet_socket: Path, timeout: float = 5.0) -> None:
-        """Announce the resource to the kubelet; raises grpc.RpcError when it refuses."""
-        with grpc.insecure_channel(f"unix://{kubelet_socket}") as channel:
-            pb_grpc.RegistrationStub(channel).Register(
-                pb.RegisterRequest(
-                    version=API_VERSION,
-                    endpoint=self.socket.name,
-                    resource_name=self.resource,
-                    options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
-                ),
-                timeout=timeout,
-            )
+        """Announce the resource to the kubelet; :class:`RegistrationError` when that fails."""
+        request = pb.RegisterRequest(
+            version=API_VERSION,
+            endpoint=self.socket.name,
+            resource_name=self.resource,
+            options=pb.DevicePluginOptions(get_preferred_allocation_available=True),
+        )
+
+        async def register() -> None:
+            channel = Channel(path=str(kubelet_socket))
+            try:
+                await pb_grpc.RegistrationStub(channel).Register(request, timeout=timeout)
+            finally:
+                channel.close()
+
+        try:
+            rpc_loop().run(register(), timeout=timeout + 1)
+        except (GRPCError, StreamTerminatedError, OSError, TimeoutError) as err:
+            raise RegistrationError(f"{self.resource}: {err}") from err
         log.info("registered %s with the kubelet", self.resource)
 
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is None:
             return
-        with self._changed:
-            self._stopping = True
-            self._changed.notify_all()
-        server.stop(grace=0.5).wait(2)
-        with contextlib.suppress(OSError):
-            self.socket.unlink()
+        self._changes.close()  # ends the ListAndWatch streams
+        server.stop(grace=0.5)
 
     def serving(self) -> bool:
         return self._server is not None and self.socket.exists()
 
     # -- the API --------------------------------------------------------------------------
 
-    def GetDevicePluginOptions(
-        self, request: pb.Empty, context: grpc.ServicerContext
-    ) -> pb.DevicePluginOptions:
-        return pb.DevicePluginOptions(get_preferred_allocation_available=True)
+    async def GetDevicePluginOptions(
+        self, stream: Stream[pb.Empty, pb.DevicePluginOptions]
+    ) -> None:
+        await received(stream)
+        await stream.send_message(pb.DevicePluginOptions(get_preferred_allocation_available=True))
 
-    def ListAndWatch(
-        self, request: pb.Empty, context: grpc.ServicerContext
-    ) -> Iterator[pb.ListAndWatchResponse]:
-        with self._changed:
-            seen = self._version
-            listing = self._state.listing()
-        yield pb.ListAndWatchResponse(devices=listing)
-        while context.is_active():
-            with self._changed:
-                self._changed.wait_for(self._news(seen), timeout=1.0)
-                if self._stopping:
-                    return
-                if self._version == seen:
-                    continue
-                seen = self._version
-                listing = self._state.listing()
-            yield pb.ListAndWatchResponse(devices=listing)
+    async def ListAndWatch(self, stream: Stream[pb.Empty, pb.ListAndWatchResponse]) -> None:
+        await received(stream)
+        changes = self._changes
+        seen = -1
+        while (version := await changes.wait(seen)) is not None:
+            seen = version
+            await stream.send_message(pb.ListAndWatchResponse(devices=self._state.listing()))
 
-    def _news(self, seen: int) -> Callable[[], bool]:
-        return lambda: self._version != seen or self._stopping
-
-    def GetPreferredAllocation(
-        self, request: pb.PreferredAllocationRequest, context: grpc.ServicerContext
-    ) -> pb.PreferredAllocationResponse:
+    async def GetPreferredAllocation(
+        self, stream: Stream[pb.PreferredAllocationRequest, pb.PreferredAllocationResponse]
+    ) -> None:
+        request = await received(stream)
         graph = self._topology()
         state = self._state
         responses = []
@@ -180,21 +173,19 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
                 state.strategy,
             )
             responses.append(pb.ContainerPreferredAllocationResponse(deviceIDs=ids))
-        return pb.PreferredAllocationResponse(container_responses=responses)
+        await stream.send_message(pb.PreferredAllocationResponse(container_responses=responses))
 
-    def Allocate(
-        self, request: pb.AllocateRequest, context: grpc.ServicerContext
-    ) -> pb.AllocateResponse:
+    async def Allocate(self, stream: Stream[pb.AllocateRequest, pb.AllocateResponse]) -> None:
+        request = await received(stream)
         devices = self._state.devices
         responses = []
         for number, req in enumerate(request.container_requests):
             try:
                 got = allocate(devices, list(req.devices_ids), self.cdi_kind)
             except AllocationError as err:
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"{self.resource}: container request {number}: {err}",
-                )
+                raise GRPCError(
+                    Status.INVALID_ARGUMENT, f"{self.resource}: container request {number}: {err}"
+                ) from err
             responses.append(
                 pb.ContainerAllocateResponse(
                     envs=got.envs,
@@ -206,9 +197,10 @@ class ResourceServer(pb_grpc.DevicePluginServicer):
                     annotations={"kubeacc.io/units": got.envs["ACCELERATOR_UNITS"]},
                 )
             )
-        return pb.AllocateResponse(container_responses=responses)
+        await stream.send_message(pb.AllocateResponse(container_responses=responses))
 
-    def PreStartContainer(
-        self, request: pb.PreStartContainerRequest, context: grpc.ServicerContext
-    ) -> pb.PreStartContainerResponse:
-        return pb.PreStartContainerResponse()
+    async def PreStartContainer(
+        self, stream: Stream[pb.PreStartContainerRequest, pb.PreStartContainerResponse]
+    ) -> None:
+        await received(stream)
+        await stream.send_message(pb.PreStartContainerResponse())

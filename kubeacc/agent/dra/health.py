@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2 as hpb
+from kubeacc.agent.rpc import Changes
 from kubeacc.model import HealthState
 
 _STATE = {
@@ -23,16 +24,15 @@ _STATE = {
 class HealthBoard:
     def __init__(self, pool: str) -> None:
         self.pool = pool
-        self._cond = threading.Condition()
-        self._version = 0
-        self._closed = False
+        self._lock = threading.Lock()
+        self._changes = Changes()
         #: device -> (state, message, last change, unix seconds)
         self._devices: dict[str, tuple[HealthState, str, int]] = {}
 
     def update(self, devices: Mapping[str, tuple[HealthState, str]]) -> bool:
         """Replace the board; wakes the streams if anything changed. True if it did."""
         now = int(time.time())
-        with self._cond:
+        with self._lock:
             new = {}
             for name, (state, msg) in devices.items():
                 old = self._devices.get(name)
@@ -41,17 +41,15 @@ class HealthBoard:
             if new == self._devices:
                 return False
             self._devices = new
-            self._version += 1
-            self._cond.notify_all()
-            return True
+        self._changes.bump()
+        return True
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+        """End every open stream (the plugin is stopping)."""
+        self._changes.close()
 
     def snapshot(self) -> hpb.NodeWatchResourcesResponse:
-        with self._cond:
+        with self._lock:
             return self._message()
 
     def _message(self) -> hpb.NodeWatchResourcesResponse:
@@ -65,19 +63,9 @@ class HealthBoard:
             dh.message = msg
         return resp
 
-    def watch(
-        self, active: threading.Event | None = None, poll: float = 1.0
-    ) -> Iterator[hpb.NodeWatchResourcesResponse]:
-        """The board now, then after each change; ends when closed or ``active`` is cleared."""
+    async def watch(self) -> AsyncIterator[hpb.NodeWatchResourcesResponse]:
+        """The board now, then after each change; ends when the board is closed."""
         seen = -1
-        while True:
-            with self._cond:
-                while self._version == seen and not self._closed:
-                    self._cond.wait(poll)
-                    if active is not None and not active.is_set():
-                        return
-                if self._closed:
-                    return
-                seen = self._version
-                msg = self._message()
-            yield msg
+        while (version := await self._changes.wait(seen)) is not None:
+            seen = version
+            yield self.snapshot()

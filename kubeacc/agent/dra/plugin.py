@@ -2,29 +2,28 @@
 
 One unix socket (``<kubelet-root>/plugins/kubeacc.io/dra.sock``) serves DRAPlugin in both API
 versions the kubelet speaks (v1 and v1beta1, wire-identical apart from v1's optional
-``share_id``) and the DRAResourceHealth stream.
+``share_id``) and the DRAResourceHealth stream. Prepare and unprepare read the API server and
+fsync, so they run on the RPC worker threads, never on the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import os
-import threading
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import grpc
+from grpclib.server import Stream
 
 from kubeacc.agent.dra.driver import ClaimRef, Driver
 from kubeacc.agent.dra.health import HealthBoard
+from kubeacc.agent.kubeletapi import dra_v1_grpc as v1_grpc
 from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
-from kubeacc.agent.kubeletapi import dra_v1_pb2_grpc as v1_grpc
+from kubeacc.agent.kubeletapi import dra_v1beta1_grpc as v1beta1_grpc
 from kubeacc.agent.kubeletapi import dra_v1beta1_pb2 as v1beta1
-from kubeacc.agent.kubeletapi import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from kubeacc.agent.kubeletapi import drahealth_v1alpha1_grpc as hpb_grpc
 from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2 as hpb
-from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2_grpc as hpb_grpc
-from kubeacc.agent.sockets import check_socket_path
+from kubeacc.agent.rpc import UnixServer, received
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +35,13 @@ def _refs(req: Any) -> list[ClaimRef]:
     return [ClaimRef(c.namespace, c.name, c.uid) for c in req.claims]
 
 
-class DRAPluginV1(v1_grpc.DRAPluginServicer):
+class DRAPlugin:
+    """NodePrepareResources / NodeUnprepareResources in v1 messages, off the loop."""
+
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
 
-    def NodePrepareResources(
-        self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1.NodePrepareResourcesResponse:
+    def prepare(self, request: v1.NodePrepareResourcesRequest) -> v1.NodePrepareResourcesResponse:
         resp = v1.NodePrepareResourcesResponse()
         for uid, res in self.driver.prepare(_refs(request)).items():
             entry = resp.claims[uid]
@@ -58,8 +57,8 @@ class DRAPluginV1(v1_grpc.DRAPluginServicer):
                 )
         return resp
 
-    def NodeUnprepareResources(
-        self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    def unprepare(
+        self, request: v1.NodeUnprepareResourcesRequest
     ) -> v1.NodeUnprepareResourcesResponse:
         resp = v1.NodeUnprepareResourcesResponse()
         for uid, err in self.driver.unprepare(_refs(request)).items():
@@ -67,47 +66,67 @@ class DRAPluginV1(v1_grpc.DRAPluginServicer):
         return resp
 
 
-class DRAPluginV1beta1(v1beta1_grpc.DRAPluginServicer):
-    """v1beta1 through the v1 implementation (same field numbers on the wire)."""
-
-    def __init__(self, impl: DRAPluginV1) -> None:
+class DRAPluginV1(v1_grpc.DRAPluginBase):
+    def __init__(self, impl: DRAPlugin) -> None:
         self.impl = impl
 
-    def NodePrepareResources(
-        self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1beta1.NodePrepareResourcesResponse:
+    async def NodePrepareResources(
+        self,
+        stream: Stream[v1.NodePrepareResourcesRequest, v1.NodePrepareResourcesResponse],
+    ) -> None:
+        request = await received(stream)
+        await stream.send_message(await asyncio.to_thread(self.impl.prepare, request))
+
+    async def NodeUnprepareResources(
+        self,
+        stream: Stream[v1.NodeUnprepareResourcesRequest, v1.NodeUnprepareResourcesResponse],
+    ) -> None:
+        request = await received(stream)
+        await stream.send_message(await asyncio.to_thread(self.impl.unprepare, request))
+
+
+class DRAPluginV1beta1(v1beta1_grpc.DRAPluginBase):
+    """v1beta1 through the v1 implementation (same field numbers on the wire)."""
+
+    def __init__(self, impl: DRAPlugin) -> None:
+        self.impl = impl
+
+    async def NodePrepareResources(
+        self,
+        stream: Stream[v1beta1.NodePrepareResourcesRequest, v1beta1.NodePrepareResourcesResponse],
+    ) -> None:
+        request = await received(stream)
         req = v1.NodePrepareResourcesRequest.FromString(request.SerializeToString())
-        out = self.impl.NodePrepareResources(req, context)
-        resp: v1beta1.NodePrepareResourcesResponse = v1beta1.NodePrepareResourcesResponse()
-        resp.ParseFromString(out.SerializeToString())
-        return resp
+        out = await asyncio.to_thread(self.impl.prepare, req)
+        await stream.send_message(
+            v1beta1.NodePrepareResourcesResponse.FromString(out.SerializeToString())
+        )
 
-    def NodeUnprepareResources(
-        self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1beta1.NodeUnprepareResourcesResponse:
+    async def NodeUnprepareResources(
+        self,
+        stream: Stream[
+            v1beta1.NodeUnprepareResourcesRequest, v1beta1.NodeUnprepareResourcesResponse
+        ],
+    ) -> None:
+        request = await received(stream)
         req = v1.NodeUnprepareResourcesRequest.FromString(request.SerializeToString())
-        out = self.impl.NodeUnprepareResources(req, context)
-        resp: v1beta1.NodeUnprepareResourcesResponse = v1beta1.NodeUnprepareResourcesResponse()
-        resp.ParseFromString(out.SerializeToString())
-        return resp
+        out = await asyncio.to_thread(self.impl.unprepare, req)
+        await stream.send_message(
+            v1beta1.NodeUnprepareResourcesResponse.FromString(out.SerializeToString())
+        )
 
 
-class ResourceHealth(hpb_grpc.DRAResourceHealthServicer):
+class ResourceHealth(hpb_grpc.DRAResourceHealthBase):
     def __init__(self, board: HealthBoard) -> None:
         self.board = board
 
-    def NodeWatchResources(
-        self, request: hpb.NodeWatchResourcesRequest, context: grpc.ServicerContext
-    ) -> Any:
-        active = threading.Event()
-        active.set()
-        context.add_callback(active.clear)
+    async def NodeWatchResources(
+        self, stream: Stream[hpb.NodeWatchResourcesRequest, hpb.NodeWatchResourcesResponse]
+    ) -> None:
+        await received(stream)
         log.info("kubelet opened the resource health stream")
-        yield from self.board.watch(active)
-
-
-def remove_socket(path: Path) -> None:
-    path.unlink(missing_ok=True)
+        async for message in self.board.watch():
+            await stream.send_message(message)
 
 
 class PluginServer:
@@ -115,25 +134,18 @@ class PluginServer:
 
     def __init__(self, driver: Driver, board: HealthBoard, socket_path: Path) -> None:
         self.socket_path = socket_path
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="dra-grpc")
+        impl = DRAPlugin(driver)
+        self.server = UnixServer(
+            [DRAPluginV1(impl), DRAPluginV1beta1(impl), ResourceHealth(board)],
+            socket_path,
+            mode=0o600,
         )
-        impl = DRAPluginV1(driver)
-        v1_grpc.add_DRAPluginServicer_to_server(impl, self.server)
-        v1beta1_grpc.add_DRAPluginServicer_to_server(DRAPluginV1beta1(impl), self.server)
-        hpb_grpc.add_DRAResourceHealthServicer_to_server(ResourceHealth(board), self.server)
         self.board = board
 
     def start(self) -> None:
-        check_socket_path(self.socket_path)
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        remove_socket(self.socket_path)
-        self.server.add_insecure_port(f"unix://{self.socket_path}")
         self.server.start()
-        os.chmod(self.socket_path, 0o600)
         log.info("DRA plugin serving on %s", self.socket_path)
 
     def stop(self, grace: float = 1.0) -> None:
         self.board.close()
-        self.server.stop(grace).wait()
-        remove_socket(self.socket_path)
+        self.server.stop(grace)

@@ -14,11 +14,11 @@ import pytest
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
-from kubeacc.agent.kubeletapi import dra_v1_pb2_grpc as v1_grpc
 from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
-from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2_grpc as rpb_grpc
 from kubeacc.agent.runner import Agent, AgentOptions
 from kubeacc.synthetic import profiles
+from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
+from tests.kubeletclient import pluginregistration_v1_pb2_grpc as rpb_grpc
 
 UNREACHABLE = """apiVersion: v1
 kind: Config

@@ -20,13 +20,13 @@ from lightkube.types import PatchType
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
-from kubeacc.agent.kubeletapi import dra_v1_pb2_grpc as v1_grpc
 from kubeacc.agent.kubeletapi import dra_v1beta1_pb2 as v1beta1
-from kubeacc.agent.kubeletapi import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2 as hpb
-from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2_grpc as hpb_grpc
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
+from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
+from tests.kubeletclient import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from tests.kubeletclient import drahealth_v1alpha1_pb2_grpc as hpb_grpc
 
 from ...testbed.helpers import eventually
 from .agentproc import AgentProcess
