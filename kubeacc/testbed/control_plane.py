@@ -130,6 +130,24 @@ class ControlPlane:
         self._start_scheduler(sched_kc)
         self._start_controller_manager(kcm_kc, pki)
 
+    def stop_apiserver(self) -> None:
+        """Take kube-apiserver away, as an outage would; etcd and the other components stay."""
+        if self.apiserver is not None:
+            self.apiserver.stop()
+
+    def start_apiserver(self, timeout: float = 60) -> None:
+        """Bring kube-apiserver back: same address, certificates and etcd; wait for /readyz."""
+        assert self.apiserver is not None and self.pki is not None, "start() the control plane"
+        if not self.apiserver.running():
+            self.apiserver.start()
+        pki = self.pki
+        wait_for(
+            "kube-apiserver /readyz",
+            lambda: https_ok(f"{self.server}/readyz", pki.ca.cert_path, pki.admin),
+            timeout,
+            watch=[self.apiserver],
+        )
+
     def wait_controllers(self, timeout: float = 60) -> None:
         """Wait until scheduler and controller manager answer /healthz."""
         pairs = ((self.scheduler, self._sched_port), (self.controller_manager, self._kcm_port))

@@ -176,6 +176,14 @@ class Testbed:
         self.kubelet.restart(options, timeout)
         self.wait_node_ready(timeout=timeout)
 
+    def stop_apiserver(self) -> None:
+        """An API server outage: clients get connection refused until :meth:`start_apiserver`."""
+        self.control_plane.stop_apiserver()
+
+    def start_apiserver(self, timeout: float = 60) -> None:
+        """End the outage: the same API server (address, certificates, etcd data) is back."""
+        self.control_plane.start_apiserver(timeout)
+
     def stop(self) -> None:
         if self._stopped:
             return

@@ -4,7 +4,8 @@
 the claims allocated from this node's pool, fed by a watch, so that a prepare usually needs no
 round trip to the API server; it falls back to a GET whenever the cache does not hold the claim
 with the UID the kubelet named (not yet seen, or deleted and re-created), so the cache can make
-a prepare faster but never answer it from stale data.
+a prepare faster but never answer it from stale data. A broken watch (API server away) empties
+the cache; the next watch lists every claim again before it follows changes.
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ class WatchingClaimSource(ApiClaimSource):
             except Exception as exc:
                 if self._stop.is_set():
                     return
+                # What changed while the watch was down is unknown: until the next watch has
+                # listed the claims again, every prepare reads its claim from the API server.
+                with self._lock:
+                    self._cache.clear()
                 log.warning("claim watch ended (%s); restarting in %.0f s", exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
