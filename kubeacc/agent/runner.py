@@ -14,7 +14,6 @@ agent.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -52,27 +51,18 @@ def dra_part(inv: Inventory, device_plugin_types: frozenset[DeviceType]) -> Inve
 
 
 def prime_decoders() -> None:
-    """Build the API response decoders before any thread uses them.
+    """Build the API response decoders of the agent's threads before any of them runs.
 
-    lightkube decodes responses with msgspec, which builds a Struct type's decoding info on
-    first use and publishes it before it is complete (recursive types need that). Two of the
-    agent's threads (claim watch, publishing loop) decoding their first responses at the same
-    moment crashed the agent with a segfault in msgspec's struct decoding (a field type still
-    NULL) about once in twenty starts. Decoding one empty document of each shape here, on one
-    thread, builds everything reachable (ObjectMeta and friends included) in ~30 ms.
+    Two of the agent's threads (claim watch, publishing loop) decoding their first responses at
+    the same moment crashed the agent with a segfault in msgspec about once in twenty starts;
+    see :func:`kubeacc.crds.watch.prime_decoders`.
     """
-    import msgspec
-    from lightkube.core import decoders
     from lightkube.resources.core_v1 import Node
     from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
-    for res in (ResourceClaim, ResourceSlice, DeviceClass, Node):
-        decoders.decode_list(b'{"items": []}', res)
-        # The decoder is built before decoding starts; the missing fields don't matter.
-        with contextlib.suppress(msgspec.ValidationError):
-            decoders.decode_object(b"{}", res)
-    decoders.decode_status(b"{}")
-    decoders.decode_watch_event(b'{"type": "ADDED", "object": {}}')
+    from kubeacc.crds.watch import prime_decoders as prime
+
+    prime((ResourceClaim, ResourceSlice, DeviceClass, Node))
 
 
 class NodePlugin(Protocol):

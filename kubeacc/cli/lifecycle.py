@@ -39,7 +39,13 @@ def controller_command(
     kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig; default: in-cluster")] = None,
     identity: Annotated[str | None, typer.Option(help="Leader-election identity")] = None,
     lease_namespace: Annotated[str, typer.Option()] = "kube-system",
-    interval: Annotated[float, typer.Option(help="Seconds between reconcile passes")] = 1.0,
+    interval: Annotated[
+        float,
+        typer.Option(help="Minimum seconds between reconcile passes (changes are coalesced)"),
+    ] = 0.2,
+    resync_seconds: Annotated[
+        float, typer.Option(help="Full reconcile pass at least this often, changes or not")
+    ] = 30.0,
     install_crds: Annotated[bool, typer.Option(help="Apply the CRDs at start")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -52,9 +58,13 @@ def controller_command(
     if install_crds:
         install(client)
     who = identity or f"{socket.gethostname()}-{os.getpid()}"
-    Controller(client, identity=who, lease_namespace=lease_namespace, interval=interval).run(
-        _stop_on_signals()
-    )
+    Controller(
+        client,
+        identity=who,
+        lease_namespace=lease_namespace,
+        interval=interval,
+        resync_seconds=resync_seconds,
+    ).run(_stop_on_signals())
 
 
 def lifecycle_agent_command(
@@ -66,7 +76,12 @@ def lifecycle_agent_command(
     bitstream_dir: Annotated[
         Path, typer.Option(help="Node-local library of FPGA bitstreams")
     ] = Path("/var/lib/kubeacc/bitstreams"),
-    interval: Annotated[float, typer.Option(help="Seconds between passes")] = 1.0,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between discoveries of the host (operations wake it)")
+    ] = 1.0,
+    resync_seconds: Annotated[
+        float, typer.Option(help="Re-list and re-apply Accelerators and operations this often")
+    ] = 60.0,
     simulate_kernel: Annotated[
         bool, typer.Option(help="Synthetic host: emulate the kernel's sysfs/ioctl effects")
     ] = False,
@@ -91,6 +106,7 @@ def lifecycle_agent_command(
         bitstream_dir=bitstream_dir,
         kernel=kernel,
         interval=interval,
+        resync_seconds=resync_seconds,
     )
     agent.run(_stop_on_signals())
 

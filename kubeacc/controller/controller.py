@@ -1,9 +1,23 @@
 """The controller: a level-triggered reconcile loop under Lease leader election.
 
-Every pass reads the whole picture (policies, Accelerators, operations, Nodes, the DeviceClasses
-it generated) and moves each object one step toward what it should be. Passes are cheap at the
-scale of an accelerator fleet, and a pass that is interrupted (crash, lost leadership) leaves
-nothing that the next pass cannot finish: every write is idempotent.
+Every pass looks at the whole picture (policies, Accelerators, operations, Nodes, the
+DeviceClasses it generated) and moves each object one step toward what it should be. A pass that
+is interrupted (crash, lost leadership) leaves nothing that the next pass cannot finish: every
+write is idempotent.
+
+Passes are driven by watches, not by a timer: operations, policies, Accelerators and Nodes are
+held in watch-fed caches (:class:`kubeacc.crds.watch.WatchCache`), and any change marks the
+controller dirty. A pass runs when something changed (at most one every ``interval`` seconds,
+so a burst of changes is handled by one pass), when something time-based falls due (an
+operation's timeout, the grace of a vanished node), and every ``resync_seconds`` as a safety
+net -- only while this replica leads and every cache is synced. The Lease is renewed by its own
+thread on its own schedule, whatever the passes do.
+
+What a cache may not know yet: an operation can arrive before the Accelerator or policy created
+just before it. So at an operation's first sight its targets are read with GET and the policies
+listed afresh; everything else reads the caches. What the controller writes goes into its
+caches at once (the object the API server returned), so the next pass never acts on the state
+from before its own write.
 
 Writes:
 
@@ -19,11 +33,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
+import time
 from typing import Any
 
 from lightkube import ApiError, Client
-from lightkube.resources.core_v1 import Node
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Event, Node
 from lightkube.resources.resource_v1 import DeviceClass
 from lightkube.types import PatchType
 
@@ -35,6 +52,7 @@ from kubeacc.crds.resources import (
     AcceleratorOperation,
     AcceleratorPolicy,
     as_dict,
+    is_not_found,
 )
 from kubeacc.crds.status import (
     apply_operation_status,
@@ -57,6 +75,7 @@ from kubeacc.crds.types import (
     OperationPhase,
     UnhealthyAction,
 )
+from kubeacc.crds.watch import WatchCache, prime_decoders
 from kubeacc.model import HealthState
 
 log = logging.getLogger(__name__)
@@ -64,6 +83,16 @@ log = logging.getLogger(__name__)
 FIELD_MANAGER = "kubeacc-controller"
 CORDONED_BY = "kubeacc.io/cordoned-by"
 _TERMINAL = (OperationPhase.SUCCEEDED, OperationPhase.FAILED)
+#: What the controller's threads decode (primed on one thread before they start).
+WATCHED_KINDS = (
+    AcceleratorOperation,
+    AcceleratorPolicy,
+    Accelerator,
+    Node,
+    DeviceClass,
+    Lease,
+    Event,
+)
 
 
 class Controller:
@@ -74,51 +103,146 @@ class Controller:
         identity: str,
         lease_namespace: str = "kube-system",
         lease_name: str = "kubeacc-controller",
-        interval: float = 1.0,
-        node_grace_passes: int = 2,
+        interval: float = 0.2,
+        resync_seconds: float = 30.0,
+        lease_renew_seconds: float = 2.0,
+        node_grace_seconds: float = 10.0,
     ) -> None:
         self.client = client
         self.interval = interval
+        self.resync_seconds = resync_seconds
+        self.lease_renew_seconds = lease_renew_seconds
         self.elector = LeaderElector(
             client, name=lease_name, namespace=lease_namespace, identity=identity
         )
-        self.node_grace_passes = node_grace_passes
-        self._missing_node_passes: dict[str, int] = {}
+        self.node_grace_seconds = node_grace_seconds
+        self._missing_node_since: dict[str, float] = {}
+        self._dirty = threading.Event()
+        #: Monotonic time of the earliest time-based look a pass asked for.
+        self._due_at = math.inf
+        self._renewed_at = -math.inf
+        self.passes = 0
+
+        def cache(kind: type[Any], plural: str, namespaced: bool = False) -> WatchCache:
+            return WatchCache(
+                client,
+                kind,
+                namespaced=namespaced,
+                on_change=self._dirty.set,
+                name=f"controller-watch-{plural}",
+            )
+
+        self.operations = cache(AcceleratorOperation, "acceleratoroperations", namespaced=True)
+        self.policies = cache(AcceleratorPolicy, "acceleratorpolicies")
+        self.accelerators = cache(Accelerator, "accelerators")
+        self.nodes = cache(Node, "nodes")
+        self.caches = (self.operations, self.policies, self.accelerators, self.nodes)
 
     # -- loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         log.info("controller %s starting", self.elector.identity)
+        prime_decoders(WATCHED_KINDS)
+        for c in self.caches:
+            c.start()
+        lease = threading.Thread(
+            target=self._lead, args=(stop,), name="controller-lease", daemon=True
+        )
+        lease.start()
         try:
-            while not stop.is_set():
-                if self.elector.try_acquire_or_renew():
-                    try:
-                        self.reconcile_once()
-                    except Exception:
-                        log.exception("reconcile pass failed; retrying")
-                stop.wait(self.interval)
+            self._loop(stop)
         finally:
+            lease.join(10)
+            for c in self.caches:
+                c.close()
             self.elector.release()
 
+    def _lead(self, stop: threading.Event) -> None:
+        """Acquire or renew the Lease every ``lease_renew_seconds``, independent of passes."""
+        while not stop.is_set():
+            was = self.elector.is_leader
+            started = time.monotonic()
+            try:
+                leading = self.elector.try_acquire_or_renew()
+            except Exception as exc:  # API server away: not leading until a renewal works
+                log.warning("leader election: %s", exc)
+                self.elector.is_leader = leading = False
+            if leading:
+                self._renewed_at = started
+                if not was:
+                    self._dirty.set()  # a new leader looks at everything at once
+            stop.wait(self.lease_renew_seconds)
+
+    def leading(self) -> bool:
+        """Leader, with a renewal recent enough that no other replica can have taken over."""
+        age = time.monotonic() - self._renewed_at
+        return self.elector.is_leader and age < self.elector.lease_duration * 2 / 3
+
+    def _loop(self, stop: threading.Event) -> None:
+        last_pass = -math.inf
+        next_resync = 0.0
+        while not stop.is_set():
+            # Changes that arrive within ``interval`` of the last pass are handled together.
+            if stop.wait(max(0.0, last_pass + self.interval - time.monotonic())):
+                return
+            due = min(next_resync, self._due_at)
+            if not self._dirty.is_set() and time.monotonic() < due:
+                # Sleep until a change or the next due time (re-checking stop every second).
+                self._dirty.wait(min(1.0, max(0.0, due - time.monotonic())))
+                continue
+            self._dirty.clear()
+            if not self.leading() or not all(c.synced.is_set() for c in self.caches):
+                next_resync = time.monotonic() + self.resync_seconds
+                continue  # becoming leader or a cache syncing marks us dirty again
+            last_pass = time.monotonic()
+            next_resync = last_pass + self.resync_seconds
+            self._due_at = math.inf
+            try:
+                self.reconcile_once()
+            except Exception:
+                log.exception("reconcile pass failed; retrying")
+                self._due_in(1.0)
+
+    def _due_in(self, seconds: float) -> None:
+        """Ask for a pass within ``seconds`` even if nothing changes."""
+        self._due_at = min(self._due_at, time.monotonic() + seconds)
+
     def reconcile_once(self) -> None:
-        # Operations are listed first: whatever an operation refers to and was created before
-        # it (its Accelerators, the policy allowing it) is then in the lists read after.
-        operations = list(self.client.list(AcceleratorOperation, namespace="*"))
-        policies = [as_dict(p) for p in self.client.list(AcceleratorPolicy)]
-        accelerators = {
-            a["metadata"]["name"]: a for a in (as_dict(x) for x in self.client.list(Accelerator))
-        }
-        specs = {
-            p["metadata"]["name"]: AcceleratorPolicySpec.model_validate(p.get("spec") or {})
-            for p in policies
-        }
+        self.passes += 1
+        operations = self.operations.items()
+        policies = self.policies.items()
+        accelerators = self.accelerators.by_name()
+        specs = self._specs(policies)
         self.reconcile_policies(policies, specs, accelerators)
         self.reconcile_unhealthy(specs, accelerators)
         self.collect_garbage(accelerators)
         for op in operations:
             try:
-                self.reconcile_operation(as_dict(op), specs, accelerators)
+                self.reconcile_operation(op, specs, accelerators)
             except Exception:  # one broken object must not stop the others
-                log.exception("operation %s", op.metadata.name if op.metadata else "?")
+                log.exception("operation %s", op.get("metadata", {}).get("name", "?"))
+
+    @staticmethod
+    def _specs(policies: list[dict[str, Any]]) -> dict[str, AcceleratorPolicySpec]:
+        return {
+            p["metadata"]["name"]: AcceleratorPolicySpec.model_validate(p.get("spec") or {})
+            for p in policies
+        }
+
+    def _fresh_targets(
+        self, spec: AcceleratorOperationSpec
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, AcceleratorPolicySpec]]:
+        """A new operation's targets (GET) and the policies (LIST), read from the API server:
+        the caches may not have seen what was created just before the operation."""
+        found: dict[str, dict[str, Any]] = {}
+        for name in spec.targets:
+            try:
+                found[name] = as_dict(self.client.get(Accelerator, name))
+            except ApiError as exc:
+                if not is_not_found(exc):
+                    raise
+                continue
+            self.accelerators.observe(found[name])
+        return found, self._specs([as_dict(p) for p in self.client.list(AcceleratorPolicy)])
 
     # -- policies ----------------------------------------------------------------------------
     def reconcile_policies(
@@ -189,7 +313,7 @@ class Controller:
         )
         if new.to_api() == old.to_api():
             return
-        self.client.patch(
+        written = self.client.patch(
             AcceleratorPolicy.Status,
             policy["metadata"]["name"],
             {
@@ -202,6 +326,7 @@ class Controller:
             field_manager=FIELD_MANAGER,
             force=True,
         )
+        self.policies.observe(written)
 
     # -- unhealthy devices -------------------------------------------------------------------
     def reconcile_unhealthy(
@@ -230,31 +355,36 @@ class Controller:
             "metadata": {"annotations": {CORDONED_BY: by if value else None}},
             "spec": {"cordoned": value},
         }
-        self.client.patch(
+        written = self.client.patch(
             Accelerator, name, patch, patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER
         )
+        self.accelerators.observe(written)
         acc.setdefault("spec", {})["cordoned"] = value
 
     # -- garbage collection ------------------------------------------------------------------
     def collect_garbage(self, accelerators: dict[str, dict[str, Any]]) -> None:
-        """Delete Accelerators of Nodes that are gone (after a grace of a few passes)."""
-        nodes = {n.metadata.name for n in self.client.list(Node) if n.metadata}
-        missing: dict[str, int] = {}
+        """Delete Accelerators of Nodes that have been gone for ``node_grace_seconds``."""
+        nodes = set(self.nodes.by_name())
+        now_ = time.monotonic()
+        missing: dict[str, float] = {}
         for name, acc in accelerators.items():
             node = (acc.get("spec") or {}).get("node")
             if node in nodes:
                 continue
-            missing[name] = self._missing_node_passes.get(name, 0) + 1
-            if missing[name] >= self.node_grace_passes:
-                log.info("deleting Accelerator %s: node %s is gone", name, node)
-                try:
-                    self.client.delete(Accelerator, name)
-                except ApiError as exc:
-                    if int(exc.status.code or 0) != 404:
-                        raise
-                emit_event(self.client, acc, "NodeGone", f"node {node} no longer exists")
-                del missing[name]
-        self._missing_node_passes = missing
+            since = missing[name] = self._missing_node_since.get(name, now_)
+            if now_ - since < self.node_grace_seconds:
+                self._due_in(since + self.node_grace_seconds - now_)
+                continue
+            log.info("deleting Accelerator %s: node %s is gone", name, node)
+            try:
+                self.client.delete(Accelerator, name)
+            except ApiError as exc:
+                if not is_not_found(exc):
+                    raise
+            self.accelerators.forget(name)
+            emit_event(self.client, acc, "NodeGone", f"node {node} no longer exists")
+            del missing[name]
+        self._missing_node_since = missing
 
     # -- operations --------------------------------------------------------------------------
     def reconcile_operation(
@@ -271,6 +401,8 @@ class Controller:
         spec = AcceleratorOperationSpec.model_validate(op.get("spec") or {})
         gen = meta.get("generation")
         status.observed_generation = gen
+        if status.phase is None:
+            accelerators, policies = self._fresh_targets(spec)
         targets = {
             t: (TargetView.parse(accelerators[t]) if t in accelerators else None)
             for t in spec.targets
@@ -301,14 +433,18 @@ class Controller:
             self._pending(op, spec, status, targets)
         elif status.phase is OperationPhase.RUNNING:
             self._running(op, spec, status, accelerators)
-        if status.phase not in _TERMINAL and self._timed_out(spec, status):
-            self._finish(
-                op,
-                status,
-                OperationPhase.FAILED,
-                "Timeout",
-                f"not finished within {spec.timeout_seconds}s",
-            )
+        if status.phase not in _TERMINAL:
+            left = self._time_left(spec, status)
+            if left <= 0:
+                self._finish(
+                    op,
+                    status,
+                    OperationPhase.FAILED,
+                    "Timeout",
+                    f"not finished within {spec.timeout_seconds}s",
+                )
+            else:
+                self._due_in(left + 0.05)
         self._apply_op_status(op, before, status)
 
     def _pending(
@@ -381,13 +517,14 @@ class Controller:
                 if acc and (acc["metadata"].get("annotations") or {}).get(CORDONED_BY) == ref:
                     self._cordon(acc, ref, False)
 
-    def _timed_out(
+    def _time_left(
         self, spec: AcceleratorOperationSpec, status: AcceleratorOperationStatus
-    ) -> bool:
+    ) -> float:
+        """Seconds until the operation times out (infinite before it has started)."""
         if not status.start_time:
-            return False
+            return math.inf
         age = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
-        return age.total_seconds() > spec.timeout_seconds
+        return spec.timeout_seconds - age.total_seconds()
 
     def _finish(
         self,
@@ -419,4 +556,4 @@ class Controller:
         old.pop("results", None)
         if owned == old:
             return
-        apply_operation_status(self.client, op, owned, FIELD_MANAGER)
+        self.operations.observe(apply_operation_status(self.client, op, owned, FIELD_MANAGER))

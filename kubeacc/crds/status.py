@@ -13,7 +13,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
-from kubeacc.crds.resources import AcceleratorOperation
+from kubeacc.crds.resources import AcceleratorOperation, as_dict
 from kubeacc.crds.types import (
     API_VERSION,
     AcceleratorPolicySpec,
@@ -121,13 +121,14 @@ def emit_event(
 
 def apply_operation_status(
     client: Client, op: Mapping[str, Any], status: dict[str, Any], field_manager: str
-) -> None:
+) -> dict[str, Any]:
     """Server-side apply the ``status`` fields this manager owns on an AcceleratorOperation.
 
     The controller owns phase and conditions, each node agent its results; SSA keeps them apart.
+    Returns the operation as the API server stored it.
     """
     meta = op["metadata"]
-    client.patch(
+    written = client.patch(
         AcceleratorOperation.Status,
         meta["name"],
         {
@@ -141,3 +142,4 @@ def apply_operation_status(
         field_manager=field_manager,
         force=True,
     )
+    return as_dict(written)

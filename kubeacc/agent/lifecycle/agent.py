@@ -1,19 +1,26 @@
 """The life-cycle agent of one node.
 
-Each pass:
+It does two things:
 
-1. discovers the node's devices through the host root and server-side-applies one
-   ``Accelerator`` per device (``<node>-<device>``): spec (node, device name) and the status
-   fields this agent owns (``device``, ``hostDriver``, ``lastSeen``, conditions ``Present`` and
-   ``Healthy``). Devices that disappear keep their object with ``Present=False``; the controller
-   deletes a node's objects when the Node goes.
+1. discovers the node's devices through the host root (every ``interval`` seconds: local and
+   cheap) and server-side-applies one ``Accelerator`` per device (``<node>-<device>``): spec
+   (node, device name) and the status fields this agent owns (``device``, ``hostDriver``,
+   ``lastSeen``, conditions ``Present`` and ``Healthy``) -- only when they changed, and all of
+   them every ``resync_seconds``. The node's Accelerators are listed at start and at each
+   resync, not on every pass. Devices that disappear keep their object with ``Present=False``;
+   the controller deletes a node's objects when the Node goes.
 2. runs the operation targets the controller dispatched to this node (``status.dispatch``
    entries naming it) and reports each in ``status.results`` under its own field manager,
-   ``kubeacc-agent-<node>``: Running first, then Succeeded or Failed.
+   ``kubeacc-agent-<node>``: Running first, then Succeeded or Failed. Operations come from a
+   watch-fed cache (:class:`kubeacc.crds.watch.WatchCache`); a change to any operation wakes
+   the agent at once. Every ``resync_seconds`` the operations are also listed afresh, a safety
+   net that does not depend on the watch.
 
 A ``Running`` result of this node found at start-up means the agent died during that action; it
 is reported Failed (``AgentRestarted``) rather than replayed, because a half-done hardware action
-must be looked at, not repeated blindly.
+must be looked at, not repeated blindly. For the same reason a target this agent has started is
+never started again by the same process, even if a cache still shows the operation as it was
+before the agent's own report.
 """
 
 from __future__ import annotations
@@ -21,16 +28,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import VFIO, Executor, Outcome
 from kubeacc.agent.lifecycle.host import HostKernel
-from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
+from kubeacc.crds.resources import (
+    Accelerator,
+    AcceleratorOperation,
+    AcceleratorPolicy,
+    as_dict,
+    is_not_found,
+)
 from kubeacc.crds.status import (
     allowed_bitstream_digests,
     apply_operation_status,
@@ -48,12 +63,15 @@ from kubeacc.crds.types import (
     OperationPhase,
     TargetResult,
 )
+from kubeacc.crds.watch import WatchCache, prime_decoders
 from kubeacc.discovery import discover
 from kubeacc.model import Device, HealthState
 
 log = logging.getLogger(__name__)
 
 _AGENT_CONDITIONS = ("Present", "Healthy")
+#: What the agent's threads decode (primed on one thread before the watch starts).
+WATCHED_KINDS = (AcceleratorOperation, Accelerator, AcceleratorPolicy, Event)
 
 
 class LifecycleAgent:
@@ -77,7 +95,20 @@ class LifecycleAgent:
         self.field_manager = f"kubeacc-agent-{node_name}"
         self.executor = Executor(kernel, BitstreamLibrary(bitstream_dir), self._rediscover)
         self._applied: dict[str, tuple[dict[str, Any], float]] = {}
+        #: The node's Accelerators as last listed or written (None: list them first).
+        self._known: dict[str, dict[str, Any]] | None = None
+        self._next_resync = 0.0
         self._started = False
+        #: (operation uid, accelerator) this process has started: never started twice.
+        self._handled: set[tuple[str, str]] = set()
+        self._wake = threading.Event()
+        self.operations = WatchCache(
+            client,
+            AcceleratorOperation,
+            namespaced=True,
+            on_change=self._wake.set,
+            name=f"accop-watch-{node_name}",
+        )
 
     def accelerator_name(self, device_name: str) -> str:
         return f"{self.node}-{device_name}"
@@ -85,16 +116,34 @@ class LifecycleAgent:
     # -- loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
         log.info("life-cycle agent for node %s on %s", self.node, self.host_root)
-        while not stop.is_set():
-            try:
-                self.pass_once()
-            except Exception:
-                log.exception("agent pass failed; retrying")
-            stop.wait(self.interval)
+        prime_decoders(WATCHED_KINDS)
+        self.operations.start()
+        try:
+            while not stop.is_set():
+                try:
+                    self.pass_once()
+                except Exception:
+                    log.exception("agent pass failed; retrying")
+                # Woken early by a change to an operation; discovery keeps its interval.
+                self._wake.wait(self.interval)
+        finally:
+            self.operations.close()
+
+    def wake(self) -> None:
+        self._wake.set()
 
     def pass_once(self) -> None:
-        self.sync_inventory()
-        self.process_operations()
+        resync = time.monotonic() >= self._next_resync
+        if resync:
+            self._next_resync = time.monotonic() + self.resync_seconds
+        self._wake.clear()
+        self.sync_inventory(relist=resync)
+        if resync:
+            self.process_operations(list(self.client.list(AcceleratorOperation, namespace="*")))
+        elif self.operations.synced.is_set():
+            self.process_operations(self.operations.items())
+        else:
+            return  # the watch is (re)starting: nothing to act on yet
         self._started = True
 
     # -- inventory ---------------------------------------------------------------------------
@@ -104,18 +153,22 @@ class LifecycleAgent:
     def _rediscover(self, device_name: str) -> Device | None:
         return self._discover().get(device_name)
 
-    def sync_inventory(self) -> dict[str, Device]:
+    def sync_inventory(self, *, relist: bool = False) -> dict[str, Device]:
+        """Apply what discovery shows; ``relist`` re-reads the node's Accelerators first."""
         devices = self._discover()
-        existing = {
-            a["metadata"]["name"]: a
-            for a in (
-                as_dict(x) for x in self.client.list(Accelerator, labels={NODE_LABEL: self.node})
-            )
-        }
+        if relist or self._known is None:
+            self._known = {
+                a["metadata"]["name"]: a
+                for a in (
+                    as_dict(x)
+                    for x in self.client.list(Accelerator, labels={NODE_LABEL: self.node})
+                )
+            }
+        known = self._known
         for dev in devices.values():
             name = self.accelerator_name(dev.name)
-            self._apply_accelerator(name, dev.name, dev, existing.get(name), present=True)
-        for name, obj in existing.items():
+            self._apply_accelerator(name, dev.name, dev, known.get(name), present=True)
+        for name, obj in list(known.items()):
             dev_name = obj["spec"]["deviceName"]
             if dev_name not in devices:
                 old = AcceleratorStatus.model_validate(obj.get("status") or {})
@@ -176,24 +229,35 @@ class LifecycleAgent:
                 field_manager=self.field_manager,
                 force=True,
             )
-        self.client.patch(
-            Accelerator.Status,
-            name,
-            {**body, "status": {**status, "lastSeen": now()}},
-            patch_type=PatchType.APPLY,
-            field_manager=self.field_manager,
-            force=True,
-        )
+        try:
+            applied = self.client.patch(
+                Accelerator.Status,
+                name,
+                {**body, "status": {**status, "lastSeen": now()}},
+                patch_type=PatchType.APPLY,
+                field_manager=self.field_manager,
+                force=True,
+            )
+        except ApiError as exc:
+            if is_not_found(exc) and self._known is not None:
+                self._known.pop(name, None)  # deleted meanwhile: created again next pass
+            raise
+        if self._known is not None:
+            self._known[name] = as_dict(applied)
         self._applied[name] = (status, time.monotonic())
 
     # -- operations --------------------------------------------------------------------------
-    def process_operations(self) -> None:
-        for item in self.client.list(AcceleratorOperation, namespace="*"):
+    def process_operations(self, operations: Iterable[Any]) -> None:
+        live: set[str] = set()
+        for item in operations:
             op = as_dict(item)
+            live.add(op.get("metadata", {}).get("uid") or "")
             try:
                 self._process(op)
             except Exception:  # one broken object must not stop the others
                 log.exception("operation %s", op.get("metadata", {}).get("name"))
+        # Forget the targets of operations that are gone (keeps the set small).
+        self._handled = {k for k in self._handled if k[0] in live}
 
     def _process(self, op: dict[str, Any]) -> None:
         status = AcceleratorOperationStatus.model_validate(op.get("status") or {})
@@ -203,7 +267,10 @@ class LifecycleAgent:
         if not mine:
             return
         results = {r.accelerator: r for r in status.results if r.node == self.node}
+        uid = op["metadata"].get("uid") or ""
         for target in mine:
+            if (uid, target.accelerator) in self._handled:
+                continue  # reported by this process already; the cache may lag behind
             res = results.get(target.accelerator)
             if res is not None and res.phase in (
                 OperationPhase.SUCCEEDED,
@@ -219,8 +286,10 @@ class LifecycleAgent:
                 )
             else:
                 self._report(op, results, target.accelerator, None)
+                self._handled.add((uid, target.accelerator))
                 outcome = self._execute(op, target.accelerator, target.device_name)
             self._report(op, results, target.accelerator, outcome)
+            self._handled.add((uid, target.accelerator))
             emit_event(
                 self.client,
                 op,
@@ -276,9 +345,10 @@ class LifecycleAgent:
                 finished_at=now(),
             )
         results[acc_name] = res
-        apply_operation_status(
+        written = apply_operation_status(
             self.client,
             op,
             {"results": [r.to_api() for r in results.values()]},
             self.field_manager,
         )
+        self.operations.observe(written)

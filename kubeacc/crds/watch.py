@@ -1,0 +1,254 @@
+"""A list-then-watch cache of one resource kind, fed by a background thread.
+
+The controller and the life-cycle agent read the objects they act on from such caches instead
+of listing them on every pass, and get a callback whenever something changed, so that they wake
+up at once instead of polling.
+
+* Start: one LIST; the cache is *replaced* by its items (so objects deleted while no watch ran
+  do not linger), :attr:`WatchCache.synced` is set, and a WATCH follows from the list's
+  resourceVersion: nothing that happens between the two is lost.
+* A broken watch (API server away, connection reset, 410 Gone after a long outage) clears
+  ``synced`` and starts over with a LIST, after a backoff with jitter (0.5 s doubling to
+  ``max_backoff``) so that a fleet of agents does not come back in lockstep. A watch the server
+  ends normally is resumed by lightkube from the last resourceVersion seen.
+* Writers can put the object a write returned into the cache (:meth:`WatchCache.observe`), so a
+  pass that runs before the watch delivers that write does not act on the old state. A watch
+  event older than what the cache holds is then skipped: since Kubernetes 1.34 resourceVersions
+  are documented to be comparable integers (KEP-5504); non-integer ones are taken as newer.
+
+Each cache opens its own client connection for the watch, so that :meth:`WatchCache.close`
+can end a watch that is blocked waiting for the next event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import httpx2
+from lightkube import ALL_NS, Client
+from lightkube.config.client_adapter import verify_cluster
+from lightkube.config.kubeconfig import SingleConfig
+
+from kubeacc.crds.resources import as_dict
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+
+def object_key(obj: dict[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+def _newer(candidate: dict[str, Any], cached: dict[str, Any] | None) -> bool:
+    """Whether ``candidate`` is at least as new as ``cached`` (by resourceVersion)."""
+    if cached is None:
+        return True
+    new = (candidate.get("metadata") or {}).get("resourceVersion") or ""
+    old = (cached.get("metadata") or {}).get("resourceVersion") or ""
+    if new.isdigit() and old.isdigit():
+        return int(new) >= int(old)
+    return True
+
+
+class _InterruptibleTransport(httpx2.BaseTransport):
+    """An HTTP transport whose open connections another thread can shut down.
+
+    Closing an httpx client does not end a read that is blocked on a streaming response; shutting
+    the socket down does. The socket comes from the response's ``network_stream`` extension.
+    """
+
+    def __init__(self, config: SingleConfig) -> None:
+        assert config.user is not None, "kubeconfig without a user"
+        self._inner = httpx2.HTTPTransport(
+            verify=verify_cluster(config.cluster, config.user, config.abs_file)
+        )
+        self._streams: list[Any] = []
+        self._lock = threading.Lock()
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = self._inner.handle_request(request)
+        stream = response.extensions.get("network_stream")
+        if stream is not None:
+            with self._lock:
+                self._streams.append(stream)
+        return response
+
+    def interrupt(self) -> None:
+        with self._lock:
+            streams, self._streams = self._streams, []
+        for stream in streams:
+            sock = stream.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class WatchCache:
+    """The objects of one kind (optionally one namespace / label selector), kept current."""
+
+    def __init__(
+        self,
+        client: Client,
+        resource: type[Any],
+        *,
+        namespaced: bool = False,
+        labels: dict[str, str | None] | None = None,
+        on_change: Callable[[], None] | None = None,
+        name: str = "watch",
+        max_backoff: float = 10.0,
+    ) -> None:
+        self._config = client.config
+        self.resource = resource
+        self._namespace = ALL_NS if namespaced else None
+        self._labels = labels
+        self._on_change = on_change or (lambda: None)
+        self.name = name
+        self.max_backoff = max_backoff
+        self._items: dict[Key, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        #: Set while the cache holds a complete list followed by an unbroken watch.
+        self.synced = threading.Event()
+        #: How many times the cache was (re)filled by a LIST (1 after the first sync).
+        self.lists = 0
+        self._closed = threading.Event()
+        self._listed_ok = False
+        self._transport: _InterruptibleTransport | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- reading --------------------------------------------------------------------------
+    def items(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._items.values())
+
+    def by_name(self) -> dict[str, dict[str, Any]]:
+        """Cluster-scoped kinds: the objects by name."""
+        with self._lock:
+            return {name: obj for (_, name), obj in self._items.items()}
+
+    def get(self, name: str, namespace: str = "") -> dict[str, Any] | None:
+        with self._lock:
+            return self._items.get((namespace, name))
+
+    # -- writers' view ----------------------------------------------------------------------
+    def observe(self, obj: Any) -> None:
+        """Put an object a write returned into the cache (unless the cache has a newer one)."""
+        data = as_dict(obj)
+        key = object_key(data)
+        with self._lock:
+            if _newer(data, self._items.get(key)):
+                self._items[key] = data
+
+    def forget(self, name: str, namespace: str = "") -> None:
+        with self._lock:
+            self._items.pop((namespace, name), None)
+
+    # -- thread -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the watch thread (closing its connection ends a blocked watch)."""
+        self._closed.set()
+        with self._lock:
+            transport = self._transport
+        if transport is not None:
+            transport.interrupt()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._closed.is_set():
+            transport = _InterruptibleTransport(self._config)
+            client = Client(self._config, transport=transport)
+            with self._lock:
+                self._transport = transport
+            if self._closed.is_set():  # close() ran before the transport was published
+                client.close()
+                return
+            try:
+                self._list_and_watch(client)
+            except Exception as exc:
+                if self._closed.is_set():
+                    return
+                self.synced.clear()
+                if self._listed_ok:  # the LIST worked, the watch broke later: start over
+                    backoff = 0.5
+                delay = backoff * random.uniform(0.5, 1.0)
+                log.warning(
+                    "%s: watch of %s ended (%s); listing again in %.1f s",
+                    self.name,
+                    self.resource.__name__,
+                    exc,
+                    delay,
+                )
+                self._closed.wait(delay)
+                backoff = min(backoff * 2, self.max_backoff)
+            finally:
+                with self._lock:
+                    self._transport = None
+                client.close()
+
+    def _list_and_watch(self, client: Client) -> None:
+        kw: dict[str, Any] = {"labels": self._labels}
+        if self._namespace is not None:
+            kw["namespace"] = self._namespace
+        self._listed_ok = False
+        listing = client.list(self.resource, **kw)
+        fresh = {object_key(d): d for d in (as_dict(o) for o in listing)}
+        version = listing.resourceVersion
+        with self._lock:
+            self._items = fresh
+        self.lists += 1
+        self._listed_ok = True
+        self.synced.set()
+        self._on_change()
+        for event, obj in client.watch(self.resource, resource_version=version, **kw):
+            if self._closed.is_set():
+                return
+            self._apply(event, as_dict(obj))
+            self._on_change()
+        # lightkube only returns from a watch when told to stop; treat it as broken.
+        raise ConnectionError("watch stream ended")
+
+    def _apply(self, event: str, data: dict[str, Any]) -> None:
+        key = object_key(data)
+        with self._lock:
+            if event == "DELETED":
+                self._items.pop(key, None)
+            elif _newer(data, self._items.get(key)):
+                self._items[key] = data
+
+
+def prime_decoders(resources: Iterable[type[Any]]) -> None:
+    """Build lightkube's response decoders for ``resources`` on this thread, before threads run.
+
+    lightkube decodes with msgspec, which builds a Struct type's decoding info on first use and
+    publishes it before it is complete (recursive types need that). Two threads decoding their
+    first responses of a type at the same moment crashed a process with a segfault in msgspec
+    (a field type still NULL). Decoding one empty document of each shape here builds everything
+    reachable (ObjectMeta and friends included); generic (custom) resources get their list
+    struct built too. Watch events and Status are always primed.
+    """
+    import msgspec
+    from lightkube.core import decoders
+
+    for res in resources:
+        decoders.decode_list(b'{"items": []}', res)
+        # The decoder is built before decoding starts; the missing fields don't matter.
+        with contextlib.suppress(msgspec.ValidationError, TypeError):
+            decoders.decode_object(b"{}", res)
+    decoders.decode_status(b"{}")
+    decoders.decode_watch_event(b'{"type": "ADDED", "object": {}}')
