@@ -70,6 +70,23 @@ def put_accelerator(
     return name
 
 
+def put_policy(client: Client, name: str, spec: dict[str, Any]) -> None:
+    """Create or change an AcceleratorPolicy as an admin would."""
+    client.patch(
+        AcceleratorPolicy,
+        name,
+        {
+            "apiVersion": API_VERSION,
+            "kind": "AcceleratorPolicy",
+            "metadata": {"name": name},
+            "spec": spec,
+        },
+        patch_type=PatchType.APPLY,
+        field_manager="test",
+        force=True,
+    )
+
+
 def wait_for(what: str, fn: Callable[[], Any], timeout: float = 30) -> Any:
     deadline = time.monotonic() + timeout
     while True:

@@ -75,7 +75,7 @@ from kubeacc.crds.types import (
     OperationPhase,
     UnhealthyAction,
 )
-from kubeacc.crds.watch import WatchCache, prime_decoders
+from kubeacc.crds.watch import WatchCache, ignoring, membership, prime_decoders
 from kubeacc.model import HealthState
 
 log = logging.getLogger(__name__)
@@ -123,19 +123,19 @@ class Controller:
         self._renewed_at = -math.inf
         self.passes = 0
 
-        def cache(kind: type[Any], plural: str, namespaced: bool = False) -> WatchCache:
+        def cache(kind: type[Any], plural: str, **kw: Any) -> WatchCache:
             return WatchCache(
-                client,
-                kind,
-                namespaced=namespaced,
-                on_change=self._dirty.set,
-                name=f"controller-watch-{plural}",
+                client, kind, on_change=self._dirty.set, name=f"controller-watch-{plural}", **kw
             )
 
         self.operations = cache(AcceleratorOperation, "acceleratoroperations", namespaced=True)
         self.policies = cache(AcceleratorPolicy, "acceleratorpolicies")
-        self.accelerators = cache(Accelerator, "accelerators")
-        self.nodes = cache(Node, "nodes")
+        # An agent's resync refreshes only lastSeen: no reason for a pass.
+        self.accelerators = cache(
+            Accelerator, "accelerators", wake_if=ignoring(("status", "lastSeen"))
+        )
+        # Garbage collection needs to know which Nodes exist; their status changes all the time.
+        self.nodes = cache(Node, "nodes", wake_if=membership)
         self.caches = (self.operations, self.policies, self.accelerators, self.nodes)
 
     # -- loop --------------------------------------------------------------------------------

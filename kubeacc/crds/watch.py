@@ -40,6 +40,8 @@ from kubeacc.crds.resources import as_dict
 log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
+#: Decides from (old, new) -- None for absent -- whether a change wakes a cache's owner.
+WakeIf = Callable[[dict[str, Any] | None, dict[str, Any] | None], bool]
 
 
 def object_key(obj: dict[str, Any]) -> Key:
@@ -105,6 +107,7 @@ class WatchCache:
         namespaced: bool = False,
         labels: dict[str, str | None] | None = None,
         on_change: Callable[[], None] | None = None,
+        wake_if: WakeIf | None = None,
         name: str = "watch",
         max_backoff: float = 10.0,
     ) -> None:
@@ -113,6 +116,8 @@ class WatchCache:
         self._namespace = ALL_NS if namespaced else None
         self._labels = labels
         self._on_change = on_change or (lambda: None)
+        #: Which events call ``on_change``: given (old, new), None for absent; default all.
+        self._wake_if = wake_if or (lambda old, new: True)
         self.name = name
         self.max_backoff = max_backoff
         self._items: dict[Key, dict[str, Any]] = {}
@@ -218,18 +223,59 @@ class WatchCache:
         for event, obj in client.watch(self.resource, resource_version=version, **kw):
             if self._closed.is_set():
                 return
-            self._apply(event, as_dict(obj))
-            self._on_change()
+            if self._apply(event, as_dict(obj)):
+                self._on_change()
         # lightkube only returns from a watch when told to stop; treat it as broken.
         raise ConnectionError("watch stream ended")
 
-    def _apply(self, event: str, data: dict[str, Any]) -> None:
+    def _apply(self, event: str, data: dict[str, Any]) -> bool:
+        """Apply one watch event; returns whether it should wake the owner."""
         key = object_key(data)
         with self._lock:
+            old = self._items.get(key)
             if event == "DELETED":
                 self._items.pop(key, None)
-            elif _newer(data, self._items.get(key)):
-                self._items[key] = data
+                return self._wake_if(old, None)
+            if not _newer(data, old):
+                return False
+            self._items[key] = data
+        return self._wake_if(old, data)
+
+
+def _without(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    """``obj`` without the field at ``path`` (a shallow copy where it changes)."""
+    head, rest = path[0], path[1:]
+    if head not in obj:
+        return obj
+    out = dict(obj)
+    if not rest:
+        del out[head]
+    elif isinstance(obj[head], dict):
+        out[head] = _without(obj[head], rest)
+    return out
+
+
+def ignoring(*paths: tuple[str, ...]) -> WakeIf:
+    """A ``wake_if`` that ignores changes only in ``paths`` (and in resourceVersion and
+    managedFields): e.g. the ``status.lastSeen`` an agent's periodic resync refreshes."""
+    skip = (("metadata", "resourceVersion"), ("metadata", "managedFields"), *paths)
+
+    def strip(obj: dict[str, Any]) -> dict[str, Any]:
+        for path in skip:
+            obj = _without(obj, path)
+        return obj
+
+    def wake(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+        if old is None or new is None:
+            return True
+        return strip(old) != strip(new)
+
+    return wake
+
+
+def membership(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """A ``wake_if`` for caches that only need to know which objects exist."""
+    return old is None or new is None
 
 
 def prime_decoders(resources: Iterable[type[Any]]) -> None:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.resource_v1 import DeviceClass
-from lightkube.types import PatchType
 
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.leader import LeaderElector
@@ -18,7 +20,9 @@ from kubeacc.crds.types import API_VERSION
 from kubeacc.discovery import discover
 from kubeacc.model import Device, DeviceType
 from kubeacc.synthetic.profiles import build
+from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import put_accelerator, wait_for
+from tests.crdfixtures import put_policy as _policy
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64
@@ -28,22 +32,6 @@ SHA_B = "b" * 64
 def fpgas(tmp_path_factory: pytest.TempPathFactory) -> list[Device]:
     root = build("intel-fpga-dfl", tmp_path_factory.mktemp("host") / "root")
     return discover(Path(root)).by_type(DeviceType.FPGA)
-
-
-def _policy(client: Client, name: str, spec: dict[str, Any]) -> None:
-    client.patch(
-        AcceleratorPolicy,
-        name,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "AcceleratorPolicy",
-            "metadata": {"name": name},
-            "spec": spec,
-        },
-        patch_type=PatchType.APPLY,
-        field_manager="test",
-        force=True,
-    )
 
 
 def _operation(client: Client, ns: str, name: str, spec: dict[str, Any]) -> None:
@@ -232,3 +220,44 @@ def test_operation_without_an_agent_times_out(
     assert op["status"]["phase"] == "Failed"
     assert _condition(op, "Failed")["reason"] == "Timeout"
     assert op["status"]["dispatch"][0]["node"] == "node-a"
+
+
+def test_lease_is_renewed_while_no_pass_runs(testbed: Testbed, kubeacc_crds: None) -> None:
+    """Passes wait for changes (resync 300 s here); the Lease keeps its own schedule."""
+    lease = f"kubeacc-renew-{uuid.uuid4().hex[:5]}"
+    ctl = Controller(
+        testbed.client(field_manager="kubeacc-controller"),
+        identity="renewer",
+        lease_namespace="default",
+        lease_name=lease,
+        resync_seconds=300,
+    )
+    client = testbed.client()
+    stop = threading.Event()
+    thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+
+        def renewed() -> dt.datetime | None:
+            try:
+                spec = client.get(Lease, lease, namespace="default").spec
+            except ApiError:
+                return None
+            return spec.renewTime if spec and spec.holderIdentity == "renewer" else None
+
+        first = wait_for("lease held", renewed)
+        wait_for("first pass", lambda: ctl.passes >= 1)
+
+        def moved_on() -> dt.datetime | None:
+            t = renewed()
+            return t if t is not None and (t - first).total_seconds() >= 3 else None
+
+        later = wait_for("lease renewed twice", moved_on)
+        assert later > first
+    finally:
+        stop.set()
+        thread.join(20)
+    assert not thread.is_alive()
+    released = client.get(Lease, lease, namespace="default").spec
+    assert released is not None and released.holderIdentity is None
+    client.delete(Lease, lease, namespace="default")

@@ -118,26 +118,32 @@ class LifecycleAgent:
         log.info("life-cycle agent for node %s on %s", self.node, self.host_root)
         prime_decoders(WATCHED_KINDS)
         self.operations.start()
+        next_discovery = 0.0
         try:
             while not stop.is_set():
+                inventory = time.monotonic() >= next_discovery
+                if inventory:
+                    next_discovery = time.monotonic() + self.interval
                 try:
-                    self.pass_once()
+                    self.pass_once(inventory=inventory)
                 except Exception:
                     log.exception("agent pass failed; retrying")
                 # Woken early by a change to an operation; discovery keeps its interval.
-                self._wake.wait(self.interval)
+                self._wake.wait(max(0.0, next_discovery - time.monotonic()))
         finally:
             self.operations.close()
 
     def wake(self) -> None:
         self._wake.set()
 
-    def pass_once(self) -> None:
+    def pass_once(self, *, inventory: bool = True) -> None:
+        """One pass: the inventory (when asked, and at each resync), then the operations."""
         resync = time.monotonic() >= self._next_resync
         if resync:
             self._next_resync = time.monotonic() + self.resync_seconds
         self._wake.clear()
-        self.sync_inventory(relist=resync)
+        if inventory or resync:
+            self.sync_inventory(relist=resync)
         if resync:
             self.process_operations(list(self.client.list(AcceleratorOperation, namespace="*")))
         elif self.operations.synced.is_set():

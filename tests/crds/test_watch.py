@@ -1,0 +1,90 @@
+"""WatchCache against the real API server: list, follow, wake, close; and its filters."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+from lightkube import Client
+
+from kubeacc.crds.resources import AcceleratorPolicy
+from kubeacc.crds.watch import WatchCache, ignoring, membership
+from kubeacc.testbed.testbed import Testbed
+from tests.crdfixtures import put_policy, wait_for
+
+
+def _policy(client: Client, name: str, types: list[str]) -> None:
+    put_policy(client, name, {"selector": {"types": types}})
+
+
+def test_cache_follows_creates_changes_and_deletes(
+    testbed: Testbed, kubeacc_crds: None, kubeacc_cleanup: None, kube_client: Client
+) -> None:
+    before = f"watch-a-{uuid.uuid4().hex[:5]}"
+    _policy(kube_client, before, ["gpu"])
+    woken = threading.Event()
+    cache = WatchCache(kube_client, AcceleratorPolicy, on_change=woken.set, name="test-watch")
+    cache.start()
+    try:
+        assert cache.synced.wait(30)
+        assert cache.get(before) is not None  # from the initial LIST
+        woken.clear()
+
+        after = f"watch-b-{uuid.uuid4().hex[:5]}"
+        _policy(kube_client, after, ["fpga"])
+        wait_for("created policy in the cache", lambda: cache.get(after))
+        assert woken.is_set()
+
+        _policy(kube_client, after, ["nic"])
+        wait_for(
+            "changed policy in the cache",
+            lambda: (
+                (cache.get(after) or {}).get("spec", {}).get("selector", {}).get("types") == ["nic"]
+            ),
+        )
+        kube_client.delete(AcceleratorPolicy, before)
+        wait_for("deleted policy gone from the cache", lambda: cache.get(before) is None)
+        assert cache.lists == 1  # one LIST, then only the watch
+    finally:
+        cache.close()
+    # close() ends a watch that is blocked waiting for the next event
+    assert cache._thread is not None and not cache._thread.is_alive()
+
+
+def test_observe_keeps_the_newer_object(testbed: Testbed, kube_client: Client) -> None:
+    cache = WatchCache(kube_client, AcceleratorPolicy)
+
+    def obj(rv: str, types: list[str]) -> dict[str, object]:
+        return {
+            "metadata": {"name": "p", "resourceVersion": rv},
+            "spec": {"selector": {"types": types}},
+        }
+
+    cache.observe(obj("120", ["gpu"]))
+    cache.observe(obj("99", ["fpga"]))  # an older event arriving late
+    assert (cache.get("p") or {})["spec"]["selector"]["types"] == ["gpu"]
+    cache.observe(obj("121", ["nic"]))
+    assert (cache.get("p") or {})["spec"]["selector"]["types"] == ["nic"]
+    cache.forget("p")
+    assert cache.get("p") is None
+
+
+def test_wake_filters() -> None:
+    acc = {
+        "metadata": {"name": "a", "resourceVersion": "1"},
+        "status": {"lastSeen": "t1", "device": {"health": {"state": "Healthy"}}},
+    }
+    resync = {
+        "metadata": {"name": "a", "resourceVersion": "2"},
+        "status": {"lastSeen": "t2", "device": {"health": {"state": "Healthy"}}},
+    }
+    sick = {
+        "metadata": {"name": "a", "resourceVersion": "3"},
+        "status": {"lastSeen": "t2", "device": {"health": {"state": "Unhealthy"}}},
+    }
+    wake = ignoring(("status", "lastSeen"))
+    assert not wake(acc, resync)
+    assert wake(resync, sick)
+    assert wake(None, acc) and wake(acc, None)
+    assert acc["status"]["lastSeen"] == "t1"  # the objects themselves are left alone
+    assert membership(None, acc) and membership(acc, None) and not membership(acc, sick)
