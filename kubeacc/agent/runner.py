@@ -55,12 +55,12 @@ def prime_decoders() -> None:
 
     Two of the agent's threads (claim watch, publishing loop) decoding their first responses at
     the same moment crashed the agent with a segfault in msgspec about once in twenty starts;
-    see :func:`kubeacc.crds.watch.prime_decoders`.
+    see :func:`kubeacc.apiclient.prime_decoders`.
     """
     from lightkube.resources.core_v1 import Node
     from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
-    from kubeacc.crds.watch import prime_decoders as prime
+    from kubeacc.apiclient import prime_decoders as prime
 
     prime((ResourceClaim, ResourceSlice, DeviceClass, Node))
 

@@ -44,6 +44,7 @@ from lightkube.resources.core_v1 import Event, Node
 from lightkube.resources.resource_v1 import DeviceClass
 from lightkube.types import PatchType
 
+from kubeacc.apiclient import prime_decoders
 from kubeacc.controller.leader import LeaderElector
 from kubeacc.controller.operations import Refusal, TargetView, busy, covering, validate
 from kubeacc.controller.policies import SPEC_HASH_ANNOTATION, device_class
@@ -75,7 +76,7 @@ from kubeacc.crds.types import (
     OperationPhase,
     UnhealthyAction,
 )
-from kubeacc.crds.watch import WatchCache, ignoring, membership, prime_decoders
+from kubeacc.crds.watch import WatchCache, ignoring, membership
 from kubeacc.model import HealthState
 
 log = logging.getLogger(__name__)

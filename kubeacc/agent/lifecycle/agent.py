@@ -39,6 +39,7 @@ from lightkube.types import PatchType
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import VFIO, Executor, Outcome
 from kubeacc.agent.lifecycle.host import HostKernel
+from kubeacc.apiclient import prime_decoders
 from kubeacc.crds.resources import (
     Accelerator,
     AcceleratorOperation,
@@ -63,7 +64,7 @@ from kubeacc.crds.types import (
     OperationPhase,
     TargetResult,
 )
-from kubeacc.crds.watch import WatchCache, prime_decoders
+from kubeacc.crds.watch import WatchCache
 from kubeacc.discovery import discover
 from kubeacc.model import Device, HealthState
 
