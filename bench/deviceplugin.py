@@ -17,9 +17,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import grpc
+from kubelet_client import stubs
 
 from kubeacc.agent.deviceplugin.config import DevicePluginConfig
 from kubeacc.agent.deviceplugin.manager import DevicePluginManager
@@ -27,14 +27,6 @@ from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from kubeacc.discovery import discover
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
-
-
-def _kubelet_stubs() -> Any:
-    """The grpcio stubs the tests use to play the kubelet (tests/kubeletclient)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.kubeletclient import deviceplugin_v1beta1_pb2_grpc
-
-    return deviceplugin_v1beta1_pb2_grpc
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -72,7 +64,7 @@ def rpc_latencies(runs: int) -> dict[str, object]:
         plugin = _plugin_process(host, plugin_dir, Path(tmp) / "plugin.log")
         ids = sorted(d.pci_bus_id for d in inv.by_type(DeviceType.GPU) if d.pci_bus_id)
         with grpc.insecure_channel(f"unix://{plugin_dir / 'kubeacc-gpu.sock'}") as channel:
-            stub = _kubelet_stubs().DevicePluginStub(channel)
+            stub = stubs("deviceplugin_v1beta1_pb2_grpc").DevicePluginStub(channel)
             alloc_req = pb.AllocateRequest(
                 container_requests=[pb.ContainerAllocateRequest(devices_ids=ids[:2])]
             )

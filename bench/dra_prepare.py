@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from kubelet_client import stubs
 from lightkube.codecs import from_dict
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node
@@ -40,14 +41,6 @@ NODE = "bench-node"
 DEVICE = "gpu-0000-1b-00-0"
 TARGET_P99_MS = 5.0
 TARGET_RSS_MB = 60.0
-
-
-def _kubelet_stubs() -> Any:
-    """The grpcio stubs the tests use to play the kubelet (tests/kubeletclient)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.kubeletclient import dra_v1_pb2_grpc
-
-    return dra_v1_pb2_grpc
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -133,7 +126,7 @@ def main(runs: int = 300) -> dict[str, object]:
             unprep = v1.NodeUnprepareResourcesRequest(claims=[claim])
             times: list[float] = []
             with grpc.insecure_channel(f"unix://{sock}") as ch:
-                stub = _kubelet_stubs().DRAPluginStub(ch)
+                stub = stubs("dra_v1_pb2_grpc").DRAPluginStub(ch)
                 for i in range(runs + 20):
                     t0 = time.perf_counter()
                     resp = stub.NodePrepareResources(prep, timeout=10)

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-import time
+import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from lightkube import ApiError, Client
 from lightkube.types import PatchType
 
-from kubeacc.crds.resources import Accelerator, AcceleratorPolicy, install_crds
+from kubeacc.crds.resources import (
+    Accelerator,
+    AcceleratorOperation,
+    AcceleratorPolicy,
+    install_crds,
+)
 from kubeacc.crds.types import API_VERSION, NODE_LABEL, AcceleratorStatus
 from kubeacc.model import Device
 from kubeacc.testbed.testbed import Testbed
+
+from .testbed.helpers import eventually
 
 
 @pytest.fixture(scope="session")
@@ -88,11 +95,35 @@ def put_policy(client: Client, name: str, spec: dict[str, Any]) -> None:
 
 
 def wait_for(what: str, fn: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+    """:func:`tests.testbed.helpers.eventually` with the description first."""
+    return eventually(fn, timeout, what)
+
+
+def create_operation(client: Client, ns: str, name: str, spec: dict[str, Any]) -> None:
+    client.create(
+        AcceleratorOperation(
+            {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
+            metadata={"name": name, "namespace": ns},
+            spec=spec,
+        ),
+        namespace=ns,
+    )
+
+
+class Runnable(Protocol):
+    def run(self, stop: threading.Event) -> None: ...
+
+
+@contextlib.contextmanager
+def running(*components: Runnable, join: float = 10) -> Iterator[list[threading.Thread]]:
+    """Run controllers / life-cycle agents on threads; stop them and join when the block ends."""
+    stop = threading.Event()
+    threads = [threading.Thread(target=c.run, args=(stop,), daemon=True) for c in components]
+    for t in threads:
+        t.start()
+    try:
+        yield threads
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(join)

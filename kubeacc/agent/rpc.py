@@ -99,10 +99,6 @@ class UnixServer:
         if self.mode is not None:
             os.chmod(self.path, self.mode)
 
-    @property
-    def serving(self) -> bool:
-        return self._server is not None
-
     def stop(self, grace: float = 1.0) -> None:
         """Stop listening, cancel running calls (streams end), remove the socket file."""
         server, self._server = self._server, None

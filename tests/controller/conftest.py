@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 
@@ -8,7 +7,7 @@ import pytest
 
 from kubeacc.controller.controller import Controller
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import kubeacc_cleanup, kubeacc_crds
+from tests.crdfixtures import kubeacc_cleanup, kubeacc_crds, running
 
 __all__ = ["kubeacc_cleanup", "kubeacc_crds"]
 
@@ -23,9 +22,5 @@ def controller(testbed: Testbed, kubeacc_crds: None, kubeacc_cleanup: None) -> I
         lease_name=f"kubeacc-test-{uuid.uuid4().hex[:6]}",
         interval=0.3,
     )
-    stop = threading.Event()
-    thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
-    thread.start()
-    yield ctl
-    stop.set()
-    thread.join(10)
+    with running(ctl):
+        yield ctl

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,11 @@ from lightkube.resources.resource_v1 import DeviceClass
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.leader import LeaderElector
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
-from kubeacc.crds.types import API_VERSION
 from kubeacc.discovery import discover
 from kubeacc.model import Device, DeviceType
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import put_accelerator, wait_for
+from tests.crdfixtures import create_operation, put_accelerator, running, wait_for
 from tests.crdfixtures import put_policy as _policy
 
 SHA_A = "a" * 64
@@ -32,17 +30,6 @@ SHA_B = "b" * 64
 def fpgas(tmp_path_factory: pytest.TempPathFactory) -> list[Device]:
     root = build("intel-fpga-dfl", tmp_path_factory.mktemp("host") / "root")
     return discover(Path(root)).by_type(DeviceType.FPGA)
-
-
-def _operation(client: Client, ns: str, name: str, spec: dict[str, Any]) -> None:
-    client.create(
-        AcceleratorOperation(
-            {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
-            metadata={"name": name, "namespace": ns},
-            spec=spec,
-        ),
-        namespace=ns,
-    )
 
 
 def _finished(client: Client, ns: str, name: str) -> dict[str, Any] | None:
@@ -121,7 +108,7 @@ def test_reset_of_a_busy_device_is_refused(
         fpgas[0],
         allocated_to=[{"kind": "ResourceClaim", "namespace": "team-a", "name": "train-0"}],
     )
-    _operation(kube_client, namespace, "reset", {"action": "Reset", "targets": [acc]})
+    create_operation(kube_client, namespace, "reset", {"action": "Reset", "targets": [acc]})
     op = wait_for("operation finished", lambda: _finished(kube_client, namespace, "reset"))
     assert op["status"]["phase"] == "Failed"
     cond = _condition(op, "Failed")
@@ -144,7 +131,7 @@ def test_bitstream_not_allowed_by_policy_is_refused(
         },
     )
     acc = put_accelerator(kube_client, "node-a", fpgas[1])
-    _operation(
+    create_operation(
         kube_client,
         namespace,
         "program-b",
@@ -166,7 +153,7 @@ def test_drain_waits_for_consumers(
         fpgas[0],
         allocated_to=[{"kind": "Pod", "name": "p", "namespace": "x"}],
     )
-    _operation(kube_client, namespace, "drain", {"action": "Drain", "targets": [acc]})
+    create_operation(kube_client, namespace, "drain", {"action": "Drain", "targets": [acc]})
 
     def draining() -> bool:
         obj = as_dict(kube_client.get(AcceleratorOperation, "drain", namespace=namespace))
@@ -213,7 +200,7 @@ def test_operation_without_an_agent_times_out(
     controller: Controller, kube_client: Client, namespace: str, fpgas: list[Device]
 ) -> None:
     acc = put_accelerator(kube_client, "node-a", fpgas[1])
-    _operation(
+    create_operation(
         kube_client, namespace, "lonely", {"action": "Reset", "targets": [acc], "timeoutSeconds": 2}
     )
     op = wait_for("timeout", lambda: _finished(kube_client, namespace, "lonely"))
@@ -233,10 +220,7 @@ def test_lease_is_renewed_while_no_pass_runs(testbed: Testbed, kubeacc_crds: Non
         resync_seconds=300,
     )
     client = testbed.client()
-    stop = threading.Event()
-    thread = threading.Thread(target=ctl.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with running(ctl, join=20) as threads:
 
         def renewed() -> dt.datetime | None:
             try:
@@ -254,10 +238,7 @@ def test_lease_is_renewed_while_no_pass_runs(testbed: Testbed, kubeacc_crds: Non
 
         later = wait_for("lease renewed twice", moved_on)
         assert later > first
-    finally:
-        stop.set()
-        thread.join(20)
-    assert not thread.is_alive()
+    assert not threads[0].is_alive()
     released = client.get(Lease, lease, namespace="default").spec
     assert released is not None and released.holderIdentity is None
     client.delete(Lease, lease, namespace="default")

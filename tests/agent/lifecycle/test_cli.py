@@ -15,10 +15,10 @@ from lightkube import ApiError, Client
 from lightkube.resources.coordination_v1 import Lease
 
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
-from kubeacc.crds.types import API_VERSION, NODE_LABEL
+from kubeacc.crds.types import NODE_LABEL
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import wait_for
+from tests.crdfixtures import create_operation, wait_for
 
 
 @contextlib.contextmanager
@@ -94,13 +94,11 @@ def test_commands_run_an_operation(
                 return [a for a in accs() if a["status"]["device"]["type"] == "gpu"]
 
             gpu = wait_for("a GPU Accelerator from the agent process", gpus, timeout=60)[0]
-            kube_client.create(
-                AcceleratorOperation(
-                    {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
-                    metadata={"name": "reset-gpu", "namespace": namespace},
-                    spec={"action": "Reset", "targets": [gpu["metadata"]["name"]]},
-                ),
-                namespace=namespace,
+            create_operation(
+                kube_client,
+                namespace,
+                "reset-gpu",
+                {"action": "Reset", "targets": [gpu["metadata"]["name"]]},
             )
 
             def phase() -> str | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from kubeacc.crds.types import API_VERSION, NODE_LABEL
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import wait_for
+from tests.crdfixtures import create_operation, running, wait_for
 
 NODE = "node-a"
 CARD0 = f"{NODE}-fpga-0000-3b-00-0"  # PAC N3000, AFU loaded
@@ -101,17 +100,8 @@ def stack(
         lease_name=f"kubeacc-e2e-{uuid.uuid4().hex[:5]}",
         interval=0.3,
     )
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=agent.run, args=(stop,), daemon=True),
-        threading.Thread(target=ctl.run, args=(stop,), daemon=True),
-    ]
-    for t in threads:
-        t.start()
-    yield Stack(root, library, kernel, agent, policy, digests[0], client)
-    stop.set()
-    for t in threads:
-        t.join(10)
+    with running(agent, ctl):
+        yield Stack(root, library, kernel, agent, policy, digests[0], client)
     with contextlib.suppress(ApiError):
         client.delete(AcceleratorPolicy, policy)
     for acc in client.list(Accelerator, labels={NODE_LABEL: NODE}):
@@ -127,14 +117,7 @@ def _acc(client: Client, name: str) -> dict[str, Any] | None:
 
 
 def _run_op(stack: Stack, ns: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    stack.client.create(
-        AcceleratorOperation(
-            {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
-            metadata={"name": name, "namespace": ns},
-            spec=spec,
-        ),
-        namespace=ns,
-    )
+    create_operation(stack.client, ns, name, spec)
 
     def finished() -> dict[str, Any] | None:
         obj = as_dict(stack.client.get(AcceleratorOperation, name, namespace=ns))
@@ -278,13 +261,11 @@ def test_drain_first_waits_then_runs_and_uncordons(stack: Stack, namespace: str)
         )
 
     allocate([{"kind": "ResourceClaim", "namespace": namespace, "name": "c0"}])
-    stack.client.create(
-        AcceleratorOperation(
-            {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
-            metadata={"name": "reset-drain", "namespace": namespace},
-            spec={"action": "Reset", "targets": [CARD1], "drainFirst": True},
-        ),
-        namespace=namespace,
+    create_operation(
+        stack.client,
+        namespace,
+        "reset-drain",
+        {"action": "Reset", "targets": [CARD1], "drainFirst": True},
     )
 
     def status() -> dict[str, Any]:

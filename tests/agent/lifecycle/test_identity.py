@@ -20,7 +20,7 @@ from kubeacc.model import Device, DeviceType
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.kubeconfig import write_kubeconfig
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import put_accelerator
+from tests.crdfixtures import create_operation, put_accelerator
 from tests.testbed.helpers import eventually_refused
 
 
@@ -125,13 +125,8 @@ def test_agent_cannot_modify_another_nodes_objects(
     assert "spec.cordoned is set by the controller" in msg
 
     # Operation results: only for its own node.
-    kube_client.create(
-        AcceleratorOperation(
-            {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
-            metadata={"name": "reset-both", "namespace": namespace},
-            spec={"action": "Reset", "targets": [mine, theirs]},
-        ),
-        namespace=namespace,
+    create_operation(
+        kube_client, namespace, "reset-both", {"action": "Reset", "targets": [mine, theirs]}
     )
     base = {
         "apiVersion": API_VERSION,

@@ -7,7 +7,6 @@ testbed and stops its API server under the running agent and controller.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,18 +21,17 @@ from lightkube.resources.core_v1 import Namespace, Node
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.controller.controller import Controller
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict, install_crds
-from kubeacc.crds.types import API_VERSION
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed import Testbed
-from tests.crdfixtures import wait_for
+from tests.crdfixtures import create_operation, running, wait_for
 
 RESYNC = 300.0
 GPU = "gpu-0000-01-00-0"  # on the edge-mixed host
 
 
 @contextmanager
-def running(tb: Testbed, node: str, tmp: Path) -> Iterator[tuple[LifecycleAgent, Controller]]:
+def stack(tb: Testbed, node: str, tmp: Path) -> Iterator[tuple[LifecycleAgent, Controller]]:
     root = build("edge-mixed", tmp / "host")
     (tmp / "lib").mkdir()
     agent = LifecycleAgent(
@@ -52,20 +50,9 @@ def running(tb: Testbed, node: str, tmp: Path) -> Iterator[tuple[LifecycleAgent,
         lease_name=f"kubeacc-watch-{uuid.uuid4().hex[:5]}",
         resync_seconds=RESYNC,
     )
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=agent.run, args=(stop,), daemon=True),
-        threading.Thread(target=ctl.run, args=(stop,), daemon=True),
-    ]
-    for t in threads:
-        t.start()
-    try:
+    with running(agent, ctl, join=20) as threads:
         yield agent, ctl
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(20)
-        assert not any(t.is_alive() for t in threads), "agent or controller did not stop"
+    assert not any(t.is_alive() for t in threads), "agent or controller did not stop"
 
 
 def _accelerator(client: Client, name: str) -> dict[str, Any] | None:
@@ -77,14 +64,7 @@ def _accelerator(client: Client, name: str) -> dict[str, Any] | None:
 
 
 def _reset(client: Client, ns: str, name: str, target: str) -> str:
-    client.create(
-        AcceleratorOperation(
-            {"apiVersion": API_VERSION, "kind": "AcceleratorOperation"},
-            metadata={"name": name, "namespace": ns},
-            spec={"action": "Reset", "targets": [target]},
-        ),
-        namespace=ns,
-    )
+    create_operation(client, ns, name, {"action": "Reset", "targets": [target]})
 
     def phase() -> str | None:
         op = as_dict(client.get(AcceleratorOperation, name, namespace=ns))
@@ -104,7 +84,7 @@ def test_operation_is_picked_up_through_the_watch(
     tmp_path: Path,
 ) -> None:
     node = testbed.node_name  # a real Node: the controller keeps its Accelerators
-    with running(testbed, node, tmp_path) as (agent, ctl):
+    with stack(testbed, node, tmp_path) as (agent, ctl):
         target = f"{node}-{GPU}"
         wait_for("the agent's Accelerator", lambda: _accelerator(kube_client, target), 60)
         assert _reset(kube_client, namespace, "reset-w", target) == "Succeeded"
@@ -122,7 +102,7 @@ def test_agent_and_controller_ride_out_an_api_server_outage(tmp_path: Path) -> N
         install_crds(client)
         client.create(Node(metadata=ObjectMeta(name=node)))
         client.create(Namespace(metadata=ObjectMeta(name="ops")))
-        with running(tb, node, tmp_path) as (agent, ctl):
+        with stack(tb, node, tmp_path) as (agent, ctl):
             target = f"{node}-{GPU}"
             wait_for("the agent's Accelerator", lambda: _accelerator(client, target), 60)
             assert _reset(client, "ops", "before", target) == "Succeeded"
