@@ -14,7 +14,12 @@ from types import ModuleType
 
 def stubs(module: str) -> ModuleType:
     """``tests.kubeletclient.<module>``, e.g. ``dra_v1_pb2_grpc``."""
+    return tests_module(f"kubeletclient.{module}")
+
+
+def tests_module(module: str) -> ModuleType:
+    """``tests.<module>``, e.g. ``agent.dra.crashstream`` (the crash harness)."""
     root = str(Path(__file__).resolve().parents[1])
     if root not in sys.path:
         sys.path.insert(0, root)
-    return importlib.import_module(f"tests.kubeletclient.{module}")
+    return importlib.import_module(f"tests.{module}")

@@ -9,4 +9,9 @@ bash scripts/bootstrap.sh
 # Real Kubernetes for the cluster tests: built from the pinned Go modules, cached outside the
 # repo (~/.cache/kubeacc), reused when the sources did not change. ~16 min cold on 2 cores.
 .venv/bin/python -m kubeacc.testbed build
+# kube-scheduler's allocator as a small Go program (tools/allocator) for the differential tests;
+# cached in ~/.cache/kubeacc/allocator-<hash>, seconds when the module cache is warm.
+.venv/bin/python -m kubeacc.differential.build
+# helm for the chart tests, from its Go module (tools/helm), cached in ~/.cache/kubeacc/helm-*.
+.venv/bin/python -m kubeacc.testbed helm
 .venv/bin/python -m pytest "$@"

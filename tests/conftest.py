@@ -3,10 +3,14 @@ synthetic hosts every test directory uses."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from kubeacc.cli.demo_stack import KubeaccStack
+from kubeacc.testbed import Testbed
+from kubeacc.testbed.shapes import MULTINODE_SHAPES
 from tests.hosts import HostFactory
 
 pytest_plugins = ["kubeacc.testbed.pytest_plugin"]
@@ -21,3 +25,23 @@ def _host_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def hosts(_host_cache: Path, tmp_path: Path) -> HostFactory:
     """Synthetic host trees: ``pristine(profile)`` is shared, ``copy(profile)`` may be damaged."""
     return HostFactory(_host_cache, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def kubeacc_multinode(
+    multinode_testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeaccStack]:
+    """kube-acc on the multi-node testbed: CRDs, DeviceClasses, controller, and on every node the
+    node agent and the life-cycle agent on the node's synthetic host (as ``kubeacc demo``).
+    Module scope: other modules (the journeys) run their own agents on these nodes."""
+    stack = KubeaccStack(
+        multinode_testbed,
+        tmp_path_factory.mktemp("multinode"),
+        {s.name: s.profile for s in MULTINODE_SHAPES},
+        interval=0.5,
+    )
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()

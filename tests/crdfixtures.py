@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import pytest
 from lightkube import ApiError, Client
+from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
+from kubeacc.controller.controller import Controller
 from kubeacc.crds.resources import (
     Accelerator,
     AcceleratorOperation,
     AcceleratorPolicy,
+    as_dict,
     install_crds,
 )
 from kubeacc.crds.types import API_VERSION, NODE_LABEL, AcceleratorStatus
@@ -34,19 +38,26 @@ def kubeacc_crds(testbed: Testbed) -> None:
     install_crds(testbed.client(field_manager="kubeacc-test-crds"))
 
 
-@pytest.fixture
-def kubeacc_cleanup(kube_client: Client) -> Iterator[None]:
-    """Delete the cluster-scoped kubeacc.io objects a test created."""
+@contextlib.contextmanager
+def deleting_new_kubeacc_objects(client: Client) -> Iterator[None]:
+    """Delete the cluster-scoped kubeacc.io objects created inside the block."""
 
     def names(kind: Any) -> set[str]:
-        return {o.metadata.name for o in kube_client.list(kind) if o.metadata}
+        return {o.metadata.name for o in client.list(kind) if o.metadata}
 
     before = {k: names(k) for k in (Accelerator, AcceleratorPolicy)}
     yield
     for kind, old in before.items():
         for name in names(kind) - old:
             with contextlib.suppress(ApiError):
-                kube_client.delete(kind, name)
+                client.delete(kind, name)
+
+
+@pytest.fixture
+def kubeacc_cleanup(kube_client: Client) -> Iterator[None]:
+    """Delete the cluster-scoped kubeacc.io objects a test created."""
+    with deleting_new_kubeacc_objects(kube_client):
+        yield
 
 
 def put_accelerator(
@@ -110,6 +121,40 @@ def create_operation(client: Client, ns: str, name: str, spec: dict[str, Any]) -
     )
 
 
+def operation_finished(client: Client, ns: str, name: str) -> dict[str, Any] | None:
+    """The operation once it is Succeeded or Failed, else None (a probe for wait_for)."""
+    obj = as_dict(client.get(AcceleratorOperation, name, namespace=ns))
+    return obj if (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+
+
+def wait_until_no_claim_holds(client: Client, node: str, timeout: float = 120) -> None:
+    """Wait until no reserved ResourceClaim holds a kubeacc.io device of ``node``: a previous
+    test's claims (namespace still being deleted) would make the devices "in use"."""
+
+    def free() -> bool:
+        for c in client.list(ResourceClaim, namespace="*"):
+            status = as_dict(c).get("status") or {}
+            results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+            if status.get("reservedFor") and any(
+                r.get("driver") == "kubeacc.io" and r.get("pool") == node for r in results
+            ):
+                return False
+        return True
+
+    eventually(free, timeout, f"no claim holding a device of {node}")
+
+
+def make_controller(testbed: Testbed) -> Controller:
+    """A controller with a Lease of its own, so tests never share a leader."""
+    return Controller(
+        testbed.client(field_manager="kubeacc-controller"),
+        identity=f"test-{uuid.uuid4().hex[:6]}",
+        lease_namespace="default",
+        lease_name=f"kubeacc-test-{uuid.uuid4().hex[:6]}",
+        interval=0.3,
+    )
+
+
 class Runnable(Protocol):
     def run(self, stop: threading.Event) -> None: ...
 
@@ -127,3 +172,33 @@ def running(*components: Runnable, join: float = 10) -> Iterator[list[threading.
         stop.set()
         for t in threads:
             t.join(join)
+
+
+def resource_slice(name: str, node: str, driver: str = "kubeacc.io") -> Any:
+    """A one-device ResourceSlice of ``node``'s pool, as a node agent would write it."""
+    from lightkube.codecs import from_dict
+
+    return from_dict(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {
+                "driver": driver,
+                "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "gpu-0000-3b-00-0"}],
+            },
+        }
+    )
+
+
+def delete_node_accelerators(client: Client, node: str) -> None:
+    """Delete the Accelerators of ``node`` and the controller Lease a CLI test left."""
+    from lightkube.resources.coordination_v1 import Lease
+
+    for a in client.list(Accelerator, labels={NODE_LABEL: node}):
+        with contextlib.suppress(ApiError):
+            client.delete(Accelerator, a.metadata.name if a.metadata else "")
+    with contextlib.suppress(ApiError):
+        client.delete(Lease, "kubeacc-controller", namespace="default")

@@ -12,6 +12,12 @@ and the API client. The rest of the agent is threaded, so this module is the bri
 
 Handlers are coroutines on the loop; blocking work (API reads, fsync) goes through
 ``asyncio.to_thread``, whose pool is bounded here, so one slow claim never stalls a socket.
+
+Limits, as grpc's own servers set them (grpclib sets none): a request message is at most
+:data:`MAX_RECEIVE` bytes and a larger declared length is refused from its 5-byte prefix,
+before any of the body is buffered; a connection carries at most :data:`MAX_STREAMS` calls at
+once; and a connection remembers only the last :data:`CLOSED_STREAM_RECORDS` closed streams
+(h2 keeps 65,536 per connection, about 10 MB on the kubelet's one long-lived connection).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import struct
 import threading
 from collections.abc import Collection, Coroutine
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +34,10 @@ from typing import Any, TypeVar
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
+from grpclib.protocol import H2Protocol
 from grpclib.server import Server, Stream
+from h2.settings import SettingCodes
+from h2.utilities import SizeLimitDict
 
 from kubeacc.agent.sockets import check_socket_path
 
@@ -38,6 +48,12 @@ T = TypeVar("T")
 #: Threads that run blocking handler work (to_thread); the kubelet prepares claims of one pod
 #: in one call, so a few suffice.
 WORKERS = 4
+#: grpc's default maximum receive message size.
+MAX_RECEIVE = 4 * 1024 * 1024
+#: Concurrent calls per connection (the kubelet makes a handful: one stream, a few unary calls).
+MAX_STREAMS = 16
+#: Closed streams a connection remembers, to answer frames still in flight after a reset.
+CLOSED_STREAM_RECORDS = 256
 
 
 class RpcLoop:
@@ -75,6 +91,25 @@ def rpc_loop() -> RpcLoop:
         return _shared[0]
 
 
+class _LimitedProtocol(H2Protocol):
+    """grpclib's HTTP/2 protocol with the per-connection limits of the module docstring."""
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        h2 = self.connection._connection
+        h2._closed_streams = SizeLimitDict(size_limit=CLOSED_STREAM_RECORDS)
+        h2.update_settings({SettingCodes.MAX_CONCURRENT_STREAMS: MAX_STREAMS})
+        self.connection.flush()
+
+
+class LimitedServer(Server):
+    """A grpclib server whose connections carry :class:`_LimitedProtocol`'s limits."""
+
+    def _protocol_factory(self) -> H2Protocol:
+        plain = super()._protocol_factory()
+        return _LimitedProtocol(plain.handler, plain.config, plain.h2_config)
+
+
 class UnixServer:
     """A grpclib server on a unix socket; :meth:`start` replaces a stale socket file."""
 
@@ -91,7 +126,7 @@ class UnixServer:
         self.path.unlink(missing_ok=True)
 
         async def start() -> Server:
-            server = Server(self.handlers)
+            server = LimitedServer(self.handlers)
             await server.start(path=str(self.path))
             return server
 
@@ -170,8 +205,32 @@ def _resolve(fut: asyncio.Future[None]) -> None:
 
 
 async def received(stream: Stream[T, Any]) -> T:
-    """The request message of a call; a call that carries none is refused."""
-    request = await stream.recv_message()
-    if request is None:
+    """The request message of a call, at most :data:`MAX_RECEIVE` bytes.
+
+    grpclib's own ``recv_message`` buffers whatever length the client declares; this reads the
+    5-byte gRPC message prefix first (through grpclib's stream internals) and refuses a
+    compressed or oversized message with RESOURCE_EXHAUSTED before reading its body, as grpc
+    does. A call that carries no message is refused too.
+    """
+    h2_stream = stream._stream
+    prefix = await h2_stream.recv_data(5)
+    if not prefix:
         raise GRPCError(Status.INVALID_ARGUMENT, "the call carried no request message")
+    if len(prefix) != 5:
+        raise GRPCError(Status.INVALID_ARGUMENT, "the request message was cut short")
+    compressed, length = struct.unpack(">?I", prefix)
+    if compressed:
+        raise GRPCError(Status.UNIMPLEMENTED, "compressed request messages are not accepted")
+    if length > MAX_RECEIVE:
+        raise GRPCError(
+            Status.RESOURCE_EXHAUSTED,
+            f"request message larger than max ({length} vs. {MAX_RECEIVE})",
+        )
+    body = await h2_stream.recv_data(length)
+    if len(body) != length:
+        raise GRPCError(Status.INVALID_ARGUMENT, "the request message was cut short")
+    try:
+        request: T = stream._codec.decode(body, stream._recv_type)
+    except Exception as err:  # the codec's own error types vary
+        raise GRPCError(Status.INVALID_ARGUMENT, "the request message does not decode") from err
     return request

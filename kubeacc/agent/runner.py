@@ -10,6 +10,11 @@ the kubelet is served all the while.
 Other kubelet plugins (the device-plugin mode) hook in through :class:`NodePlugin`: give them
 to :meth:`Agent.add_plugin` and they are started, fed every new inventory and stopped with the
 agent.
+
+The node's Accelerator objects (:mod:`kubeacc.agent.accelerators`): the agent writes who uses
+each device (``status.allocatedTo``: prepared claims and their pods, and the pods the kubelet's
+pod-resources API names for device-plugin devices) and honours cordons (a taint in the slice,
+Unhealthy in the device plugin; :mod:`kubeacc.agent.cordons`).
 """
 
 from __future__ import annotations
@@ -20,22 +25,31 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from lightkube import Client
-from lightkube.config.kubeconfig import KubeConfig
 
+from kubeacc.agent.accelerators import AcceleratorSync
+from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
+from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
-from kubeacc.agent.dra.claims import ClaimSource, WatchingClaimSource
+from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
-from kubeacc.agent.dra.slices import SlicePublisher
+from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices
+from kubeacc.agent.nodelabels import NodeLabeler, node_labels
+from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
+from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
-from kubeacc.discovery import discover
+from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
+from kubeacc.clientconfig import make_client
+from kubeacc.discovery import DiscoveryConfig, discover
+from kubeacc.metrics.agent import AgentMetrics
+from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
 
 log = logging.getLogger(__name__)
@@ -61,8 +75,9 @@ def prime_decoders() -> None:
     from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
     from kubeacc.apiclient import prime_decoders as prime
+    from kubeacc.crds.resources import Accelerator
 
-    prime((ResourceClaim, ResourceSlice, DeviceClass, Node))
+    prime((ResourceClaim, ResourceSlice, DeviceClass, Node, Accelerator))
 
 
 class NodePlugin(Protocol):
@@ -73,6 +88,10 @@ class NodePlugin(Protocol):
     def update(self, inventory: Inventory) -> None: ...
 
     def stop(self) -> None: ...
+
+    def unregistered(self) -> list[str]:
+        """What the kubelet has not accepted (yet); empty when ready."""
+        ...
 
 
 @dataclass
@@ -95,6 +114,20 @@ class AgentOptions:
     bitstream_dir: Path | None = None
     #: Synthetic host: emulate the kernel's sysfs/ioctl effects of programming an FPGA.
     simulate_kernel: bool = False
+    #: Fold the DRA checkpoint journal into a new snapshot after this many calls.
+    compact_after: int = 1000
+    #: Keep the node's Accelerators' users (status.allocatedTo) and honour their cordons.
+    sync_accelerators: bool = True
+    #: Seconds between reads of the kubelet's pod-resources API (device-plugin users).
+    users_poll_interval: float = 2.0
+    #: ``HOST:PORT`` of /metrics, /healthz, /readyz; None: not served.
+    metrics_address: str | None = None
+    #: Label the Node with what discovery found (``kubeacc.io/<type>.count`` and so on).
+    node_labels: bool = True
+    #: NVML: ``auto`` (when it answers), ``on`` (warn when it can't be used) or ``off``.
+    nvml: str = "auto"
+    #: Admin-defined devices (``--discovery-config``).
+    discovery_config: DiscoveryConfig | None = None
 
     @property
     def dra_socket(self) -> Path:
@@ -103,11 +136,6 @@ class AgentOptions:
     @property
     def registry_dir(self) -> Path:
         return self.kubelet_root / "plugins_registry"
-
-
-def make_client(kubeconfig: Path | None) -> Client:
-    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
-    return Client(config)
 
 
 class Agent:
@@ -119,33 +147,57 @@ class Agent:
     ) -> None:
         self.opts = options
         self.client = client or make_client(options.kubeconfig)
+        self._stop = threading.Event()
+        #: Wakes the loop early (stop, the kubelet registered us, a cordon changed).
+        self._wake = threading.Event()
         self.publisher = SlicePublisher(self.client, options.node_name)
+        self.metrics = AgentMetrics()
+        self.labeler = NodeLabeler(self.client, options.node_name) if options.node_labels else None
         self.board = HealthBoard(options.node_name)
         self._watch: WatchingClaimSource | None = None
+        # What a prepare reads (claims, policies) has a deadline well inside the kubelet's.
+        self.prepare_client = (
+            make_client(options.kubeconfig, timeout=READ_TIMEOUT_S) if client is None else client
+        )
+        self.accelerators: AcceleratorSync | None = None
+        if options.sync_accelerators:
+            self.accelerators = AcceleratorSync(
+                self.client,
+                options.node_name,
+                self._users,
+                on_cordon=self._wake.set,
+                poll=options.users_poll_interval if options.device_plugin_types else 30.0,
+            )
         if claims is None and options.kubelet_plugin:
-            claims = self._watch = WatchingClaimSource(self.client, options.node_name)
+            claims = self._watch = WatchingClaimSource(
+                self.prepare_client, options.node_name, on_change=self._users_changed
+            )
         self._index: dict[str, DeviceInfo] = {}
         self.driver = Driver(
             options.node_name,
-            claims or WatchingClaimSource(self.client, options.node_name),
+            claims or WatchingClaimSource(self.prepare_client, options.node_name),
             lambda: self._index,
             cdi_dir=options.cdi_dir,
             state_dir=options.state_dir,
             host_root=options.host_root,
             fpga=self._fpga_programmer(),
+            compact_after=options.compact_after,
+            on_change=self._users_changed,
+            metrics=self.metrics,
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None
         self._plugins: list[NodePlugin] = []
-        self._stop = threading.Event()
-        #: Wakes the loop early (stop, or the kubelet registered us).
-        self._wake = threading.Event()
+        #: The cordons the device plugins were last given.
+        self._plugin_cordons: dict[str, str] = {}
         #: Until then, every loop pass re-reads the server's slices (see _on_registered).
         self._force_until = 0.0
         self._thread: threading.Thread | None = None
         self.inventory = Inventory()
         self.dra_inventory = Inventory()
         self.published = threading.Event()
+        self.probes: ProbeServer | None = None
+        self._label_error = ""
 
     def _fpga_programmer(self) -> Callable[[str, str, str], str] | None:
         if self.opts.bitstream_dir is None:
@@ -162,13 +214,41 @@ class Agent:
         programmer = ClaimProgrammer(
             self.opts.host_root,
             self.opts.bitstream_dir,
-            lambda: [as_dict(p) for p in self.client.list(AcceleratorPolicy)],
+            lambda: [as_dict(p) for p in self.prepare_client.list(AcceleratorPolicy)],
             kernel,
         )
         return programmer.ensure
 
     def add_plugin(self, plugin: NodePlugin) -> None:
         self._plugins.append(plugin)
+
+    # -- users and cordons ------------------------------------------------------------------
+    def _users_changed(self) -> None:
+        if self.accelerators is not None:
+            self.accelerators.wake()
+
+    def _cordoned(self) -> dict[str, str]:
+        return self.accelerators.cordoned() if self.accelerators is not None else {}
+
+    def _claim(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        return self._watch.cached(namespace, name, uid) if self._watch is not None else None
+
+    def _users(self) -> Users:
+        """Who uses each device now (raises when the kubelet cannot be asked)."""
+        parts = [dra_users(self.driver.prepared(), self._claim, self._index)]
+        if self.opts.device_plugin_types and self.opts.kubelet_plugin:
+            client = PodResourcesClient(self.opts.kubelet_root / POD_RESOURCES_SOCKET)
+            by_address = {
+                d.pci.bus_id: d.name
+                for d in self.inventory.devices
+                if d.type in self.opts.device_plugin_types and d.pci is not None
+            }
+            parts.append(device_plugin_users(client.list(), by_address))
+        return merge(*parts)
+
+    def _plugin_inventory(self) -> Inventory:
+        self._plugin_cordons = self._cordoned()
+        return with_cordons_unhealthy(self.inventory, self._plugin_cordons)
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -179,11 +259,23 @@ class Agent:
             raise
 
     def _start(self) -> None:
+        if self.opts.metrics_address is not None:
+            self.probes = ProbeServer(
+                self.opts.metrics_address,
+                self.metrics.registry,
+                healthy=self.failing_health,
+                ready=self.not_ready,
+            )
+            self.probes.start()
         prime_decoders()
-        self._observe(discover(self.opts.host_root))
+        self._observe(
+            discover(self.opts.host_root, config=self.opts.discovery_config, nvml=self.opts.nvml)
+        )
         self.driver.reconcile()
         if self._watch is not None:
             self._watch.start()
+        if self.accelerators is not None:
+            self.accelerators.start()
         if self.opts.kubelet_plugin:
             self.plugin = PluginServer(self.driver, self.board, self.opts.dra_socket)
             self.plugin.start()
@@ -197,7 +289,7 @@ class Agent:
             )
             self.registration.start()
         for p in self._plugins:
-            p.start(self.inventory)
+            p.start(self._plugin_inventory())
         self._thread = threading.Thread(target=self._loop, name="agent-loop", daemon=True)
         self._thread.start()
 
@@ -214,16 +306,41 @@ class Agent:
             self.plugin.stop()
         if self._watch is not None:
             self._watch.stop()
+        if self.accelerators is not None:
+            self.accelerators.stop()
         self.driver.checkpoint.close()
+        if self.probes is not None:
+            self.probes.stop()
 
     def request_stop(self) -> None:
         self._stop.set()
         self._wake.set()
 
+    # -- probes -----------------------------------------------------------------------------
+    def not_ready(self) -> list[str]:
+        """Why the agent does not serve its node yet (``/readyz``); empty when it does."""
+        reasons = []
+        if self.registration is not None and not self.registration.registered.is_set():
+            reasons.append(f"DRA plugin {DRIVER_NAME} not registered with the kubelet")
+        if not self.published.is_set():
+            reasons.append("ResourceSlices not published yet")
+        for p in self._plugins:
+            reasons += [
+                f"device plugin {r} not registered with the kubelet" for r in p.unregistered()
+            ]
+        return reasons
+
+    def failing_health(self) -> list[str]:
+        """``/healthz``: the discovery/publishing loop must be running."""
+        if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
+            return ["agent loop stopped"]
+        return []
+
     def _on_registered(self) -> None:
         """A (re)started kubelet deletes the node's slices when it starts, in the background,
         possibly just after registering us: re-check the server now and for a little while."""
         self._force_until = time.monotonic() + 3 * self.opts.rediscover_interval + 5
+        self.metrics.registrations.labels("dra").inc()
         self._wake.set()
 
     def wait(self) -> None:
@@ -231,10 +348,24 @@ class Agent:
         while not self._stop.wait(3600):
             pass
 
+    def _label(self, force: bool) -> None:
+        """Node labels are a convenience: failing to write them (say, RBAC without ``patch``
+        on nodes) must not hold up discovery and slices, so it is logged, once per message."""
+        if self.labeler is None:
+            return
+        try:
+            self.labeler.apply(node_labels(self.inventory), force=force)
+            self._label_error = ""
+        except Exception as exc:
+            if str(exc) != self._label_error:
+                log.warning("cannot label node %s: %s", self.opts.node_name, exc)
+            self._label_error = str(exc)
+
     # -- loop -------------------------------------------------------------------------------
     def _observe(self, inv: Inventory) -> bool:
         changed = inv.devices != self.inventory.devices
         self.inventory = inv
+        self.metrics.observe_inventory(inv)
         self.dra_inventory = dra_part(inv, self.opts.device_plugin_types)
         self._index = device_index(self.dra_inventory)
         self.board.update({n: (i.healthy, i.message) for n, i in self._index.items()})
@@ -244,6 +375,7 @@ class Agent:
         backoff = 0.0
         classes_done = not self.opts.apply_classes
         last_resync = 0.0
+        next_trim = time.monotonic() + TRIM_INTERVAL
         next_discovery = time.monotonic() + self.opts.rediscover_interval
         while not self._stop.is_set():
             try:
@@ -252,12 +384,18 @@ class Agent:
                     classes_done = True
                 now = time.monotonic()
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
-                self.publisher.publish(slice_devices(self.dra_inventory), force=force)
+                devices = with_cordon_taints(slice_devices(self.dra_inventory), self._cordoned())
+                if self.publisher.publish(devices, force=force):
+                    self.metrics.slice_publishes.inc()
+                self.metrics.resource_slices.set(len(chunk_devices(devices)))
+                self.metrics.published_devices.set(len(devices))
+                self.published.set()
+                self._label(force)
                 if force:
                     last_resync = time.monotonic()
-                self.published.set()
                 backoff = 0.0
             except Exception as exc:
+                self.metrics.publish_errors.inc()
                 backoff = min(max(backoff * 2, 1.0), 30.0)
                 log.warning("publishing failed (%s); retrying in %.0f s", exc, backoff)
                 if self._stop.wait(backoff):
@@ -268,15 +406,25 @@ class Agent:
             self._wake.clear()
             if self._stop.is_set():
                 return
+            if self._plugins and self._cordoned() != self._plugin_cordons:
+                inv = self._plugin_inventory()
+                for p in self._plugins:
+                    p.update(inv)
             if woken:
                 continue  # publish (forced) right away; discovery keeps its schedule
             next_discovery = time.monotonic() + self.opts.rediscover_interval
+            if next_discovery >= next_trim:
+                release_free_memory()
+                next_trim = time.monotonic() + TRIM_INTERVAL
             try:
-                inv = discover(self.opts.host_root)
+                inv = discover(
+                    self.opts.host_root, config=self.opts.discovery_config, nvml=self.opts.nvml
+                )
             except Exception:
                 log.exception("discovery failed; keeping the last inventory")
                 continue
             if self._observe(inv):
                 log.info("inventory changed: %d devices", len(self.inventory.devices))
+                plugin_inv = self._plugin_inventory()
                 for p in self._plugins:
-                    p.update(self.inventory)
+                    p.update(plugin_inv)

@@ -8,7 +8,13 @@ from pathlib import Path
 MAX_SOCKET_PATH = 107
 
 
+class SocketPathTooLong(ValueError):
+    """A socket path the kernel cannot bind (a directory given by the user is too deep)."""
+
+
 def check_socket_path(path: Path) -> None:
     """Refuse a path the kernel cannot bind, with a message that says why."""
     if len(str(path).encode()) > MAX_SOCKET_PATH:
-        raise ValueError(f"socket path longer than {MAX_SOCKET_PATH} bytes: {path}")
+        raise SocketPathTooLong(
+            f"socket path longer than {MAX_SOCKET_PATH} bytes: {path} (choose a shorter directory)"
+        )

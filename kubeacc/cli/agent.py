@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import logging
-import signal
-import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kubeacc.cli.errors import FAILURE, fail
+from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
+from kubeacc.cli.options import HostRootOption, KubeconfigOption
+from kubeacc.discovery.nvml import NvmlMode
 from kubeacc.model import DeviceType
+
+if TYPE_CHECKING:
+    from kubeacc.agent.deviceplugin.config import DevicePluginConfig
+    from kubeacc.discovery import DiscoveryConfig
 
 
 def agent_command(
     node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name.")],
-    host_root: Annotated[Path, typer.Option(help="Root of the host's /sys, /dev, /proc.")] = Path(
-        "/"
-    ),
-    kubeconfig: Annotated[
-        Path | None, typer.Option(help="Kubeconfig (default: in-cluster service account).")
-    ] = None,
+    host_root: HostRootOption = Path("/"),
+    kubeconfig: KubeconfigOption = None,
     kubelet_root: Annotated[Path, typer.Option(help="The kubelet's --root-dir.")] = Path(
         "/var/lib/kubelet"
     ),
@@ -34,7 +36,7 @@ def agent_command(
         bool, typer.Option("--apply-classes", help="Create/update the driver's DeviceClasses.")
     ] = False,
     rediscover_interval: Annotated[
-        float, typer.Option(help="Seconds between re-discoveries (hot-plug, health).")
+        float, typer.Option(min=0.05, help="Seconds between re-discoveries (hot-plug, health).")
     ] = 5.0,
     kubelet_plugin: Annotated[
         bool,
@@ -61,68 +63,153 @@ def agent_command(
     simulate_kernel: Annotated[
         bool, typer.Option(help="Synthetic host: emulate the kernel's FPGA programming effects.")
     ] = False,
-    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING")] = "INFO",
+    compact_after: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Fold the DRA checkpoint journal into a new snapshot after this many calls."
+        ),
+    ] = 1000,
+    log_level: LogLevelOption = LogLevel.INFO,
+    nvml: Annotated[
+        NvmlMode, typer.Option(help="NVML for NVIDIA GPUs: auto, on (warn if unusable) or off.")
+    ] = NvmlMode.AUTO,
+    nvml_library: Annotated[
+        Path | None,
+        typer.Option(help="NVML library file (the host driver's libnvidia-ml.so.1, mounted)."),
+    ] = None,
+    discovery_config: Annotated[
+        Path | None, typer.Option(help="Admin-defined devices (DiscoveryConfig YAML).")
+    ] = None,
+    device_plugin_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="DevicePluginConfig YAML: its types are served through the device plugin."
+        ),
+    ] = None,
+    node_labels: Annotated[
+        bool,
+        typer.Option(help="Label the Node with what was found (kubeacc.io/<type>.count, ...)."),
+    ] = True,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)."
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
     import faulthandler
 
+    from kubeacc.agent.arenas import limit_arenas
+
+    limit_arenas()  # before any thread starts: see kubeacc/agent/arenas.py
+
+    from kubeacc.agent.dra.checkpoint import StateError
     from kubeacc.agent.runner import Agent, AgentOptions
+    from kubeacc.cli.signals import stop_on_signals
+    from kubeacc.metrics.http import MetricsAddressError, parse_address
+
+    try:
+        if metrics_address is not None:
+            parse_address(metrics_address)
+        discovery = _discovery_config(discovery_config)
+        dp_config = _device_plugin_config(device_plugin_types or [], device_plugin_config)
+    except ValueError as err:  # the config errors and MetricsAddressError
+        fail(str(err))
+    if nvml_library is not None:
+        from kubeacc.discovery.nvml import use_nvml_library
+
+        use_nvml_library(nvml_library)
 
     faulthandler.enable()  # a crash in a C extension leaves the Python stacks in the log
 
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    for noisy in ("httpx", "httpx2", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    agent = Agent(
-        AgentOptions(
-            node_name=node_name,
-            host_root=host_root,
-            kubeconfig=kubeconfig,
-            kubelet_root=kubelet_root,
-            cdi_dir=cdi_dir,
-            state_dir=state_dir,
-            apply_classes=apply_classes,
-            rediscover_interval=rediscover_interval,
-            kubelet_plugin=kubelet_plugin,
-            device_plugin_types=frozenset(device_plugin_types or ()),
-            bitstream_dir=bitstream_dir,
-            simulate_kernel=simulate_kernel,
+    if not host_root.is_dir():
+        fail(f"host root {host_root} is not a directory")
+    setup_logging(log_level)
+    try:
+        agent = Agent(
+            AgentOptions(
+                node_name=node_name,
+                host_root=host_root,
+                kubeconfig=kubeconfig,
+                kubelet_root=kubelet_root,
+                cdi_dir=cdi_dir,
+                state_dir=state_dir,
+                apply_classes=apply_classes,
+                rediscover_interval=rediscover_interval,
+                kubelet_plugin=kubelet_plugin,
+                device_plugin_types=frozenset(dp_config.types if dp_config else ()),
+                bitstream_dir=bitstream_dir,
+                simulate_kernel=simulate_kernel,
+                compact_after=compact_after,
+                metrics_address=metrics_address,
+                node_labels=node_labels,
+                nvml=nvml.value,
+                discovery_config=discovery,
+            )
         )
-    )
-    if device_plugin_types:
-        from kubeacc.agent.deviceplugin.config import DevicePluginConfig
+    except StateError as exc:
+        fail(str(exc), FAILURE)
+    if dp_config is not None:
         from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 
         agent.add_plugin(
             DevicePluginManager(
                 device_plugin_dir or kubelet_root / "device-plugins",
-                DevicePluginConfig.for_types(list(device_plugin_types)),
+                dp_config,
                 cdi_dir,
                 host_root,
+                agent.metrics,
             )
         )
 
-    def _term(signum: int, frame: object) -> None:
-        agent.request_stop()
-
-    signal.signal(signal.SIGTERM, _term)
-    signal.signal(signal.SIGINT, _term)
-    agent.start()
+    stop_on_signals(agent.request_stop)
+    try:
+        agent.start()
+    except StateError as exc:
+        fail(str(exc), FAILURE)
+    except MetricsAddressError as err:
+        fail(str(err))
     logging.getLogger("kubeacc.agent").info("agent ready on node %s", node_name)
     agent.wait()
     agent.stop()
 
 
-def install_classes_command(
-    kubeconfig: Annotated[Path | None, typer.Option(help="Kubeconfig.")] = None,
-) -> None:
+def _discovery_config(path: Path | None) -> DiscoveryConfig | None:
+    from kubeacc.discovery import load_config
+
+    return load_config(path) if path is not None else None
+
+
+def _device_plugin_config(types: list[DeviceType], path: Path | None) -> DevicePluginConfig | None:
+    """The file's types plus ``--device-plugin-type`` ones (default settings); None: no types."""
+    from kubeacc.agent.deviceplugin.config import DevicePluginConfig, TypeConfig, load_config
+
+    config = load_config(path) if path is not None else DevicePluginConfig()
+    for t in types:
+        config.types.setdefault(t, TypeConfig())
+    return config if config.types else None
+
+
+def install_classes_command(kubeconfig: KubeconfigOption = None) -> None:
     """Create or update the DeviceClasses of the kubeacc.io DRA driver."""
     from kubeacc.agent.dra.classes import apply_device_classes
-    from kubeacc.agent.runner import make_client
+    from kubeacc.clientconfig import make_client
 
     for name in apply_device_classes(make_client(kubeconfig)):
         typer.echo(f"deviceclass {name} applied")
+
+
+def cleanup_command(
+    kubeconfig: KubeconfigOption = None,
+    settle: Annotated[
+        float, typer.Option(help="Seconds between passes (agents shutting down may write).")
+    ] = 5.0,
+) -> None:
+    """Remove what node agents leave behind: kubeacc.io ResourceSlices and their Node labels."""
+    from kubeacc.agent.cleanup import clean
+    from kubeacc.clientconfig import make_client
+
+    removed = clean(make_client(kubeconfig), settle=settle)
+    nodes = removed.labelled_nodes
+    typer.echo(f"removed {removed.slices} ResourceSlices, kubeacc.io labels of {nodes} Nodes")

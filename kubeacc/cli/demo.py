@@ -1,9 +1,12 @@
 """``kubeacc demo``: kube-acc's main job on this machine alone.
 
-Starts the testbed (real etcd, kube-apiserver, scheduler, controller manager and one real
-kubelet, built from upstream sources on first use), runs the node agent for four synthetic
-nodes, applies the DeviceClasses and sample claims, creates pods and shows what the real
-scheduler allocated where and what the real kubelet handed the containers.
+Starts the multi-node testbed (real etcd, kube-apiserver, scheduler, controller manager and four
+real kubelets, built from upstream sources on first use), installs kube-acc on it (CRDs,
+DeviceClasses, controller; node agent and life-cycle agent on every node, each on a synthetic
+host of its own shape), applies two AcceleratorPolicies and the sample claims with a pod each,
+waits until every pod runs, and shows what went where, the inventory with who uses each
+device, and a life-cycle operation: a Reset of a busy GPU (refused), then the same Reset with
+``drainFirst`` (it waits for the pod to go, then runs).
 """
 
 from __future__ import annotations
@@ -12,33 +15,22 @@ import logging
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from kubeacc.synthetic import profiles
+from kubeacc.cli.demo_claims import BITSTREAM, CLAIMS, POLICIES, claim, pod, policy
+
+if TYPE_CHECKING:
+    from lightkube import Client
+
+    from kubeacc.cli.demo_stack import KubeaccStack
 
 NAMESPACE = "kubeacc-demo"
-
-
-@dataclass(frozen=True)
-class DemoNode:
-    name: str
-    profile: str
-    role: str
-
-
-#: The testbed's kubelet node first; the others are Node objects without a kubelet.
-NODES = (
-    DemoNode("node-a", "dgx-h100", "8x H100 + 8 NICs with SR-IOV (real kubelet)"),
-    DemoNode("fpga-node", "intel-fpga-dfl", "2 Intel FPGAs (DFL)"),
-    DemoNode("kunlun-node", "kunlun-xpu", "Baidu KunLun XPUs"),
-    DemoNode("edge-node", "edge-mixed", "SmartNIC/edge: L4, Xilinx FPGA, NIC"),
-)
+#: The claim whose GPU the life-cycle part resets.
+BUSY_CLAIM = "h100"
 
 
 def demo_command(
@@ -48,12 +40,13 @@ def demo_command(
     workdir: Annotated[
         Path | None, typer.Option(help="Where to put synthetic hosts and agent state.")
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for allocations.")] = 120,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for each step.")] = 120,
 ) -> None:
-    """Run the DRA driver on a local cluster: allocate GPUs, FPGAs, NICs and XPUs to pods."""
-    console = Console()
+    """Run kube-acc on a local four-node cluster: inventory, policies, claims, pods, operations."""
+    # Long lines (kubectl's table, messages) are not wrapped: tests and readers grep them.
+    console = Console(soft_wrap=True)
     if not console.is_terminal or console.width < 150:
-        console = Console(width=150)
+        console = Console(width=150, soft_wrap=True)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -62,55 +55,56 @@ def demo_command(
 
 
 def _run(console: Console, base: Path, keep: bool, timeout: float) -> None:
-    from kubeacc.agent.dra.classes import apply_device_classes
-    from kubeacc.agent.runner import Agent, AgentOptions
+    from kubeacc.cli.demo_stack import KubeaccStack
     from kubeacc.testbed import Testbed
     from kubeacc.testbed.build import ensure_built
+    from kubeacc.testbed.shapes import MULTINODE_SHAPES, multinode_options
 
     t0 = time.monotonic()
-    console.rule("kube-acc demo: DRA driver kubeacc.io on a local Kubernetes")
+    console.rule("kube-acc demo: one accelerator framework on a local four-node Kubernetes")
     console.print("[bold]1.[/] testbed binaries (Kubernetes v1.36 built from upstream sources)")
     bins = ensure_built(out=sys.stderr)
     console.print(f"   ready in {bins}")
     console.print(
-        "[bold]2.[/] starting etcd, kube-apiserver, scheduler, controller manager, kubelet"
+        "[bold]2.[/] etcd, kube-apiserver, scheduler, controller manager and four kubelets"
     )
-    tb = Testbed.start(bin_dir=bins, keep=keep)
-    agents: list[Agent] = []
+    tb = Testbed.start(bin_dir=bins, nodes=multinode_options(), keep=keep)
+    problems: list[str] = []
+    stack = KubeaccStack(tb, base, {s.name: s.profile for s in MULTINODE_SHAPES}, interval=0.5)
     try:
-        client = tb.client(field_manager="kubeacc-demo")
         console.print(f"   cluster up in {time.monotonic() - t0:.0f} s; kubeconfig {tb.kubeconfig}")
-        console.print("[bold]3.[/] node agents on synthetic hosts")
-        for node in NODES:
-            host = profiles.build(node.profile, base / "hosts" / node.name)
-            real = node.name == tb.node_name
-            if not real:
-                _api_only_node(client, node.name)
-            opts = AgentOptions(
-                node_name=node.name,
-                host_root=host,
-                kubeconfig=tb.kubeconfig,
-                kubelet_root=tb.kubelet.root_dir,
-                cdi_dir=base / "cdi" / node.name,
-                state_dir=base / "state" / node.name,
-                kubelet_plugin=real,
-            )
-            agent = Agent(opts)
-            agent.start()
-            agents.append(agent)
-            how = "kubelet plugin + slices" if real else "slices only: no kubelet on this node"
-            n = len(agent.inventory.devices)
-            console.print(f"   {node.name:<12} {node.role:<48} {n:>2} devices  ({how})")
-        for agent in agents:
-            agent.published.wait(30)
-        classes = apply_device_classes(client)
-        console.print(f"[bold]4.[/] DeviceClasses: {', '.join(classes)}")
-        _claims_and_pods(console, client, tb, agents, timeout)
+        console.print(
+            "[bold]3.[/] kube-acc: CRDs, DeviceClasses, controller; on every node the node agent "
+            "(DRA plugin) and the life-cycle agent"
+        )
+        stack.start()
+        console.print(f"   DeviceClasses: {', '.join(stack.classes)}")
+        for shape in MULTINODE_SHAPES:
+            n = len(stack.nodes[shape.name].agent.inventory.devices)
+            console.print(f"   {shape.name:<12} {shape.role:<40} {n:>2} devices ({shape.profile})")
+        client = stack.client()
+        problems = _policies(console, client, timeout)
+        problems += _claims_and_pods(console, client, tb, timeout)
+        from kubeacc.cli.demo_report import (
+            claims_table,
+            fpga_programmed,
+            inventory_table,
+            wait_for_users,
+        )
+
+        claims_table(console, client, stack, NAMESPACE)
+        if not fpga_programmed(console, client, NAMESPACE, "fpga-bitstream", BITSTREAM, timeout):
+            problems.append("the FPGA claim's bitstream was not programmed")
+        wait_for_users(client, NAMESPACE, min(timeout, 30))
+        inventory_table(console, tb)
+        problems += _lifecycle(console, client, stack, timeout)
         console.print(f"\ndemo finished in {time.monotonic() - t0:.0f} s")
+        if problems:
+            console.print(f"[red]demo problems: {'; '.join(problems)}[/]")
         if keep:
             console.print(
                 f"[bold]--keep[/]: cluster running; kubectl: {' '.join(tb.kubectl())} "
-                f"-n {NAMESPACE} get pods,resourceclaims.  Ctrl-C stops it."
+                "get accelerators,acceleratoroperations -A.  Ctrl-C stops it."
             )
             try:
                 while True:
@@ -118,30 +112,43 @@ def _run(console: Console, base: Path, keep: bool, timeout: float) -> None:
             except KeyboardInterrupt:
                 pass
     finally:
-        for agent in agents:
-            agent.stop()
+        stack.stop()
         tb.stop()
+    if problems:
+        raise typer.Exit(1)
 
 
-def _api_only_node(client: Any, name: str) -> None:
-    """A Node object with capacity but no kubelet (the scheduler can place pods on it)."""
-    from lightkube.models.meta_v1 import ObjectMeta
-    from lightkube.resources.core_v1 import Node
-    from lightkube.types import PatchType
+def _policies(console: Console, client: Client, timeout: float) -> list[str]:
+    from lightkube.codecs import from_dict
 
-    client.create(Node(metadata=ObjectMeta(name=name, labels={"kubeacc.io/demo": "api-only"})))
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110"}
-    status = {"capacity": resources, "allocatable": resources}
-    client.patch(Node.Status, name, {"status": status}, patch_type=PatchType.MERGE)
+    from kubeacc.crds.resources import AcceleratorPolicy, as_dict
+
+    console.print("[bold]4.[/] AcceleratorPolicies")
+    for name in POLICIES:
+        client.create(from_dict(policy(name)))
+    deadline = time.monotonic() + timeout
+    ready: dict[str, str] = {}
+    while time.monotonic() < deadline and len(ready) < len(POLICIES):
+        for name in POLICIES:
+            status = as_dict(client.get(AcceleratorPolicy, name)).get("status") or {}
+            if status.get("deviceClassName"):
+                ready[name] = (
+                    f"DeviceClass {status['deviceClassName']}, "
+                    f"{status.get('matchedAccelerators', 0)} accelerators"
+                )
+        time.sleep(0.3)
+    for name, spec in POLICIES.items():
+        what = "allows " + ", ".join(b["name"] for b in spec.get("allowedBitstreams", []))
+        if "sharing" in spec:
+            what = f"sharing {spec['sharing']['mode']}"
+        console.print(f"   {name:<12} {what:<40} -> {ready.get(name, '[red]no DeviceClass[/]')}")
+    return [f"policy {n} has no DeviceClass" for n in POLICIES if n not in ready]
 
 
-def _claims_and_pods(console: Console, client: Any, tb: Any, agents: Any, timeout: float) -> None:
+def _claims_and_pods(console: Console, client: Client, tb: Any, timeout: float) -> list[str]:
     from lightkube.codecs import from_dict
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import Namespace, Pod
-    from lightkube.resources.resource_v1 import ResourceClaim
-
-    from kubeacc.cli.demo_claims import CLAIMS, claim, pod
 
     client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
     tb.wait_service_account(NAMESPACE)
@@ -149,78 +156,39 @@ def _claims_and_pods(console: Console, client: Any, tb: Any, agents: Any, timeou
     for name in CLAIMS:
         client.create(from_dict(claim(name, NAMESPACE)))
         client.create(from_dict(pod(name, NAMESPACE)))
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        claims = {c.metadata.name: c for c in client.list(ResourceClaim, namespace=NAMESPACE)}
-        pods = {p.metadata.name: p for p in client.list(Pod, namespace=NAMESPACE)}
-        allocated = all(c.status and c.status.allocation for c in claims.values())
-        on_a = [p for p in pods.values() if p.spec.nodeName == tb.node_name]
-        started = all(p.status and p.status.phase == "Running" for p in on_a)
-        if allocated and started and len(claims) == len(CLAIMS):
+    t0 = time.monotonic()
+    running = 0
+    while time.monotonic() - t0 < timeout:
+        pods = list(client.list(Pod, namespace=NAMESPACE))
+        running = sum(1 for p in pods if p.status and p.status.phase == "Running")
+        if running == len(CLAIMS):
             break
         time.sleep(0.5)
-    inventories = {a.opts.node_name: a.inventory for a in agents}
-    _table(console, tb, claims, pods, inventories, agents[0].opts.cdi_dir)
-
-
-def _units(cdi_dir: Path, uid: str) -> str | None:
-    import json
-
-    from kubeacc.agent.dra.cdi import spec_path
-
-    try:
-        spec = json.loads(spec_path(cdi_dir, uid).read_text())
-    except (OSError, ValueError):
-        return None
-    env = spec.get("containerEdits", {}).get("env", [])
-    return next((e for e in env if e.startswith("ACCELERATOR_UNITS=")), None)
-
-
-def _table(console: Console, tb: Any, claims: Any, pods: Any, invs: Any, cdi_dir: Path) -> None:
-    from kubeacc.cli.demo_claims import CLAIMS
-
-    records = {r.pod: r for r in tb.kubelet.container_records(namespace=NAMESPACE)}
-    table = Table(title="What the scheduler allocated and the kubelet prepared", show_lines=True)
-    for col in ("claim", "wants", "node", "devices (request: device, model, PCIe root)", "pod"):
-        table.add_column(col)
-    for name, (what, _spec) in CLAIMS.items():
-        c = claims.get(name)
-        alloc = c.status.allocation if c and c.status else None
-        p = pods.get(f"{name}-pod")
-        node = (p.spec.nodeName if p and p.spec else None) or "-"
-        lines = []
-        for r in alloc.devices.results if alloc else []:
-            dev = _find(invs.get(r.pool), r.device)
-            model = dev[0] if dev else "?"
-            root = dev[1] if dev else "?"
-            lines.append(f"{r.request}: [bold]{r.device}[/] {model} {root}")
-        phase = (p.status.phase if p and p.status else None) or "-"
-        rec = records.get(f"{name}-pod")
-        if rec is not None:
-            phase += "\nCDI: " + ", ".join(d.split("=", 1)[1][:13] + "…" for d in rec.cdi_devices)
-            units = _units(cdi_dir, c.metadata.uid) if c else None
-            if units:
-                phase += f"\n{units} (CDI spec)"
-        elif node not in ("-", tb.node_name):
-            phase += " (no kubelet)"
-        table.add_row(name, what, node, "\n".join(lines) or "[red]not allocated[/]", phase)
-    console.print(table)
     console.print(
-        "Only node-a runs a kubelet: pods there reach Running with the CDI devices our plugin "
-        "returned.\nThe other nodes are Node objects whose agents publish ResourceSlices; the "
-        "real scheduler allocates\nfrom them and binds the pods, which then stay Pending (no "
-        "kubelet to start them)."
+        f"   {running}/{len(CLAIMS)} pods Running after {time.monotonic() - t0:.0f} s "
+        "(scheduled by kube-scheduler, prepared by each node's agent, started by its kubelet)"
     )
+    return [] if running == len(CLAIMS) else [f"{running}/{len(CLAIMS)} pods Running"]
 
 
-def _find(inv: Any, device: str) -> tuple[str, str] | None:
-    if inv is None:
-        return None
-    for d in inv.devices:
-        if d.name == device:
-            return d.model, d.pcie_root or ""
-        for part in d.partitions:
-            if f"{d.name}-vf{part.index}" == device:
-                return f"VF {part.index} of {d.model}", d.pcie_root or ""
-    return None
+def _lifecycle(console: Console, client: Client, stack: KubeaccStack, timeout: float) -> list[str]:
+    from lightkube.resources.core_v1 import Pod
+
+    from kubeacc.cli.demo_report import gpu_of_claim, operation, show_operation
+
+    console.print("[bold]8.[/] life cycle: reset the GPU of a running pod")
+    target = gpu_of_claim(client, NAMESPACE, BUSY_CLAIM)
+    if target is None:
+        console.print(f"   [red]claim {BUSY_CLAIM} holds no GPU; skipping the operations[/]")
+        return [f"claim {BUSY_CLAIM} holds no GPU"]
+    problems = []
+    refused = operation(client, NAMESPACE, "reset-busy-gpu", target, drain_first=False)
+    if show_operation(console, client, NAMESPACE, refused, timeout) != "Failed":
+        problems.append("the Reset of a busy GPU was not refused")
+    drained = operation(client, NAMESPACE, "reset-after-drain", target, drain_first=True)
+    show_operation(console, client, NAMESPACE, drained, timeout, draining=True)
+    console.print(f"   deleting pod {BUSY_CLAIM}-pod, the GPU's user")
+    client.delete(Pod, f"{BUSY_CLAIM}-pod", namespace=NAMESPACE, grace_period=0)
+    if show_operation(console, client, NAMESPACE, drained, timeout) != "Succeeded":
+        problems.append("the drainFirst Reset did not succeed")
+    return problems

@@ -1,15 +1,32 @@
-"""The sample ResourceClaims and pods of ``kubeacc demo`` (plain API objects)."""
+"""The sample AcceleratorPolicies, ResourceClaims and pods of ``kubeacc demo`` (plain API
+objects)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.synthetic.bitstreams import bitstream
 
-H100 = 'device.attributes["kubeacc.io"].model.startsWith("NVIDIA H100")'
 H200 = 'device.attributes["kubeacc.io"].model.startsWith("NVIDIA H200")'
 NOT_A_VF = '!("sriovVF" in device.attributes["kubeacc.io"])'
-BITSTREAM_DIGEST = "sha256:" + "5e" * 32
+ARRIA10 = 'device.attributes["kubeacc.io"].model == "PAC with Arria 10 GX FPGA"'
+#: What the FPGA claim programs: a file of the node's bitstream library (kubeacc.synthetic).
+BITSTREAM = bitstream("crypto-offload-v3.gbs")
+
+#: The admin's policies: which bitstreams may be programmed onto the Intel FPGAs, and the H100s
+#: as a class of their own (each policy generates a DeviceClass <name>.policy.kubeacc.io).
+POLICIES: dict[str, dict[str, Any]] = {
+    "fpga-crypto": {
+        "selector": {"types": ["fpga"], "vendors": ["Intel"]},
+        "allowedBitstreams": [{"name": BITSTREAM.name, "sha256": BITSTREAM.sha256}],
+        "onUnhealthy": "Drain",
+    },
+    "h100": {
+        "selector": {"types": ["gpu"], "models": ["NVIDIA H100 80GB HBM3"]},
+        "sharing": {"mode": "Exclusive", "maxConsumers": 1},
+    },
+}
 
 
 def _req(name: str, cls: str, count: int = 1, cel: str | None = None) -> dict[str, Any]:
@@ -26,8 +43,8 @@ CLAIMS: dict[str, tuple[str, dict[str, Any]]] = {
         {"devices": {"requests": [_req("gpu", "gpu.kubeacc.io")]}},
     ),
     "h100": (
-        "an H100, by CEL selector on kubeacc.io/model",
-        {"devices": {"requests": [_req("gpu", "gpu.kubeacc.io", cel=H100)]}},
+        "an H100, from the DeviceClass the h100 AcceleratorPolicy generates",
+        {"devices": {"requests": [_req("gpu", "h100.policy.kubeacc.io")]}},
     ),
     "gpus-nic-same-root": (
         "2 GPUs + a NIC on one PCIe root (matchAttribute resource.kubernetes.io/pcieRoot)",
@@ -62,16 +79,10 @@ CLAIMS: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
     "fpga-bitstream": (
-        "an Intel FPGA with FpgaConfig (bitstream to program)",
+        "an Arria 10 FPGA programmed with a bitstream (FpgaConfig)",
         {
             "devices": {
-                "requests": [
-                    _req(
-                        "fpga",
-                        "fpga.kubeacc.io",
-                        cel='device.attributes["kubeacc.io"].vendor == "Intel"',
-                    )
-                ],
+                "requests": [_req("fpga", "fpga.kubeacc.io", cel=ARRIA10)],
                 "config": [
                     {
                         "requests": ["fpga"],
@@ -81,8 +92,8 @@ CLAIMS: dict[str, tuple[str, dict[str, Any]]] = {
                                 "apiVersion": "kubeacc.io/v1alpha1",
                                 "kind": "FpgaConfig",
                                 "bitstream": {
-                                    "name": "crypto-offload-v3",
-                                    "digest": BITSTREAM_DIGEST,
+                                    "name": BITSTREAM.name,
+                                    "digest": f"sha256:{BITSTREAM.sha256}",
                                 },
                             },
                         },
@@ -108,6 +119,15 @@ CLAIMS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def policy(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeacc.io/v1alpha1",
+        "kind": "AcceleratorPolicy",
+        "metadata": {"name": name},
+        "spec": POLICIES[name],
+    }
+
+
 def claim(name: str, namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -118,19 +138,12 @@ def claim(name: str, namespace: str) -> dict[str, Any]:
 
 
 def pod(claim_name: str, namespace: str) -> dict[str, Any]:
-    # Nodes without a kubelet never become Ready; tolerate that so the scheduler still places
-    # the pod (and allocates its claim) there.
-    tolerations = [
-        {"key": f"node.kubernetes.io/{t}", "operator": "Exists"}
-        for t in ("not-ready", "unreachable")
-    ]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": f"{claim_name}-pod", "namespace": namespace},
         "spec": {
             "terminationGracePeriodSeconds": 0,
-            "tolerations": tolerations,
             "resourceClaims": [{"name": "acc", "resourceClaimName": claim_name}],
             "containers": [
                 {

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +14,13 @@ from kubeacc.agent.deviceplugin.config import (
     load_config,
 )
 from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+from kubeacc.cli.errors import fail
+from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
+from kubeacc.cli.options import HostRootOption
+from kubeacc.cli.probes import start_probes
+from kubeacc.cli.signals import stop_on_signals
 from kubeacc.discovery import discover
+from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import DeviceType
 
 log = logging.getLogger("kubeacc.device-plugin")
@@ -24,9 +28,7 @@ DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 
 
 def device_plugin_command(
-    host_root: Annotated[Path, typer.Option(help="Root of the host's /sys, /dev, /proc.")] = Path(
-        "/"
-    ),
+    host_root: HostRootOption = Path("/"),
     plugin_dir: Annotated[
         Path, typer.Option(help="The kubelet's device-plugin directory (kubelet.sock).")
     ] = DEFAULT_PLUGIN_DIR,
@@ -38,15 +40,23 @@ def device_plugin_command(
         Path | None, typer.Option(help="DevicePluginConfig YAML (per-type resources, sharing).")
     ] = None,
     interval: Annotated[
-        float, typer.Option(help="Seconds between re-discoveries (hot-plug, health).")
+        float, typer.Option(min=0.05, help="Seconds between re-discoveries (hot-plug, health).")
     ] = 5.0,
     nvml: Annotated[str, typer.Option(help="Use NVML: auto, on or off.")] = "auto",
     cdi_dir: Annotated[
         Path, typer.Option(help="Where the CDI spec goes when the config enables CDI.")
     ] = Path("/var/run/cdi"),
+    log_level: LogLevelOption = LogLevel.INFO,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(
+            help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)."
+        ),
+    ] = None,
 ) -> None:
     """Advertise accelerators to the kubelet as kubeacc.io/<type> and kubeacc.io/<type>-<model>."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if nvml not in ("auto", "on", "off"):
+        fail(f"--nvml must be auto, on or off, not {nvml!r}")
     try:
         cfg = (
             load_config(config)
@@ -54,19 +64,32 @@ def device_plugin_command(
             else DevicePluginConfig.for_types(list(types or DeviceType))
         )
     except DevicePluginConfigError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from err
+        fail(str(err))
     if not host_root.is_dir():
-        typer.echo(f"error: host root {host_root} is not a directory", err=True)
-        raise typer.Exit(2)
-    manager = DevicePluginManager(plugin_dir, cfg, cdi_dir, host_root)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        fail(f"host root {host_root} is not a directory")
+    if not plugin_dir.is_dir():
+        fail(
+            f"plugin dir {plugin_dir} is not a directory (the kubelet's <root-dir>/device-plugins)"
+        )
+    setup_logging(log_level)
+    metrics = DevicePluginMetrics.standalone()
+    manager = DevicePluginManager(plugin_dir, cfg, cdi_dir, host_root, metrics)
+    probes = start_probes(
+        metrics_address,
+        metrics.registry,
+        ready=lambda: [f"{r} not registered with the kubelet" for r in manager.unregistered()],
+    )
+    stop = stop_on_signals()
     manager.start(discover(host_root, nvml=nvml))
-    log.info("serving %s from %s", ", ".join(sorted(manager.servers)) or "nothing", plugin_dir)
+    served = ", ".join(sorted(manager.servers)) or "no resources (no matching devices found)"
+    if manager.kubelet_socket.exists():
+        log.info("serving %s; registered with the kubelet at %s", served, manager.kubelet_socket)
+    else:
+        log.info("serving %s; not registered yet (no kubelet socket)", served)
     try:
         while not stop.wait(interval):
             manager.update(discover(host_root, nvml=nvml))
     finally:
         manager.stop()
+        if probes is not None:
+            probes.stop()

@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
-from kubeacc.cli.output import Format, dump
+from kubeacc.cli.errors import fail
+from kubeacc.cli.output import Format, OutputOption, dump, print_table
 from kubeacc.discovery import ConfigError, discover, load_config
 from kubeacc.model import Device, DeviceType, Inventory
 
@@ -43,36 +44,53 @@ def type_facts(dev: Device) -> str:
     return " ".join(facts)
 
 
-def render_table(inv: Inventory, console: Console) -> None:
-    table = Table(title=f"Accelerators on {inv.hostname or 'host'}", title_justify="left")
-    for column in ("TYPE", "NAME", "VENDOR", "MODEL", "BDF", "NUMA", "PCIE ROOT", "HEALTH"):
-        table.add_column(column, no_wrap=column in ("NAME", "BDF"))
-    table.add_column("DETAILS")
+COLUMNS = ("TYPE", "NAME", "VENDOR", "MODEL", "BDF", "NUMA", "PCIE ROOT", "HEALTH", "DETAILS")
+
+
+def render_table(inv: Inventory, console: Console | None = None) -> None:
+    rows: list[list[str | Text]] = []
     for dev in inv.devices:
-        health = dev.health.state.value
+        health: str | Text = dev.health.state.value
         if not dev.health.healthy:
-            health = f"[red]{health}[/red] {dev.health.reason}"
-        table.add_row(
-            dev.type.value,
-            dev.name,
-            dev.vendor,
-            dev.model,
-            dev.pci_bus_id or "",
-            str(dev.numa_node),
-            dev.pcie_root or "",
-            health,
-            type_facts(dev),
+            health = Text(f"{dev.health.state.value} {dev.health.reason}".strip(), style="red")
+        rows.append(
+            [
+                dev.type.value,
+                dev.name,
+                dev.vendor,
+                dev.model,
+                dev.pci_bus_id or "",
+                str(dev.numa_node),
+                dev.pcie_root or "",
+                health,
+                type_facts(dev),
+            ]
         )
-    console.print(table)
+    print_table(
+        COLUMNS,
+        rows,
+        title=f"Accelerators on {inv.hostname or 'host'}",
+        wrap=("DETAILS",),
+        optional=("VENDOR", "PCIE ROOT", "DETAILS", "NUMA"),
+        console=console,
+    )
+
+
+def no_devices_hint(host_root: Path, types: list[DeviceType] | None) -> str:
+    what = "/".join(t.value for t in types) + " accelerators" if types else "accelerators"
+    hint = f"no {what} found under {host_root}"
+    if host_root == Path("/"):
+        return (
+            hint + " (in a container? mount the host's /sys, /dev and /proc and pass --host-root)"
+        )
+    return hint + " (is it a host root with sys/bus/pci/devices?)"
 
 
 def discover_command(
     host_root: Annotated[
         Path, typer.Option("--host-root", help="Root of the host's /sys, /dev and /proc.")
     ] = Path("/"),
-    output: Annotated[Format, typer.Option("--output", "-o", help="Output format.")] = (
-        Format.TABLE
-    ),
+    output: OutputOption = Format.TABLE,
     types: Annotated[
         list[DeviceType] | None,
         typer.Option("--type", "-t", help="Only devices of this type (repeatable)."),
@@ -86,24 +104,20 @@ def discover_command(
     ] = "auto",
 ) -> None:
     """Discover the accelerators of a host: GPUs, FPGAs, NICs, XPUs and other accelerators."""
-    err = Console(stderr=True, soft_wrap=True)
     if not host_root.is_dir():
-        err.print(f"[red]error:[/red] host root {host_root} is not a directory")
-        raise typer.Exit(2)
+        fail(f"host root {host_root} is not a directory")
     if nvml not in ("auto", "on", "off"):
-        err.print(f"[red]error:[/red] --nvml must be auto, on or off, not {nvml!r}")
-        raise typer.Exit(2)
+        fail(f"--nvml must be auto, on or off, not {nvml!r}")
     try:
         cfg = load_config(config) if config is not None else None
     except ConfigError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        fail(str(exc))
     inv = discover(host_root, config=cfg, nvml=nvml, types=types)
     if output is Format.TABLE:
-        render_table(inv, Console())
-        for warning in inv.warnings:
-            err.print(f"[yellow]warning:[/yellow] {warning}")
-        return
-    sys.stdout.write(dump(inv.to_json_dict(), output))
-    if output is Format.JSON:
-        sys.stdout.write("\n")
+        render_table(inv)
+    else:
+        sys.stdout.write(dump(inv.to_json_dict(), output))
+    for warning in inv.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    if not inv.devices:
+        typer.echo(f"hint: {no_devices_hint(host_root, types)}", err=True)

@@ -15,12 +15,12 @@ def main() -> None:
         import typer
 
         from kubeacc.cli.agent import agent_command
+        from kubeacc.cli.errors import run_app
 
         agent_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
         agent_app.command("agent")(agent_command)
         # A one-command typer app takes the command's options directly.
-        agent_app(args=sys.argv[2:], prog_name="kubeacc agent")
-        return
+        run_app(agent_app, args=sys.argv[2:], prog_name="kubeacc agent")
     from kubeacc.cli.main import main as full
 
     full()

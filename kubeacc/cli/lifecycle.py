@@ -2,96 +2,107 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
 import socket
-import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-
-def _client(kubeconfig: Path | None, field_manager: str):  # type: ignore[no-untyped-def]
-    from lightkube import Client
-    from lightkube.config.kubeconfig import KubeConfig
-
-    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
-    return Client(config, field_manager=field_manager)
-
-
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
-
-
-def _logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+from kubeacc.cli.errors import fail
+from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
+from kubeacc.cli.options import HostRootOption, KubeconfigOption
+from kubeacc.cli.probes import start_probes
+from kubeacc.cli.signals import stop_on_signals
+from kubeacc.discovery.nvml import NvmlMode
 
 
 def controller_command(
-    kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig; default: in-cluster")] = None,
+    kubeconfig: KubeconfigOption = None,
     identity: Annotated[str | None, typer.Option(help="Leader-election identity")] = None,
     lease_namespace: Annotated[str, typer.Option()] = "kube-system",
     interval: Annotated[
         float,
-        typer.Option(help="Minimum seconds between reconcile passes (changes are coalesced)"),
+        typer.Option(
+            min=0.0, help="Minimum seconds between reconcile passes (changes are coalesced)"
+        ),
     ] = 0.2,
     resync_seconds: Annotated[
-        float, typer.Option(help="Full reconcile pass at least this often, changes or not")
+        float, typer.Option(min=1.0, help="Full reconcile pass at least this often, changes or not")
     ] = 30.0,
     install_crds: Annotated[bool, typer.Option(help="Apply the CRDs at start")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    log_level: LogLevelOption = LogLevel.INFO,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)"),
+    ] = None,
 ) -> None:
     """Run the controller: policies -> DeviceClasses, operations, inventory clean-up."""
+    from kubeacc.clientconfig import make_client
     from kubeacc.controller.controller import FIELD_MANAGER, Controller
     from kubeacc.crds.resources import install_crds as install
 
-    _logging(verbose)
-    client = _client(kubeconfig, FIELD_MANAGER)
-    if install_crds:
-        install(client)
+    setup_logging(log_level)
+    stop = stop_on_signals()
+    client = make_client(kubeconfig, FIELD_MANAGER)
     who = identity or f"{socket.gethostname()}-{os.getpid()}"
-    Controller(
+    controller = Controller(
         client,
         identity=who,
         lease_namespace=lease_namespace,
         interval=interval,
         resync_seconds=resync_seconds,
-    ).run(_stop_on_signals())
+    )
+    probes = start_probes(
+        metrics_address,
+        controller.metrics.registry,
+        healthy=controller.failing_health,
+        ready=controller.not_ready,
+    )
+    if install_crds:
+        install(client)
+    try:
+        controller.run(stop)
+    finally:
+        if probes is not None:
+            probes.stop()
 
 
 def lifecycle_agent_command(
     node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name")],
-    host_root: Annotated[Path, typer.Option(help="Root of the host's /sys, /dev, /proc")] = Path(
-        "/"
-    ),
-    kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig; default: in-cluster")] = None,
+    host_root: HostRootOption = Path("/"),
+    kubeconfig: KubeconfigOption = None,
     bitstream_dir: Annotated[
         Path, typer.Option(help="Node-local library of FPGA bitstreams")
     ] = Path("/var/lib/kubeacc/bitstreams"),
     interval: Annotated[
-        float, typer.Option(help="Seconds between discoveries of the host (operations wake it)")
+        float,
+        typer.Option(min=0.05, help="Seconds between discoveries of the host (operations wake it)"),
     ] = 1.0,
     resync_seconds: Annotated[
-        float, typer.Option(help="Re-list and re-apply Accelerators and operations this often")
+        float,
+        typer.Option(min=1.0, help="Re-list and re-apply Accelerators and operations this often"),
     ] = 60.0,
     simulate_kernel: Annotated[
         bool, typer.Option(help="Synthetic host: emulate the kernel's sysfs/ioctl effects")
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    log_level: LogLevelOption = LogLevel.INFO,
+    nvml: Annotated[
+        NvmlMode, typer.Option(help="NVML for NVIDIA GPUs: auto, on (warn if unusable) or off")
+    ] = NvmlMode.AUTO,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)"),
+    ] = None,
 ) -> None:
     """Run the node side of the life cycle: Accelerator status and operations on this node."""
     from kubeacc.agent.lifecycle.agent import LifecycleAgent
     from kubeacc.agent.lifecycle.host import HostKernel, LinuxKernel
+    from kubeacc.clientconfig import make_client
 
-    _logging(verbose)
+    if not host_root.is_dir():
+        fail(f"host root {host_root} is not a directory")
+    setup_logging(log_level)
     kernel: HostKernel
     if simulate_kernel:
         from kubeacc.synthetic.kernel import SyntheticKernel
@@ -100,15 +111,21 @@ def lifecycle_agent_command(
     else:
         kernel = LinuxKernel(host_root)
     agent = LifecycleAgent(
-        _client(kubeconfig, f"kubeacc-agent-{node_name}"),
+        make_client(kubeconfig, f"kubeacc-agent-{node_name}"),
         node_name=node_name,
         host_root=host_root,
         bitstream_dir=bitstream_dir,
         kernel=kernel,
         interval=interval,
         resync_seconds=resync_seconds,
+        nvml=nvml.value,
     )
-    agent.run(_stop_on_signals())
+    probes = start_probes(metrics_address, agent.metrics.registry, ready=agent.not_ready)
+    try:
+        agent.run(stop_on_signals(agent.wake))
+    finally:
+        if probes is not None:
+            probes.stop()
 
 
 def crds_command(

@@ -5,25 +5,35 @@ from __future__ import annotations
 import typer
 
 from kubeacc import __version__
-from kubeacc.cli.agent import agent_command, install_classes_command
+from kubeacc.cli.agent import agent_command, cleanup_command, install_classes_command
 from kubeacc.cli.demo import demo_command
 from kubeacc.cli.deviceplugin import device_plugin_command
 from kubeacc.cli.discover import discover_command
+from kubeacc.cli.errors import run_app
 from kubeacc.cli.lifecycle import controller_command, crds_command, lifecycle_agent_command
 from kubeacc.cli.plan import plan
 
 app = typer.Typer(
     name="kubeacc",
     help="kube-acc: one accelerator management system for Kubernetes.",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback(invoke_without_command=True)
+def _root(ctx: typer.Context) -> None:
+    """kube-acc: one accelerator management system for Kubernetes."""
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+
+
 app.command("discover")(discover_command)
 app.command("demo")(demo_command)
 app.command("plan")(plan)
 app.command("agent")(agent_command)
 app.command("install-classes")(install_classes_command)
+app.command("cleanup")(cleanup_command)
 app.command("device-plugin")(device_plugin_command)
 app.command("controller")(controller_command)
 app.command("lifecycle-agent")(lifecycle_agent_command)
@@ -45,7 +55,7 @@ def version() -> None:
 
 
 def main() -> None:
-    app()
+    run_app(app, prog_name="kubeacc")
 
 
 if __name__ == "__main__":

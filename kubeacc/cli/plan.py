@@ -1,23 +1,27 @@
 """``kubeacc plan``: where would these ResourceClaims be allocated, or why not.
 
 Reads every ``*.yaml``/``*.yml``/``*.json`` file under a folder (multi-document YAML and ``List``
-kinds are fine), or the live objects of a cluster (``--kubeconfig``), sorts the objects by kind
+kinds are fine), or, without a folder, the live objects of the cluster the kubeconfig names
+(``--kubeconfig``, ``$KUBECONFIG``, in-cluster, ``~/.kube/config``), sorts the objects by kind
 (ResourceSlice, DeviceClass, ResourceClaim, Node), treats claims that already carry
 ``status.allocation`` as existing allocations, and plans the others in order. Prints a
-table, or JSON with ``-o json``.
+table, or JSON / YAML with ``-o json`` / ``-o yaml``. Verdicts are kube-scheduler's (its
+allocator's quirks included); an explanation names the scheduler deviation when one decides
+(docs/placement.md, "Deviations").
 """
 
 from __future__ import annotations
 
-import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
-from rich.console import Console
-from rich.table import Table
 
+from kubeacc.cli.errors import fail
+from kubeacc.cli.options import KubeconfigOption
+from kubeacc.cli.output import Format, OutputOption, dump, print_table
 from kubeacc.engine.engine import Engine, Placement
 
 
@@ -35,13 +39,14 @@ def load_objects(folder: Path) -> list[dict[str, Any]]:
     return objs
 
 
-def cluster_objects(kubeconfig: Path, namespace: str | None = None) -> list[dict[str, Any]]:
+def cluster_objects(kubeconfig: Path | None, namespace: str | None = None) -> list[dict[str, Any]]:
     """ResourceSlices, DeviceClasses, Nodes and ResourceClaims of a live cluster, as dicts."""
-    from lightkube import Client, KubeConfig
     from lightkube.resources.core_v1 import Node
     from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
-    client = Client(KubeConfig.from_file(kubeconfig))
+    from kubeacc.clientconfig import make_client
+
+    client = make_client(kubeconfig)
     objs: list[dict[str, Any]] = []
     for kind, name in (
         (ResourceSlice, "ResourceSlice"),
@@ -49,10 +54,13 @@ def cluster_objects(kubeconfig: Path, namespace: str | None = None) -> list[dict
         (Node, "Node"),
     ):
         objs += [{**o.to_dict(), "kind": name} for o in client.list(kind)]  # type: ignore[attr-defined]
-    ns = namespace if namespace is not None else "*"
-    objs += [
-        {**o.to_dict(), "kind": "ResourceClaim"} for o in client.list(ResourceClaim, namespace=ns)
-    ]
+    # Devices are shared by the whole cluster: claims allocated in any namespace hold theirs,
+    # whatever namespace is being planned. Only the pending claims are limited to it.
+    for o in client.list(ResourceClaim, namespace="*"):
+        claim = {**o.to_dict(), "kind": "ResourceClaim"}
+        mine = namespace is None or claim["metadata"].get("namespace") == namespace
+        if mine or (claim.get("status") or {}).get("allocation"):
+            objs.append(claim)
     return objs
 
 
@@ -77,41 +85,40 @@ def plan(
     folder: Annotated[
         Path | None,
         typer.Argument(
-            help="Folder of YAML/JSON: slices, classes, claims", exists=True, file_okay=False
+            help="Folder of YAML/JSON: slices, classes, claims (default: the live cluster)",
+            exists=True,
+            file_okay=False,
         ),
     ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option(help="Plan the pending claims of a live cluster instead of a folder."),
-    ] = None,
+    kubeconfig: KubeconfigOption = None,
     namespace: Annotated[
-        str | None, typer.Option(help="With --kubeconfig: only claims of this namespace.")
+        str | None, typer.Option(help="With a cluster: only claims of this namespace.")
     ] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json")] = "table",
+    output: OutputOption = Format.TABLE,
 ) -> None:
     """Show where each ResourceClaim would be allocated, or why it cannot be."""
-    if (folder is None) == (kubeconfig is None):
-        typer.echo("error: give either a folder or --kubeconfig", err=True)
-        raise typer.Exit(code=2)
-    objs = cluster_objects(kubeconfig, namespace) if kubeconfig else load_objects(folder)  # type: ignore[arg-type]
+    if folder is not None and kubeconfig is not None:
+        fail("give a folder or --kubeconfig, not both")
+    objs = load_objects(folder) if folder is not None else cluster_objects(kubeconfig, namespace)
     placements = run_plan(objs)
-    if output == "json":
-        typer.echo(json.dumps([p.to_dict() for p in placements], indent=2))
+    if output is Format.TABLE:
+        print_table(
+            ("CLAIM", "NODE", "DEVICES", "WHY NOT"),
+            [_row(p) for p in placements],
+            title="kubeacc plan",
+            wrap=("DEVICES", "WHY NOT"),
+        )
     else:
-        console = Console()
-        table = Table(title="kubeacc plan")
-        for col in ("claim", "node", "devices", "why not"):
-            table.add_column(col)
-        for p in placements:
-            if p.allocation is not None:
-                devs = ", ".join(
-                    f"{r['request']}: {r['pool']}/{r['device']}"
-                    for r in p.allocation["devices"]["results"]
-                )
-                table.add_row(p.claim, p.node or "(any)", devs, "")
-            else:
-                why = "\n".join(p.explanation.lines()) if p.explanation else "unknown"
-                table.add_row(p.claim, "-", "-", why)
-        console.print(table)
+        sys.stdout.write(dump([p.to_dict() for p in placements], output))
     if any(not p.ok for p in placements):
         raise typer.Exit(code=1)
+
+
+def _row(p: Placement) -> list[str]:
+    if p.allocation is not None:
+        devs = ", ".join(
+            f"{r['request']}: {r['pool']}/{r['device']}" for r in p.allocation["devices"]["results"]
+        )
+        return [p.claim, p.node or "(any)", devs, ""]
+    why = "\n".join(p.explanation.lines()) if p.explanation else "unknown"
+    return [p.claim, "-", "-", why]

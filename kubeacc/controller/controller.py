@@ -26,7 +26,16 @@ Writes:
 * AcceleratorPolicy/AcceleratorOperation status: server-side apply of the fields this controller
   owns. Operation ``status.results`` belong to the node agents (one field manager per node), so
   the two never fight over a field.
-* Accelerators: ``spec.cordoned`` (merge patch) for drains; deletion when the node is gone.
+* Accelerators: ``spec.cordoned`` (merge patch) for drains and uncordons; deletion when the
+  node is gone.
+
+Cordons, and who lifts them: a ``Drain`` operation's cordon stays until an ``Uncordon``
+operation lifts it; a ``drainFirst`` operation lifts its own cordons when it ends, however it
+ends; a cordon for an unhealthy device (a policy with ``onUnhealthy: Drain``) is lifted when the
+device is healthy again. The annotation ``kubeacc.io/cordoned-by`` records who set it.
+
+"In use" means: a consumer in ``status.allocatedTo`` (written by the node agents) or a reserved
+ResourceClaim allocated the device (the moment before the node agent has prepared it).
 """
 
 from __future__ import annotations
@@ -41,12 +50,20 @@ from typing import Any
 from lightkube import ApiError, Client
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node
-from lightkube.resources.resource_v1 import DeviceClass
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 from lightkube.types import PatchType
 
 from kubeacc.apiclient import prime_decoders
 from kubeacc.controller.leader import LeaderElector
-from kubeacc.controller.operations import Refusal, TargetView, busy, covering, validate
+from kubeacc.controller.operations import (
+    Refusal,
+    TargetView,
+    attributable_results,
+    busy,
+    claim_holders,
+    covering,
+    validate,
+)
 from kubeacc.controller.policies import SPEC_HASH_ANNOTATION, device_class
 from kubeacc.crds.resources import (
     Accelerator,
@@ -65,6 +82,7 @@ from kubeacc.crds.status import (
 )
 from kubeacc.crds.types import (
     API_VERSION,
+    CONTROLLER_ACTIONS,
     POLICY_LABEL,
     AcceleratorOperationSpec,
     AcceleratorOperationStatus,
@@ -77,12 +95,19 @@ from kubeacc.crds.types import (
     UnhealthyAction,
 )
 from kubeacc.crds.watch import WatchCache, ignoring, membership
+from kubeacc.metrics.controller import ControllerMetrics
 from kubeacc.model import HealthState
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "kubeacc-controller"
 CORDONED_BY = "kubeacc.io/cordoned-by"
+#: ``kubeacc.io/cordoned-by`` of a cordon set for an unhealthy device.
+POLICY_CORDON = "policy"
+DRA_DRIVER = "kubeacc.io"
+#: While an operation waits for consumers, it looks again at least this often (seconds): a
+#: claim's reservation ending wakes no watch of the controller.
+DRAIN_RECHECK_SECONDS = 2.0
 _TERMINAL = (OperationPhase.SUCCEEDED, OperationPhase.FAILED)
 #: What the controller's threads decode (primed on one thread before they start).
 WATCHED_KINDS = (
@@ -93,6 +118,7 @@ WATCHED_KINDS = (
     DeviceClass,
     Lease,
     Event,
+    ResourceClaim,
 )
 
 
@@ -138,6 +164,10 @@ class Controller:
         # Garbage collection needs to know which Nodes exist; their status changes all the time.
         self.nodes = cache(Node, "nodes", wake_if=membership)
         self.caches = (self.operations, self.policies, self.accelerators, self.nodes)
+        self.metrics = ControllerMetrics(self.operations.items, self.leading)
+        #: Monotonic time the Lease was last read or written (leader or standby alike).
+        self._lease_seen_at = -math.inf
+        self._lease_thread: threading.Thread | None = None
 
     # -- loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -145,7 +175,7 @@ class Controller:
         prime_decoders(WATCHED_KINDS)
         for c in self.caches:
             c.start()
-        lease = threading.Thread(
+        lease = self._lease_thread = threading.Thread(
             target=self._lead, args=(stop,), name="controller-lease", daemon=True
         )
         lease.start()
@@ -164,6 +194,7 @@ class Controller:
             started = time.monotonic()
             try:
                 leading = self.elector.try_acquire_or_renew()
+                self._lease_seen_at = time.monotonic()
             except Exception as exc:  # API server away: not leading until a renewal works
                 log.warning("leader election: %s", exc)
                 self.elector.is_leader = leading = False
@@ -177,6 +208,19 @@ class Controller:
         """Leader, with a renewal recent enough that no other replica can have taken over."""
         age = time.monotonic() - self._renewed_at
         return self.elector.is_leader and age < self.elector.lease_duration * 2 / 3
+
+    def not_ready(self) -> list[str]:
+        """``/readyz``: leader or standby (the Lease answers) and every watch cache synced."""
+        reasons = [f"{c.name} not synced" for c in self.caches if not c.synced.is_set()]
+        if time.monotonic() - self._lease_seen_at > self.elector.lease_duration:
+            reasons.append("leader election: the Lease could not be read or renewed")
+        return reasons
+
+    def failing_health(self) -> list[str]:
+        """``/healthz``: the Lease thread must be running."""
+        if self._lease_thread is not None and not self._lease_thread.is_alive():
+            return ["leader-election thread stopped"]
+        return []
 
     def _loop(self, stop: threading.Event) -> None:
         last_pass = -math.inf
@@ -198,9 +242,11 @@ class Controller:
             next_resync = last_pass + self.resync_seconds
             self._due_at = math.inf
             try:
-                self.reconcile_once()
+                with self.metrics.pass_seconds.time():
+                    self.reconcile_once()
             except Exception:
                 log.exception("reconcile pass failed; retrying")
+                self.metrics.errors.labels("pass").inc()
                 self._due_in(1.0)
 
     def _due_in(self, seconds: float) -> None:
@@ -209,6 +255,7 @@ class Controller:
 
     def reconcile_once(self) -> None:
         self.passes += 1
+        self.metrics.passes.inc()
         operations = self.operations.items()
         policies = self.policies.items()
         accelerators = self.accelerators.by_name()
@@ -221,6 +268,7 @@ class Controller:
                 self.reconcile_operation(op, specs, accelerators)
             except Exception:  # one broken object must not stop the others
                 log.exception("operation %s", op.get("metadata", {}).get("name", "?"))
+                self.metrics.errors.labels("operation").inc()
 
     @staticmethod
     def _specs(policies: list[dict[str, Any]]) -> dict[str, AcceleratorPolicySpec]:
@@ -336,11 +384,21 @@ class Controller:
         for name, acc in accelerators.items():
             view = TargetView.parse(acc)
             dev = view.device
+            by = (acc["metadata"].get("annotations") or {}).get(CORDONED_BY)
+            if (
+                dev is not None
+                and dev.health.healthy
+                and view.spec.cordoned
+                and by == POLICY_CORDON
+            ):
+                self._cordon(acc, POLICY_CORDON, False)
+                emit_event(self.client, acc, "Uncordoned", f"{name} is healthy again")
+                continue
             if dev is None or dev.health.state is not HealthState.UNHEALTHY:
                 continue
             actions = {specs[p].on_unhealthy for p in covering(specs, dev)}
             if UnhealthyAction.DRAIN in actions and not view.spec.cordoned:
-                self._cordon(acc, "policy", True)
+                self._cordon(acc, POLICY_CORDON, True)
                 emit_event(
                     self.client,
                     acc,
@@ -411,8 +469,8 @@ class Controller:
         if status.phase is None:
             status.start_time = now()
             refusal = validate(meta["namespace"], spec, targets, policies)
-            if refusal is None and not spec.drain_first and spec.action is not Action.DRAIN:
-                in_use = busy(targets)
+            if refusal is None and not spec.drain_first and spec.action not in CONTROLLER_ACTIONS:
+                in_use = self._in_use(targets)
                 if in_use:
                     detail = "; ".join(f"{n} is used by {w}" for n, w in sorted(in_use.items()))
                     refusal = Refusal(
@@ -436,7 +494,16 @@ class Controller:
             self._running(op, spec, status, accelerators)
         if status.phase not in _TERMINAL:
             left = self._time_left(spec, status)
-            if left <= 0:
+            draining = get_condition(status.conditions, "Draining")
+            if left <= 0 and draining is not None and draining.status.value == "True":
+                self._finish(
+                    op,
+                    status,
+                    OperationPhase.FAILED,
+                    "DrainTimeout",
+                    f"still in use after {spec.timeout_seconds}s: {draining.message}",
+                )
+            elif left <= 0:
                 self._finish(
                     op,
                     status,
@@ -446,6 +513,8 @@ class Controller:
                 )
             else:
                 self._due_in(left + 0.05)
+        if status.phase in _TERMINAL and spec.drain_first and spec.action is not Action.DRAIN:
+            self._lift_cordons(op, spec, accelerators)
         self._apply_op_status(op, before, status)
 
     def _pending(
@@ -457,24 +526,34 @@ class Controller:
     ) -> None:
         gen = op["metadata"].get("generation")
         ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
+        if spec.action is Action.UNCORDON:
+            self._uncordon(op, status, targets)
+            return
         if spec.drain_first or spec.action is Action.DRAIN:
             for view in targets.values():
                 if view is not None and not view.spec.cordoned:
                     self._cordon({"metadata": {"name": view.name}}, ref, True)
-        in_use = busy(targets)
+        in_use = self._in_use(targets)
         if in_use:
             detail = "; ".join(f"{n} is used by {w}" for n, w in sorted(in_use.items()))
             status.message = f"draining: {detail}"
             status.conditions = set_condition(
                 status.conditions, "Draining", True, "WaitingForConsumers", detail, gen
             )
+            self._due_in(DRAIN_RECHECK_SECONDS)
             return
         if get_condition(status.conditions, "Draining") is not None:
             status.conditions = set_condition(
                 status.conditions, "Draining", False, "Drained", "no consumers left", gen
             )
         if spec.action is Action.DRAIN:
-            self._finish(op, status, OperationPhase.SUCCEEDED, "Drained", "targets cordoned, idle")
+            self._finish(
+                op,
+                status,
+                OperationPhase.SUCCEEDED,
+                "Drained",
+                "nobody uses the targets; they stay cordoned until an Uncordon operation",
+            )
             return
         status.dispatch = [
             Dispatch(accelerator=v.name, node=v.spec.node, device_name=v.spec.device_name)
@@ -496,7 +575,7 @@ class Controller:
         status: AcceleratorOperationStatus,
         accelerators: dict[str, dict[str, Any]],
     ) -> None:
-        results = {r.accelerator: r for r in status.results}
+        results = attributable_results(status)
         done = {n: r for n, r in results.items() if r.phase in _TERMINAL}
         wanted = {d.accelerator for d in status.dispatch}
         failed = {n: r for n, r in done.items() if r.phase is OperationPhase.FAILED}
@@ -511,12 +590,51 @@ class Controller:
             self._finish(
                 op, status, OperationPhase.SUCCEEDED, "Succeeded", f"{spec.action.value} done"
             )
-        if spec.drain_first:
-            ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
-            for name in spec.targets:
-                acc = accelerators.get(name)
-                if acc and (acc["metadata"].get("annotations") or {}).get(CORDONED_BY) == ref:
-                    self._cordon(acc, ref, False)
+
+    def _in_use(self, targets: dict[str, TargetView | None]) -> dict[str, str]:
+        """Targets in use -> by whom: ``allocatedTo``, and reserved claims that hold them."""
+        out = busy(targets)
+        claims = [as_dict(c) for c in self.client.list(ResourceClaim, namespace="*")]
+        for name, who in claim_holders(claims, targets, DRA_DRIVER).items():
+            out[name] = f"{out[name]}, {who}" if name in out else who
+        return out
+
+    def _uncordon(
+        self,
+        op: dict[str, Any],
+        status: AcceleratorOperationStatus,
+        targets: dict[str, TargetView | None],
+    ) -> None:
+        lifted = []
+        for view in targets.values():
+            if view is not None and view.spec.cordoned:
+                self._cordon({"metadata": {"name": view.name}}, "", False)
+                lifted.append(view.name)
+                emit_event(
+                    self.client,
+                    {
+                        "apiVersion": API_VERSION,
+                        "kind": "Accelerator",
+                        "metadata": {"name": view.name},
+                    },
+                    "Uncordoned",
+                    f"{view.name}: new allocations allowed again",
+                )
+        message = f"uncordoned {', '.join(lifted)}" if lifted else "no target was cordoned"
+        self._finish(op, status, OperationPhase.SUCCEEDED, "Uncordoned", message)
+
+    def _lift_cordons(
+        self,
+        op: dict[str, Any],
+        spec: AcceleratorOperationSpec,
+        accelerators: dict[str, dict[str, Any]],
+    ) -> None:
+        """Lift the cordons a drainFirst operation set, once it has ended."""
+        ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
+        for name in spec.targets:
+            acc = accelerators.get(name)
+            if acc and (acc["metadata"].get("annotations") or {}).get(CORDONED_BY) == ref:
+                self._cordon(acc, ref, False)
 
     def _time_left(
         self, spec: AcceleratorOperationSpec, status: AcceleratorOperationStatus
@@ -539,6 +657,11 @@ class Controller:
         status.phase = phase
         status.message = message
         status.completion_time = now()
+        action = str((op.get("spec") or {}).get("action", ""))
+        self.metrics.completed.labels(action, phase.value).inc()
+        if status.start_time:
+            took = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
+            self.metrics.duration.labels(action, phase.value).observe(took.total_seconds())
         ok = phase is OperationPhase.SUCCEEDED
         status.conditions = set_condition(
             status.conditions, "Complete" if ok else "Failed", True, reason, message, gen

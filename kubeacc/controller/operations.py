@@ -7,12 +7,15 @@ from typing import Any
 
 from kubeacc.crds.status import selector_matches
 from kubeacc.crds.types import (
+    CONTROLLER_ACTIONS,
     AcceleratorOperationSpec,
+    AcceleratorOperationStatus,
     AcceleratorPolicySpec,
     AcceleratorSpec,
     AcceleratorStatus,
     Action,
     Consumer,
+    TargetResult,
 )
 from kubeacc.model import Device, DeviceType
 
@@ -82,7 +85,7 @@ def validate(
                     f"{name}: AcceleratorPolicy {pname} does not allow operations from "
                     f"namespace {namespace} (allowed: {', '.join(allowed)})",
                 )
-        if spec.action is not Action.DRAIN and dev.pci is None:
+        if spec.action not in CONTROLLER_ACTIONS and dev.pci is None:
             return Refusal("NotAPCIDevice", f"{name}: {spec.action.value} needs a PCI device")
         if spec.action is Action.PROGRAM:
             refusal = _check_program(name, dev, spec, names, policies)
@@ -116,3 +119,47 @@ def _check_program(
 def busy(targets: dict[str, TargetView | None]) -> dict[str, str]:
     """Targets in use -> who uses them."""
     return {n: _who(t.consumers) for n, t in targets.items() if t is not None and t.consumers}
+
+
+def attributable_results(status: AcceleratorOperationStatus) -> dict[str, TargetResult]:
+    """Results by target, only those that name the node the target was dispatched to.
+
+    The admission policy refuses any other result from a node agent; this keeps a forged one
+    (written where the policy is not installed, or before it was) from finishing a target.
+    """
+    dispatched = {d.accelerator: d.node for d in status.dispatch}
+    return {r.accelerator: r for r in status.results if dispatched.get(r.accelerator) == r.node}
+
+
+def claim_holders(
+    claims: list[dict[str, Any]], targets: dict[str, TargetView | None], driver: str
+) -> dict[str, str]:
+    """Targets that a reserved ResourceClaim holds -> which claims.
+
+    Covers the moment between the scheduler's allocation and the node agent's prepare, before
+    ``status.allocatedTo`` names the claim. A claim's SR-IOV VF (``<device>-vf<N>``) counts
+    as its physical function.
+    """
+    by_device = {
+        (t.spec.node, t.spec.device_name): name for name, t in targets.items() if t is not None
+    }
+    held: dict[str, list[str]] = {}
+    for claim in claims:
+        status = claim.get("status") or {}
+        if not status.get("reservedFor"):
+            continue
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        for r in results:
+            if r.get("driver") != driver:
+                continue
+            device = str(r.get("device", ""))
+            pf, sep, vf = device.rpartition("-vf")
+            name = by_device.get((r.get("pool"), device))
+            if name is None and sep and vf.isdigit():
+                name = by_device.get((r.get("pool"), pf))
+            if name is not None:
+                meta = claim.get("metadata") or {}
+                ref = f"ResourceClaim {meta.get('namespace')}/{meta.get('name')}"
+                if ref not in held.setdefault(name, []):
+                    held[name].append(ref)
+    return {n: ", ".join(refs) for n, refs in held.items()}

@@ -4,7 +4,8 @@ A policy named ``P`` generates the DeviceClass ``spec.deviceClass.name`` or, by 
 ``P.policy.kubeacc.io`` (a suffix that cannot collide with the driver's own classes such as
 ``gpu.kubeacc.io``). The class selects devices of the one DRA driver ``kubeacc.io`` with a CEL
 expression over the attributes the driver publishes (``type``, ``vendor``, ``model``), and passes
-the sharing settings to the driver as opaque configuration.
+the sharing settings to the driver as opaque configuration (a ``SharingConfig``, defined once in
+:mod:`kubeacc.crds.opaque` for this generator and the agent that validates it).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import json
 from typing import Any
 
+from kubeacc.crds.opaque import sharing_parameters
 from kubeacc.crds.types import (
     API_VERSION,
     POLICY_CLASS_SUFFIX,
@@ -56,12 +58,7 @@ def device_class(policy: dict[str, Any]) -> dict[str, Any]:
             {
                 "opaque": {
                     "driver": DRIVER,
-                    "parameters": {
-                        "apiVersion": API_VERSION,
-                        "kind": "SharingConfig",
-                        "policy": meta["name"],
-                        **spec.sharing.to_api(),
-                    },
+                    "parameters": sharing_parameters(meta["name"], spec.sharing),
                 }
             }
         ],

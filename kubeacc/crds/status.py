@@ -90,9 +90,22 @@ def emit_event(
     warning: bool = False,
     component: str = "kubeacc-controller",
 ) -> None:
-    """Record a core/v1 Event about ``obj``; failures are logged, never raised."""
+    """Record a core/v1 Event about ``obj``, and log it under ``component``'s name: the events
+    are what a component did.
+
+    Failures to record are logged, never raised.
+    """
     meta = obj.get("metadata", {})
     namespace = meta.get("namespace") or "default"
+    ref = f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else meta.get("name")
+    logging.getLogger(component).log(
+        logging.WARNING if warning else logging.INFO,
+        "%s %s: %s: %s",
+        obj.get("kind", "object"),
+        ref,
+        reason,
+        message,
+    )
     stamp = dt.datetime.now(dt.UTC)
     event = Event(
         metadata=ObjectMeta(generateName=f"{meta.get('name', 'kubeacc')}.", namespace=namespace),

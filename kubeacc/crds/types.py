@@ -91,7 +91,8 @@ class AcceleratorSpec(_Model):
     )
     cordoned: bool = Field(
         default=False,
-        description="No new allocations (set by a Drain operation or an unhealthy-device policy)",
+        description="No new allocations (set by a Drain operation, lifted by an Uncordon one; "
+        "or by an unhealthy-device policy, lifted when the device is healthy again)",
     )
 
 
@@ -227,6 +228,11 @@ class Action(StrEnum):
     ATTACH = "Attach"
     DETACH = "Detach"
     DRAIN = "Drain"
+    UNCORDON = "Uncordon"
+
+
+#: Actions the controller carries out itself, on the Accelerator objects (no hardware touched).
+CONTROLLER_ACTIONS = frozenset({Action.DRAIN, Action.UNCORDON})
 
 
 class ProgramSpec(_Model):

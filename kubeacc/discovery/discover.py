@@ -23,6 +23,10 @@ from kubeacc.model import Device, DeviceType, Inventory
 
 log = logging.getLogger(__name__)
 
+#: Seconds one discovery pass may take before it stops reading the host (a large node takes
+#: well under 0.1 s; see docs/discovery.md).
+DEADLINE = 10.0
+
 
 def default_backends(config: DiscoveryConfig | None = None, nvml: str = "auto") -> list[Backend]:
     """Most specific first: admin entries, vendor backends, then the generic catch-alls."""
@@ -65,14 +69,18 @@ def discover(
     nvml: str = "auto",
     types: Sequence[DeviceType] | None = None,
     backends: Sequence[Backend] | None = None,
+    deadline: float | None = DEADLINE,
 ) -> Inventory:
     """Everything on the host under ``host_root``. Never raises for bad host data: what can't
-    be read becomes a warning naming the device and the path."""
+    be read becomes a warning naming the device and the path. After ``deadline`` seconds the
+    pass stops reading and says so in a warning (None: no deadline)."""
     sink = WarningSink()
-    host = HostRoot(host_root, sink)
+    host = HostRoot(host_root, sink, deadline)
     ctx = DiscoveryContext(host=host, functions=scan(host), names=PciIds.load(host))
     found: list[Device] = []
     for backend in backends if backends is not None else default_backends(config, nvml):
+        if host.expired():
+            break
         try:
             found += backend.discover(ctx)
         except Exception as err:
@@ -80,6 +88,8 @@ def discover(
             sink.add(f"backend:{backend.name}", f"backend failed: {type(err).__name__}: {err}")
     if types:
         found = [d for d in found if d.type in types]
+    if host.expired():
+        log.warning("discovery of %s stopped at its %g s deadline", host.root, deadline)
     return Inventory(
         hostname=_hostname(host),
         devices=_number(found),

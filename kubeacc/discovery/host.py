@@ -5,11 +5,18 @@ Every host read in kube-acc goes through :class:`HostRoot`, so a synthetic ``/sy
 symlinks are followed as the kernel would inside that root (an absolute link target is taken
 relative to the root, never to the machine running discovery). Reads never raise: a failure is
 recorded as a warning that names the device and the path, and the caller gets ``None``.
+
+Reads cannot hang: only regular files are read (:func:`read_regular`; a FIFO, socket or device
+node where an attribute is expected is a warning, and is never opened in blocking mode), sizes
+are bounded, and a whole pass has a deadline after which nothing more is read.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
@@ -17,7 +24,51 @@ from kubeacc.model import DiscoveryWarning
 
 _MAX_LINK_HOPS = 40
 #: sysfs attributes are at most a page; /proc files we read are small too.
-_MAX_READ = 1 << 16
+MAX_READ = 1 << 16
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+class NotRegularFileError(OSError):
+    """A FIFO, socket or device node where a file's contents were expected."""
+
+
+def _check_regular(mode: int, path: str) -> None:
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "expected a file, found a directory", path)
+    if not stat.S_ISREG(mode):
+        kind = _KINDS.get(stat.S_IFMT(mode), "a special file")
+        raise NotRegularFileError(errno.EINVAL, f"not a regular file ({kind})", path)
+
+
+def read_regular(path: str, limit: int = MAX_READ) -> bytes:
+    """The contents of the regular file ``path``, refused (OSError) past ``limit`` bytes.
+
+    The type is checked before opening (stat) and again on the open descriptor (fstat), and
+    the open itself is non-blocking, so a FIFO swapped in between cannot hang the caller.
+    """
+    _check_regular(os.stat(path).st_mode, path)
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        _check_regular(os.fstat(fd).st_mode, path)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", path)
+    return b"".join(chunks)
 
 
 @dataclass
@@ -35,12 +86,34 @@ class WarningSink:
 
 
 class HostRoot:
-    """A view of one host's files under ``root`` (``/`` on a real node)."""
+    """A view of one host's files under ``root`` (``/`` on a real node).
 
-    def __init__(self, root: str | os.PathLike[str] = "/", sink: WarningSink | None = None):
+    With a ``deadline`` (seconds from now), reads and listings after it return nothing and
+    leave one warning: a pass over a host whose files answer slowly still ends.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str] = "/",
+        sink: WarningSink | None = None,
+        deadline: float | None = None,
+    ):
         self.root = os.path.realpath(os.fspath(root))
         self._prefix = "" if self.root == "/" else self.root
         self.sink = sink if sink is not None else WarningSink()
+        self.budget = deadline
+        self._ends = None if deadline is None else time.monotonic() + deadline
+
+    def expired(self) -> bool:
+        """True (and the deadline warning recorded) once the pass is over its deadline."""
+        if self._ends is None or time.monotonic() < self._ends:
+            return False
+        self.sink.add(
+            "discovery",
+            f"discovery pass took longer than its {self.budget:g} s deadline; "
+            "the rest of the host was not read",
+        )
+        return True
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -107,6 +180,8 @@ class HostRoot:
 
     def listdir(self, path: str, device: str | None = None, required: bool = False) -> list[str]:
         """Sorted entries of a directory; [] (and a warning if ``required``) when unreadable."""
+        if self.expired():
+            return []
         try:
             return sorted(os.listdir(self.real(path)))
         except FileNotFoundError:
@@ -129,17 +204,24 @@ class HostRoot:
         name = PurePosixPath(target).name
         return name or None
 
-    def read_text(self, path: str, device: str | None = None, required: bool = True) -> str | None:
+    def read_text(
+        self,
+        path: str,
+        device: str | None = None,
+        required: bool = True,
+        limit: int = MAX_READ,
+    ) -> str | None:
         """File contents, stripped; None and a warning (if ``required``) when unreadable."""
+        if self.expired():
+            return None
         try:
-            with open(self.real(path), "rb") as fh:
-                data = fh.read(_MAX_READ)
+            data = read_regular(self.real(path), limit)
         except FileNotFoundError:
             if required:
                 self.sink.add(path, "file is missing", device)
             return None
-        except IsADirectoryError:
-            self.sink.add(path, "expected a file, found a directory", device)
+        except (IsADirectoryError, NotRegularFileError) as err:
+            self.sink.add(path, str(err.strerror), device)
             return None
         except OSError as err:
             self.sink.add(path, f"cannot read: {err.strerror or err}", device)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import re
 
-from kubeacc.discovery.host import HostRoot
+from kubeacc.discovery.host import HostRoot, read_regular
 
 #: Where distributions install the database (Debian's ``pci.ids`` package uses the first).
+#: pci.ids is about 1.5 MB; a database past this size is not one.
+DB_LIMIT = 16 << 20
 DB_PATHS = ("/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids", "/usr/share/pci.ids")
 
 #: Short vendor names for the vendors kube-acc knows; pci.ids has long legal names.
@@ -52,17 +54,17 @@ class PciIds:
     def load(cls, host: HostRoot) -> PciIds:
         """The host's database if it has one, else the one of the machine running discovery."""
         for path in DB_PATHS:
-            text = host.read_text(path, required=False)
+            text = host.read_text(path, required=False, limit=DB_LIMIT)
             if text:
                 return cls(text, host.real(path))
         if host.root != "/":
             for path in DB_PATHS:
                 if os.path.exists(path):
                     try:
-                        with open(path, encoding="utf-8", errors="replace") as fh:
-                            return cls(fh.read(), path)
+                        data = read_regular(path, DB_LIMIT)
                     except OSError:
                         continue
+                    return cls(data.decode("utf-8", errors="replace"), path)
         return cls(None)
 
     def _vendor_section(self, vendor_id: str) -> tuple[str | None, int, int]:

@@ -34,6 +34,7 @@ from typing import Any
 import cel
 from cel import stdlib as cel_stdlib
 
+from kubeacc.engine.celbind import BindError, expand_bind
 from kubeacc.engine.quantity import QuantityError, is_quantity, parse_quantity
 from kubeacc.engine.semver import Semver, SemverError, is_semver, parse_semver
 
@@ -165,7 +166,9 @@ class Selector:
 def compile_selector(expression: str) -> Selector:
     """Compile once; raises :class:`CelError` for a syntax error."""
     try:
-        program = cel.compile(expression)
+        program = cel.compile(expand_bind(expression))
+    except BindError as e:
+        raise CelError(f"compile {expression!r}: {e}") from None
     except Exception as e:  # the binding raises several exception types
         raise CelError(f"compile {expression!r}: {e}") from None
     domains = frozenset((m.group(1), m.group(3)) for m in _DOMAIN_RE.finditer(expression))
@@ -176,28 +179,27 @@ def compile_selector(expression: str) -> Selector:
 class DeviceEnv:
     """The reusable CEL context of one device."""
 
-    __slots__ = ("_ctx", "_domains", "_functions", "variable")
+    __slots__ = ("_ctxs", "variable")
 
     def __init__(self, variable: dict[str, Any]) -> None:
         self.variable = variable
-        self._ctx: cel.Context | None = None
-        self._domains: frozenset[tuple[str, str]] = frozenset()
-        self._functions: frozenset[str] = frozenset()
+        self._ctxs: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], cel.Context] = {}
 
     def _context(self, selector: Selector) -> cel.Context:
-        if (
-            self._ctx is None
-            or not selector.domains <= self._domains
-            or not selector.functions <= self._functions
-        ):
-            for kind, domain in selector.domains - self._domains:
-                self.variable[kind].setdefault(domain, {})
-            self._domains |= selector.domains
-            self._functions |= selector.functions
-            self._ctx = cel.Context(
-                variables={"device": self.variable}, functions=_functions_for(self._functions)
+        """One context per (domains indexed, functions used): domains an expression indexes
+        but the device lacks read as empty maps in that expression only, never in others."""
+        key = (selector.domains, selector.functions)
+        ctx = self._ctxs.get(key)
+        if ctx is None:
+            variable = dict(self.variable)
+            for kind, domain in selector.domains:
+                if domain not in variable[kind]:
+                    variable[kind] = {**variable[kind], domain: {}}
+            ctx = cel.Context(
+                variables={"device": variable}, functions=_functions_for(selector.functions)
             )
-        return self._ctx
+            self._ctxs[key] = ctx
+        return ctx
 
     def matches(self, selector: Selector) -> bool:
         ctx = self._context(selector)

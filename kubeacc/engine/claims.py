@@ -98,7 +98,9 @@ class Claim:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
 
-def _alternative(name: str, request: str, raw: Mapping[str, Any]) -> Alternative:
+def _alternative(
+    name: str, request: str, raw: Mapping[str, Any], *, subrequest: bool = False
+) -> Alternative:
     mode = str(get(raw, "allocationMode", EXACT_COUNT))
     if mode not in (EXACT_COUNT, ALL):
         raise ClaimError(f"request {name}: unknown allocationMode {mode!r}")
@@ -121,7 +123,8 @@ def _alternative(name: str, request: str, raw: Mapping[str, Any]) -> Alternative
         selectors=_selectors(get(raw, "selectors", [])),
         mode=mode,
         count=count,
-        admin_access=bool(get(raw, "adminAccess", False)),
+        # A v1 subrequest has no adminAccess field: the API drops it, so does the engine.
+        admin_access=not subrequest and bool(get(raw, "adminAccess", False)),
         capacity=tuple(caps),
         tolerations=tuple(dict(t) for t in get(raw, "tolerations", []) or []),
     )
@@ -139,7 +142,10 @@ def parse_claim(obj: Mapping[str, Any]) -> Claim:
         if exactly is not None and first:
             raise ClaimError(f"request {name}: both exactly and firstAvailable")
         if first:
-            alts = tuple(_alternative(f"{name}/{get(s, 'name', '')}", name, s) for s in first)
+            alts = tuple(
+                _alternative(f"{name}/{get(s, 'name', '')}", name, s, subrequest=True)
+                for s in first
+            )
             requests.append(Request(name, alts, True))
         elif exactly is not None:
             requests.append(Request(name, (_alternative(name, name, exactly),), False))

@@ -9,18 +9,36 @@ hold. When no node fits, the result carries an :class:`~kubeacc.engine.explain.E
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubeacc.engine.celenv import CelError, compile_selector
 from kubeacc.engine.claims import Claim, ClaimError, DeviceClass, parse_claim
 from kubeacc.engine.explain import Explanation
-from kubeacc.engine.pools import Device, Node, Pool, gather_pools, get, node_names
+from kubeacc.engine.firstfit import AllocationError, FirstFit
+from kubeacc.engine.nodepools import NodePool, gather_node_pools
+from kubeacc.engine.pools import (
+    Device,
+    DeviceCache,
+    DeviceKey,
+    Node,
+    Pool,
+    gather_pools,
+    get,
+    node_names,
+)
 from kubeacc.engine.quantity import format_quantity
-from kubeacc.engine.search import NodeResult, NodeSearch, SelectorCache, StaticCache
+from kubeacc.engine.search import NodeResult, NodeSearch, Pick, SelectorCache, StaticCache
+from kubeacc.engine.signature import Signatures
 from kubeacc.engine.state import Ledger
+
+#: remembered answers (claim content x node signature), least recently used dropped first
+ANSWERS_MAX = 200_000
 
 
 @dataclass
@@ -60,7 +78,8 @@ class Engine:
         step_limit: int = 20000,
     ) -> None:
         slice_list = list(slices)
-        all_pools = gather_pools(slice_list)
+        self._device_cache = DeviceCache()
+        all_pools = gather_pools(slice_list, self._device_cache)
         self.pools: dict[tuple[str, str], Pool] = {(p.driver, p.name): p for p in all_pools}
         self.complete = [p for p in all_pools if not p.incomplete]
         self.incomplete = [p for p in all_pools if p.incomplete]
@@ -86,8 +105,149 @@ class Engine:
             self._node_devices[n.name] = local.get(n.name, []) + [
                 d for d in shared if d.reachable_from(n)
             ]
+        self.by_key: dict[DeviceKey, Device] = {d.key: d for p in all_pools for d in p.devices}
         for claim in allocated_claims:
-            self.ledger.record(_results(claim), self.pools)
+            self.ledger.record(_results(claim), self.by_key)
+        # The scheduler's view per node: slices named for it plus slices without a node name.
+        self._slices_on: dict[str, list[Mapping[str, Any]]] = {}
+        self._slices_shared: list[Mapping[str, Any]] = []
+        self._slices_by_pool: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for s in slice_list:
+            spec = get(s, "spec", {})
+            pool_key = (str(get(spec, "driver", "")), str(get(get(spec, "pool", {}), "name", "")))
+            self._slices_by_pool.setdefault(pool_key, []).append(s)
+            if get(spec, "nodeName") and not get(spec, "sharedCounters"):
+                self._slices_on.setdefault(str(get(spec, "nodeName")), []).append(s)
+            else:
+                self._slices_shared.append(s)
+        self._node_pools: dict[str, list[NodePool]] = {}
+        self.signatures = Signatures()
+        self._answers: OrderedDict[tuple[str, int], tuple[str, list[Any]]] = OrderedDict()
+        # Signatures per node, recomputed only for nodes that see a pool a commit touched.
+        self._sig_of: dict[str, int] = {}
+        self._nodes_of_pool: dict[tuple[str, str], list[str]] = {}
+        for n in self.nodes:  # once, at load: allocations then only read these
+            for pool in self.node_pools(n):
+                self._nodes_of_pool.setdefault((pool.driver, pool.name), []).append(n.name)
+            self._signature(n)
+
+    def node_pools(self, node: Node) -> list[NodePool]:
+        hit = self._node_pools.get(node.name)
+        if hit is None:
+            hit = gather_node_pools(
+                node,
+                self._slices_on.get(node.name, []) + self._slices_shared,
+                self._slices_by_pool,
+                self._device_cache,
+            )
+            self._node_pools[node.name] = hit
+        return hit
+
+    def _matches(self, expr: str, dev: Device) -> bool:
+        key = (expr, dev.fingerprint)
+        v = self.cache.get(key)
+        if v is None:
+            try:
+                v = dev.env.matches(compile_selector(expr))
+            except CelError as e:
+                v = str(e)
+            self.cache[key] = v
+        if isinstance(v, str):
+            raise CelError(v)
+        return v
+
+    def _node_result(
+        self, claim: Claim, ckey: str, n: Node, expl: Explanation
+    ) -> NodeResult | None:
+        """The node's allocation if kube-scheduler would find one there: feasibility comes from
+        the scheduler's first-fit search; the topology-aware pick is kept when the scheduler
+        could make it too, else the first fit is used.
+
+        Answers are remembered per (claim content, node signature): a node that looks the same
+        to the search as one already answered for an equal claim gets the same answer (its own
+        devices at the same positions) without a search."""
+        pools = self.node_pools(n)
+        sig = self._signature(n)
+        known = self._answers.get((ckey, sig))
+        if known is not None:
+            self._answers.move_to_end((ckey, sig))
+            if known[0] == "no":
+                for r in known[1]:
+                    expl.add(n.name, r)
+                return None
+            devs = self.signatures.devices(pools)
+            alts = {a.name: a for r in claim.requests for a in r.alternatives}
+            return NodeResult(n.name, [Pick(alts[a], devs[i], c) for a, i, c in known[1]])
+        res = self._search(claim, n, pools)
+        if res.picks is None:
+            self._remember((ckey, sig), ("no", res.reasons))
+            for r in res.reasons:
+                expl.add(n.name, r)
+            return None
+        index = {id(d): i for i, d in enumerate(self.signatures.devices(pools))}
+        self._remember(
+            (ckey, sig),
+            ("yes", [(p.alt.name, index[id(p.device)], p.consumed) for p in res.picks]),
+        )
+        return res
+
+    def _signature(self, n: Node) -> int:
+        hit = self._sig_of.get(n.name)
+        if hit is None:
+            if self.signatures.interned > ANSWERS_MAX:  # start over rather than grow forever
+                self.signatures.forget()
+                self._sig_of.clear()
+                self._answers.clear()
+            hit = self.signatures.intern(self.signatures.of(n, self.node_pools(n), self.ledger))
+            self._sig_of[n.name] = hit
+        return hit
+
+    def _commit(self, results: Sequence[Mapping[str, Any]]) -> None:
+        self.ledger.record(results, self.by_key)
+        for r in results:
+            key = (str(get(r, "driver", "")), str(get(r, "pool", "")))
+            for name in self._nodes_of_pool.get(key, ()):
+                self._sig_of.pop(name, None)
+
+    def _remember(self, key: tuple[str, int], answer: tuple[str, list[Any]]) -> None:
+        self._answers[key] = answer
+        if len(self._answers) > ANSWERS_MAX:
+            self._answers.popitem(last=False)
+
+    def _search(self, claim: Claim, n: Node, pools: list[NodePool]) -> NodeResult:
+        try:
+            fit = FirstFit(claim, n, pools, self.classes, self.ledger, self._matches).run()
+        except AllocationError as e:
+            return NodeResult(n.name, None, [f"kube-scheduler reports an error: {e}"])
+        search = NodeSearch(
+            claim,
+            n,
+            self._node_devices.get(n.name, []),
+            classes=self.classes,
+            pools=self.pools,
+            ledger=self.ledger,
+            cache=self.cache,
+            step_limit=self.step_limit,
+            incomplete_pools=self.incomplete,
+            static_cache=self.static,
+        )
+        res = search.run()
+        if fit is None:
+            if res.picks is not None:
+                why = [
+                    "an allocation exists, but kube-scheduler's first-fit search does not find "
+                    "it (a scheduler deviation: distinctAttribute keeps one value per request, "
+                    "selectors run before the per-device node check; docs/placement.md)"
+                ]
+            else:
+                why = res.reasons or ["no allocation in kube-scheduler's first-fit search order"]
+            return NodeResult(n.name, None, why)
+        picks = None
+        if res.picks is not None:
+            picks = FirstFit(claim, n, pools, self.classes, self.ledger, self._matches).replay(
+                res.picks
+            )
+        return NodeResult(n.name, picks if picks is not None else fit)
 
     def devices_on(self, node: str) -> list[Device]:
         return self._node_devices.get(node, [])
@@ -124,31 +284,18 @@ class Engine:
             expl.general.append(f"node {node} not known" if node else "no nodes")
             return Placement(claim.ref, None, None, explanation=expl)
         feasible: list[NodeResult] = []
+        ckey = json.dumps(get(get(claim_obj, "spec", {}), "devices", {}), sort_keys=True)
         tried = 0
         count = len(nodes)
         start = self._start % count if node is None else 0
         for k in range(count):
             n = nodes[(start + k) % count]
             tried += 1
-            res = NodeSearch(
-                claim,
-                n,
-                self._node_devices.get(n.name, []),
-                classes=self.classes,
-                pools=self.pools,
-                ledger=self.ledger,
-                cache=self.cache,
-                step_limit=self.step_limit,
-                incomplete_pools=self.incomplete,
-                static_cache=self.static,
-            ).run()
-            if res.ok:
+            res = self._node_result(claim, ckey, n, expl)
+            if res is not None:
                 feasible.append(res)
                 if len(feasible) >= self.max_feasible_nodes:
                     break
-            else:
-                for r in res.reasons:
-                    expl.add(n.name, r)
         if node is None:
             self._start = start + tried
         if not feasible:
@@ -163,7 +310,7 @@ class Engine:
         best = max(feasible, key=lambda r: r.score())  # first of the best on ties
         allocation = self._allocation(claim, best)
         if commit:
-            self.ledger.record(allocation["devices"]["results"], self.pools)
+            self._commit(allocation["devices"]["results"])
         return Placement(
             claim.ref, best.node, allocation, best.score(), None, tried, time.perf_counter() - t0
         )

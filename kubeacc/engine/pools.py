@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from kubeacc.engine.celenv import DeviceEnv, qvalue, svalue
@@ -49,6 +50,7 @@ def _get(obj: Mapping[str, Any], *keys: str) -> Any:
     return None
 
 
+@lru_cache(maxsize=1024)
 def _camel_to_snake(name: str) -> str:
     out = []
     for ch in name:
@@ -127,6 +129,19 @@ class Device:
     raw: dict[str, Any]
     _env: DeviceEnv | None = None
     _fp: str | None = None
+    _typed: dict[str, tuple[str, Any]] | None = None
+
+    def typed_attribute(self, qualified: str) -> tuple[str, Any] | None:
+        """(kind, value as written) of an attribute: constraints compare these, so ``true``
+        never equals ``1`` and versions compare as written (build metadata included)."""
+        if self._typed is None:
+            self._typed = {}
+            for k, v in (get(self.raw, "attributes", {}) or {}).items():
+                for kind in ("string", "int", "bool", "version"):
+                    if get(v, kind) is not None:
+                        self._typed[qualify(k, self.driver)] = (kind, get(v, kind))
+                        break
+        return self._typed.get(qualified)
 
     @property
     def key(self) -> DeviceKey:
@@ -279,7 +294,29 @@ def _device(driver: str, pool: str, slc: Mapping[str, Any], raw: Mapping[str, An
     )
 
 
-def gather_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
+class DeviceCache:
+    """Parsed devices per slice, shared by every node that sees the slice."""
+
+    def __init__(self) -> None:
+        self._by_slice: dict[int, list[Device] | str] = {}
+
+    def devices(self, s: Mapping[str, Any]) -> list[Device] | str:
+        hit = self._by_slice.get(id(s))
+        if hit is None:
+            spec = get(s, "spec", {})
+            driver = str(get(spec, "driver", ""))
+            pool = str(get(get(spec, "pool", {}), "name", ""))
+            try:
+                hit = [_device(driver, pool, s, raw) for raw in get(spec, "devices", []) or []]
+            except (ValueError, QuantityError) as e:
+                hit = str(e)
+            self._by_slice[id(s)] = hit
+        return hit
+
+
+def gather_pools(
+    slices: Iterable[Mapping[str, Any]], cache: DeviceCache | None = None
+) -> list[Pool]:
     """Group slices into pools, keeping only each pool's newest generation."""
     newest: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     gen: dict[tuple[str, str], int] = {}
@@ -311,12 +348,11 @@ def gather_pools(slices: Iterable[Mapping[str, Any]]) -> list[Pool]:
                     }
                 except QuantityError as e:
                     pool.problems.append(f"counter set {get(cs, 'name')}: {e}")
-            for raw in get(spec, "devices", []) or []:
-                try:
-                    dev = _device(driver, name, slc, raw)
-                except (ValueError, QuantityError) as e:
-                    pool.problems.append(f"device {get(raw, 'name')}: {e}")
-                    continue
+            devs = (cache or DeviceCache()).devices(slc)
+            if isinstance(devs, str):
+                pool.problems.append(f"slice {get(get(slc, 'metadata', {}), 'name')}: {devs}")
+                continue
+            for dev in devs:
                 if dev.name in seen:
                     pool.problems.append(f"duplicate device name {dev.name}")
                     continue

@@ -279,7 +279,7 @@ class NodeSearch:
         return devs
 
     def _free(self, alt: Alternative, d: Device) -> bool:
-        if alt.admin_access or d.allow_multiple:
+        if alt.admin_access:
             return True
         return d.key not in self.ledger.in_use
 
@@ -332,6 +332,7 @@ class NodeSearch:
             self.distinct: dict[int, list[AttrValue | dict[str, str]]] = {}
             self.counters: dict[CounterKey, dict[str, Fraction]] = {}
             self.capacity: dict[DeviceKey, dict[str, Fraction]] = {}
+            self.shares: Counter[DeviceKey] = Counter()
             if self._solve(0):
                 return NodeResult(self.node.name, list(self.picks), [], self.steps)
         except (CelAbort, AllModeConflict) as e:
@@ -514,7 +515,12 @@ class NodeSearch:
                     lst.pop()
 
                 undo.append(_unappend)
-        if not alt.admin_access:
+        # As kube-scheduler: counters count for admin access too, and a shared device whose
+        # capacity is already in use has its counters taken already.
+        shared_in_use = d.allow_multiple and (
+            d.key in self.ledger.capacity_used or self.shares[d.key] > 0
+        )
+        if not shared_in_use:
             for cs, counters in d.consumes:
                 ck = (d.driver, d.pool, cs)
                 free = self.ledger.counter_free(self.pools, ck)
@@ -537,7 +543,7 @@ class NodeSearch:
 
                 undo.append(_uncount)
         consumed = None
-        if d.allow_multiple and not alt.admin_access:
+        if d.allow_multiple:
             consumed = consumption(alt, d)
             if consumed is None:
                 fail[f"device {d.name}: capacity request outside its request policy"] += 1
@@ -550,10 +556,16 @@ class NodeSearch:
                     return self._rollback(undo)
             for c, v in consumed.items():
                 pend[c] = pend.get(c, Fraction(0)) + v
+            self.shares[d.key] += 1
 
-            def _uncap(p: dict[str, Fraction] = pend, c: dict[str, Fraction] = consumed) -> None:
+            def _uncap(
+                p: dict[str, Fraction] = pend,
+                c: dict[str, Fraction] = consumed,
+                k: DeviceKey = d.key,
+            ) -> None:
                 for n2, v2 in c.items():
                     p[n2] -= v2
+                self.shares[k] -= 1
 
             undo.append(_uncap)
         newly_used = d.key not in self.used

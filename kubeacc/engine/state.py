@@ -1,4 +1,8 @@
-"""What is already taken: devices in use, shared counters consumed, capacity consumed."""
+"""What is already taken: devices in use, shared counters consumed, capacity consumed.
+
+Recording a claim costs its own results only: devices are looked up in an index by
+(driver, pool, device) that the engine builds once, never rebuilt per commit.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from kubeacc.engine.pools import DeviceKey, Pool, get
+from kubeacc.engine.pools import Device, DeviceKey, Pool, get, qualify
 from kubeacc.engine.quantity import parse_quantity
 
 CounterKey = tuple[str, str, str]  # driver, pool, counter set
@@ -18,6 +22,7 @@ class Ledger:
     in_use: set[DeviceKey] = field(default_factory=set)
     counters_used: dict[CounterKey, dict[str, Fraction]] = field(default_factory=dict)
     capacity_used: dict[DeviceKey, dict[str, Fraction]] = field(default_factory=dict)
+    counted: set[DeviceKey] = field(default_factory=set)  # devices whose counters are taken
 
     def counter_free(
         self, pools: Mapping[tuple[str, str], Pool], key: CounterKey
@@ -29,23 +34,25 @@ class Ledger:
         return {n: v - used.get(n, Fraction(0)) for n, v in pool.counters[key[2]].items()}
 
     def record(
-        self, results: Iterable[Mapping[str, Any]], pools: Mapping[tuple[str, str], Pool]
+        self, results: Iterable[Mapping[str, Any]], by_key: Mapping[DeviceKey, Device]
     ) -> None:
         """Mark the devices of ``status.allocation.devices.results`` as taken."""
-        by_key = {d.key: d for p in pools.values() for d in p.devices}
         for r in results:
             key = (str(get(r, "driver", "")), str(get(r, "pool", "")), str(get(r, "device", "")))
             if get(r, "adminAccess", False):
-                continue
+                continue  # as kube-scheduler: an admin-access result takes nothing
             dev = by_key.get(key)
             consumed = get(r, "consumedCapacity")
-            if dev is not None and dev.allow_multiple:
+            if get(r, "shareID") is not None:
                 used = self.capacity_used.setdefault(key, {})
                 for name, q in (consumed or {}).items():
-                    used[name] = used.get(name, Fraction(0)) + parse_quantity(str(q))
+                    cap = qualify(str(name), key[0])
+                    used[cap] = used.get(cap, Fraction(0)) + parse_quantity(str(q))
             else:
                 self.in_use.add(key)
-            if dev is not None:
+            if dev is not None and key not in self.counted:
+                # A shared device's counters are consumed once, however many shares it has.
+                self.counted.add(key)
                 for cs, counters in dev.consumes:
                     used_c = self.counters_used.setdefault((key[0], key[1], cs), {})
                     for n, v in counters.items():

@@ -4,15 +4,26 @@ A synthetic host root carries ``/.synthetic/nvml.json`` describing its GPUs. Thi
 answers the same calls, with the same argument and return shapes and the same error types
 (``pynvml.NVMLError`` subclasses), as the ``pynvml`` module does for a real driver, so the
 discovery code above it runs unchanged.
+
+Faults are injected here, at the call boundary: a GPU entry's ``errors`` maps a call name to
+the NVML error it answers for that GPU (``{"nvmlDeviceGetUUID": "GPU_IS_LOST"}``: the
+``NVML_ERROR_*`` name without its prefix), for its MIG devices too.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pynvml
+
+from kubeacc.discovery.host import read_regular
+
+#: The description of an 8-GPU host is a few tens of KB.
+DESCRIPTION_LIMIT = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,32 @@ def _err(code: int) -> pynvml.NVMLError:
     return pynvml.NVMLError(code)
 
 
+def error_code(name: str) -> int:
+    """``GPU_IS_LOST`` -> pynvml.NVML_ERROR_GPU_IS_LOST; ValueError for a name NVML lacks."""
+    code = getattr(pynvml, f"NVML_ERROR_{name}", None)
+    if not isinstance(code, int):
+        raise ValueError(f"unknown NVML error {name!r}")
+    return code
+
+
+R = TypeVar("R")
+
+
+def injectable(call: Callable[..., R]) -> Callable[..., R]:
+    """A per-GPU call that answers the error its GPU's ``errors`` entry names, if any."""
+
+    @functools.wraps(call)
+    def checked(self: SyntheticNVML, target: _Handle | int, *args: Any) -> R:
+        index = target.gpu if isinstance(target, _Handle) else target
+        if 0 <= index < len(self.gpus):
+            name = self.gpus[index].get("errors", {}).get(call.__name__)
+            if name is not None:
+                raise _err(error_code(name))
+        return call(self, target, *args)
+
+    return checked
+
+
 class SyntheticNVML:
     """Answers NVML calls from a description (see the module docstring)."""
 
@@ -52,11 +89,17 @@ class SyntheticNVML:
             for key in ("busId", "uuid", "name", "memoryTotal"):
                 if key not in gpu:
                     raise KeyError(f"GPU entry without {key!r}")
+            errors = gpu.get("errors", {})
+            if not isinstance(errors, dict):
+                raise ValueError("a GPU's 'errors' must map call names to NVML error names")
+            for call, name in errors.items():
+                if not callable(getattr(self, call, None)):
+                    raise ValueError(f"'errors' names an unknown NVML call {call!r}")
+                error_code(str(name))
 
     @classmethod
     def from_file(cls, path: str) -> SyntheticNVML:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_regular(path, DESCRIPTION_LIMIT))
         if not isinstance(data, dict):
             raise ValueError("NVML description must be a JSON object")
         return cls(data)
@@ -78,6 +121,7 @@ class SyntheticNVML:
     def nvmlDeviceGetCount(self) -> int:
         return len(self.gpus)
 
+    @injectable
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
         if not 0 <= index < len(self.gpus):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
@@ -94,6 +138,7 @@ class SyntheticNVML:
         assert handle.mig is not None
         return dict(self._gpu(handle)["migDevices"][handle.mig])
 
+    @injectable
     def nvmlDeviceGetPciInfo(self, handle: _Handle) -> _PciInfo:
         gpu = self._gpu(handle)
         return _PciInfo(
@@ -102,17 +147,20 @@ class SyntheticNVML:
             pciSubSystemId=int(gpu.get("pciSubSystemId", 0)),
         )
 
+    @injectable
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
         gpu = self._gpu(handle)
         if handle.mig is not None:
             return f"{gpu['name']} MIG {self._mig(handle)['profile']}"
         return str(gpu["name"])
 
+    @injectable
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
         if handle.mig is not None:
             return str(self._mig(handle)["uuid"])
         return str(self._gpu(handle)["uuid"])
 
+    @injectable
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> _Memory:
         if handle.mig is not None:
             total = int(self._mig(handle)["memoryTotal"])
@@ -120,21 +168,26 @@ class SyntheticNVML:
             total = int(self._gpu(handle)["memoryTotal"])
         return _Memory(total=total, free=total, used=0)
 
+    @injectable
     def nvmlDeviceGetSerial(self, handle: _Handle) -> str:
         serial = self._gpu(handle).get("serial")
         if serial is None:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return str(serial)
 
+    @injectable
     def nvmlDeviceGetMinorNumber(self, handle: _Handle) -> int:
         return int(self._gpu(handle).get("minorNumber", handle.gpu))
 
+    @injectable
     def nvmlDeviceGetNumaNodeId(self, handle: _Handle) -> int:
         return int(self._gpu(handle).get("numaNode", -1))
 
+    @injectable
     def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
         return int(self._gpu(handle).get("temperature", 35))
 
+    @injectable
     def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:
         rows = self._gpu(handle).get("remappedRows")
         if rows is None:
@@ -146,6 +199,7 @@ class SyntheticNVML:
             int(bool(rows.get("failure", False))),
         )
 
+    @injectable
     def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
         gpu = self._gpu(handle)
         if "migMode" not in gpu:
@@ -153,9 +207,11 @@ class SyntheticNVML:
         mode = int(gpu["migMode"])
         return [mode, mode]
 
+    @injectable
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: _Handle) -> int:
         return 7 if self._gpu(handle).get("migMode") else 0
 
+    @injectable
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _Handle, index: int) -> _Handle:
         migs = self._gpu(handle).get("migDevices", [])
         if not 0 <= index < len(migs):
@@ -168,10 +224,12 @@ class SyntheticNVML:
                 return dict(entry)
         raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
 
+    @injectable
     def nvmlDeviceGetNvLinkState(self, handle: _Handle, link: int) -> int:
         entry = self._link(handle, link)
         return pynvml.NVML_FEATURE_ENABLED if entry.get("active", True) else 0
 
+    @injectable
     def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: _Handle, link: int) -> _PciInfo:
         entry = self._link(handle, link)
         return _PciInfo(busId=entry["remoteBusId"], pciDeviceId=0, pciSubSystemId=0)

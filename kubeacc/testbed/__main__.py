@@ -11,6 +11,7 @@ from types import FrameType
 
 from kubeacc.testbed.build import BuildError, bin_dir, ensure_built
 from kubeacc.testbed.kubelet import KubeletOptions
+from kubeacc.testbed.shapes import multinode_options
 from kubeacc.testbed.testbed import Testbed
 
 
@@ -24,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="build (or reuse) the binaries; print their directory")
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     sub.add_parser("bin-dir", help="print where the binaries for these sources live")
+    sub.add_parser("helm", help="build (or reuse) helm from tools/helm; print its path")
     up = sub.add_parser("up", help="start a cluster with a kubelet; stop it with Ctrl-C")
     up.add_argument("--workdir", type=Path, help="work directory (default: new dir under /tmp)")
     up.add_argument("--keep", action="store_true", help="keep the work directory after stopping")
@@ -31,11 +33,25 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--topology-manager-policy", default="none")
     up.add_argument("--cpu-manager-policy", default="none")
     up.add_argument("--no-kubelet", action="store_true")
+    up.add_argument(
+        "--multinode",
+        action="store_true",
+        help="four kubelets: gpu-server, fpga-node, kunlun-node, edge-node",
+    )
     up.add_argument("--for", dest="duration", type=float, help="stop after this many seconds")
     args = parser.parse_args(argv)
 
     if args.cmd == "bin-dir":
         print(bin_dir())
+        return 0
+    if args.cmd == "helm":
+        from kubeacc.testbed.helm import ensure_helm
+
+        try:
+            print(ensure_helm())
+        except BuildError as exc:
+            print(f"helm build failed: {exc}", file=sys.stderr)
+            return 1
         return 0
     if args.cmd == "build":
         try:
@@ -53,13 +69,18 @@ def main(argv: list[str] | None = None) -> int:
         cpu_manager_policy=args.cpu_manager_policy,
     )
     tb = Testbed.start(
-        args.workdir, kubelet=options, with_kubelet=not args.no_kubelet, keep=args.keep
+        args.workdir,
+        kubelet=None if args.multinode else options,
+        nodes=multinode_options() if args.multinode else None,
+        with_kubelet=not args.no_kubelet,
+        keep=args.keep,
     )
     try:
         steps = ", ".join(f"{k} {v:.1f}s" for k, v in tb.timings.items())
         print(f"ready in {time.monotonic() - t0:.1f}s ({steps})", file=sys.stderr)
         print(f"workdir:    {tb.workdir}", file=sys.stderr)
         print(f"logs:       {tb.logs_dir}", file=sys.stderr)
+        print(f"nodes:      {', '.join(tb.node_names) or 'none'}", file=sys.stderr)
         print(f"kubectl:    {' '.join(tb.kubectl())}", file=sys.stderr)
         print(tb.kubeconfig, flush=True)
         deadline = None if args.duration is None else time.monotonic() + args.duration

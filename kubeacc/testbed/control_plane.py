@@ -256,6 +256,7 @@ class ControlPlane:
             self.logs / "kube-controller-manager.log",
         ).start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM each component, SIGKILL after ``timeout`` seconds."""
         for proc in self.processes():
-            proc.stop()
+            proc.stop(timeout)

@@ -46,6 +46,9 @@ class KubeletOptions:
     """What a test may choose about the kubelet; everything else is fixed by the testbed."""
 
     node_name: str = "node-a"
+    #: Labels the kubelet registers its Node with (``--node-labels``); the NodeRestriction
+    #: admission plugin refuses ``kubernetes.io``/``k8s.io`` keys other than the allowed ones.
+    labels: dict[str, str] = field(default_factory=dict)
     topology_manager_policy: str = "none"  # none | best-effort | restricted | single-numa-node
     topology_manager_scope: str = "container"  # container | pod
     cpu_manager_policy: str = "none"  # none | static
@@ -148,11 +151,16 @@ class Kubelet:
     # -- life cycle ------------------------------------------------------------------------
     def start(self, timeout: float = 60) -> None:
         """Start the CRI runtime (once) and the kubelet; return when the kubelet is healthy."""
+        self.launch(timeout)
+        self.wait_healthy(timeout)
+
+    def launch(self, timeout: float = 60) -> None:
+        """Start the CRI runtime (once) and the kubelet without waiting for the kubelet, so that
+        several kubelets start side by side; :meth:`wait_healthy` waits for it."""
         self._prepare()
         if self.cri is None or not self.cri.running():
             self._start_cri(timeout)
         self._start_kubelet()
-        self.wait_healthy(timeout)
 
     def _prepare(self) -> None:
         for d in (
@@ -283,6 +291,8 @@ class Kubelet:
             f"--hostname-override={o.node_name}",
             f"--v={o.verbosity}",
         ]
+        if o.labels:
+            argv.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in o.labels.items()))
         env = None
         if o.private_device_plugin_dir and shutil.which("unshare"):
             env = dict(os.environ)
@@ -303,12 +313,12 @@ class Kubelet:
         elif o.private_device_plugin_dir:
             raise RuntimeError("unshare(1) is needed for a private device-plugin directory")
         self._starts += 1
-        self.process = Process("kubelet", argv, self.log_path, env=env).start()
+        self.process = Process(f"kubelet {o.node_name}", argv, self.log_path, env=env).start()
 
     def wait_healthy(self, timeout: float = 60) -> None:
         assert self.process is not None
         wait_for(
-            "kubelet /healthz",
+            f"kubelet /healthz of {self.node_name}",
             lambda: http_ok(f"http://127.0.0.1:{self.healthz_port}/healthz"),
             timeout,
             watch=[self.process],

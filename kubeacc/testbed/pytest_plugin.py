@@ -3,9 +3,13 @@
 * ``testbed`` (session): one cluster with a kubelet on node ``node-a``; builds the binaries first
   when they are missing (slow the first time). A failed build or start fails the test loudly with
   the build log or the component logs; it never skips.
+* ``multinode_testbed`` (session): a second cluster with four kubelets of different shapes
+  (``kubeacc.testbed.shapes.MULTINODE_SHAPES``: gpu-server, fpga-node, kunlun-node, edge-node);
+  started only when a test asks for it, so the single-node ``testbed`` stays as fast as before.
 * ``kube_client``: an admin lightkube client.
-* ``namespace``: a fresh namespace whose ``default`` service account exists.
-* every test that uses the cluster (marked ``cluster``; tests using ``testbed`` are marked
+* ``namespace``: a fresh namespace whose ``default`` service account exists;
+  ``multinode_namespace`` the same on the multi-node cluster.
+* every test that uses a cluster (marked ``cluster``; tests using these fixtures are marked
   automatically) is followed by a cleanup that deletes the namespaces, CRDs, DeviceClasses and
   ResourceSlices it created, and the pods and claims it left in ``default``.
 
@@ -37,6 +41,8 @@ from lightkube.resources.resource_v1 import (
 )
 
 from kubeacc.testbed.build import BuildError
+from kubeacc.testbed.kubelet import KubeletOptions
+from kubeacc.testbed.shapes import multinode_options
 from kubeacc.testbed.testbed import Testbed
 
 _GLOBAL_KINDS: tuple[type[GlobalResource], ...] = (
@@ -50,8 +56,16 @@ _DEFAULT_NS_KINDS: tuple[type[NamespacedResource], ...] = (
     ResourceClaim,
     ResourceClaimTemplate,
 )
+_MULTINODE_FIXTURES = {"multinode_testbed", "multinode_namespace"}
 _PROTECTED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
 
+_CLUSTER_FIXTURES = {
+    "testbed",
+    "kube_client",
+    "namespace",
+    "multinode_testbed",
+    "multinode_namespace",
+}
 _started: list[Testbed] = []
 _state = {"failed": False}
 
@@ -59,7 +73,7 @@ _state = {"failed": False}
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         names = getattr(item, "fixturenames", ())
-        if "testbed" in names or "kube_client" in names or "namespace" in names:
+        if _CLUSTER_FIXTURES.intersection(names):
             item.add_marker(pytest.mark.cluster)
 
 
@@ -82,12 +96,24 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[Testbed]:
     """The session's cluster (etcd, apiserver, scheduler, controller manager, kubelet)."""
+    yield from _session_testbed(None)
+
+
+@pytest.fixture(scope="session")
+def multinode_testbed() -> Iterator[Testbed]:
+    """A cluster whose four Nodes each run a real kubelet (see kubeacc.testbed.shapes)."""
+    yield from _session_testbed(multinode_options())
+
+
+def _session_testbed(nodes: list[KubeletOptions] | None) -> Iterator[Testbed]:
     failure = ""
     try:
         # Build progress goes to the real stderr: a cold build takes minutes and pytest would
         # otherwise hold the output back until the fixture finished.
         tb = Testbed.start(
-            keep=os.environ.get("KUBEACC_TESTBED_KEEP") == "1", out=sys.__stderr__ or sys.stderr
+            nodes=nodes,
+            keep=os.environ.get("KUBEACC_TESTBED_KEEP") == "1",
+            out=sys.__stderr__ or sys.stderr,
         )
     except BuildError as exc:
         failure = f"building the testbed failed:\n{exc}"
@@ -112,10 +138,14 @@ def _names(client: Client, kind: Any, namespace: str | None = None) -> set[str]:
 @pytest.fixture(autouse=True)
 def _cluster_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
     """Delete what a cluster test created (see the module doc)."""
-    if request.node.get_closest_marker("cluster") is None:
+    names = set(getattr(request, "fixturenames", ()))
+    # A cluster test that starts its own cluster (e.g. runs `kubeacc demo`) needs no cleanup
+    # and must not start the session's testbed for nothing.
+    if request.node.get_closest_marker("cluster") is None or not _CLUSTER_FIXTURES & names:
         yield
         return
-    tb: Testbed = request.getfixturevalue("testbed")
+    multi = _MULTINODE_FIXTURES & names
+    tb: Testbed = request.getfixturevalue("multinode_testbed" if multi else "testbed")
     client = tb.client(field_manager="kubeacc-test-cleanup")
     before_global = {k: _names(client, k) for k in _GLOBAL_KINDS}
     before_default = {k: _names(client, k, "default") for k in _DEFAULT_NS_KINDS}
@@ -155,10 +185,23 @@ def namespace(
     testbed: Testbed, kube_client: Client, request: pytest.FixtureRequest
 ) -> Iterator[str]:
     """A fresh namespace (deleted afterwards) in which pods can be created right away."""
+    yield from _fresh_namespace(testbed, kube_client, request)
+
+
+@pytest.fixture
+def multinode_namespace(
+    multinode_testbed: Testbed, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh namespace on the multi-node cluster (deleted afterwards)."""
+    client = multinode_testbed.client(field_manager="kubeacc-test")
+    yield from _fresh_namespace(multinode_testbed, client, request)
+
+
+def _fresh_namespace(tb: Testbed, client: Client, request: pytest.FixtureRequest) -> Iterator[str]:
     stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"{stem}-{uuid.uuid4().hex[:6]}"
-    kube_client.create(Namespace(metadata=ObjectMeta(name=name)))
-    testbed.wait_service_account(name)
+    client.create(Namespace(metadata=ObjectMeta(name=name)))
+    tb.wait_service_account(name)
     yield name
     with contextlib.suppress(ApiError):
-        kube_client.delete(Namespace, name)
+        client.delete(Namespace, name)

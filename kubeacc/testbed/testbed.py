@@ -1,4 +1,10 @@
-"""One testbed cluster: control plane plus one real kubelet, started and stopped as a unit."""
+"""One testbed cluster: control plane plus real kubelets (one or several Nodes on this machine),
+started and stopped as a unit.
+
+The first kubelet lives in the work directory itself (``kubelet/``, ``cri/``, ``logs/``); every
+further node gets ``nodes/<name>/`` with the same layout: its own root directory, private mount
+namespace, ports, fake CRI runtime and Node name.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
@@ -18,7 +25,7 @@ from kubeacc.testbed.build import ensure_built
 from kubeacc.testbed.control_plane import ControlPlane
 from kubeacc.testbed.kubeconfig import https_get_json
 from kubeacc.testbed.kubelet import Kubelet, KubeletOptions
-from kubeacc.testbed.procs import wait_for
+from kubeacc.testbed.procs import rss_bytes, wait_for
 
 
 class Testbed:
@@ -30,7 +37,7 @@ class Testbed:
         self,
         workdir: Path,
         bin_dir: Path,
-        kubelet_options: KubeletOptions | None,
+        node_options: Sequence[KubeletOptions],
         keep: bool,
         owns_workdir: bool,
     ) -> None:
@@ -39,8 +46,8 @@ class Testbed:
         self.keep = keep
         self._owns_workdir = owns_workdir
         self.control_plane = ControlPlane(workdir, bin_dir)
-        self._kubelet_options = kubelet_options
-        self._kubelet: Kubelet | None = None
+        self._node_options = list(node_options)
+        self._kubelets: dict[str, Kubelet] = {}
         self.timings: dict[str, float] = {}
         self._stopped = False
 
@@ -51,23 +58,32 @@ class Testbed:
         workdir: Path | str | None = None,
         *,
         kubelet: KubeletOptions | None = None,
+        nodes: Sequence[KubeletOptions] | None = None,
         with_kubelet: bool = True,
         bin_dir: Path | None = None,
         keep: bool = False,
         timeout: float = 120,
         out: TextIO = sys.stderr,
     ) -> Testbed:
-        """Build the binaries if needed, start everything, wait for a Ready node.
+        """Build the binaries if needed, start everything, wait until every node is Ready.
 
-        ``workdir`` defaults to a fresh directory under /tmp (short, because unix socket paths
-        are limited to 107 bytes); a directory the testbed created is removed on :meth:`stop`
-        unless ``keep`` is set.
+        One kubelet (``kubelet`` options, default Node ``node-a``), or one per entry of
+        ``nodes`` (distinct node names; they start side by side). ``workdir`` defaults to a
+        fresh directory under /tmp (short, because unix socket paths are limited to 107 bytes);
+        a directory the testbed created is removed on :meth:`stop` unless ``keep`` is set.
         """
+        if nodes is not None and kubelet is not None:
+            raise ValueError("give either kubelet or nodes, not both")
+        options = list(nodes) if nodes is not None else [kubelet or KubeletOptions()]
+        names = [o.node_name for o in options]
+        if len(set(names)) != len(names):
+            raise ValueError(f"node names must be distinct: {', '.join(names)}")
+        if not with_kubelet:
+            options = []
         owns = workdir is None
         wd = Path(tempfile.mkdtemp(prefix="kubeacc-tb-")) if workdir is None else Path(workdir)
         wd = wd.resolve()
         bins = bin_dir or ensure_built(out=out)
-        options = (kubelet or KubeletOptions()) if with_kubelet else None
         tb = cls(wd, bins, options, keep, owns)
         try:
             tb._start(timeout)
@@ -82,18 +98,33 @@ class Testbed:
         cp = self.control_plane
         cp.start(timeout)
         self.timings["apiserver_ready_s"] = time.monotonic() - t0
-        assert cp.pki is not None
-        if self._kubelet_options is not None:
-            self._kubelet = Kubelet(
-                self.workdir, self.bin_dir, cp.server, cp.pki.ca, self._kubelet_options
-            )
-            self._kubelet.start(timeout)
+        started = [self._launch_kubelet(o, timeout) for o in self._node_options]
+        for k in started:
+            k.wait_healthy(timeout)
         cp.wait_controllers(timeout)
         self.timings["controllers_healthy_s"] = time.monotonic() - t0
         self.wait_service_account("default", timeout=timeout)
-        if self._kubelet is not None:
-            self.wait_node_ready(timeout=timeout)
+        for k in started:
+            self.wait_node_ready(k.node_name, timeout=timeout)
+        if started:
             self.timings["node_ready_s"] = time.monotonic() - t0
+
+    def _node_dir(self, name: str) -> Path:
+        return self.workdir if not self._kubelets else self.workdir / "nodes" / name
+
+    def _launch_kubelet(self, options: KubeletOptions, timeout: float) -> Kubelet:
+        pki = self.control_plane.pki
+        assert pki is not None
+        kubelet = Kubelet(
+            self._node_dir(options.node_name),
+            self.bin_dir,
+            self.control_plane.server,
+            pki.ca,
+            options,
+        )
+        self._kubelets[options.node_name] = kubelet
+        kubelet.launch(timeout)
+        return kubelet
 
     # -- access ----------------------------------------------------------------------------
     @property
@@ -111,9 +142,27 @@ class Testbed:
 
     @property
     def kubelet(self) -> Kubelet:
-        if self._kubelet is None:
+        """The first node's kubelet."""
+        if not self._kubelets:
             raise RuntimeError("this testbed was started without a kubelet")
-        return self._kubelet
+        return next(iter(self._kubelets.values()))
+
+    @property
+    def kubelets(self) -> list[Kubelet]:
+        """Every node's kubelet, in start order."""
+        return list(self._kubelets.values())
+
+    @property
+    def node_names(self) -> list[str]:
+        return list(self._kubelets)
+
+    def node(self, name: str) -> Kubelet:
+        """The kubelet of Node ``name``."""
+        try:
+            return self._kubelets[name]
+        except KeyError:
+            known = ", ".join(self._kubelets) or "none"
+            raise KeyError(f"no kubelet for node {name!r} (nodes: {known})") from None
 
     @property
     def node_name(self) -> str:
@@ -127,11 +176,12 @@ class Testbed:
         """argv prefix for the testbed's kubectl, already pointed at this cluster."""
         return [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}"]
 
-    def kubelet_configz(self) -> dict[str, Any]:
-        """The configuration the running kubelet reports on its /configz endpoint."""
+    def kubelet_configz(self, node: str | None = None) -> dict[str, Any]:
+        """The configuration a running kubelet (default: the first) reports on /configz."""
         pki = self.control_plane.pki
         assert pki is not None
-        url = f"https://127.0.0.1:{self.kubelet.port}/configz"
+        kubelet = self.node(node) if node else self.kubelet
+        url = f"https://127.0.0.1:{kubelet.port}/configz"
         data = https_get_json(url, pki.ca.cert_path, pki.admin)
         return dict(data["kubeletconfig"])
 
@@ -145,7 +195,8 @@ class Testbed:
             conds = (obj.status.conditions if obj.status else None) or []
             return any(c.type == "Ready" and c.status == "True" for c in conds)
 
-        watch = [self.kubelet.process] if self.kubelet.process else []
+        kubelet = self.node(node) if node in self._kubelets else None
+        watch = [kubelet.process] if kubelet and kubelet.process else []
         wait_for(f"node {node} Ready", ready, timeout, watch=watch, interval=0.2)
 
     def wait_service_account(
@@ -165,16 +216,33 @@ class Testbed:
         """Raise (with the log tail) if any component has exited."""
         for p in self.control_plane.processes():
             p.check()
-        if self._kubelet is not None:
-            for proc in (self._kubelet.cri, self._kubelet.process):
+        for kubelet in self._kubelets.values():
+            for proc in (kubelet.cri, kubelet.process):
                 if proc is not None:
                     proc.check()
 
+    def memory(self) -> dict[str, int]:
+        """Resident memory (bytes) of every running component: ``etcd``, ``kube-apiserver``, …
+        and ``kubelet <node>`` / ``fake-cri <node>`` for each node."""
+        out: dict[str, int] = {}
+        for p in self.control_plane.processes():
+            if p.pid is not None and p.running():
+                out[p.name] = rss_bytes(p.pid)
+        for name, kubelet in self._kubelets.items():
+            for label, proc in (("kubelet", kubelet.process), ("fake-cri", kubelet.cri)):
+                if proc is not None and proc.pid is not None and proc.running():
+                    out[f"{label} {name}"] = rss_bytes(proc.pid)
+        return out
+
     # -- life cycle ------------------------------------------------------------------------
-    def restart_kubelet(self, options: KubeletOptions | None = None, timeout: float = 60) -> None:
-        """Restart the kubelet (optionally with new options) and wait until the node is Ready."""
-        self.kubelet.restart(options, timeout)
-        self.wait_node_ready(timeout=timeout)
+    def restart_kubelet(
+        self, options: KubeletOptions | None = None, timeout: float = 60, node: str | None = None
+    ) -> None:
+        """Restart a kubelet (default: the first; optionally with new options) and wait until
+        its node is Ready."""
+        kubelet = self.node(node) if node else self.kubelet
+        kubelet.restart(options, timeout)
+        self.wait_node_ready(kubelet.node_name, timeout=timeout)
 
     def stop_apiserver(self) -> None:
         """An API server outage: clients get connection refused until :meth:`start_apiserver`."""
@@ -188,9 +256,11 @@ class Testbed:
         if self._stopped:
             return
         self._stopped = True
-        if self._kubelet is not None:
-            self._kubelet.stop()
-        self.control_plane.stop()
+        for kubelet in reversed(self._kubelets.values()):
+            kubelet.stop()
+        # kube-apiserver can wait out the whole grace period for clients that keep their
+        # connections open (it never logs the end of its shutdown then); its data is thrown away.
+        self.control_plane.stop(timeout=3.0)
         if self._owns_workdir and not self.keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

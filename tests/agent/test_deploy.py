@@ -3,7 +3,6 @@ confined to its own node through the node name in its pod-bound token."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +10,12 @@ import pytest
 import yaml
 from lightkube import Client
 from lightkube.codecs import from_dict
-from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Pod
 
-from kubeacc.crds.deploy import DEPLOY, apply_manifest
+from kubeacc.crds.deploy import DEPLOY
+from kubeacc.testbed.identities import install_agent_access, token_client
 from kubeacc.testbed.testbed import Testbed
+from tests.crdfixtures import resource_slice
 from tests.testbed.helpers import eventually, eventually_refused
 
 pytestmark = pytest.mark.cluster
@@ -29,57 +29,9 @@ def _docs(name: str) -> list[dict[str, Any]]:
 def test_workload_manifests_are_accepted(kube_client: Client) -> None:
     for name in ("agent.yaml", "controller.yaml"):
         for doc in _docs(name):
-            # Server-side validation against the real schemas, nothing created.
-            kube_client.create(from_dict(doc), dry_run=True)
-
-
-def _slice(name: str, node: str) -> Any:
-    return from_dict(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": name},
-            "spec": {
-                "driver": "kubeacc.io",
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [{"name": "gpu-0000-3b-00-0"}],
-            },
-        }
-    )
-
-
-def _token_client(testbed: Testbed, tmp: Path, *bound: str) -> Client:
-    token = subprocess.run(
-        [*testbed.kubectl(), "create", "token", "kubeacc-agent", "-n", SA_NS, *bound],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    pki = testbed.control_plane.pki
-    assert pki is not None
-    kc = tmp / f"sa-{len(bound)}.kubeconfig"
-    kc.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "tb",
-                        "cluster": {
-                            "server": testbed.server,
-                            "certificate-authority": str(pki.ca.cert_path),
-                        },
-                    }
-                ],
-                "users": [{"name": "sa", "user": {"token": token}}],
-                "contexts": [{"name": "sa", "context": {"cluster": "tb", "user": "sa"}}],
-                "current-context": "sa",
-            }
-        )
-    )
-    return Client(KubeConfig.from_file(kc), field_manager="kubeacc-agent")
+            # Server-side validation against the real schemas, nothing written (an apply: other
+            # tests may have created the service account already).
+            kube_client.apply(from_dict(doc), force=True, dry_run=True)
 
 
 def test_daemonset_identity_writes_only_its_nodes_slices(
@@ -87,11 +39,7 @@ def test_daemonset_identity_writes_only_its_nodes_slices(
 ) -> None:
     from lightkube.resources.resource_v1 import ResourceSlice
 
-    apply_manifest(kube_client, "rbac/agent.yaml")
-    apply_manifest(kube_client, "admission/agent-node-restriction.yaml")
-    for doc in _docs("agent.yaml"):
-        if doc["kind"] == "ServiceAccount":
-            kube_client.apply(from_dict(doc), field_manager="kubeacc", force=True)
+    install_agent_access(kube_client)
     pod = from_dict(
         {
             "apiVersion": "v1",
@@ -107,20 +55,24 @@ def test_daemonset_identity_writes_only_its_nodes_slices(
     )
     kube_client.create(pod)
     try:
-        bound = _token_client(
-            testbed, tmp_path, "--bound-object-kind=Pod", "--bound-object-name=kubeacc-agent-test"
-        )
+        bound = token_client(testbed, tmp_path, bound_kind="Pod", bound_name="kubeacc-agent-test")
         # Dry runs until the updated policy is loaded (admission runs on dry runs too).
-        eventually_refused(lambda: bound.create(_slice("sa-node-b", "node-b"), dry_run=True))
-        msg = eventually_refused(lambda: bound.create(_slice("sa-node-b", "node-b")), timeout=0)
-        assert f"node agent {testbed.node_name} may only write kubeacc.io ResourceSlices" in msg
-        bound.create(_slice("sa-own", testbed.node_name))
-        bound.delete(ResourceSlice, "sa-own")
-        unbound = _token_client(testbed, tmp_path)
-        msg = eventually_refused(
-            lambda: unbound.create(_slice("sa-any", testbed.node_name), dry_run=True), timeout=0
+        eventually_refused(
+            lambda: bound.create(resource_slice("sa-node-b", "node-b"), dry_run=True)
         )
-        assert "may only write kubeacc.io ResourceSlices" in msg
+        msg = eventually_refused(
+            lambda: bound.create(resource_slice("sa-node-b", "node-b")), timeout=0
+        )
+        assert f"node agent {testbed.node_name} may only write kubeacc.io ResourceSlices" in msg
+        own = f"{testbed.node_name}-kubeacc.io-0"
+        bound.create(resource_slice(own, testbed.node_name))
+        bound.delete(ResourceSlice, own)
+        unbound = token_client(testbed, tmp_path)
+        msg = eventually_refused(
+            lambda: unbound.create(resource_slice(own, testbed.node_name), dry_run=True), timeout=0
+        )
+        assert "system:serviceaccount:kube-system:kubeacc-agent is a kubeacc node agent" in msg
+        assert "without a node binding" in msg
     finally:
         kube_client.delete(Pod, "kubeacc-agent-test", namespace=SA_NS, grace_period=0)
         eventually(

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
 
 import pytest
 from lightkube import Client
 from lightkube.codecs import from_dict
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.resource_v1 import ResourceClaim
 from typer.testing import CliRunner
 
 from kubeacc.cli.main import app
 from kubeacc.testbed.testbed import Testbed
+
+from ..testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster
 DRIVER = "plan.kubeacc.io"
@@ -31,16 +38,16 @@ def _claim(name: str, namespace: str, count: int) -> dict[str, object]:
     }
 
 
-def test_plan_reads_the_cluster(testbed: Testbed, kube_client: Client, namespace: str) -> None:
-    node = testbed.node_name
-    kube_client.create(
+def _three_devices(client: Client, node: str, driver: str, device_class: str) -> None:
+    """A ResourceSlice of three devices on ``node`` and a DeviceClass selecting them."""
+    client.create(
         from_dict(
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceSlice",
-                "metadata": {"name": "plan-slice"},
+                "metadata": {"name": f"{device_class}-slice"},
                 "spec": {
-                    "driver": DRIVER,
+                    "driver": driver,
                     "nodeName": node,
                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
                     "devices": [{"name": f"gpu-{i}"} for i in range(3)],
@@ -48,16 +55,21 @@ def test_plan_reads_the_cluster(testbed: Testbed, kube_client: Client, namespace
             }
         )
     )
-    kube_client.create(
+    client.create(
         from_dict(
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "DeviceClass",
-                "metadata": {"name": "plan-gpu"},
-                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+                "metadata": {"name": device_class},
+                "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
             }
         )
     )
+
+
+def test_plan_reads_the_cluster(testbed: Testbed, kube_client: Client, namespace: str) -> None:
+    node = testbed.node_name
+    _three_devices(kube_client, node, DRIVER, "plan-gpu")
     kube_client.create(from_dict(_claim("fits", namespace, 2)))
     kube_client.create(from_dict(_claim("too-big", namespace, 4)))
     result = CliRunner().invoke(
@@ -73,6 +85,57 @@ def test_plan_reads_the_cluster(testbed: Testbed, kube_client: Client, namespace
     assert "need 4" in json.dumps(placements["too-big"]["explanation"])
 
 
-def test_plan_needs_exactly_one_source() -> None:
-    result = CliRunner().invoke(app, ["plan"])
+def test_plan_of_one_namespace_counts_claims_of_all_others(
+    testbed: Testbed, kube_client: Client, namespace: str
+) -> None:
+    """Devices another namespace's claim holds are not free for the planned namespace."""
+    node = testbed.node_name
+    driver = f"plan-{uuid.uuid4().hex[:6]}.kubeacc.io"
+    cls = f"plan-gpu-{uuid.uuid4().hex[:6]}"
+    _three_devices(kube_client, node, driver, cls)
+    other = f"{namespace}-other"
+    kube_client.create(Namespace(metadata=ObjectMeta(name=other)))
+    held = _claim("held", other, 2)
+    held["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = cls  # type: ignore[index]
+    kube_client.create(from_dict(held))
+    # The real scheduler allocates the other namespace's claim for its pod (no driver runs it).
+    kube_client.create(
+        from_dict(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "holder", "namespace": other},
+                "spec": {
+                    "resourceClaims": [{"name": "c", "resourceClaimName": "held"}],
+                    "containers": [
+                        {"name": "c", "image": "x", "resources": {"claims": [{"name": "c"}]}}
+                    ],
+                },
+            }
+        )
+    )
+
+    def allocated() -> bool:
+        claim = kube_client.get(ResourceClaim, "held", namespace=other)
+        return bool(claim.status and claim.status.allocation)
+
+    eventually(allocated, 60, "the other namespace's claim allocated by the scheduler")
+    mine = _claim("mine", namespace, 2)
+    mine["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = cls  # type: ignore[index]
+    kube_client.create(from_dict(mine))
+    result = CliRunner().invoke(
+        app,
+        ["plan", "--kubeconfig", str(testbed.kubeconfig), "--namespace", namespace, "-o", "json"],
+    )
+    assert result.exit_code == 1, result.output
+    (placement,) = json.loads(result.stdout)
+    assert placement["claim"].endswith("/mine")
+    assert placement["allocated"] is False, "2 of the 3 devices are held in another namespace"
+
+
+def test_plan_takes_a_folder_or_a_cluster_not_both(testbed: Testbed, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["plan", str(tmp_path), "--kubeconfig", str(testbed.kubeconfig)]
+    )
     assert result.exit_code == 2
+    assert "not both" in result.stderr

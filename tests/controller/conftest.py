@@ -1,13 +1,22 @@
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from kubeacc.controller.controller import Controller
+from kubeacc.discovery import discover
+from kubeacc.model import Device, DeviceType
+from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import kubeacc_cleanup, kubeacc_crds, running
+from tests.crdfixtures import (
+    kubeacc_cleanup,
+    kubeacc_crds,
+    make_controller,
+    running,
+    wait_until_no_claim_holds,
+)
 
 __all__ = ["kubeacc_cleanup", "kubeacc_crds"]
 
@@ -15,12 +24,13 @@ __all__ = ["kubeacc_cleanup", "kubeacc_crds"]
 @pytest.fixture
 def controller(testbed: Testbed, kubeacc_crds: None, kubeacc_cleanup: None) -> Iterator[Controller]:
     """A controller running in a thread (its own Lease, so tests do not share a leader)."""
-    ctl = Controller(
-        testbed.client(field_manager="kubeacc-controller"),
-        identity=f"test-{uuid.uuid4().hex[:6]}",
-        lease_namespace="default",
-        lease_name=f"kubeacc-test-{uuid.uuid4().hex[:6]}",
-        interval=0.3,
-    )
+    wait_until_no_claim_holds(testbed.client(), testbed.node_name)
+    ctl = make_controller(testbed)
     with running(ctl):
         yield ctl
+
+
+@pytest.fixture(scope="module")
+def fpgas(tmp_path_factory: pytest.TempPathFactory) -> list[Device]:
+    root = build("intel-fpga-dfl", tmp_path_factory.mktemp("host") / "root")
+    return discover(Path(root)).by_type(DeviceType.FPGA)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from pathlib import Path
 from typing import Any
 
-import pytest
 from lightkube import ApiError, Client
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.resource_v1 import DeviceClass
@@ -15,27 +13,19 @@ from lightkube.resources.resource_v1 import DeviceClass
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.leader import LeaderElector
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
-from kubeacc.discovery import discover
-from kubeacc.model import Device, DeviceType
-from kubeacc.synthetic.profiles import build
+from kubeacc.model import Device
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import create_operation, put_accelerator, running, wait_for
+from tests.crdfixtures import (
+    create_operation,
+    operation_finished,
+    put_accelerator,
+    running,
+    wait_for,
+)
 from tests.crdfixtures import put_policy as _policy
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64
-
-
-@pytest.fixture(scope="module")
-def fpgas(tmp_path_factory: pytest.TempPathFactory) -> list[Device]:
-    root = build("intel-fpga-dfl", tmp_path_factory.mktemp("host") / "root")
-    return discover(Path(root)).by_type(DeviceType.FPGA)
-
-
-def _finished(client: Client, ns: str, name: str) -> dict[str, Any] | None:
-    obj = as_dict(client.get(AcceleratorOperation, name, namespace=ns))
-    phase = (obj.get("status") or {}).get("phase")
-    return obj if phase in ("Succeeded", "Failed") else None
 
 
 def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -109,7 +99,7 @@ def test_reset_of_a_busy_device_is_refused(
         allocated_to=[{"kind": "ResourceClaim", "namespace": "team-a", "name": "train-0"}],
     )
     create_operation(kube_client, namespace, "reset", {"action": "Reset", "targets": [acc]})
-    op = wait_for("operation finished", lambda: _finished(kube_client, namespace, "reset"))
+    op = wait_for("operation finished", lambda: operation_finished(kube_client, namespace, "reset"))
     assert op["status"]["phase"] == "Failed"
     cond = _condition(op, "Failed")
     assert cond["reason"] == "DeviceInUse"
@@ -137,7 +127,9 @@ def test_bitstream_not_allowed_by_policy_is_refused(
         "program-b",
         {"action": "Program", "targets": [acc], "program": {"bitstream": "b.gbs", "sha256": SHA_B}},
     )
-    op = wait_for("operation finished", lambda: _finished(kube_client, namespace, "program-b"))
+    op = wait_for(
+        "operation finished", lambda: operation_finished(kube_client, namespace, "program-b")
+    )
     assert op["status"]["phase"] == "Failed"
     cond = _condition(op, "Failed")
     assert cond["reason"] == "BitstreamNotAllowed"
@@ -163,7 +155,7 @@ def test_drain_waits_for_consumers(
     wait_for("Draining", draining)
     assert as_dict(kube_client.get(Accelerator, acc))["spec"]["cordoned"] is True
     put_accelerator(kube_client, "node-a", fpgas[0], allocated_to=[])
-    op = wait_for("drained", lambda: _finished(kube_client, namespace, "drain"))
+    op = wait_for("drained", lambda: operation_finished(kube_client, namespace, "drain"))
     assert op["status"]["phase"] == "Succeeded"
 
 
@@ -203,7 +195,7 @@ def test_operation_without_an_agent_times_out(
     create_operation(
         kube_client, namespace, "lonely", {"action": "Reset", "targets": [acc], "timeoutSeconds": 2}
     )
-    op = wait_for("timeout", lambda: _finished(kube_client, namespace, "lonely"))
+    op = wait_for("timeout", lambda: operation_finished(kube_client, namespace, "lonely"))
     assert op["status"]["phase"] == "Failed"
     assert _condition(op, "Failed")["reason"] == "Timeout"
     assert op["status"]["dispatch"][0]["node"] == "node-a"

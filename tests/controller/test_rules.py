@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kubeacc.controller.operations import TargetView, validate
+from kubeacc.controller.operations import TargetView, attributable_results, claim_holders, validate
 from kubeacc.controller.policies import cel_selector, device_class
-from kubeacc.crds.types import AcceleratorOperationSpec, AcceleratorPolicySpec, PolicySelector
+from kubeacc.crds.types import (
+    AcceleratorOperationSpec,
+    AcceleratorOperationStatus,
+    AcceleratorPolicySpec,
+    PolicySelector,
+)
 from kubeacc.discovery import discover
 from kubeacc.model import Device
 from kubeacc.synthetic.profiles import build
@@ -76,3 +82,48 @@ def test_validate(devices: dict[str, Device]) -> None:
     )  # type: ignore[union-attr]
     refusal = validate("fpga-team", other, {"t": _view(fpga)}, pol)
     assert refusal and refusal.reason == "BitstreamNotAllowed"
+
+
+def test_only_results_of_the_dispatched_node_count() -> None:
+    status = AcceleratorOperationStatus.model_validate(
+        {
+            "phase": "Running",
+            "dispatch": [
+                {"accelerator": "b-gpu", "node": "b", "deviceName": "gpu"},
+                {"accelerator": "c-gpu", "node": "c", "deviceName": "gpu"},
+            ],
+            "results": [
+                {"accelerator": "b-gpu", "node": "b", "phase": "Succeeded"},
+                # node b's agent reporting node c's target, and a target never dispatched
+                {"accelerator": "c-gpu", "node": "b", "phase": "Succeeded"},
+                {"accelerator": "d-gpu", "node": "d", "phase": "Failed"},
+            ],
+        }
+    )
+    assert list(attributable_results(status)) == ["b-gpu"]
+
+
+def test_claim_holders_are_reserved_claims_on_the_target(devices: dict[str, Device]) -> None:
+    dev = next(iter(devices.values()))
+    acc = {
+        "metadata": {"name": f"node-a-{dev.name}"},
+        "spec": {"node": "node-a", "deviceName": dev.name},
+        "status": {"device": dev.model_dump(mode="json", by_alias=True, exclude_none=True)},
+    }
+    targets = {acc["metadata"]["name"]: TargetView.parse(acc)}
+
+    def claim(name: str, device: str, reserved: bool, pool: str = "node-a") -> dict[str, Any]:
+        result = {"driver": "kubeacc.io", "pool": pool, "device": device, "request": "r"}
+        status: dict[str, Any] = {"allocation": {"devices": {"results": [result]}}}
+        if reserved:
+            status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "1"}]
+        return {"metadata": {"namespace": "ns", "name": name}, "status": status}
+
+    claims = [
+        claim("held", dev.name, True),
+        claim("vf", f"{dev.name}-vf2", True),
+        claim("done", dev.name, False),  # allocated, no longer reserved
+        claim("elsewhere", dev.name, True, pool="node-b"),
+    ]
+    held = claim_holders(claims, targets, "kubeacc.io")
+    assert held == {acc["metadata"]["name"]: "ResourceClaim ns/held, ResourceClaim ns/vf"}

@@ -65,4 +65,5 @@ def test_operation_rules_are_in_the_schema() -> None:
         "Attach",
         "Detach",
         "Drain",
+        "Uncordon",
     ]

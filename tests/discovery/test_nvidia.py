@@ -123,3 +123,50 @@ def test_unreadable_nvml_description_falls_back_to_sysfs(hosts: HostFactory) -> 
     inv = discover(root)
     assert {g.source for g in inv.by_type(DeviceType.GPU)} == {"nvidia-sysfs"}
     assert any(w.path == "/" + NVML_JSON for w in inv.warnings)
+
+
+def test_nvml_errors_on_one_gpu_leave_the_other_seven_with_nvml_data(hosts: HostFactory) -> None:
+    root = hosts.copy("dgx-h100")
+
+    def faults(data):  # type: ignore[no-untyped-def]
+        data["gpus"][3]["errors"] = {"nvmlDeviceGetUUID": "GPU_IS_LOST"}  # partway through
+        data["gpus"][5]["errors"] = {"nvmlDeviceGetMemoryInfo": "UNKNOWN"}  # one field
+        data["gpus"][6]["errors"] = {"nvmlDeviceGetMigMode": "UNKNOWN"}  # a field of MIG
+        data["gpus"][7]["errors"] = {"nvmlDeviceGetPciInfo": "UNKNOWN"}  # no address: sysfs
+
+    _edit_nvml(root, faults)
+    expected = discover(hosts.pristine("dgx-h100")).by_type(DeviceType.GPU)
+    inv = discover(root)
+    gpus = inv.by_type(DeviceType.GPU)
+    assert [g.name for g in gpus] == [g.name for g in expected]
+    lost, partial, no_mig, unaddressed = gpus[3], gpus[5], gpus[6], gpus[7]
+    for i, (gpu, before) in enumerate(zip(gpus, expected, strict=True)):
+        if i in (3, 7):
+            continue
+        assert gpu.source == "nvml", gpu.name
+        assert gpu.health.healthy, (gpu.name, gpu.health)
+        assert gpu.uuid == before.uuid and gpu.links == before.links
+        if i != 5:
+            assert gpu.memory_bytes == before.memory_bytes
+    assert lost.source == "nvml" and lost.uuid is None
+    assert lost.health.state is HealthState.UNHEALTHY
+    assert lost.health.reason == "NVML: GPU is lost"
+    assert partial.memory_bytes is None and partial.model == expected[5].model
+    assert no_mig.partitions == []
+    assert unaddressed.source == "nvidia-sysfs"
+    assert unaddressed.health.state is HealthState.UNHEALTHY
+    messages = {(w.device, w.path) for w in inv.warnings}
+    assert (lost.name, "nvml:nvmlDeviceGetUUID") in messages
+    assert (partial.name, "nvml:nvmlDeviceGetMemoryInfo") in messages
+    assert (no_mig.name, "nvml:nvmlDeviceGetMigMode") in messages
+    assert any(w.path == "nvml:7" for w in inv.warnings)
+
+
+def test_an_error_injection_naming_no_nvml_call_is_an_unusable_description(
+    hosts: HostFactory,
+) -> None:
+    root = hosts.copy("dgx-h100")
+    _edit_nvml(root, lambda data: data["gpus"][0].update(errors={"nvmlNoSuchCall": "UNKNOWN"}))
+    inv = discover(root)
+    assert {g.source for g in inv.by_type(DeviceType.GPU)} == {"nvidia-sysfs"}
+    assert any("nvmlNoSuchCall" in w.message for w in inv.warnings)

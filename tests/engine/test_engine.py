@@ -226,12 +226,17 @@ def test_shared_counters_are_consumed() -> None:
         )
         for i in range(3)
     ]
-    s = slice_(
+    # v1: a slice carries devices or shared counters, never both.
+    s = slice_("a", parts, count=2)
+    counters = slice_(
         "a",
-        parts,
+        [],
+        count=2,
+        name="a-counters",
         sharedCounters=[{"name": "gpu-0-mem", "counters": {"memory": {"value": "80Gi"}}}],
     )
-    e = eng(s)
+    del counters["spec"]["devices"]
+    e = eng(s, counters)
     assert e.allocate(claim(exactly(count=2))).ok
     p = e.allocate(claim(exactly(count=1)))
     assert not p.ok and "shared counter gpu-0-mem/memory exhausted" in str(p.explanation)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from kubeacc.testbed import build
+from kubeacc.synthetic import profiles
+from kubeacc.testbed import Testbed, build
 from kubeacc.testbed.certs import CertificateAuthority
 from kubeacc.testbed.kubelet import Kubelet, KubeletOptions
+from kubeacc.testbed.shapes import MULTINODE_SHAPES, PROFILE_LABEL, SHAPE_LABEL
 from kubeacc.testbed.versions import FEATURE_GATES, feature_gate_flag
 
 
@@ -68,3 +71,25 @@ def test_kubelet_configuration(tmp_path: Path) -> None:
     assert cfg["containerRuntimeEndpoint"] == f"unix://{tmp_path}/cri/cri.sock"
     assert kubelet.device_plugin_dir == tmp_path / "kubelet" / "device-plugins"
     assert kubelet.plugins_registry_dir == tmp_path / "kubelet" / "plugins_registry"
+
+
+def test_node_lists_are_checked_before_anything_starts(tmp_path: Path) -> None:
+    a = KubeletOptions(node_name="a")
+    with pytest.raises(ValueError, match="either kubelet or nodes"):
+        Testbed.start(tmp_path / "x", kubelet=a, nodes=[a], bin_dir=tmp_path)
+    with pytest.raises(ValueError, match="node names must be distinct: a, a"):
+        Testbed.start(tmp_path / "x", nodes=[a, KubeletOptions(node_name="a")], bin_dir=tmp_path)
+    assert not (tmp_path / "x").exists()
+
+
+def test_node_shapes_label_their_nodes() -> None:
+    options = [s.kubelet_options() for s in MULTINODE_SHAPES]
+    assert [o.node_name for o in options] == [
+        "gpu-server",
+        "fpga-node",
+        "kunlun-node",
+        "edge-node",
+    ]
+    for shape, o in zip(MULTINODE_SHAPES, options, strict=True):
+        assert o.labels == {SHAPE_LABEL: shape.shape, PROFILE_LABEL: shape.profile}
+        assert shape.profile in profiles.PROFILES

@@ -15,6 +15,11 @@ from kubeacc.topology.graph import TopologyGraph
 
 REPLICA_SEP = "::"
 UNITS_ENV = "ACCELERATOR_UNITS"
+#: An error names at most this many IDs (then a count), each cut to ID_CHARS: the kubelet's
+#: gRPC client refuses a status message over a few KB, so a hostile request of 10,000 IDs
+#: must still get an answer it can read.
+LISTED_IDS = 5
+ID_CHARS = 64
 
 
 class AllocationError(ValueError):
@@ -27,6 +32,25 @@ def device_id(bdf: str, replica: int | None) -> str:
 
 def physical(dev_id: str) -> str:
     return dev_id.split(REPLICA_SEP, 1)[0]
+
+
+def listed(ids: Sequence[str]) -> str:
+    """``a, b, c (and 9997 more)``: the first few IDs, shortened and quoted when odd."""
+
+    def show(i: str) -> str:
+        short = i if len(i) <= ID_CHARS else i[:ID_CHARS] + "..."
+        return short if short.isprintable() and short and " " not in short else repr(short)
+
+    head = ", ".join(show(i) for i in ids[:LISTED_IDS])
+    more = len(ids) - LISTED_IDS
+    return f"{head} (and {more} more)" if more > 0 else head
+
+
+def check_known(devices: Mapping[str, object], ids: Sequence[str]) -> None:
+    """AllocationError naming the IDs whose device is not advertised."""
+    unknown = [i for i in dict.fromkeys(ids) if physical(i) not in devices]
+    if unknown:
+        raise AllocationError(f"unknown device(s): {listed(unknown)}")
 
 
 @dataclass
@@ -42,14 +66,12 @@ def allocate(
     """Device nodes, env and CDI names for one container; raises AllocationError as a whole."""
     if not ids:
         raise AllocationError("no devices requested")
+    check_known(devices, ids)
     bdfs = list(dict.fromkeys(physical(i) for i in ids))
-    unknown = [b for b in bdfs if b not in devices]
-    if unknown:
-        raise AllocationError(f"unknown device(s): {', '.join(unknown)}")
     chosen = [devices[b] for b in bdfs]
     sick = [d.name for d in chosen if not d.health.healthy]
     if sick:
-        raise AllocationError(f"unhealthy device(s): {', '.join(sick)}")
+        raise AllocationError(f"unhealthy device(s): {listed(sick)}")
     out = ContainerDevices()
     out.envs[UNITS_ENV] = ",".join(bdfs)
     out.envs["ACCELERATOR_TYPE"] = chosen[0].type.value

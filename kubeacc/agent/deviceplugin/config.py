@@ -5,13 +5,16 @@ Example (YAML)::
     apiVersion: kubeacc.io/v1alpha1
     kind: DevicePluginConfig
     types:
-      gpu: {generic: true, perModel: true, replicas: 1}
-      nic: {generic: true, perModel: false}
+      gpu: {perModel: true}           # kubeacc.io/gpu-<model> only
+      nic: {}                         # kubeacc.io/nic (generic, the default)
       fpga: {replicas: 4, strategy: packed}
     cdi: false
 
 A type left out is not served through the device plugin (it stays with DRA): per type, a
-device is advertised through one mode only.
+device is advertised through one mode only. Within the device plugin, a device is advertised
+under exactly one resource: the kubelet counts each resource on its own, so a GPU listed under
+both ``kubeacc.io/gpu`` and ``kubeacc.io/gpu-<model>`` could go to two pods at once. Hence per
+type either ``generic`` (the default) or ``perModel``; asking for both is an error.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kubeacc.model import Device, DeviceType
 
@@ -38,12 +41,28 @@ class Strategy(StrEnum):
 class TypeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    generic: bool = Field(default=True, description="serve kubeacc.io/<type>")
+    generic: bool | None = Field(
+        default=None, description="serve kubeacc.io/<type> (default: unless perModel)"
+    )
     per_model: bool = Field(
-        default=True, alias="perModel", description="serve kubeacc.io/<type>-<model>"
+        default=False, alias="perModel", description="serve kubeacc.io/<type>-<model> instead"
     )
     replicas: int = Field(default=1, ge=1, le=64, description="shares per device")
     strategy: Strategy = Strategy.SPREAD
+
+    @model_validator(mode="after")
+    def _one_resource(self) -> TypeConfig:
+        if self.generic is None:
+            self.generic = not self.per_model
+        if self.generic and self.per_model:
+            raise ValueError(
+                "generic and perModel both set: every device would be advertised under two "
+                "resources (kubeacc.io/<type> and kubeacc.io/<type>-<model>) and could go to "
+                "two pods at once; choose one"
+            )
+        if not self.generic and not self.per_model:
+            raise ValueError("generic and perModel both false: the type would serve nothing")
+        return self
 
 
 class DevicePluginConfig(BaseModel):
@@ -75,7 +94,8 @@ def load_config(path: Path) -> DevicePluginConfig:
         raise DevicePluginConfigError(f"{path}: not valid YAML: {err}") from err
     except ValidationError as err:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
+            for e in err.errors()
         )
         raise DevicePluginConfigError(f"{path}: {problems}") from err
 

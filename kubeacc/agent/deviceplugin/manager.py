@@ -17,12 +17,15 @@ from pathlib import Path
 from kubeacc.agent.deviceplugin.cdi import CDI_KIND, build_spec, write_spec
 from kubeacc.agent.deviceplugin.config import DevicePluginConfig, resource_names
 from kubeacc.agent.deviceplugin.server import RegistrationError, ResourceServer, ResourceState
+from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import Device, Inventory
 
 log = logging.getLogger(__name__)
 
 KUBELET_SOCKET = "kubelet.sock"
 POLL_SECONDS = 0.05
+#: While the kubelet socket is missing, the warning is repeated this often.
+MISSING_WARNING_SECONDS = 60.0
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -40,7 +43,9 @@ class DevicePluginManager:
         config: DevicePluginConfig,
         cdi_dir: Path | None = None,
         host_root: Path = Path("/"),
+        metrics: DevicePluginMetrics | None = None,
     ):
+        self.metrics = metrics
         self.plugin_dir = plugin_dir
         self.config = config
         self.cdi_dir = cdi_dir if config.cdi else None
@@ -50,6 +55,8 @@ class DevicePluginManager:
         self.servers: dict[str, ResourceServer] = {}
         self.registrations = 0
         self.last_registration: float | None = None
+        #: Resources the kubelet accepted since it last started (readiness).
+        self.registered: set[str] = set()
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -75,6 +82,8 @@ class DevicePluginManager:
 
     def start(self, inv: Inventory) -> None:
         self.update(inv)
+        if not self.kubelet_socket.exists():
+            self._warn_missing(0.0)
         self._watcher = threading.Thread(target=self._watch, name="dp-watch", daemon=True)
         self._watcher.start()
 
@@ -92,7 +101,9 @@ class DevicePluginManager:
             for name, state in states.items():
                 server = self.servers.get(name)
                 if server is None:
-                    server = ResourceServer(name, self.plugin_dir, state, self.cdi_kind)
+                    server = ResourceServer(
+                        name, self.plugin_dir, state, self.cdi_kind, self.metrics
+                    )
                     self.servers[name] = server
                     self._serve(server)
                 else:
@@ -103,26 +114,56 @@ class DevicePluginManager:
 
     def _serve(self, server: ResourceServer) -> None:
         server.start()
+        self.registered.discard(server.resource)
         if self.kubelet_socket.exists():
             try:
                 server.register(self.kubelet_socket)
                 self.registrations += 1
                 self.last_registration = time.time()
+                self.registered.add(server.resource)
+                if self.metrics is not None:
+                    self.metrics.registrations.labels(server.resource).inc()
             except RegistrationError as err:
                 log.warning("kubelet refused %s: %s", server.resource, err)
+                if self.metrics is not None:
+                    self.metrics.registration_failures.labels(server.resource).inc()
+
+    def unregistered(self) -> list[str]:
+        """Resources served but not (yet, or no longer) registered with the kubelet."""
+        with self._lock:
+            return sorted(set(self.servers) - self.registered)
+
+    def _warn_missing(self, waited: float) -> None:
+        log.warning(
+            "no kubelet socket %s%s: nothing registered; retrying until it appears "
+            "(is this the kubelet's device-plugins directory, is the kubelet running?)",
+            self.kubelet_socket,
+            f" after {waited:.0f} s" if waited else "",
+        )
 
     def _watch(self) -> None:
         self._kubelet = _identity(self.kubelet_socket)
+        missing_since = time.monotonic()
+        warned = missing_since
         while not self._stop.wait(POLL_SECONDS):
             current = _identity(self.kubelet_socket)
             with self._lock:
                 lost = [s for s in self.servers.values() if not s.serving()]
                 if current is not None and current != self._kubelet:
-                    log.info("kubelet socket recreated: registering again")
+                    log.info(
+                        "kubelet socket %s: registering %d resources",
+                        "recreated" if self.registrations else "appeared",
+                        len(self.servers),
+                    )
                     lost = list(self.servers.values())
                 self._kubelet = current
                 if current is None:
+                    now_ = time.monotonic()
+                    if now_ - warned >= MISSING_WARNING_SECONDS:
+                        self._warn_missing(now_ - missing_since)
+                        warned = now_
                     continue
+                missing_since = warned = time.monotonic()
                 for server in lost:
                     self._serve(server)
 

@@ -19,12 +19,14 @@ from grpclib.server import Stream
 from kubeacc.agent.deviceplugin.allocation import (
     AllocationError,
     allocate,
+    check_known,
     device_id,
     prefer,
 )
 from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_grpc as pb_grpc
 from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from kubeacc.agent.rpc import Changes, UnixServer, received, rpc_loop
+from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import Device, Inventory
 from kubeacc.topology.graph import TopologyGraph
 
@@ -69,8 +71,16 @@ class ResourceState:
 class ResourceServer(pb_grpc.DevicePluginBase):
     """Serves one resource (e.g. ``kubeacc.io/gpu``) and registers it with the kubelet."""
 
-    def __init__(self, resource: str, plugin_dir: Path, state: ResourceState, cdi_kind: str | None):
+    def __init__(
+        self,
+        resource: str,
+        plugin_dir: Path,
+        state: ResourceState,
+        cdi_kind: str | None,
+        metrics: DevicePluginMetrics | None = None,
+    ):
         self.resource = resource
+        self.metrics = metrics
         self.plugin_dir = plugin_dir
         self.socket = plugin_dir / ("kubeacc-" + resource.split("/", 1)[1] + ".sock")
         self.cdi_kind = cdi_kind
@@ -164,7 +174,11 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         graph = self._topology()
         state = self._state
         responses = []
-        for req in request.container_requests:
+        for number, req in enumerate(request.container_requests):
+            try:
+                check_known(state.devices, [*req.must_include_deviceIDs, *req.available_deviceIDs])
+            except AllocationError as err:
+                raise self._refused(number, err) from err
             ids = prefer(
                 graph,
                 list(req.available_deviceIDs),
@@ -183,9 +197,9 @@ class ResourceServer(pb_grpc.DevicePluginBase):
             try:
                 got = allocate(devices, list(req.devices_ids), self.cdi_kind)
             except AllocationError as err:
-                raise GRPCError(
-                    Status.INVALID_ARGUMENT, f"{self.resource}: container request {number}: {err}"
-                ) from err
+                if self.metrics is not None:
+                    self.metrics.allocation_errors.labels(self.resource).inc()
+                raise self._refused(number, err) from err
             responses.append(
                 pb.ContainerAllocateResponse(
                     envs=got.envs,
@@ -197,7 +211,14 @@ class ResourceServer(pb_grpc.DevicePluginBase):
                     annotations={"kubeacc.io/units": got.envs["ACCELERATOR_UNITS"]},
                 )
             )
+        if self.metrics is not None:
+            self.metrics.allocations.labels(self.resource).inc(len(responses))
         await stream.send_message(pb.AllocateResponse(container_responses=responses))
+
+    def _refused(self, number: int, err: AllocationError) -> GRPCError:
+        return GRPCError(
+            Status.INVALID_ARGUMENT, f"{self.resource}: container request {number}: {err}"
+        )
 
     async def PreStartContainer(
         self, stream: Stream[pb.PreStartContainerRequest, pb.PreStartContainerResponse]

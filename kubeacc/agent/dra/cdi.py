@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.dra.atomic import remove_durable, write_atomic
+from kubeacc.agent.dra.atomic import write_atomic
 
 CDI_VERSION = "0.6.0"
 CDI_KIND = "kubeacc.io/claim"
@@ -83,11 +83,13 @@ def device_node(path: str, host_root: Path) -> dict[str, str]:
 
 
 def write_spec(cdi_dir: Path, claim_uid: str, spec: Mapping[str, Any]) -> Path:
-    """Write the spec atomically (a reader never sees half a file).
+    """Write the spec so that it is complete or absent: temp file, every byte written and its
+    size checked, rename. OSError (full, read-only) leaves no file behind.
 
-    Not flushed to the disk: a spec is derived data. The checkpoint is the durable record and
-    the plugin rewrites any missing or different spec from it when it starts (and the usual
-    CDI directory, /var/run/cdi, is a tmpfs that does not outlive a reboot anyway).
+    Not flushed to the disk: the checkpoint is the durable record, and the plugin rewrites
+    any missing, damaged or different spec from it before it serves the kubelet again (the
+    usual CDI directory, /var/run/cdi, is a tmpfs that does not outlive a reboot anyway).
+    Flushing spec and directory would add two flushes to every prepare (p50 2.7 -> 8.5 ms).
     """
     path = spec_path(cdi_dir, claim_uid)
     write_atomic(path, json.dumps(spec, indent=1, sort_keys=True).encode(), durable=False)
@@ -95,7 +97,46 @@ def write_spec(cdi_dir: Path, claim_uid: str, spec: Mapping[str, Any]) -> Path:
 
 
 def remove_spec(cdi_dir: Path, claim_uid: str) -> bool:
-    return remove_durable(spec_path(cdi_dir, claim_uid), durable=False)
+    return _remove(spec_path(cdi_dir, claim_uid))
+
+
+def set_aside(cdi_dir: Path, claim_uid: str) -> bool:
+    """First step of removing a spec: rename it to a name no CDI registry reads.
+
+    A rename needs no free space, so :func:`put_back` can always undo it (the unprepare failed)
+    and :func:`discard` finishes it. True if there was a spec.
+    """
+    try:
+        spec_path(cdi_dir, claim_uid).rename(aside_path(cdi_dir, claim_uid))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def put_back(cdi_dir: Path, claim_uid: str) -> None:
+    aside_path(cdi_dir, claim_uid).rename(spec_path(cdi_dir, claim_uid))
+
+
+def discard(cdi_dir: Path, claim_uid: str) -> None:
+    _remove(aside_path(cdi_dir, claim_uid))
+
+
+def _remove(path: Path) -> bool:
+    """Delete a spec file (not flushed either, see write_spec); True if it existed."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def aside_path(cdi_dir: Path, claim_uid: str) -> Path:
+    return cdi_dir / f".{SPEC_PREFIX}{claim_uid}.json.removing"
+
+
+def leftovers(cdi_dir: Path) -> list[Path]:
+    """Files an interrupted write or removal leaves (``.*.tmp``, ``.*.removing``)."""
+    return [*cdi_dir.glob(".*.tmp"), *cdi_dir.glob(".*.removing")]
 
 
 def spec_uids(cdi_dir: Path) -> set[str]:

@@ -2,21 +2,27 @@
 
 Two files in the state directory:
 
-* ``dra-checkpoint.json``: a snapshot of every prepared claim, replaced atomically (temp file,
-  fsync, rename, fsync of the directory), with a checksum;
-* ``dra-journal.log``: one line per change since that snapshot (``prepare`` with the whole
-  claim record, or ``unprepare``), each appended and flushed with one ``fsync`` before the
-  kubelet gets its answer. Every line carries its own checksum; a torn last line (a crash in the
-  middle of an append) is ignored, which is right because that change was never acknowledged.
+* ``dra-checkpoint.json``: a snapshot of every prepared claim, with a checksum. It is replaced
+  only by a complete, verified new one (temp file, every byte written and read back, fsync,
+  rename, fsync of the directory);
+* ``dra-journal.log``: one line per prepare/unprepare call since that snapshot, each with its own
+  checksum, appended and flushed with one ``fsync`` before the kubelet gets its answer.
 
-One flush per prepare/unprepare keeps the durable write at the disk's single-flush latency.
-The journal is folded into a new snapshot when the agent starts and whenever it grows past
-``compact_after`` lines. A snapshot that fails its checksum is moved aside and the plugin
-starts empty (the kubelet prepares again whatever it still needs).
+Order of a change: journal line durable first, then the in-memory state, then (when the journal
+has ``compact_after`` lines) a snapshot of that state. So the call that crosses the compaction
+boundary is in the snapshot, and a failed snapshot only leaves a longer journal. A failed append
+(disk full, read-only, I/O error) is cut off the journal again and the in-memory state is left
+as it was: the caller answers the kubelet with an error and the kubelet retries.
+
+Loading tolerates exactly what a crash can leave: a torn last journal line (its call was never
+acknowledged) and journal lines already folded into the snapshot (replaying them again gives the
+same state). Anything else unreadable (a snapshot failing its checksum, a damaged line before
+good ones) is :class:`StateError`: the agent refuses to start rather than forget claims.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,12 +31,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.dra.atomic import fsync_dir, write_atomic
+from kubeacc.agent.dra.atomic import fsync_dir, write_all, write_atomic
 
 log = logging.getLogger(__name__)
 FILE_NAME = "dra-checkpoint.json"
 JOURNAL_NAME = "dra-journal.log"
 VERSION = 1
+
+
+class StateError(Exception):
+    """The state or CDI directory cannot be read or written: one line, for the operator."""
 
 
 @dataclass(frozen=True)
@@ -65,108 +75,185 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
+def parse_snapshot(data: bytes) -> dict[str, PreparedClaim]:
+    """The claims of a snapshot file; ValueError if it is not complete and intact."""
+    try:
+        raw = json.loads(data)
+        claims = raw["claims"]
+        if raw.get("version") != VERSION:
+            raise ValueError(f"version {raw.get('version')!r}, expected {VERSION}")
+        if raw.get("checksum") != _digest(claims):
+            raise ValueError("checksum mismatch")
+        return {uid: PreparedClaim.from_dict(c) for uid, c in claims.items()}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"malformed ({exc.__class__.__name__}: {exc})") from None
+
+
+def replay(data: bytes, claims: dict[str, PreparedClaim]) -> tuple[int, int]:
+    """Apply journal ``data`` to ``claims``; (calls replayed, length of the intact part).
+
+    Only the last line may be damaged (a torn append); ValueError for a damaged line followed
+    by intact ones.
+    """
+    n = good = pos = 0
+    damaged_at: int | None = None
+    for line in data.splitlines(keepends=True):
+        start, pos = pos, pos + len(line)
+        try:
+            if not line.endswith(b"\n"):
+                raise ValueError("torn")
+            entry = json.loads(line)
+            body = entry["body"]
+            if entry["sum"] != _digest(body):
+                raise ValueError("checksum")
+            _apply(body, claims)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            damaged_at = start if damaged_at is None else damaged_at
+            continue
+        if damaged_at is not None:
+            raise ValueError(f"damaged line at byte {damaged_at} before intact ones")
+        n, good = n + 1, pos
+    return n, good
+
+
+def _apply(body: dict[str, Any], claims: dict[str, PreparedClaim]) -> None:
+    op = body["op"]
+    if op == "prepare":
+        if "uid" in body:  # one claim per line (written by earlier versions)
+            claims[body["uid"]] = PreparedClaim.from_dict(body["claim"])
+        else:
+            for uid, c in body["claims"].items():
+                claims[uid] = PreparedClaim.from_dict(c)
+    elif op == "unprepare":
+        for uid in [body["uid"]] if "uid" in body else body["uids"]:
+            claims.pop(uid, None)
+    else:
+        raise ValueError(f"unknown op {op!r}")
+
+
+def _oneline(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
 class Checkpoint:
     """Prepared claims by UID; :meth:`record_prepare` / :meth:`record_unprepare` are durable."""
 
     def __init__(self, state_dir: Path, compact_after: int = 1000) -> None:
+        self.dir = state_dir
         self.path = state_dir / FILE_NAME
         self.journal_path = state_dir / JOURNAL_NAME
-        self.compact_after = compact_after
+        self.compact_after = max(1, compact_after)
         self.claims: dict[str, PreparedClaim] = {}
         self._journal_fd: int | None = None
+        self._journal_size = 0  # bytes of intact journal
         self._journal_lines = 0
+        self._journal_dirty = False  # a failed append could not be cut off yet
 
     # -- reading ----------------------------------------------------------------------------
     def load(self) -> None:
-        """Snapshot plus journal; then fold both into a fresh snapshot."""
-        self.claims = self._load_snapshot()
-        replayed = self._replay()
-        if replayed or not self.path.exists():
-            self.compact()
-        else:
-            self._open_journal(truncate=True)
-
-    def _load_snapshot(self) -> dict[str, PreparedClaim]:
+        """Snapshot plus journal, folded into a fresh snapshot; StateError if impossible."""
         try:
-            raw = json.loads(self.path.read_bytes())
-            claims = raw["claims"]
-            if raw.get("version") != VERSION or raw.get("checksum") != _digest(claims):
-                raise ValueError("version or checksum mismatch")
-            return {uid: PreparedClaim.from_dict(c) for uid, c in claims.items()}
-        except FileNotFoundError:
-            return {}
-        except (ValueError, KeyError, TypeError) as exc:
-            bad = self.path.with_suffix(".corrupt")
-            self.path.replace(bad)
-            log.error("checkpoint %s unreadable (%s); moved to %s", self.path, exc, bad)
-            return {}
-
-    def _replay(self) -> int:
-        try:
-            data = self.journal_path.read_bytes()
-        except FileNotFoundError:
-            return 0
-        n = 0
-        for line in data.split(b"\n"):
-            if not line:
-                continue
+            self.dir.mkdir(parents=True, exist_ok=True)
+            claims = self._read_snapshot()
             try:
-                entry = json.loads(line)
-                body = entry["body"]
-                if entry["sum"] != _digest(body):
-                    raise ValueError("checksum")
-            except (ValueError, KeyError, TypeError):
-                log.warning("ignoring a torn or damaged journal line")
-                continue
-            if body["op"] == "prepare":
-                self.claims[body["uid"]] = PreparedClaim.from_dict(body["claim"])
-            elif body["op"] == "unprepare":
-                self.claims.pop(body["uid"], None)
-            n += 1
-        return n
+                data = self.journal_path.read_bytes()
+            except FileNotFoundError:
+                data = b""
+        except OSError as exc:
+            raise StateError(f"state directory {self.dir}: {_oneline(exc)}") from None
+        try:
+            replay(data, claims)
+        except ValueError as exc:
+            raise StateError(
+                f"journal {self.journal_path} is unreadable ({exc}); "
+                "restore the state directory or remove it to start with no prepared claims"
+            ) from None
+        self.claims = claims
+        try:
+            self._open_journal()
+            self.compact()
+        except OSError as exc:
+            raise StateError(
+                f"state directory {self.dir} is not writable: {_oneline(exc)}"
+            ) from None
+
+    def _read_snapshot(self) -> dict[str, PreparedClaim]:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        try:
+            return parse_snapshot(data)
+        except ValueError as exc:
+            raise StateError(
+                f"checkpoint {self.path} is unreadable ({exc}); "
+                "restore it or remove it to start with no prepared claims"
+            ) from None
 
     # -- writing ----------------------------------------------------------------------------
     def compact(self) -> None:
-        """Write the snapshot durably, then start an empty journal."""
+        """Replace the snapshot with the current state (verified), then empty the journal."""
         claims = {uid: asdict(c) for uid, c in sorted(self.claims.items())}
         doc = {"version": VERSION, "checksum": _digest(claims), "claims": claims}
-        write_atomic(self.path, json.dumps(doc, separators=(",", ":")).encode(), mode=0o600)
-        self._open_journal(truncate=True)
+        data = json.dumps(doc, separators=(",", ":")).encode()
+        write_atomic(self.path, data, mode=0o600, verify=True)
+        fd = self._fd()
+        os.ftruncate(fd, 0)
+        os.fsync(fd)
+        self._journal_size = self._journal_lines = 0
 
-    def _open_journal(self, truncate: bool) -> None:
-        if self._journal_fd is not None:
-            os.close(self._journal_fd)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if truncate else 0)
-        self._journal_fd = os.open(self.journal_path, flags, 0o600)
-        os.fsync(self._journal_fd)
-        fsync_dir(self.journal_path.parent)
-        self._journal_lines = 0
+    def _open_journal(self) -> None:
+        self.close()
+        fd = os.open(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._journal_fd = fd
+        self._journal_size = os.fstat(fd).st_size
+        fsync_dir(self.dir)
 
-    def _append(self, bodies: list[dict[str, Any]]) -> None:
+    def _fd(self) -> int:
         if self._journal_fd is None:
-            self._open_journal(truncate=False)
+            self._open_journal()
         assert self._journal_fd is not None
-        data = b"".join(
-            json.dumps({"sum": _digest(b), "body": b}, separators=(",", ":")).encode() + b"\n"
-            for b in bodies
-        )
-        os.write(self._journal_fd, data)
-        os.fsync(self._journal_fd)
-        self._journal_lines += len(bodies)
-        if self._journal_lines >= self.compact_after:
+        return self._journal_fd
+
+    def _append(self, body: dict[str, Any]) -> None:
+        """One journal line, durable, or OSError with the journal as it was."""
+        fd = self._fd()
+        if self._journal_dirty:  # cut off what an earlier failed append left
+            os.ftruncate(fd, self._journal_size)
+            self._journal_dirty = False
+        line = json.dumps({"sum": _digest(body), "body": body}, separators=(",", ":")).encode()
+        try:
+            write_all(fd, line + b"\n")
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, self._journal_size)
+            except OSError:
+                self._journal_dirty = True
+            raise
+        self._journal_size += len(line) + 1
+        self._journal_lines += 1
+
+    def _maybe_compact(self) -> None:
+        if self._journal_lines < self.compact_after:
+            return
+        try:
             self.compact()
+        except OSError as exc:  # the journal still holds everything; try again next time
+            log.warning("checkpoint compaction failed (%s); journal kept", _oneline(exc))
 
     def record_prepare(self, claims: dict[str, PreparedClaim]) -> None:
-        """Durably add claims (one flush for all of them)."""
-        self._append(
-            [{"op": "prepare", "uid": uid, "claim": asdict(c)} for uid, c in claims.items()]
-        )
+        """Durably add claims (one flush for all of them), then apply them in memory."""
+        self._append({"op": "prepare", "claims": {u: asdict(c) for u, c in claims.items()}})
         self.claims.update(claims)
+        self._maybe_compact()
 
     def record_unprepare(self, uids: list[str]) -> None:
-        self._append([{"op": "unprepare", "uid": uid} for uid in uids])
+        """Durably remove claims (one flush), then forget them in memory."""
+        self._append({"op": "unprepare", "uids": list(uids)})
         for uid in uids:
             self.claims.pop(uid, None)
+        self._maybe_compact()
 
     def close(self) -> None:
         if self._journal_fd is not None:
@@ -175,12 +262,14 @@ class Checkpoint:
 
 
 def read_claims(state_dir: Path) -> dict[str, dict[str, Any]]:
-    """What a restarted plugin would load, read-only (snapshot plus journal): for tools/tests."""
-    cp = Checkpoint(state_dir)
+    """What a restarted plugin would load, read-only (snapshot plus journal): for tools/tests.
+
+    ValueError if the state is unreadable.
+    """
     try:
-        raw = json.loads(cp.path.read_bytes())
-        cp.claims = {uid: PreparedClaim.from_dict(c) for uid, c in raw["claims"].items()}
+        claims = parse_snapshot((state_dir / FILE_NAME).read_bytes())
     except FileNotFoundError:
-        cp.claims = {}
-    cp._replay()
-    return {uid: asdict(c) for uid, c in cp.claims.items()}
+        claims = {}
+    with contextlib.suppress(FileNotFoundError):
+        replay((state_dir / JOURNAL_NAME).read_bytes(), claims)
+    return {uid: asdict(c) for uid, c in claims.items()}

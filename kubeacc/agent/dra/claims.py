@@ -1,6 +1,7 @@
 """Where the plugin reads ResourceClaims.
 
-:class:`ApiClaimSource` does one GET per claim. :class:`WatchingClaimSource` keeps a cache of
+:class:`ApiClaimSource` does one GET per claim, with the deadline of its client (the agent
+gives it :data:`READ_TIMEOUT_S`). :class:`WatchingClaimSource` keeps a cache of
 the claims allocated from this node's pool, fed by a watch, so that a prepare usually needs no
 round trip to the API server; it falls back to a GET whenever the cache does not hold the claim
 with the UID the kubelet named (not yet seen, or deleted and re-created), so the cache can make
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from lightkube import ALL_NS, ApiError, Client
@@ -20,6 +22,9 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from kubeacc.agent.dra import DRIVER_NAME
 
 log = logging.getLogger(__name__)
+
+#: Deadline of one claim read (connect, and each read of the answer).
+READ_TIMEOUT_S = 5.0
 
 
 class ClaimSource(Protocol):
@@ -34,6 +39,8 @@ class ApiClaimSource:
         self.client = client
 
     def get(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        if not (namespace and name):  # an empty name would make the GET a LIST
+            raise ValueError(f"no claim to read: namespace {namespace!r}, name {name!r}")
         try:
             obj = self.client.get(ResourceClaim, name, namespace=namespace)
         except ApiError as exc:
@@ -52,9 +59,13 @@ def allocated_here(claim: dict[str, Any], pool: str) -> bool:
 class WatchingClaimSource(ApiClaimSource):
     """A watch-fed cache of the claims allocated from ``pool``, with GET as the fallback."""
 
-    def __init__(self, client: Client, pool: str) -> None:
+    def __init__(
+        self, client: Client, pool: str, on_change: Callable[[], None] | None = None
+    ) -> None:
         super().__init__(client)
         self.pool = pool
+        #: Called when a claim allocated from ``pool`` changed (e.g. its ``reservedFor``).
+        self.on_change = on_change
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -77,6 +88,12 @@ class WatchingClaimSource(ApiClaimSource):
         self.misses += 1
         return super().get(namespace, name, uid)
 
+    def cached(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        """The claim as the watch last delivered it (no API call), or None."""
+        with self._lock:
+            cached = self._cache.get((namespace, name))
+        return cached if cached is not None and cached["metadata"].get("uid") == uid else None
+
     def _run(self) -> None:
         backoff = 1.0
         while not self._stop.is_set():
@@ -92,8 +109,11 @@ class WatchingClaimSource(ApiClaimSource):
                     with self._lock:
                         if event != "DELETED" and allocated_here(data, self.pool):
                             self._cache[key] = data
+                            ours = True
                         else:
-                            self._cache.pop(key, None)
+                            ours = self._cache.pop(key, None) is not None
+                    if ours and self.on_change is not None:
+                        self.on_change()
                     backoff = 1.0
             except Exception as exc:
                 if self._stop.is_set():

@@ -1,39 +1,53 @@
 """Prepare and unprepare claims: the node-side half of DRA, independent of gRPC.
 
-``prepare`` checks the claim (it exists, has the UID the kubelet named, is allocated, its
+``prepare`` checks every claim reference first (:mod:`kubeacc.agent.dra.refs`), then reads and
+checks each new claim (it exists, has the UID the kubelet named, is allocated, its
 ``kubeacc.io`` devices come from this node's pool and are published here, its opaque config is
 valid), writes the claim's CDI spec and then the checkpoint, and only then answers. Each claim
-gets its own answer or error. Everything runs under one lock: concurrent calls are serialized.
+gets its own answer or error.
+
+Locks: reading claims from the API server (and programming an FPGA) happens outside the driver
+lock, under a per-claim guard, so one slow or hung API server never blocks an unprepare or the
+prepare of a claim already prepared. Each API read has a deadline (``api_budget`` for one call,
+well under the kubelet's 45 s). Files (CDI specs, checkpoint) change only under the driver lock.
+
+Unprepare needs no API server and is all or nothing per call: the specs are renamed aside, the
+checkpoint entry removed, then the specs deleted; when the checkpoint write fails the specs go
+back, so a failure leaves the claims prepared and the kubelet retries.
 On start, :meth:`Driver.reconcile` makes the CDI directory agree with the checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra import DRIVER_NAME, cdi
-from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
+from kubeacc.agent.dra.atomic import write_atomic
+from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
-from kubeacc.agent.dra.config import ConfigError, FpgaConfig, config_env, parse_config
 from kubeacc.agent.dra.devices import DeviceInfo
+from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
+from kubeacc.agent.dra.refs import ClaimRef, ref_error
+from kubeacc.crds.opaque import ConfigError, FpgaConfig, applies_to, config_env, parse_config
+from kubeacc.metrics.agent import AgentMetrics
 
 log = logging.getLogger(__name__)
 
 #: (device name, bitstream name, "sha256:<hex>") -> what was done; raises when refused.
 FpgaProgrammer = Callable[[str, str, str], str]
 
+#: Time one prepare call may spend reading claims (the kubelet gives the call 45 s).
+API_BUDGET_S = 20.0
 
-@dataclass(frozen=True)
-class ClaimRef:
-    namespace: str
-    name: str
-    uid: str
+__all__ = ["ClaimError", "ClaimRef", "Driver", "PrepareResult"]
 
 
 @dataclass
@@ -57,82 +71,179 @@ class Driver:
         state_dir: Path,
         host_root: Path = Path("/"),
         fpga: FpgaProgrammer | None = None,
+        compact_after: int = 1000,
+        api_budget: float = API_BUDGET_S,
+        on_change: Callable[[], None] | None = None,
+        metrics: AgentMetrics | None = None,
     ) -> None:
         self.node = node
+        self.metrics = metrics or AgentMetrics()
         self.fpga = fpga
+        #: Called (outside the lock) after claims were prepared or unprepared.
+        self.on_change = on_change
         self.claims = claims
         self.devices = devices
         self.cdi_dir = cdi_dir
         self.state_dir = state_dir
         self.host_root = host_root
+        self.api_budget = api_budget
         self.lock = threading.Lock()
-        cdi_dir.mkdir(parents=True, exist_ok=True)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        self.checkpoint = Checkpoint(state_dir)
+        self.guard = ClaimGuard()
+        try:
+            cdi_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StateError(f"CDI directory {cdi_dir}: {exc.strerror or exc}") from None
+        self.checkpoint = Checkpoint(state_dir, compact_after)
         self.checkpoint.load()
+        self.metrics.prepared_claims.set(len(self.checkpoint.claims))
 
     # -- start-up ---------------------------------------------------------------------------
     def reconcile(self) -> tuple[list[str], list[str]]:
         """Remove CDI specs of claims not in the checkpoint; rewrite missing ones.
 
-        Returns (removed, rewritten) claim UIDs.
+        Returns (removed, rewritten) claim UIDs; StateError if the CDI directory is not usable.
         """
-        with self.lock:
-            for d in (self.cdi_dir, self.state_dir):
-                for tmp in d.glob(".*.tmp"):  # interrupted atomic writes
-                    tmp.unlink(missing_ok=True)
-            on_disk = cdi.spec_uids(self.cdi_dir)
-            removed = sorted(on_disk - self.checkpoint.claims.keys())
-            for uid in removed:
-                cdi.remove_spec(self.cdi_dir, uid)
-            rewritten = []
-            for uid, claim in self.checkpoint.claims.items():
-                path = cdi.spec_path(self.cdi_dir, uid)
-                if uid not in on_disk or _read(path) != claim.cdi_spec:
-                    cdi.write_spec(self.cdi_dir, uid, claim.cdi_spec)
-                    rewritten.append(uid)
+        try:
+            with self.lock:
+                removed, rewritten = self._reconcile()
+        except OSError as exc:
+            raise StateError(
+                f"CDI directory {self.cdi_dir} is not writable: {exc.strerror or exc}"
+            ) from None
         if removed or rewritten:
             log.info("reconciled CDI specs: removed %s, rewrote %s", removed, rewritten)
         return removed, rewritten
 
+    def _reconcile(self) -> tuple[list[str], list[str]]:
+        self.cdi_dir.mkdir(parents=True, exist_ok=True)
+        for leftover in [*cdi.leftovers(self.cdi_dir), *self.state_dir.glob(".*.tmp")]:
+            leftover.unlink(missing_ok=True)  # interrupted writes and removals
+        probe = self.cdi_dir / ".kubeacc-write-check"
+        write_atomic(probe, b"ok\n")
+        probe.unlink()
+        on_disk = cdi.spec_uids(self.cdi_dir)
+        removed = sorted(on_disk - self.checkpoint.claims.keys())
+        for uid in removed:
+            cdi.remove_spec(self.cdi_dir, uid)
+        rewritten = []
+        for uid, claim in self.checkpoint.claims.items():
+            path = cdi.spec_path(self.cdi_dir, uid)
+            if uid not in on_disk or _read(path) != claim.cdi_spec:
+                cdi.write_spec(self.cdi_dir, uid, claim.cdi_spec)
+                rewritten.append(uid)
+        return removed, rewritten
+
+    def _checked(self, refs: Iterable[ClaimRef], out: dict[str, str]) -> dict[str, ClaimRef]:
+        """The well-formed references by UID; an error in ``out`` for each other one."""
+        good: dict[str, ClaimRef] = {}
+        for ref in refs:
+            err = ref_error(ref)
+            seen = good.get(ref.uid)
+            if not err and seen is not None and seen != ref:
+                err = f"claim UID {ref.uid} named twice, as {seen.namespace}/{seen.name} too"
+            if err:
+                log.warning("refused claim reference: %s", err)
+                out[ref.uid] = err
+                good.pop(ref.uid, None)
+            elif ref.uid not in out:
+                good[ref.uid] = ref
+        return good
+
+    @staticmethod
+    def _same_claim(ref: ClaimRef, done: PreparedClaim) -> str:
+        if (done.namespace, done.name) == (ref.namespace, ref.name):
+            return ""
+        return (
+            f"claim UID {ref.uid} is prepared as ResourceClaim {done.namespace}/{done.name}, "
+            f"not {ref.namespace}/{ref.name}"
+        )
+
     # -- prepare ----------------------------------------------------------------------------
     def prepare(self, refs: Iterable[ClaimRef]) -> dict[str, PrepareResult]:
-        out: dict[str, PrepareResult] = {}
-        with self.lock:
-            new: dict[str, PreparedClaim] = {}
-            for ref in refs:
-                done = self.checkpoint.claims.get(ref.uid) or new.get(ref.uid)
-                if done is not None:
-                    out[ref.uid] = PrepareResult(devices=done.devices)
-                    continue
+        with self.metrics.prepare_seconds.time():
+            out = self._prepare_claims(refs)
+        self.metrics.prepare_errors.inc(sum(1 for r in out.values() if r.error))
+        self.metrics.prepared_claims.set(len(self.checkpoint.claims))
+        self._changed()
+        return out
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def _prepare_claims(self, refs: Iterable[ClaimRef]) -> dict[str, PrepareResult]:
+        errors: dict[str, str] = {}
+        todo = self._checked(refs, errors)
+        out = {uid: PrepareResult(error=e) for uid, e in errors.items()}
+        deadline = time.monotonic() + self.api_budget
+        with self.guard.hold(set(todo)):
+            with self.lock:
+                fresh = []
+                for uid, ref in todo.items():
+                    done = self.checkpoint.claims.get(uid)
+                    if done is None:
+                        fresh.append(ref)
+                    elif err := self._same_claim(ref, done):
+                        out[uid] = PrepareResult(error=err)
+                    else:
+                        out[uid] = PrepareResult(devices=done.devices)
+            built: dict[str, PreparedClaim] = {}
+            for ref in fresh:  # API server and FPGA programming: not under the driver lock
                 try:
-                    prepared = self._prepare_one(ref)
+                    built[ref.uid] = self._prepare_one(ref, deadline)
                 except ClaimError as exc:
                     log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
                     out[ref.uid] = PrepareResult(error=str(exc))
-                    continue
-                except Exception as exc:  # API server away, disk full, ...
-                    log.exception("prepare %s/%s failed", ref.namespace, ref.name)
-                    out[ref.uid] = PrepareResult(error=f"prepare failed: {exc}")
-                    continue
-                new[ref.uid] = prepared
-                out[ref.uid] = PrepareResult(devices=prepared.devices)
-            if new:
-                pause_point("prepare-after-cdi", self.state_dir)
-                try:
-                    self.checkpoint.record_prepare(new)
-                except OSError as exc:
-                    log.exception("checkpoint write failed")
-                    for uid in new:
-                        cdi.remove_spec(self.cdi_dir, uid)
-                        out[uid] = PrepareResult(error=f"checkpoint write failed: {exc}")
-                    return out
-                pause_point("prepare-after-checkpoint", self.state_dir)
+                except Exception as exc:  # API server away or slow, ...
+                    msg = f"prepare failed: {exc.__class__.__name__}: {exc}".splitlines()[0]
+                    log.error("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, msg)
+                    out[ref.uid] = PrepareResult(error=msg)
+            if built:
+                with self.lock:
+                    self._commit(built, out)
         return out
 
-    def _prepare_one(self, ref: ClaimRef) -> PreparedClaim:
-        claim = self.claims.get(ref.namespace, ref.name, ref.uid)
+    def _commit(self, built: dict[str, PreparedClaim], out: dict[str, PrepareResult]) -> None:
+        """CDI specs, then one checkpoint record for all of them; errors per claim."""
+        written: dict[str, PreparedClaim] = {}
+        for uid, claim in built.items():
+            try:
+                cdi.write_spec(self.cdi_dir, uid, claim.cdi_spec)
+            except OSError as exc:
+                msg = f"writing the CDI spec failed: {exc.strerror or exc}"
+                log.error("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, msg)
+                out[uid] = PrepareResult(error=msg)
+                continue
+            written[uid] = claim
+        if not written:
+            return
+        pause_point("prepare-after-cdi", self.state_dir)
+        try:
+            self.checkpoint.record_prepare(written)
+        except OSError as exc:
+            msg = f"checkpoint write failed: {exc.strerror or exc}"
+            log.error("prepare %s: %s", sorted(written), msg)
+            for uid in written:
+                with contextlib.suppress(OSError):  # reconcile removes it at the next start
+                    cdi.remove_spec(self.cdi_dir, uid)
+                out[uid] = PrepareResult(error=msg)
+            return
+        for uid, claim in written.items():
+            out[uid] = PrepareResult(devices=claim.devices)
+        pause_point("prepare-after-checkpoint", self.state_dir)
+        for claim in written.values():
+            devices = ", ".join(d.device for d in claim.devices)
+            log.info("prepared claim %s/%s: %s", claim.namespace, claim.name, devices)
+
+    def _prepare_one(self, ref: ClaimRef, deadline: float) -> PreparedClaim:
+        """Read and check the claim and build its CDI spec (written later, by _commit)."""
         where = f"ResourceClaim {ref.namespace}/{ref.name}"
+        if time.monotonic() >= deadline:
+            raise ClaimError(
+                f"{where}: not read, this call spent {self.api_budget:.0f} s waiting "
+                "for the API server"
+            )
+        claim = self.claims.get(ref.namespace, ref.name, ref.uid)
         if claim is None:
             raise ClaimError(f"{where} not found")
         uid = claim.get("metadata", {}).get("uid")
@@ -169,7 +280,7 @@ class Driver:
                     cfg = parse_config(params)
                 except ConfigError as exc:
                     raise ClaimError(f"{where}: {exc}") from None
-                if info.type != cfg.DEVICE_TYPE:
+                if not applies_to(cfg, info.type):
                     raise ClaimError(
                         f"{where}: {cfg.kind} does not apply to {info.type} device {dev_name} "
                         f"(request {r['request']})"
@@ -188,7 +299,6 @@ class Driver:
                 )
             )
         spec = cdi.build_spec(ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.host_root)
-        cdi.write_spec(self.cdi_dir, ref.uid, spec)
         return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
 
     def _program(self, where: str, device: str, bitstream: str, digest: str) -> None:
@@ -207,22 +317,57 @@ class Driver:
     # -- unprepare --------------------------------------------------------------------------
     def unprepare(self, refs: Iterable[ClaimRef]) -> dict[str, str]:
         """Forget the claims; needs no API server. Returns uid -> error ("" = done)."""
-        out: dict[str, str] = {}
-        with self.lock:
-            uids = [r.uid for r in refs]
-            present = [u for u in uids if u in self.checkpoint.claims]
-            try:
-                if present:
-                    self.checkpoint.record_unprepare(present)
-                    pause_point("unprepare-after-checkpoint", self.state_dir)
-                for uid in uids:
-                    cdi.remove_spec(self.cdi_dir, uid)
-                pause_point("unprepare-after-cdi", self.state_dir)
-            except OSError as exc:
-                log.exception("unprepare failed")
-                return {uid: f"unprepare failed: {exc}" for uid in uids}
-            out = dict.fromkeys(uids, "")
+        with self.metrics.unprepare_seconds.time():
+            out = self._unprepare_claims(refs)
+        self.metrics.unprepare_errors.inc(sum(1 for e in out.values() if e))
+        self.metrics.prepared_claims.set(len(self.checkpoint.claims))
+        self._changed()
         return out
+
+    def _unprepare_claims(self, refs: Iterable[ClaimRef]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        todo = self._checked(refs, out)
+        with self.guard.hold(set(todo)), self.lock:
+            present: list[str] = []
+            for uid, ref in todo.items():
+                done = self.checkpoint.claims.get(uid)
+                if done is not None and (err := self._same_claim(ref, done)):
+                    out[uid] = err
+                else:
+                    present.append(uid)
+            try:
+                self._unprepare(present)
+            except OSError as exc:
+                msg = f"unprepare failed: {exc.strerror or exc}"
+                log.error("unprepare %s: %s", present, msg)
+                out.update(dict.fromkeys(present, msg))
+            else:
+                out.update(dict.fromkeys(present, ""))
+                for uid in present:
+                    if (ref := todo[uid]) is not None:
+                        log.info("unprepared claim %s/%s", ref.namespace, ref.name)
+        return out
+
+    def _unprepare(self, uids: list[str]) -> None:
+        """Specs aside, checkpoint, specs gone; on OSError all as it was (claims prepared)."""
+        aside: list[str] = []
+        try:
+            for uid in uids:
+                if cdi.set_aside(self.cdi_dir, uid):
+                    aside.append(uid)
+            recorded = [u for u in uids if u in self.checkpoint.claims]
+            if recorded:
+                self.checkpoint.record_unprepare(recorded)
+        except OSError:
+            for uid in aside:
+                with contextlib.suppress(OSError):  # reconcile rewrites it at the next start
+                    cdi.put_back(self.cdi_dir, uid)
+            raise
+        pause_point("unprepare-after-checkpoint", self.state_dir)
+        for uid in aside:
+            with contextlib.suppress(OSError):  # the claim is unprepared; reconcile cleans up
+                cdi.discard(self.cdi_dir, uid)
+        pause_point("unprepare-after-cdi", self.state_dir)
 
     def prepared(self) -> dict[str, PreparedClaim]:
         with self.lock:

@@ -15,8 +15,9 @@ from typing import Any
 
 from grpclib.server import Stream
 
-from kubeacc.agent.dra.driver import ClaimRef, Driver
+from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
+from kubeacc.agent.dra.refs import ClaimRef
 from kubeacc.agent.kubeletapi import dra_v1_grpc as v1_grpc
 from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
 from kubeacc.agent.kubeletapi import dra_v1beta1_grpc as v1beta1_grpc

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 #: devices use taints may hold only 64 devices.
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_ADVANCED = 64
+#: deploy/admission/agent-node-restriction.yaml: how far one write may move a slice's pool
+#: generation forward (it never moves back).
+GENERATION_STEP = 64
 #: Label on every slice the agent writes, to find them again.
 NODE_LABEL = "kubeacc.io/node"
 
@@ -144,14 +147,18 @@ class SlicePublisher:
         desired_count = len(chunk_devices(devices, self.max_per_slice))
         if digest == self._digest and self._matches(existing, devices, desired_count):
             return False
-        self.generation = max(self.generation, server_gen) + 1
-        desired = build_slices(self.node, self._uid(), devices, self.generation, self.max_per_slice)
+        # Adopted only once every slice is written: a failed attempt must not push the next
+        # one further ahead (the admission policy lets a slice's generation move forward by at
+        # most GENERATION_STEP per write; a partial write is caught up by server_gen).
+        generation = max(self.generation, server_gen) + 1
+        desired = build_slices(self.node, self._uid(), devices, generation, self.max_per_slice)
         for obj in desired:
             self.client.apply(
                 cast(ResourceSlice, ResourceSlice.from_dict(obj)),
                 field_manager=self.field_manager,
                 force=True,
             )
+        self.generation = generation
         wanted = {obj["metadata"]["name"] for obj in desired}
         for s in existing:
             name = s.metadata.name if s.metadata else None

@@ -66,6 +66,7 @@ from kubeacc.crds.types import (
 )
 from kubeacc.crds.watch import WatchCache
 from kubeacc.discovery import discover
+from kubeacc.metrics.lifecycle import LifecycleMetrics
 from kubeacc.model import Device, HealthState
 
 log = logging.getLogger(__name__)
@@ -86,8 +87,11 @@ class LifecycleAgent:
         kernel: HostKernel,
         interval: float = 1.0,
         resync_seconds: float = 60.0,
+        nvml: str = "auto",
     ) -> None:
         self.client = client
+        self.nvml = nvml
+        self.metrics = LifecycleMetrics()
         self.node = node_name
         self.host_root = Path(host_root)
         self.kernel = kernel
@@ -129,6 +133,7 @@ class LifecycleAgent:
                     self.pass_once(inventory=inventory)
                 except Exception:
                     log.exception("agent pass failed; retrying")
+                    self.metrics.pass_errors.inc()
                 # Woken early by a change to an operation; discovery keeps its interval.
                 self._wake.wait(max(0.0, next_discovery - time.monotonic()))
         finally:
@@ -136,6 +141,15 @@ class LifecycleAgent:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def not_ready(self) -> list[str]:
+        """``/readyz``: the operations watch is synced and a first pass has run."""
+        reasons = []
+        if not self.operations.synced.is_set():
+            reasons.append("operations watch not synced")
+        if not self._started:
+            reasons.append("no pass over the operations yet")
+        return reasons
 
     def pass_once(self, *, inventory: bool = True) -> None:
         """One pass: the inventory (when asked, and at each resync), then the operations."""
@@ -155,7 +169,7 @@ class LifecycleAgent:
 
     # -- inventory ---------------------------------------------------------------------------
     def _discover(self) -> dict[str, Device]:
-        return {d.name: d for d in discover(self.host_root).devices}
+        return {d.name: d for d in discover(self.host_root, nvml=self.nvml).devices}
 
     def _rediscover(self, device_name: str) -> Device | None:
         return self._discover().get(device_name)
@@ -294,7 +308,11 @@ class LifecycleAgent:
             else:
                 self._report(op, results, target.accelerator, None)
                 self._handled.add((uid, target.accelerator))
-                outcome = self._execute(op, target.accelerator, target.device_name)
+                action = str(op["spec"].get("action", ""))
+                with self.metrics.action_seconds.labels(action).time():
+                    outcome = self._execute(op, target.accelerator, target.device_name)
+                result = OperationPhase.SUCCEEDED if outcome.ok else OperationPhase.FAILED
+                self.metrics.actions.labels(action, result.value).inc()
             self._report(op, results, target.accelerator, outcome)
             self._handled.add((uid, target.accelerator))
             emit_event(
@@ -314,6 +332,16 @@ class LifecycleAgent:
         except ApiError as exc:
             return Outcome(False, "AcceleratorNotFound", f"{acc_name}: {exc}")
         acc_status = AcceleratorStatus.model_validate(acc.get("status") or {})
+        if acc_status.allocated_to:  # taken since the controller checked: never under a user
+            users = ", ".join(
+                f"{c.kind} {c.namespace + '/' if c.namespace else ''}{c.name}"
+                for c in acc_status.allocated_to
+            )
+            return Outcome(
+                False,
+                "DeviceInUse",
+                f"{acc_name} is used by {users}; drain it first (spec.drainFirst)",
+            )
         device = self._rediscover(device_name) or acc_status.device
         if device is None:
             return Outcome(False, "DeviceNotFound", f"{device_name} is not on node {self.node}")

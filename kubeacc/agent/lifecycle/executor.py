@@ -74,8 +74,8 @@ class Executor:
                     return self.program(
                         device, spec.program.bitstream, spec.program.sha256, allowed_digests
                     )
-                case Action.DRAIN:
-                    return Outcome(True, "Drained", "nothing to do on the node")
+                case Action.DRAIN | Action.UNCORDON:
+                    return Outcome(True, "Nothing", "the controller's action; nothing on the node")
         except HostError as exc:
             return Outcome(False, exc.reason, exc.message)
         return Outcome(False, "UnknownAction", f"action {spec.action} is not implemented")

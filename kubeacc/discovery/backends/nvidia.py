@@ -3,6 +3,11 @@
 NVML knows what sysfs can't (UUID, memory, NVLink peers, MIG instances, row-remapping health);
 sysfs knows the PCIe placement. With NVML, each GPU is both: NVML facts on top of its PCI
 function. A GPU that sits on the bus but that NVML does not show is reported unhealthy.
+
+NVML errors degrade one field or one GPU, never the scan: a failed optional call leaves its
+field empty (with a warning), a GPU whose NVML handle fails comes from sysfs and is unhealthy
+with NVML's error as the reason, and one that answers "GPU is lost" to any call is unhealthy.
+Only failures of the library itself (init, device count) fall back to sysfs for every GPU.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ PROC_GPUS = "/proc/driver/nvidia/gpus"
 PROC_VERSION = "/proc/driver/nvidia/version"
 #: Where a synthetic host describes the NVML answers of its GPUs (see kubeacc.synthetic.nvml).
 SYNTHETIC_NVML = "/.synthetic/nvml.json"
+#: Every synthetic host tree has this directory (kubeacc.synthetic).
+SYNTHETIC_HOST = "/.synthetic"
 SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 _MIG_PROFILE_RE = re.compile(r"MIG\s+(\S+)$")
 _VERSION_RE = re.compile(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9][0-9.]*)")
@@ -57,8 +64,11 @@ def select_nvml(host: HostRoot, mode: str = "auto") -> Any | None:
     """The NVML library that describes this host, or None.
 
     ``mode`` is ``auto`` (NVML when it answers), ``off`` or ``on`` (like auto, but warn when
-    NVML can't be used). A synthetic host root answers through its NVML description; the
-    machine's own NVML describes only the machine, so it is used only for host root ``/``.
+    NVML can't be used). NVML describes the machine it runs on, whatever the sysfs root: a node
+    agent in a container reads the host's sysfs under ``--host-root=/host`` and the host's GPUs
+    through the driver's ``libnvidia-ml.so.1`` mounted into the container. Only a synthetic
+    host (one with ``/.synthetic/``) is not this machine: it answers through its own NVML
+    description, or has no NVML.
     """
     if mode == "off":
         return None
@@ -70,7 +80,7 @@ def select_nvml(host: HostRoot, mode: str = "auto") -> Any | None:
         except (OSError, ValueError, KeyError, TypeError) as err:
             host.sink.add(SYNTHETIC_NVML, f"NVML description unusable: {err}")
             return None
-    if host.root != "/":
+    if host.exists(SYNTHETIC_HOST):
         return None
     try:
         pynvml.nvmlInit()
@@ -79,6 +89,17 @@ def select_nvml(host: HostRoot, mode: str = "auto") -> Any | None:
             host.sink.add("libnvidia-ml.so.1", f"NVML unavailable: {err}")
         return None
     return pynvml
+
+
+def _is_gpu(fn: PCIFunction | None) -> bool:
+    """An NVIDIA GPU's PCI function (a peer NVML could not describe is still a GPU, not a
+    switch)."""
+    return (
+        fn is not None
+        and fn.vendor == VENDOR
+        and fn.class_prefix in GPU_CLASSES
+        and fn.physfn is None
+    )
 
 
 def parse_information(text: str) -> dict[str, str]:
@@ -91,6 +112,33 @@ def parse_information(text: str) -> dict[str, str]:
     return info
 
 
+class _NvmlReader:
+    """NVML calls for one device: an error leaves that value None and a warning behind."""
+
+    def __init__(self, ctx: DiscoveryContext, nvml: Any, device: str | None):
+        self.ctx = ctx
+        self.nvml = nvml
+        self.device = device
+        #: NVML's "GPU is lost" error, once any call answered it.
+        self.lost: str | None = None
+
+    def get(self, call: str, *args: Any, absent_ok: bool = False) -> Any | None:
+        try:
+            value = getattr(self.nvml, call)(*args)
+        except pynvml.NVMLError as err:
+            code = getattr(err, "value", None)
+            if code == pynvml.NVML_ERROR_GPU_IS_LOST:
+                self.lost = str(err)
+            # NOT_SUPPORTED: this GPU has no such thing (no serial, no MIG), not a fault.
+            absent = code == pynvml.NVML_ERROR_NOT_SUPPORTED or (
+                absent_ok and code == pynvml.NVML_ERROR_NOT_FOUND
+            )
+            if not absent:
+                self.ctx.host.sink.add(f"nvml:{call}", f"NVML error: {err}", self.device)
+            return None
+        return _text(value) if isinstance(value, bytes) else value
+
+
 class NvidiaBackend:
     name = "nvidia"
 
@@ -98,19 +146,16 @@ class NvidiaBackend:
         self.nvml_mode = nvml_mode
 
     def discover(self, ctx: DiscoveryContext) -> list[Device]:
-        candidates = [
-            fn
-            for fn in ctx.unclaimed()
-            if fn.vendor == VENDOR and fn.class_prefix in GPU_CLASSES and fn.physfn is None
-        ]
+        candidates = [fn for fn in ctx.unclaimed() if _is_gpu(fn)]
         nvml = select_nvml(ctx.host, self.nvml_mode)
         if nvml is None and not candidates:
             return []
         driver_version = self._driver_version(ctx)
         devices: dict[str, Device] = {}
+        failed: dict[str, str] = {}
         if nvml is not None:
             try:
-                devices = self._from_nvml(ctx, nvml)
+                devices = self._from_nvml(ctx, nvml, failed)
             except pynvml.NVMLError as err:
                 ctx.host.sink.add("nvml", f"NVML query failed, using sysfs: {err}")
                 devices = {}
@@ -123,9 +168,8 @@ class NvidiaBackend:
                 continue
             dev = self._from_sysfs(ctx, fn)
             if nvml is not None and dev.health.healthy:
-                dev.health = Health(
-                    state=HealthState.UNHEALTHY, reason="on the PCI bus but not visible to NVML"
-                )
+                reason = failed.get(fn.bdf, "on the PCI bus but not visible to NVML")
+                dev.health = Health(state=HealthState.UNHEALTHY, reason=reason)
             devices[fn.bdf] = dev
         for dev in devices.values():
             if driver_version and dev.driver_version is None:
@@ -174,10 +218,13 @@ class NvidiaBackend:
 
     # -- NVML --------------------------------------------------------------------------------
 
-    def _from_nvml(self, ctx: DiscoveryContext, nvml: Any) -> dict[str, Device]:
+    def _from_nvml(
+        self, ctx: DiscoveryContext, nvml: Any, failed: dict[str, str]
+    ) -> dict[str, Device]:
+        """NVML's GPUs by address; ``failed`` gets the NVML error of GPUs it could not read."""
         devices: dict[str, Device] = {}
         handles: dict[str, Any] = {}
-        version = _text(nvml.nvmlSystemGetDriverVersion())
+        version = _NvmlReader(ctx, nvml, None).get("nvmlSystemGetDriverVersion")
         for index in range(nvml.nvmlDeviceGetCount()):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -188,7 +235,12 @@ class NvidiaBackend:
             if bdf is None:
                 ctx.host.sink.add(f"nvml:{index}", "NVML reported no usable PCI address")
                 continue
-            dev = self._nvml_device(ctx, nvml, handle, bdf)
+            try:
+                dev = self._nvml_device(ctx, nvml, handle, bdf)
+            except pynvml.NVMLError as err:
+                ctx.host.sink.add(f"nvml:{bdf}", f"GPU unreadable through NVML: {err}")
+                failed[bdf] = f"NVML error: {err}"
+                continue
             dev.driver_version = version
             devices[bdf] = dev
             handles[bdf] = handle
@@ -219,29 +271,25 @@ class NvidiaBackend:
                 ),
             )
             ctx.host.sink.add(f"/sys/bus/pci/devices/{bdf}", "GPU not found in sysfs", name)
-        dev.model = _text(nvml.nvmlDeviceGetName(handle))
-        dev.uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-        dev.memory_bytes = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
-        dev.serial = self._optional(nvml, "nvmlDeviceGetSerial", handle)
-        minor = self._optional(nvml, "nvmlDeviceGetMinorNumber", handle)
+        read = _NvmlReader(ctx, nvml, dev.name)
+        dev.model = read.get("nvmlDeviceGetName", handle) or dev.model
+        dev.uuid = read.get("nvmlDeviceGetUUID", handle)
+        memory = read.get("nvmlDeviceGetMemoryInfo", handle)
+        dev.memory_bytes = int(memory.total) if memory is not None else None
+        dev.serial = read.get("nvmlDeviceGetSerial", handle)
+        minor = read.get("nvmlDeviceGetMinorNumber", handle)
         self._set_nodes(ctx, dev, [f"/dev/nvidia{minor}"] if minor is not None else [])
-        dev.partitions = self._mig(ctx, nvml, handle, dev)
-        dev.health = self._health(nvml, handle)
+        dev.partitions = self._mig(ctx, read, handle, dev)
+        dev.health = self._health(read, handle)
         return dev
 
-    @staticmethod
-    def _optional(nvml: Any, call: str, *args: Any) -> Any | None:
-        try:
-            value = getattr(nvml, call)(*args)
-        except pynvml.NVMLError:
-            return None
-        return _text(value) if isinstance(value, bytes) else value
-
-    def _health(self, nvml: Any, handle: Any) -> Health:
-        try:
-            _corr, _unc, pending, failure = nvml.nvmlDeviceGetRemappedRows(handle)
-        except pynvml.NVMLError:
+    def _health(self, read: _NvmlReader, handle: Any) -> Health:
+        rows = read.get("nvmlDeviceGetRemappedRows", handle)
+        if read.lost is not None:
+            return Health(state=HealthState.UNHEALTHY, reason=f"NVML: {read.lost}")
+        if rows is None:
             return Health()
+        _corr, _unc, pending, failure = rows
         if failure:
             return Health(state=HealthState.UNHEALTHY, reason="memory row remapping failed")
         if pending:
@@ -250,30 +298,32 @@ class NvidiaBackend:
             )
         return Health()
 
-    def _mig(self, ctx: DiscoveryContext, nvml: Any, handle: Any, dev: Device) -> list[Partition]:
-        try:
-            current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-        except pynvml.NVMLError:
-            return []
-        if current != pynvml.NVML_DEVICE_MIG_ENABLE:
+    def _mig(
+        self, ctx: DiscoveryContext, read: _NvmlReader, handle: Any, dev: Device
+    ) -> list[Partition]:
+        mode = read.get("nvmlDeviceGetMigMode", handle)
+        if mode is None or mode[0] != pynvml.NVML_DEVICE_MIG_ENABLE:
             return []
         dev.attributes["migMode"] = "enabled"
         parts = []
-        for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
-            try:
-                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
-            except pynvml.NVMLError:
+        for i in range(read.get("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
+            mig = read.get("nvmlDeviceGetMigDeviceHandleByIndex", handle, i, absent_ok=True)
+            if mig is None:
                 continue
-            name = _text(nvml.nvmlDeviceGetName(mig))
+            name = read.get("nvmlDeviceGetName", mig)
+            uuid = read.get("nvmlDeviceGetUUID", mig)
+            memory = read.get("nvmlDeviceGetMemoryInfo", mig)
+            if name is None or uuid is None or memory is None:
+                continue  # the warning names the call that failed
             match = _MIG_PROFILE_RE.search(name)
             parts.append(
                 Partition(
                     kind=PartitionKind.MIG,
                     index=i,
                     name=f"{dev.name}-mig-{i}",
-                    uuid=_text(nvml.nvmlDeviceGetUUID(mig)),
+                    uuid=uuid,
                     profile=match.group(1) if match else None,
-                    memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(mig).total),
+                    memory_bytes=int(memory.total),
                 )
             )
         return parts
@@ -298,7 +348,8 @@ class NvidiaBackend:
                     continue
                 if remote is None or remote == bdf:
                     continue
-                (direct if remote in devices else switched)[bdf][remote] += 1
+                gpu = remote in devices or _is_gpu(ctx.function(remote))
+                (direct if gpu else switched)[bdf][remote] += 1
         for bdf, dev in devices.items():
             peers = dict(direct[bdf])
             for other in devices:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError, allocate, physical, prefer
-from kubeacc.agent.deviceplugin.config import DevicePluginConfig, TypeConfig, resource_names
+from kubeacc.agent.deviceplugin.config import (
+    DevicePluginConfig,
+    DevicePluginConfigError,
+    TypeConfig,
+    load_config,
+    resource_names,
+)
 from kubeacc.discovery import discover
 from kubeacc.model import DeviceType, Health, HealthState, Inventory
 from kubeacc.topology.graph import TopologyGraph
@@ -78,8 +86,26 @@ def test_sharing_spread_and_packed(dgx: Inventory) -> None:
 
 def test_resource_names(dgx: Inventory) -> None:
     gpu = dgx.by_type(DeviceType.GPU)[0]
-    assert resource_names(gpu, TypeConfig()) == ["kubeacc.io/gpu", "kubeacc.io/gpu-h100-80gb-hbm3"]
+    assert resource_names(gpu, TypeConfig()) == ["kubeacc.io/gpu"]
+    assert resource_names(gpu, TypeConfig(per_model=True)) == ["kubeacc.io/gpu-h100-80gb-hbm3"]
     nic = dgx.by_type(DeviceType.NIC)[0]
     assert resource_names(nic, TypeConfig(per_model=False)) == ["kubeacc.io/nic"]
     cfg = DevicePluginConfig.model_validate({"types": {"gpu": {"replicas": 2, "perModel": False}}})
     assert cfg.types[DeviceType.GPU].replicas == 2
+
+
+@pytest.mark.parametrize(
+    ("types", "message"),
+    [
+        ("gpu: {generic: true, perModel: true}", "could go to two pods at once; choose one"),
+        ("gpu: {generic: false}", "would serve nothing"),
+    ],
+)
+def test_contradictory_type_config_is_refused(tmp_path: Path, types: str, message: str) -> None:
+    path = tmp_path / "dp.yaml"
+    path.write_text(f"types:\n  {types}\n")
+    with pytest.raises(DevicePluginConfigError) as err:
+        load_config(path)
+    text = str(err.value)
+    assert text.startswith(f"{path}: types.gpu: generic and perModel both"), text
+    assert message in text and "\n" not in text

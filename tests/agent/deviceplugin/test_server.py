@@ -15,6 +15,7 @@ from kubeacc.discovery import discover
 from kubeacc.model import Device, DeviceType
 from tests.hosts import HostFactory
 from tests.kubeletclient import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from tests.kubeletclient.refusal import refusal
 
 
 @pytest.fixture
@@ -85,3 +86,49 @@ def test_allocate_answers_and_refuses_unknown_devices(
 def test_registration_without_a_kubelet_fails_with_a_clear_error(served: ResourceServer) -> None:
     with pytest.raises(RegistrationError, match=r"kubeacc\.io/gpu"):
         served.register(served.plugin_dir / "kubelet.sock", timeout=2)
+
+
+def test_allocate_of_ten_thousand_unknown_ids_is_a_short_invalid_argument(
+    served: ResourceServer,
+) -> None:
+    ids = [f"0001:{i // 256:02x}:{i % 256:02x}.{i % 8}" for i in range(10_000)]
+    with grpc.insecure_channel(f"unix://{served.socket}") as ch:
+        stub = pb_grpc.DevicePluginStub(ch)
+        err = refusal(
+            stub.Allocate,
+            pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=ids)]),
+        )
+    details = err.details() or ""
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, (err.code(), details[:200])
+    assert len(details) < 500
+    assert details.endswith("unknown device(s): " + ", ".join(ids[:5]) + " (and 9995 more)")
+
+
+def test_preferred_allocation_with_an_unknown_id_is_invalid_argument(
+    served: ResourceServer, gpus: dict[str, Device]
+) -> None:
+    known = sorted(gpus)[:2]
+    with grpc.insecure_channel(f"unix://{served.socket}") as ch:
+        stub = pb_grpc.DevicePluginStub(ch)
+        for available, must in (([*known, "0000:ff:00.0"], []), (known, ["gpu-\x00" + "x" * 300])):
+            request = pb.ContainerPreferredAllocationRequest(
+                available_deviceIDs=available, must_include_deviceIDs=must, allocation_size=2
+            )
+            err = refusal(
+                stub.GetPreferredAllocation,
+                pb.PreferredAllocationRequest(container_requests=[request]),
+            )
+            assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "container request 0: unknown device(s): " in (err.details() or "")
+        # The same call with known IDs only is answered.
+        ok = stub.GetPreferredAllocation(
+            pb.PreferredAllocationRequest(
+                container_requests=[
+                    pb.ContainerPreferredAllocationRequest(
+                        available_deviceIDs=known, allocation_size=1
+                    )
+                ]
+            ),
+            timeout=10,
+        )
+        assert len(ok.container_responses[0].deviceIDs) == 1

@@ -34,7 +34,15 @@ class AgentProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def start(self, pause_at: str | None = None, extra: list[str] | None = None) -> None:
+    def start(
+        self,
+        pause_at: str | None = None,
+        extra: list[str] | None = None,
+        wrapper: list[str] | None = None,
+        *,
+        apply_classes: bool = True,
+    ) -> None:
+        """Start ``kubeacc agent``; ``wrapper``: a command line that ends by exec'ing its args."""
         env = dict(os.environ)
         env.pop("KUBEACC_AGENT_PAUSE_AT", None)
         if pause_at:
@@ -42,6 +50,7 @@ class AgentProcess:
             env["KUBEACC_AGENT_PAUSE_FILE"] = str(self.pause_file)
         self.pause_file.unlink(missing_ok=True)
         argv = [
+            *(wrapper or []),
             str(Path(sys.executable).parent / "kubeacc"),
             "agent",
             f"--node-name={self.node}",
@@ -51,7 +60,7 @@ class AgentProcess:
             f"--cdi-dir={self.cdi_dir}",
             f"--state-dir={self.state_dir}",
             "--rediscover-interval=1",
-            "--apply-classes",
+            *(["--apply-classes"] if apply_classes else []),
             *(extra or []),
         ]
         log = self.log_path.open("ab")

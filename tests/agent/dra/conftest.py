@@ -15,6 +15,10 @@ from lightkube.resources.core_v1 import Node
 from kubeacc.discovery import discover
 from kubeacc.model import Inventory
 from kubeacc.synthetic import profiles
+from kubeacc.testbed import Testbed
+
+from .agentproc import AgentProcess
+from .faultyos import FaultyOS, install
 
 _CACHE: dict[str, Inventory] = {}
 
@@ -48,3 +52,23 @@ def api_node(kube_client: Client) -> Iterator[str]:
     yield name
     with contextlib.suppress(ApiError):
         kube_client.delete(Node, name)
+
+
+@pytest.fixture
+def lone_agent(testbed: Testbed, kube_client: Client, tmp_path: Path) -> Iterator[AgentProcess]:
+    """An agent for a Node without kubelet: only this test calls its socket."""
+    node = f"lone-{uuid.uuid4().hex[:6]}"
+    kube_client.create(Node(metadata=ObjectMeta(name=node)))
+    host = profiles.build("dgx-h100", tmp_path / "host")
+    agent = AgentProcess(node, host, testbed.kubeconfig, tmp_path / "kubelet", tmp_path)
+    try:
+        yield agent
+    finally:
+        agent.stop()
+        kube_client.delete(Node, node)
+
+
+@pytest.fixture
+def fos(monkeypatch: pytest.MonkeyPatch) -> FaultyOS:
+    """Faults at the OS boundary of the DRA state writers (see faultyos.py)."""
+    return install(monkeypatch)

@@ -18,6 +18,8 @@ from kubeacc.agent.dra.devices import device_index
 from kubeacc.agent.dra.driver import ClaimRef, Driver
 from kubeacc.model import Inventory
 
+from .faultyos import FaultyOS
+
 NODE = "n1"
 
 
@@ -179,3 +181,38 @@ def test_concurrent_prepares_do_not_corrupt_state(
     assert errors == []
     assert set(read_claims(tmp_path / "state")) == {"u0", "u1", "u2", "u3"}
     assert cdi.spec_uids(tmp_path / "cdi") == {"u0", "u1", "u2", "u3"}
+
+
+def test_full_disk_prepare_and_unprepare_leave_claims_whole(
+    driver: Driver, claims: Claims, tmp_path: Path, fos: FaultyOS
+) -> None:
+    """Faults at the OS boundary (faultyos.py): each call either done whole or not at all."""
+    cdi_dir, state = tmp_path / "cdi", tmp_path / "state"
+    claims.add("a", "u1", ["gpu-0000-1b-00-0"])
+    claims.add("b", "u2", ["gpu-0000-1d-00-0"])
+    assert driver.prepare([ClaimRef("ns", "a", "u1")])["u1"].error == ""
+
+    fos.space = 0  # nothing fits: the CDI spec cannot be written
+    out = driver.prepare([ClaimRef("ns", "b", "u2")])
+    assert out["u2"].error == "writing the CDI spec failed: No space left on device"
+    out2 = driver.unprepare([ClaimRef("ns", "a", "u1")])
+    assert out2 == {"u1": "unprepare failed: No space left on device"}
+    assert set(read_claims(state)) == {"u1"} == set(driver.prepared())
+    assert cdi.spec_uids(cdi_dir) == {"u1"}  # put back, whole
+    assert not cdi.leftovers(cdi_dir)
+
+    fos.space = None  # space returns: the same calls work
+    assert driver.prepare([ClaimRef("ns", "b", "u2")])["u2"].error == ""
+    assert driver.unprepare([ClaimRef("ns", "a", "u1")]) == {"u1": ""}
+    assert set(read_claims(state)) == {"u2"} == cdi.spec_uids(cdi_dir)
+
+
+def test_failed_journal_append_removes_the_new_specs(
+    driver: Driver, claims: Claims, tmp_path: Path, fos: FaultyOS
+) -> None:
+    claims.add("a", "u1", ["gpu-0000-1b-00-0"])
+    fos.fsync_fails = True  # the spec is written (not flushed), the journal flush fails
+    out = driver.prepare([ClaimRef("ns", "a", "u1")])
+    assert out["u1"].error == "checkpoint write failed: Input/output error"
+    assert cdi.spec_uids(tmp_path / "cdi") == set()
+    assert read_claims(tmp_path / "state") == {} == driver.prepared()

@@ -28,6 +28,7 @@ from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
 from tests.kubeletclient import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from tests.kubeletclient import drahealth_v1alpha1_pb2_grpc as hpb_grpc
 
+from ...nodestack import claim_pod as pod_obj
 from ...testbed.helpers import eventually
 from .agentproc import AgentProcess
 
@@ -66,27 +67,6 @@ def one_gpu(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     }
     spec["devices"].update(extra or {})
     return spec
-
-
-def pod_obj(name: str, ns: str, claim: str) -> Any:
-    return from_dict(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "resourceClaims": [{"name": "acc", "resourceClaimName": claim}],
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.example/app:1",
-                        "resources": {"claims": [{"name": "acc"}]},
-                    }
-                ],
-            },
-        }
-    )
 
 
 def running(client: Client, name: str, ns: str) -> bool:

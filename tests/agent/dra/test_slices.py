@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import cast
+
 import pytest
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.classes import CLASS_NAMES, apply_device_classes, device_classes
 from kubeacc.agent.dra.devices import UNHEALTHY_TAINT, slice_devices
-from kubeacc.agent.dra.slices import SlicePublisher, build_slices, chunk_devices
+from kubeacc.agent.dra.slices import (
+    GENERATION_STEP,
+    SlicePublisher,
+    build_slices,
+    chunk_devices,
+)
 from kubeacc.model import Health, HealthState, Inventory
+from kubeacc.testbed.identities import agent_cert_client, cert_client, install_agent_access
+from kubeacc.testbed.testbed import Testbed
+from tests.testbed.helpers import eventually_refused
 
 
 def _fake_devices(n: int) -> list[dict[str, object]]:
@@ -46,11 +57,28 @@ def _slices(client: Client, node: str) -> list[ResourceSlice]:
     return list(client.list(ResourceSlice, fields={"spec.nodeName": node}))
 
 
+@pytest.fixture
+def agent(testbed: Testbed, kube_client: Client, api_node: str, tmp_path: Path) -> Client:
+    """``api_node``'s agent, confined by deploy/admission like a deployed one."""
+    install_agent_access(kube_client)
+    client = agent_cert_client(testbed, api_node, tmp_path)
+    # The policy is loaded a moment after it is created or changed.
+    eventually_refused(lambda: client.create(_foreign_slice(api_node), dry_run=True))
+    return client
+
+
+def _foreign_slice(node: str) -> ResourceSlice:
+    (obj,) = build_slices(node, None, [], 1)
+    obj["spec"]["pool"]["name"] = f"{node}-other"
+    return cast(ResourceSlice, ResourceSlice.from_dict(obj))
+
+
 @pytest.mark.cluster
 def test_publish_update_split_and_stale_deletion(
-    kube_client: Client, api_node: str, dgx: Inventory
+    kube_client: Client, agent: Client, api_node: str, dgx: Inventory
 ) -> None:
-    pub = SlicePublisher(kube_client, api_node)
+    # Every write below is the agent's own, through the admission policy.
+    pub = SlicePublisher(agent, api_node)
     devices = slice_devices(dgx)
     assert pub.publish(devices)
     (s,) = _slices(kube_client, api_node)
@@ -91,7 +119,7 @@ def test_publish_update_split_and_stale_deletion(
     assert len(s.spec.devices) == 10
 
     # a restarted agent continues the generation; a deleted slice is written again
-    pub2 = SlicePublisher(kube_client, api_node)
+    pub2 = SlicePublisher(agent, api_node)
     assert pub2.publish(hot_unplugged)
     (s,) = _slices(kube_client, api_node)
     assert s.spec.pool.generation == 5
@@ -102,6 +130,24 @@ def test_publish_update_split_and_stale_deletion(
     assert s.spec.pool.generation == 6
     pub2.delete_all()
     assert _slices(kube_client, api_node) == []
+
+
+@pytest.mark.cluster
+def test_failed_attempts_do_not_push_the_generation_ahead(
+    testbed: Testbed, agent: Client, api_node: str, tmp_path: Path
+) -> None:
+    pub = SlicePublisher(agent, api_node)
+    devices = _fake_devices(3)
+    assert pub.publish(devices)
+    # The API server refuses the next attempts (here: an identity without a node).
+    pub.client = cert_client(testbed, tmp_path, "nobody", ("kubeacc:agents",), "kubeacc-agent")
+    for _ in range(GENERATION_STEP + 2):
+        with pytest.raises(ApiError):
+            pub.publish(devices[:2])
+    pub.client = agent
+    assert pub.publish(devices[:2])  # one step forward: the policy accepts it
+    (s,) = _slices(agent, api_node)
+    assert s.spec.pool.generation == 2
 
 
 @pytest.mark.cluster

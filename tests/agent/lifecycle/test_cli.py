@@ -2,42 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.resources.coordination_v1 import Lease
 
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
 from kubeacc.crds.types import NODE_LABEL
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import create_operation, wait_for
-
-
-@contextlib.contextmanager
-def _proc(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "kubeacc"), *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+from tests.crdfixtures import create_operation, delete_node_accelerators, wait_for
+from tests.kubeaccproc import kubeacc_process
 
 
 def test_commands_run_an_operation(
@@ -50,7 +28,7 @@ def test_commands_run_an_operation(
     lease = f"kubeacc-cli-{uuid.uuid4().hex[:5]}"
     try:
         with (
-            _proc(
+            kubeacc_process(
                 [
                     "controller",
                     "--kubeconfig",
@@ -64,7 +42,7 @@ def test_commands_run_an_operation(
                 ],
                 tmp_path / "controller.log",
             ) as ctl,
-            _proc(
+            kubeacc_process(
                 [
                     "lifecycle-agent",
                     "--node-name",
@@ -113,11 +91,7 @@ def test_commands_run_an_operation(
             assert held.spec and held.spec.holderIdentity == lease
             assert ctl.poll() is None and agent.poll() is None
     finally:
-        for a in kube_client.list(Accelerator, labels={NODE_LABEL: node}):
-            with contextlib.suppress(ApiError):
-                kube_client.delete(Accelerator, a.metadata.name if a.metadata else "")
-        with contextlib.suppress(ApiError):
-            kube_client.delete(Lease, "kubeacc-controller", namespace="default")
+        delete_node_accelerators(kube_client, node)
 
 
 pytestmark = pytest.mark.cluster

@@ -1,5 +1,8 @@
 """End to end on the testbed: controller + life-cycle agent of node-a on a synthetic FPGA host.
 
+The agent authenticates as node-a's agent (certificate in group kubeacc:agents) with the
+admission policy of deploy/admission installed, so every write it makes passes the policy.
+
 The agent runs in-process with the synthetic kernel (``kubeacc.synthetic.kernel``), which makes
 sysfs writes and the FPGA PR ioctl have the effects a real kernel has on the synthetic tree.
 """
@@ -25,8 +28,9 @@ from kubeacc.crds.resources import Accelerator, AcceleratorOperation, Accelerato
 from kubeacc.crds.types import API_VERSION, NODE_LABEL
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
+from kubeacc.testbed.identities import agent_cert_client, install_agent_access
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import create_operation, running, wait_for
+from tests.crdfixtures import create_operation, running, wait_for, wait_until_no_claim_holds
 
 NODE = "node-a"
 CARD0 = f"{NODE}-fpga-0000-3b-00-0"  # PAC N3000, AFU loaded
@@ -85,8 +89,10 @@ def stack(
         force=True,
     )
     kernel = SyntheticKernel(root)
+    # The agent writes as a deployed one would: its node's identity, confined by deploy/admission.
+    install_agent_access(client)
     agent = LifecycleAgent(
-        testbed.client(field_manager=f"kubeacc-agent-{NODE}"),
+        agent_cert_client(testbed, NODE, base),
         node_name=NODE,
         host_root=root,
         bitstream_dir=library,
@@ -100,6 +106,7 @@ def stack(
         lease_name=f"kubeacc-e2e-{uuid.uuid4().hex[:5]}",
         interval=0.3,
     )
+    wait_until_no_claim_holds(client, NODE)
     with running(agent, ctl):
         yield Stack(root, library, kernel, agent, policy, digests[0], client)
     with contextlib.suppress(ApiError):

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
-from lightkube.config.kubeconfig import KubeConfig
 from lightkube.types import PatchType
 
 from kubeacc.crds.deploy import apply_manifest
@@ -18,9 +17,9 @@ from kubeacc.crds.types import API_VERSION
 from kubeacc.discovery import discover
 from kubeacc.model import Device, DeviceType
 from kubeacc.synthetic.profiles import build
-from kubeacc.testbed.kubeconfig import write_kubeconfig
+from kubeacc.testbed.identities import agent_cert_client
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import create_operation, put_accelerator
+from tests.crdfixtures import create_operation, put_accelerator, resource_slice
 from tests.testbed.helpers import eventually_refused
 
 
@@ -28,21 +27,6 @@ from tests.testbed.helpers import eventually_refused
 def device(tmp_path_factory: pytest.TempPathFactory) -> Device:
     root = build("intel-fpga-dfl", tmp_path_factory.mktemp("host") / "root")
     return discover(Path(root)).by_type(DeviceType.FPGA)[0]
-
-
-def agent_client(testbed: Testbed, node: str, tmp: Path) -> Client:
-    pki = testbed.control_plane.pki
-    assert pki is not None
-    pair = pki.ca.issue(
-        f"kubeacc-agent-{node}",
-        f"system:kubeacc:agent:{node}",
-        organizations=("kubeacc:agents",),
-        client=True,
-    )
-    kc = write_kubeconfig(
-        tmp / f"agent-{node}.kubeconfig", testbed.server, pki.ca.cert_path, pair, f"agent-{node}"
-    )
-    return Client(KubeConfig.from_file(kc), field_manager=f"kubeacc-agent-{node}")
 
 
 def _status_patch(name: str, node: str, device: Device) -> dict[str, Any]:
@@ -77,7 +61,7 @@ def test_agent_cannot_modify_another_nodes_objects(
     apply_manifest(kube_client, "admission/agent-node-restriction.yaml")
     mine = put_accelerator(kube_client, "node-a", device)
     theirs = put_accelerator(kube_client, "node-b", device)
-    agent = agent_client(testbed, "node-a", tmp_path)
+    agent = agent_cert_client(testbed, "node-a", tmp_path)
 
     msg = eventually_refused(
         lambda: agent.patch(
@@ -186,24 +170,6 @@ def test_agent_cannot_modify_another_nodes_objects(
     )
 
 
-def _slice(name: str, node: str, driver: str = "kubeacc.io") -> Any:
-    from lightkube.codecs import from_dict
-
-    return from_dict(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": name},
-            "spec": {
-                "driver": driver,
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                "devices": [{"name": "gpu-0000-3b-00-0"}],
-            },
-        }
-    )
-
-
 def test_agent_writes_only_its_own_nodes_resource_slices(
     testbed: Testbed, kube_client: Client, tmp_path: Path
 ) -> None:
@@ -211,14 +177,16 @@ def test_agent_writes_only_its_own_nodes_resource_slices(
 
     apply_manifest(kube_client, "rbac/agent.yaml")
     apply_manifest(kube_client, "admission/agent-node-restriction.yaml")
-    agent = agent_client(testbed, "node-a", tmp_path)
-    kube_client.create(_slice("node-b-kubeacc", "node-b"))
-    msg = eventually_refused(lambda: agent.create(_slice("node-b-forged", "node-b")))
+    agent = agent_cert_client(testbed, "node-a", tmp_path)
+    kube_client.create(resource_slice("node-b-kubeacc", "node-b"))
+    msg = eventually_refused(lambda: agent.create(resource_slice("node-b-forged", "node-b")))
     assert "may only write kubeacc.io ResourceSlices of node node-a" in msg
     msg = _denied(lambda: agent.delete(ResourceSlice, "node-b-kubeacc"))
     assert "of node node-a" in msg
-    msg = _denied(lambda: agent.create(_slice("node-a-other", "node-a", "other.example.com")))
+    msg = _denied(
+        lambda: agent.create(resource_slice("node-a-kubeacc.io-1", "node-a", "other.example.com"))
+    )
     assert "kubeacc.io ResourceSlices" in msg
     # Its own node's slice: allowed, also to delete.
-    agent.create(_slice("node-a-kubeacc", "node-a"))
-    agent.delete(ResourceSlice, "node-a-kubeacc")
+    agent.create(resource_slice("node-a-kubeacc.io-0", "node-a"))
+    agent.delete(ResourceSlice, "node-a-kubeacc.io-0")

@@ -1,8 +1,10 @@
-"""Opaque claim configuration of the driver, apiVersion ``kubeacc.io/v1alpha1``.
+"""The opaque DRA configuration kinds of driver ``kubeacc.io``, apiVersion ``kubeacc.io/v1alpha1``.
 
-A ResourceClaim (or DeviceClass) carries it as ``opaque.parameters`` with ``driver: kubeacc.io``;
-the API server stores it unchecked, so the plugin validates it here and answers a bad one with a
-per-claim error instead of preparing anything.
+A ResourceClaim (or DeviceClass) carries them as ``opaque.parameters`` with
+``driver: kubeacc.io``; the API server stores them unchecked. This module is their one
+definition: the controller builds the ``SharingConfig`` of a policy's DeviceClass with
+:func:`sharing_parameters`, and the node agent validates every config it is handed with
+:func:`parse_config` (a bad one is a per-claim error; nothing is prepared).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-API_VERSION = "kubeacc.io/v1alpha1"
+from kubeacc.crds.types import API_VERSION, Sharing, SharingMode
+
+_MIB = 1 << 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_ENV = {"ACCELERATOR_UNITS"}
 
@@ -40,7 +44,7 @@ class _Config(BaseModel):
                 raise ValueError(f"{key} is set by the driver")
         return value
 
-    #: The device type this kind configures.
+    #: The device type this kind configures ("" = any type).
     DEVICE_TYPE: ClassVar[str] = ""
 
 
@@ -95,11 +99,39 @@ class NicConfig(_Config):
     DEVICE_TYPE: ClassVar[str] = "nic"
 
 
-DeviceConfig = Annotated[GpuConfig | FpgaConfig | NicConfig, Field(discriminator="kind")]
-_ADAPTER: TypeAdapter[GpuConfig | FpgaConfig | NicConfig] = TypeAdapter(DeviceConfig)
+class SharingConfig(_Config):
+    """How an AcceleratorPolicy shares the devices of its DeviceClass (any device type)."""
+
+    kind: Literal["SharingConfig"]
+    policy: str = Field(min_length=1, max_length=253, description="The policy it comes from")
+    mode: SharingMode = SharingMode.EXCLUSIVE
+    max_consumers: int = Field(default=1, ge=1, le=64, alias="maxConsumers")
+    memory_per_consumer_bytes: int | None = Field(
+        default=None, ge=1, alias="memoryPerConsumerBytes"
+    )
 
 
-def parse_config(parameters: Any) -> GpuConfig | FpgaConfig | NicConfig:
+AnyConfig = GpuConfig | FpgaConfig | NicConfig | SharingConfig
+DeviceConfig = Annotated[AnyConfig, Field(discriminator="kind")]
+_ADAPTER: TypeAdapter[AnyConfig] = TypeAdapter(DeviceConfig)
+#: Every kind the driver accepts.
+KINDS: tuple[str, ...] = ("GpuConfig", "FpgaConfig", "NicConfig", "SharingConfig")
+
+
+def sharing_parameters(policy: str, sharing: Sharing) -> dict[str, Any]:
+    """The ``opaque.parameters`` of the SharingConfig a policy's DeviceClass carries."""
+    cfg = SharingConfig(
+        api_version=API_VERSION,
+        kind="SharingConfig",
+        policy=policy,
+        mode=sharing.mode,
+        max_consumers=sharing.max_consumers,
+        memory_per_consumer_bytes=sharing.memory_per_consumer_bytes,
+    )
+    return cfg.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"env"})
+
+
+def parse_config(parameters: Any) -> AnyConfig:
     """Validate one ``opaque.parameters`` object; raises :class:`ConfigError`."""
     if not isinstance(parameters, dict):
         raise ConfigError("opaque parameters must be a JSON object")
@@ -117,7 +149,12 @@ def parse_config(parameters: Any) -> GpuConfig | FpgaConfig | NicConfig:
         raise ConfigError(f"invalid {kind}: {problems}") from None
 
 
-def config_env(cfg: GpuConfig | FpgaConfig | NicConfig) -> dict[str, str]:
+def applies_to(cfg: AnyConfig, device_type: str) -> bool:
+    """Whether a config of this kind may configure a device of ``device_type``."""
+    return cfg.DEVICE_TYPE in ("", device_type)
+
+
+def config_env(cfg: AnyConfig) -> dict[str, str]:
     """The environment a configuration adds for the devices it applies to."""
     env = dict(cfg.env)
     if isinstance(cfg, GpuConfig) and cfg.sharing is not None:
@@ -131,4 +168,10 @@ def config_env(cfg: GpuConfig | FpgaConfig | NicConfig) -> dict[str, str]:
             env["KUBEACC_NIC_VLAN"] = str(cfg.vlan)
         if cfg.mtu is not None:
             env["KUBEACC_NIC_MTU"] = str(cfg.mtu)
+    elif isinstance(cfg, SharingConfig):
+        env["KUBEACC_SHARING_POLICY"] = cfg.policy
+        env["KUBEACC_SHARING_MODE"] = cfg.mode.value
+        env["KUBEACC_SHARING_MAX_CONSUMERS"] = str(cfg.max_consumers)
+        if cfg.memory_per_consumer_bytes is not None:
+            env["KUBEACC_DEVICE_MEMORY_LIMIT"] = str(cfg.memory_per_consumer_bytes // _MIB)
     return env

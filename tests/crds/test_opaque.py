@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kubeacc.agent.dra.config import (
+from kubeacc.controller.policies import device_class
+from kubeacc.crds.opaque import (
     ConfigError,
     FpgaConfig,
     GpuConfig,
     NicConfig,
+    SharingConfig,
+    applies_to,
     config_env,
     parse_config,
 )
@@ -64,3 +67,31 @@ def test_nic_settings() -> None:
 def test_bad_configs_are_clear_errors(params: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         parse_config(params)
+
+
+@pytest.mark.parametrize(
+    "sharing",
+    [
+        {},
+        {"mode": "TimeSliced", "maxConsumers": 4},
+        {"mode": "MemoryShared", "maxConsumers": 2, "memoryPerConsumerBytes": 8 << 30},
+    ],
+)
+def test_every_policy_class_config_is_accepted(sharing: dict[str, object]) -> None:
+    """What the controller writes into a policy's DeviceClass is what the agent accepts."""
+    cls = device_class({"metadata": {"name": "p", "uid": "u"}, "spec": {"sharing": sharing}})
+    (entry,) = cls["spec"]["config"]
+    cfg = parse_config(entry["opaque"]["parameters"])
+    assert isinstance(cfg, SharingConfig)
+    assert applies_to(cfg, "gpu") and applies_to(cfg, "fpga")
+    env = config_env(cfg)
+    assert env["KUBEACC_SHARING_POLICY"] == "p"
+    assert env["KUBEACC_SHARING_MODE"] == sharing.get("mode", "Exclusive")
+    assert env["KUBEACC_SHARING_MAX_CONSUMERS"] == str(sharing.get("maxConsumers", 1))
+    if "memoryPerConsumerBytes" in sharing:
+        assert env["KUBEACC_DEVICE_MEMORY_LIMIT"] == "8192"
+
+
+def test_device_kinds_apply_to_their_type_only() -> None:
+    cfg = parse_config({"apiVersion": V, "kind": "NicConfig", "vlan": 1})
+    assert applies_to(cfg, "nic") and not applies_to(cfg, "gpu")

@@ -1,0 +1,144 @@
+"""A node agent to benchmark over its DRA socket: control plane, claim, ``kubeacc agent``.
+
+Set-up shared by the DRA benchmarks: a testbed control plane (real kube-apiserver; no kubelet
+is needed), a Node object, a ResourceClaim whose status is allocated one device of the node's
+pool (written through the status subresource, as the scheduler would), and ``kubeacc agent``
+as a subprocess on a synthetic 8-GPU server. The benchmarks then play the kubelet on the
+plugin's unix socket.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lightkube.codecs import from_dict
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Node
+from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.types import PatchType
+
+from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
+from kubeacc.synthetic import profiles
+from kubeacc.testbed import Testbed
+from kubeacc.testbed.procs import free_port
+
+NODE = "bench-node"
+DEVICE = "gpu-0000-1b-00-0"
+NAMESPACE = "bench"
+CLAIM = "bench"
+
+
+@dataclass
+class BenchAgent:
+    proc: subprocess.Popen[bytes]
+    socket: Path
+    claim_uid: str
+
+    def prepare_request(self) -> v1.NodePrepareResourcesRequest:
+        return v1.NodePrepareResourcesRequest(claims=[self._claim()])
+
+    def unprepare_request(self) -> v1.NodeUnprepareResourcesRequest:
+        return v1.NodeUnprepareResourcesRequest(claims=[self._claim()])
+
+    def _claim(self) -> v1.Claim:
+        return v1.Claim(namespace=NAMESPACE, name=CLAIM, uid=self.claim_uid)
+
+
+def proc_status(pid: int) -> dict[str, float]:
+    """RSS (MB), threads and open file descriptors of a process."""
+    out: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            out["rss_mb"] = round(int(line.split()[1]) / 1024, 1)
+        elif line.startswith("Threads:"):
+            out["threads"] = int(line.split()[1])
+    out["fds"] = len(list(Path(f"/proc/{pid}/fd").iterdir()))
+    return out
+
+
+def _claim(client: Any) -> str:
+    client.create(
+        from_dict(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": CLAIM, "namespace": NAMESPACE},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}
+                        ]
+                    }
+                },
+            }
+        )
+    )
+    status = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": "kubeacc.io", "pool": NODE, "device": DEVICE}
+                ]
+            }
+        }
+    }
+    client.patch(
+        ResourceClaim.Status,
+        CLAIM,
+        {"status": status},
+        namespace=NAMESPACE,
+        patch_type=PatchType.MERGE,
+    )
+    return str(client.get(ResourceClaim, CLAIM, namespace=NAMESPACE).metadata.uid)
+
+
+@contextmanager
+def bench_agent() -> Iterator[BenchAgent]:
+    """The agent, serving its DRA socket; stopped (SIGTERM) on exit."""
+    with (
+        tempfile.TemporaryDirectory(prefix="kubeacc-bench-") as tmp,
+        Testbed.start(with_kubelet=False) as tb,
+    ):
+        work = Path(tmp)
+        client = tb.client()
+        client.create(Node(metadata=ObjectMeta(name=NODE)))
+        client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
+        uid = _claim(client)
+        host = profiles.build("dgx-h100", work / "host")
+        kubelet_root = work / "kubelet"
+        log = (work / "agent.log").open("wb")
+        agent = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "kubeacc"),
+                "agent",
+                f"--node-name={NODE}",
+                f"--host-root={host}",
+                f"--kubeconfig={tb.kubeconfig}",
+                f"--kubelet-root={kubelet_root}",
+                f"--cdi-dir={work / 'cdi'}",
+                f"--state-dir={work / 'state'}",
+                f"--metrics-address=127.0.0.1:{free_port()}",  # as the Helm chart runs it
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        sock = kubelet_root / "plugins" / "kubeacc.io" / "dra.sock"
+        try:
+            deadline = time.monotonic() + 30
+            while not sock.exists():
+                if time.monotonic() > deadline or agent.poll() is not None:
+                    raise RuntimeError((work / "agent.log").read_text())
+                time.sleep(0.05)
+            yield BenchAgent(agent, sock, uid)
+        finally:
+            agent.terminate()
+            agent.wait(15)
+            log.close()

@@ -1,0 +1,135 @@
+"""kube-acc installed in-process on a testbed: what ``kubeacc demo`` runs and what the tests of
+the examples run against.
+
+Cluster-wide: the CRDs, the driver's DeviceClasses and the controller. On every node that has a
+kubelet: the node agent (ResourceSlices, the kubelet DRA plugin, FPGA programming for claims)
+and the life-cycle agent (Accelerator inventory, operations), both reading that node's
+synthetic host tree, with the synthetic FPGA bitstream library and the synthetic kernel at the
+ioctl/sysfs boundary. Every component is the same class ``kubeacc agent``,
+``kubeacc lifecycle-agent`` and ``kubeacc controller`` run; only the process is shared.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kubeacc.synthetic import profiles
+
+if TYPE_CHECKING:
+    from lightkube import Client
+
+    from kubeacc.agent.lifecycle.agent import LifecycleAgent
+    from kubeacc.agent.runner import Agent
+    from kubeacc.testbed import Testbed
+
+
+@dataclass
+class NodeComponents:
+    """The kube-acc components of one node."""
+
+    name: str
+    host: Path
+    agent: Agent
+    lifecycle: LifecycleAgent
+
+
+@dataclass
+class KubeaccStack:
+    testbed: Testbed
+    base: Path
+    #: node name -> synthetic host profile, for every node that runs our agents
+    host_profiles: dict[str, str]
+    #: seconds between the life-cycle agents' discoveries (operations wake them at once)
+    interval: float = 1.0
+    nodes: dict[str, NodeComponents] = field(default_factory=dict)
+    #: bitstream library path -> sha256 (the same files on every node)
+    bitstreams: dict[str, str] = field(default_factory=dict)
+    classes: list[str] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def library(self) -> Path:
+        return self.base / "bitstreams"
+
+    def client(self, field_manager: str = "kubeacc-demo") -> Client:
+        return self.testbed.client(field_manager=field_manager)
+
+    def start(self) -> None:
+        """Install the cluster-wide parts, then start every node's agents; on failure stop what
+        was started."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        from kubeacc.agent.dra.classes import apply_device_classes
+        from kubeacc.controller.controller import Controller
+        from kubeacc.crds.resources import install_crds
+        from kubeacc.synthetic.bitstreams import write_library
+
+        client = self.client()
+        install_crds(client)
+        self.classes = apply_device_classes(client)
+        self.bitstreams = write_library(self.library)
+        controller = Controller(
+            self.client("kubeacc-controller"), identity="demo", interval=0.3, resync_seconds=30
+        )
+        self._run(controller.run, "controller")
+        for name, profile in self.host_profiles.items():
+            self.nodes[name] = self._start_node(name, profile)
+        for node in self.nodes.values():
+            node.agent.published.wait(60)
+
+    def _start_node(self, name: str, profile: str) -> NodeComponents:
+        from kubeacc.agent.lifecycle.agent import LifecycleAgent
+        from kubeacc.agent.runner import Agent, AgentOptions
+        from kubeacc.synthetic.kernel import SyntheticKernel
+
+        kubelet = self.testbed.node(name)
+        host = profiles.build(profile, self.base / "hosts" / name)
+        agent = Agent(
+            AgentOptions(
+                node_name=name,
+                host_root=host,
+                kubeconfig=self.testbed.kubeconfig,
+                kubelet_root=kubelet.root_dir,
+                cdi_dir=self.base / "cdi" / name,
+                state_dir=self.base / "state" / name,
+                bitstream_dir=self.library,
+                simulate_kernel=True,
+            )
+        )
+        agent.start()
+        try:
+            lifecycle = LifecycleAgent(
+                self.client(f"kubeacc-agent-{name}"),
+                node_name=name,
+                host_root=host,
+                bitstream_dir=self.library,
+                kernel=SyntheticKernel(host),
+                interval=self.interval,
+            )
+        except BaseException:
+            agent.stop()
+            raise
+        self._run(lifecycle.run, f"lifecycle-{name}")
+        return NodeComponents(name, host, agent, lifecycle)
+
+    def _run(self, target: Callable[[threading.Event], None], name: str) -> None:
+        t = threading.Thread(target=target, args=(self._stop,), name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(15)
+        for node in self.nodes.values():
+            node.agent.stop()

@@ -1,0 +1,22 @@
+"""Options that several commands share, so each is spelled and documented once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        exists=True,
+        dir_okay=False,
+        help="Kubeconfig file (default: $KUBECONFIG, then the pod's service account, "
+        "then ~/.kube/config).",
+    ),
+]
+HostRootOption = Annotated[
+    Path, typer.Option("--host-root", help="Root of the host's /sys, /dev and /proc.")
+]

@@ -1,0 +1,346 @@
+"""Seeded scenarios for the differential test: small clusters that exercise every DRA feature.
+
+A scenario is plain JSON in the API's shapes, fully defaulted as the API server would store it
+(``allocationMode``, ``count``, toleration ``operator``): ``slices``, ``classes``, ``allocated``
+(claims with ``status.allocation``), ``nodes`` and ``claims``. :func:`scenario` also returns the
+features it used, so a run can count the coverage of each.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+DRIVER = "gpu.example.com"
+NIC = "nic.example.com"
+A = f'device.attributes["{DRIVER}"]'
+C = f'device.capacity["{DRIVER}"]'
+
+#: Request selectors, each tagged with the feature it covers.
+SELECTORS: tuple[tuple[str, str], ...] = (
+    ("cel", f'{A}.model == "a100"'),
+    ("cel", f'{A}.model != "a100" || {A}.numa == 1'),
+    ("quantity", f'{C}.memory.compareTo(quantity("20Gi")) >= 0'),
+    ("quantity", f'{C}.memory.isLessThan(quantity("40Gi"))'),
+    ("version", f'{A}.driverVersion.isGreaterThan(semver("1.2.3"))'),
+    ("version", f'{A}.driverVersion.compareTo(semver("1.2.3")) == 0'),
+    ("cel-macro", f'["a100", "h100"].exists(m, m == {A}.model)'),
+    ("cel-macro", f'{A}.all(k, k != "broken")'),
+    ("cel-macro", f'{A}.exists_one(k, k == "ecc")'),
+    ("cel-bind", f'cel.bind(a, {A}, a.numa == 0 && a.model.startsWith("a"))'),
+    ("cel-in", f'"ecc" in {A} && {A}.ecc'),
+    ("cel-error", f"{A}.ecc"),
+    ("cel-error", f'{A}["d"] == 1 || "d" in {A}'),
+    ("cel-bool-int", f"{A}.flag == true"),
+    ("cel", "device.allowMultipleAllocations == false"),
+)
+
+#: constraint attributes (qualified)
+MATCH_ATTRS = (f"{DRIVER}/model", f"{DRIVER}/numa", f"{DRIVER}/driverVersion", f"{DRIVER}/flag")
+DISTINCT_ATTRS = (f"{DRIVER}/index", f"{DRIVER}/numa")
+BIG = f'{C}.memory.compareTo(quantity("20Gi")) >= 0'
+VERSIONS = ("1.2.3", "1.2.3+build.5", "1.10.0", "2.0.0-rc.1", "1.2.4")
+
+
+class _Gen:
+    def __init__(self, seed: int) -> None:
+        self.r = random.Random(seed)
+        self.features: set[str] = set()
+        self.devices: list[tuple[str, str, str, dict[str, Any]]] = []  # driver, pool, name, raw
+
+    def chance(self, p: float, feature: str | None = None) -> bool:
+        hit = self.r.random() < p
+        if hit and feature:
+            self.features.add(feature)
+        return hit
+
+    # -- devices and slices ------------------------------------------------------------
+    def device(self, name: str, index: int, shared_counter: str | None) -> dict[str, Any]:
+        r = self.r
+        attrs: dict[str, Any] = {
+            "model": {"string": r.choice(("a100", "h100", "t4"))},
+            "index": {"int": index},
+            "numa": {"int": r.choice((0, 1))},
+            "driverVersion": {"version": r.choice(VERSIONS)},
+        }
+        if self.chance(0.5):
+            attrs["ecc"] = {"bool": r.choice((True, False))}
+        if self.chance(0.2, "bool-vs-int"):
+            attrs["flag"] = r.choice(({"bool": True}, {"int": 1}))
+        if self.chance(0.3):
+            attrs["resource.kubernetes.io/pcieRoot"] = {"string": r.choice(("pci0", "pci1"))}
+        mem = r.choice(("16Gi", "20Gi", "40Gi"))
+        dev: dict[str, Any] = {
+            "name": name,
+            "attributes": attrs,
+            "capacity": {"memory": {"value": mem}},
+        }
+        if self.chance(0.15, "consumable-capacity"):
+            dev["allowMultipleAllocations"] = True
+            policy: dict[str, Any] = {"default": "4Gi"}
+            if r.random() < 0.5:
+                policy["validRange"] = {"min": "2Gi", "step": "2Gi"}
+            else:
+                policy["validValues"] = ["4Gi", "8Gi", "16Gi"]
+            dev["capacity"]["memory"]["requestPolicy"] = policy
+        if shared_counter and self.chance(0.7, "counters"):
+            dev["consumesCounters"] = [
+                {
+                    "counterSet": shared_counter,
+                    "counters": {"mem": {"value": r.choice(("10Gi", "20Gi"))}},
+                }
+            ]
+        if self.chance(0.12, "taints"):
+            dev["taints"] = [
+                {
+                    "key": "k",
+                    "value": r.choice(("v", "w")),
+                    "effect": r.choice(("NoSchedule", "NoExecute")),
+                }
+            ]
+        return dev
+
+    def pool(
+        self, pool: str, select: dict[str, Any], ndev: int, driver: str = DRIVER
+    ) -> list[dict[str, Any]]:
+        r = self.r
+        gen = 1
+        slices: list[dict[str, Any]] = []
+        old = self.chance(0.12, "generations")
+        if old:
+            gen = 2
+        counter_set = "cs0" if self.chance(0.25) else None
+        nslices = 2 if ndev > 3 and r.random() < 0.4 else 1
+        count = nslices + (1 if counter_set else 0)
+        if self.chance(0.08, "incomplete-pools"):
+            count += 1
+        per = [ndev // nslices + (1 if i < ndev % nslices else 0) for i in range(nslices)]
+        k = 0
+        for si in range(nslices):
+            devs = []
+            for _ in range(per[si]):
+                devs.append(self.device(f"dev-{k}", k, counter_set))
+                k += 1
+            if si == 0 and k and self.chance(0.03, "duplicate-names"):
+                devs.append(self.device("dev-0", 99, None))
+            spec = {
+                "driver": driver,
+                "pool": {"name": pool, "generation": gen, "resourceSliceCount": count},
+                **select,
+                "devices": devs,
+            }
+            if "perDeviceNodeSelection" in select:
+                for d in devs:
+                    d.update(r.choice(({"nodeName": "n0"}, {"nodeName": "n1"}, {"allNodes": True})))
+            slices.append({"metadata": {"name": f"{pool}-{si}"}, "spec": spec})
+            for d in devs:
+                self.devices.append((driver, pool, d["name"], d))
+        if counter_set:
+            slices.append(
+                {
+                    "metadata": {"name": f"{pool}-counters"},
+                    "spec": {
+                        "driver": driver,
+                        "pool": {"name": pool, "generation": gen, "resourceSliceCount": count},
+                        **({"allNodes": True} if "nodeName" not in select else select),
+                        "sharedCounters": [
+                            {
+                                "name": counter_set,
+                                "counters": {"mem": {"value": r.choice(("20Gi", "40Gi"))}},
+                            }
+                        ],
+                    },
+                }
+            )
+        if old:
+            target = r.choice((select, {"nodeName": "n1"}, {"nodeName": "n0"}))
+            devs = [self.device(f"old-{i}", i, None) for i in range(r.randint(1, 3))]
+            slices.append(
+                {
+                    "metadata": {"name": f"{pool}-old"},
+                    "spec": {
+                        "driver": driver,
+                        "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+                        **target,
+                        "devices": devs,
+                    },
+                }
+            )
+            if r.random() < 0.5:  # the newest generation targets another node only
+                for s in slices:
+                    if s["spec"]["pool"]["generation"] == gen and "nodeName" in s["spec"]:
+                        s["spec"]["nodeName"] = "n1" if s["spec"]["nodeName"] == "n0" else "n0"
+        return slices
+
+    # -- claims ------------------------------------------------------------------------
+    def selectors(self) -> list[dict[str, Any]]:
+        out = []
+        for _ in range(self.r.choice((0, 1, 1, 2))):
+            feature, expr = self.r.choice(SELECTORS)
+            self.features.add(feature)
+            out.append({"cel": {"expression": expr}})
+        return out
+
+    def exact(self, cls: str) -> dict[str, Any]:
+        r = self.r
+        req: dict[str, Any] = {"deviceClassName": cls, "selectors": self.selectors()}
+        if self.chance(0.2, "all-mode"):
+            req["allocationMode"] = "All"
+        else:
+            req["allocationMode"] = "ExactCount"
+            req["count"] = r.choice((1, 1, 2, 3))
+        if self.chance(0.15, "capacity-requests"):
+            req["capacity"] = {"requests": {"memory": r.choice(("4Gi", "6Gi", "8Gi", "12Gi"))}}
+        if self.chance(0.08, "admin-access"):
+            req["adminAccess"] = True
+        if self.chance(0.25, "tolerations"):
+            req["tolerations"] = [
+                r.choice(
+                    (
+                        {"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"},
+                        {"key": "k", "operator": "Exists"},
+                        {"operator": "Exists", "effect": "NoExecute"},
+                    )
+                )
+            ]
+        if not req["selectors"]:
+            del req["selectors"]
+        return req
+
+    def claim(self, name: str, classes: list[str]) -> dict[str, Any]:
+        r = self.r
+        requests: list[dict[str, Any]] = []
+        names: list[str] = []
+        for i in range(r.choice((1, 1, 2, 3))):
+            rn = f"r{i}"
+            if self.chance(0.3, "first-available"):
+                subs: list[dict[str, Any]] = []
+                for j in range(r.choice((2, 3))):
+                    subs.append({"name": f"s{j}", **self.exact(r.choice(classes))})
+                    names.append(f"{rn}/s{j}")
+                requests.append({"name": rn, "firstAvailable": subs})
+            else:
+                requests.append({"name": rn, "exactly": self.exact(r.choice(classes))})
+            names.append(rn)
+        constraints = []
+        if self.chance(0.4, "constraints"):
+            for _ in range(r.choice((1, 1, 2))):
+                con: dict[str, Any] = {}
+                if r.random() < 0.5 and len(names) > 1:
+                    listed = r.sample(names, r.randint(1, min(3, len(names))))
+                    con["requests"] = sorted(set(listed))
+                    if any("/" in n for n in listed):
+                        self.features.add("constraints-over-subrequests")
+                if r.random() < 0.65:
+                    con["matchAttribute"] = r.choice(MATCH_ATTRS)
+                else:
+                    con["distinctAttribute"] = r.choice(DISTINCT_ATTRS)
+                    self.features.add("distinct-attribute")
+                constraints.append(con)
+        devices: dict[str, Any] = {"requests": requests}
+        if constraints:
+            devices["constraints"] = constraints
+        return {
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+            "spec": {"devices": devices},
+        }
+
+    def existing(self, name: str) -> dict[str, Any] | None:
+        if not self.devices:
+            return None
+        r = self.r
+        results = []
+        for i, (driver, pool, dev, raw) in enumerate(
+            r.sample(self.devices, min(len(self.devices), r.randint(1, 3)))
+        ):
+            res: dict[str, Any] = {
+                "request": f"r{i}",
+                "driver": driver,
+                "pool": pool,
+                "device": dev,
+            }
+            if raw.get("allowMultipleAllocations"):
+                res["shareID"] = f"00000000-0000-0000-0000-00000000000{i}"
+                res["consumedCapacity"] = {"memory": r.choice(("4Gi", "8Gi", "16Gi"))}
+            elif self.chance(0.1, "admin-access"):
+                res["adminAccess"] = True
+            results.append(res)
+        return {
+            "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+            "spec": {"devices": {"requests": []}},
+            "status": {"allocation": {"devices": {"results": results}}},
+        }
+
+
+def scenario(seed: int) -> tuple[dict[str, Any], set[str]]:
+    """One scenario and the features it exercises."""
+    g = _Gen(seed)
+    r = g.r
+    nodes = [
+        {"metadata": {"name": "n0", "labels": {"zone": "a", "kubernetes.io/hostname": "n0"}}},
+        {"metadata": {"name": "n1", "labels": {"zone": "b", "kubernetes.io/hostname": "n1"}}},
+    ]
+    slices: list[dict[str, Any]] = []
+    for n in ("n0", "n1"):
+        slices += g.pool(f"pool-{n}", {"nodeName": n}, r.randint(1, 6))
+    if g.chance(0.3, "node-selection"):
+        sel = r.choice(
+            (
+                {"allNodes": True},
+                {
+                    "nodeSelector": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {"key": "zone", "operator": "In", "values": ["a"]}
+                                ]
+                            }
+                        ]
+                    }
+                },
+                {"perDeviceNodeSelection": True},
+            )
+        )
+        slices += g.pool("shared", sel, r.randint(1, 4))
+    if g.chance(0.05, "limits"):
+        slices += g.pool("big", {"nodeName": "n0"}, r.choice((32, 33)), driver=NIC)
+    classes: list[dict[str, Any]] = [
+        {
+            "metadata": {"name": "gpu"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]},
+        },
+        {"metadata": {"name": "any"}, "spec": {}},
+        {
+            "metadata": {"name": "big"},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}" && {BIG}'}}]
+            },
+        },
+        {
+            "metadata": {"name": "nic"},
+            "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{NIC}"'}}]},
+        },
+    ]
+    if g.chance(0.3, "class-selectors"):
+        _, expr = r.choice(SELECTORS)
+        classes[1]["spec"] = {
+            "selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}" && ({expr})'}}]
+        }
+    allocated = []
+    if g.chance(0.4, "existing-allocations"):
+        for i in range(r.randint(1, 2)):
+            c = g.existing(f"old-{i}")
+            if c is not None:
+                allocated.append(c)
+    names = ["gpu", "gpu", "any", "big"] + (
+        ["nic"] if any(s["spec"]["driver"] == NIC for s in slices) else []
+    )
+    claims = [g.claim(f"c{i}", names) for i in range(r.randint(1, 3))]
+    scen = {
+        "slices": slices,
+        "classes": classes,
+        "allocated": allocated,
+        "nodes": nodes,
+        "claims": claims,
+    }
+    return scen, g.features

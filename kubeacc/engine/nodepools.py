@@ -1,0 +1,154 @@
+"""The pools one node sees, gathered exactly as kube-scheduler's allocator gathers them.
+
+Per node, only slices relevant to it count (its ``nodeName``, ``allNodes``, a matching
+``nodeSelector``, a ``perDeviceNodeSelection`` slice with a device for it, or a slice of shared
+counters). Within a pool the highest generation *among those slices* wins, so an older
+generation is used when the newest one only targets other nodes; if the node's slices are fewer
+than ``resourceSliceCount``, all slices of the pool decide: a newer generation anywhere makes
+the pool obsolete (ignored), too few slices make it incomplete. Duplicate device names or
+counters that name an unknown counter set make a pool invalid. Pools are ordered by driver and
+name, slices by name: the order the scheduler's first-fit search walks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from kubeacc.engine.pools import Device, DeviceCache, Node, get, node_selector_matches
+from kubeacc.engine.quantity import QuantityError, parse_quantity
+
+Slice = Mapping[str, Any]
+
+
+@dataclass
+class NodePool:
+    driver: str
+    name: str
+    incomplete: bool = False
+    invalid: str | None = None
+    #: (per-device node selection, devices) of each slice targeting the node, in slice order
+    slices: list[tuple[bool, list[Device]]] = field(default_factory=list)
+    counters: dict[str, dict[str, Fraction]] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+
+def _pool_key(s: Slice) -> tuple[str, str]:
+    spec = get(s, "spec", {})
+    return str(get(spec, "driver", "")), str(get(get(spec, "pool", {}), "name", ""))
+
+
+def _generation(s: Slice) -> int:
+    return int(get(get(get(s, "spec", {}), "pool", {}), "generation", 0))
+
+
+def _count(s: Slice) -> int:
+    return int(get(get(get(s, "spec", {}), "pool", {}), "resourceSliceCount", 1))
+
+
+def device_node_matches(raw: Mapping[str, Any], node: Node) -> bool:
+    if get(raw, "allNodes", False):
+        return True
+    if get(raw, "nodeName"):
+        return bool(get(raw, "nodeName") == node.name)
+    sel = get(raw, "nodeSelector")
+    return sel is not None and node_selector_matches(sel, node)
+
+
+def relevant(s: Slice, node: Node) -> bool:
+    spec = get(s, "spec", {})
+    if get(spec, "sharedCounters"):
+        return True
+    if get(spec, "nodeName") or get(spec, "allNodes", False) or get(spec, "nodeSelector"):
+        return device_node_matches(spec, node)
+    if get(spec, "perDeviceNodeSelection", False):
+        return any(device_node_matches(d, node) for d in get(spec, "devices", []) or [])
+    return False
+
+
+def gather_node_pools(
+    node: Node,
+    slices_for_node: Sequence[Slice],
+    slices_by_pool: Mapping[tuple[str, str], Sequence[Slice]],
+    cache: DeviceCache,
+) -> list[NodePool]:
+    groups: dict[tuple[str, str], list[Slice]] = {}
+    for s in slices_for_node:
+        if not relevant(s, node):
+            continue
+        key = _pool_key(s)
+        have = groups.get(key)
+        if have is None or _generation(s) > _generation(have[0]):
+            groups[key] = [s]
+        elif _generation(s) == _generation(have[0]):
+            have.append(s)
+    out: list[NodePool] = []
+    for key, group in groups.items():
+        gen = _generation(group[0])
+        every = group
+        if len(group) != _count(group[0]):
+            everything = slices_by_pool.get(key, ())
+            if any(_generation(s) > gen for s in everything):
+                continue  # obsolete: the driver is replacing this generation
+            every = [s for s in everything if _generation(s) == gen]
+            if len(every) != _count(group[0]):
+                out.append(NodePool(key[0], key[1], incomplete=True))
+                continue
+        out.append(_build(key, sorted(group, key=_slice_name), every, cache))
+    out.sort(key=lambda p: (p.driver, p.name))
+    return out
+
+
+def _slice_name(s: Slice) -> str:
+    return str(get(get(s, "metadata", {}), "name", ""))
+
+
+def _build(
+    key: tuple[str, str], group: list[Slice], every: Sequence[Slice], cache: DeviceCache
+) -> NodePool:
+    pool = NodePool(key[0], key[1])
+    device_slices = [s for s in group if not get(get(s, "spec", {}), "sharedCounters")]
+    names: set[str] = set()
+    for s in device_slices:
+        devs = cache.devices(s)
+        if isinstance(devs, str):
+            pool.invalid = devs
+            return pool
+        for d in devs:
+            if d.name in names:
+                pool.invalid = f"duplicate device name {d.name}"
+                return pool
+            names.add(d.name)
+        pool.slices.append((bool(get(get(s, "spec", {}), "perDeviceNodeSelection", False)), devs))
+    for s in group:
+        for cs in get(get(s, "spec", {}), "sharedCounters", []) or []:
+            name = str(get(cs, "name", ""))
+            if name in pool.counters:
+                pool.invalid = f"duplicate counter set name {name}"
+                return pool
+            try:
+                pool.counters[name] = {
+                    n: parse_quantity(str(get(c, "value", "0")))
+                    for n, c in (get(cs, "counters", {}) or {}).items()
+                }
+            except QuantityError as e:
+                pool.invalid = str(e)
+                return pool
+    seen = {id(s) for s in group}
+    for s in [*group, *(s for s in every if id(s) not in seen)]:
+        devs = cache.devices(s)
+        for d in devs if not isinstance(devs, str) else []:
+            for cs, counters in d.consumes:
+                if cs not in pool.counters:
+                    pool.invalid = f"counter set {cs} not found"
+                    return pool
+                missing = [n for n in counters if n not in pool.counters[cs]]
+                if missing:
+                    pool.invalid = f"counter {missing[0]} not found in counter set {cs}"
+                    return pool
+    return pool

@@ -1,0 +1,90 @@
+"""The controller's metrics: operations by phase and duration, reconcile passes and errors, leader.
+
+Series (prefixed ``kubeacc_``):
+
+* ``controller_operations{phase}``: AcceleratorOperations in each phase now (``New`` before the
+  controller has looked at one), read from the watch cache at scrape time, on every replica.
+* ``controller_operations_completed_total{action,phase}`` and
+  ``controller_operation_duration_seconds{action,phase}``: operations this replica finished,
+  and their time from start to Succeeded/Failed.
+* ``controller_reconcile_passes_total``, ``controller_reconcile_seconds``,
+  ``controller_reconcile_errors_total{scope}`` (``pass``, or ``operation`` for one object).
+* ``controller_leader``: 1 while this replica holds the Lease.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from kubeacc.metrics.common import component_registry
+
+#: Operations take from a second (a reset) to many minutes (a drain that waits for pods).
+DURATION_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+PHASES = ("New", "Pending", "Running", "Succeeded", "Failed")
+
+
+class _StateCollector(Collector):
+    def __init__(
+        self, operations: Callable[[], list[dict[str, Any]]], leading: Callable[[], bool]
+    ) -> None:
+        self.operations = operations
+        self.leading = leading
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        phases = Tally((op.get("status") or {}).get("phase") or "New" for op in self.operations())
+        ops = GaugeMetricFamily(
+            "kubeacc_controller_operations",
+            "AcceleratorOperations by phase (from the controller's watch cache).",
+            labels=["phase"],
+        )
+        for phase in sorted(set(PHASES) | set(phases)):
+            ops.add_metric([phase], phases.get(phase, 0))
+        yield ops
+        yield GaugeMetricFamily(
+            "kubeacc_controller_leader",
+            "1 while this replica holds the controller Lease.",
+            value=1 if self.leading() else 0,
+        )
+
+
+class ControllerMetrics:
+    def __init__(
+        self, operations: Callable[[], list[dict[str, Any]]], leading: Callable[[], bool]
+    ) -> None:
+        self.registry = r = component_registry("controller")
+        r.register(_StateCollector(operations, leading))
+        self.passes = Counter(
+            "kubeacc_controller_reconcile_passes_total", "Reconcile passes run.", registry=r
+        )
+        self.pass_seconds = Histogram(
+            "kubeacc_controller_reconcile_seconds",
+            "Duration of one reconcile pass.",
+            buckets=PASS_BUCKETS,
+            registry=r,
+        )
+        self.errors = Counter(
+            "kubeacc_controller_reconcile_errors_total",
+            "Reconcile failures: a whole pass, or one operation object.",
+            ["scope"],
+            registry=r,
+        )
+        self.completed = Counter(
+            "kubeacc_controller_operations_completed_total",
+            "Operations this replica moved to Succeeded or Failed.",
+            ["action", "phase"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "kubeacc_controller_operation_duration_seconds",
+            "Operations from start to Succeeded/Failed.",
+            ["action", "phase"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )

@@ -1,0 +1,46 @@
+"""The nodes of the multi-node testbed: four real kubelets with different hardware shapes.
+
+Each shape names a Node, the synthetic host profile (``kubeacc.synthetic.profiles``) whose
+``/sys``, ``/dev`` and ``/proc`` tree that node's agents read, and the labels its kubelet
+registers the Node with. The testbed itself starts only kubelets; tests and the demo build the
+host trees and run the agents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kubeacc.testbed.kubelet import KubeletOptions
+
+#: Node label naming the node's shape (``gpu-server``, ``fpga``, ``kunlun``, ``edge``).
+SHAPE_LABEL = "kubeacc.io/node-shape"
+#: Node label naming the synthetic host profile of the node.
+PROFILE_LABEL = "kubeacc.io/host-profile"
+
+
+@dataclass(frozen=True)
+class NodeShape:
+    name: str
+    shape: str
+    profile: str
+    role: str
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {SHAPE_LABEL: self.shape, PROFILE_LABEL: self.profile}
+
+    def kubelet_options(self) -> KubeletOptions:
+        return KubeletOptions(node_name=self.name, labels=self.labels)
+
+
+MULTINODE_SHAPES: tuple[NodeShape, ...] = (
+    NodeShape("gpu-server", "gpu-server", "dgx-h100", "8x H100 + 8 NICs with SR-IOV"),
+    NodeShape("fpga-node", "fpga", "intel-fpga-dfl", "2 Intel FPGAs (DFL)"),
+    NodeShape("kunlun-node", "kunlun", "kunlun-xpu", "Baidu KunLun XPUs"),
+    NodeShape("edge-node", "edge", "edge-mixed", "edge: L4 GPU, Xilinx FPGA, NIC"),
+)
+
+
+def multinode_options(shapes: tuple[NodeShape, ...] = MULTINODE_SHAPES) -> list[KubeletOptions]:
+    """Kubelet options for every shape, in order."""
+    return [s.kubelet_options() for s in shapes]

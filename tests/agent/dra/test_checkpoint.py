@@ -1,0 +1,178 @@
+"""The checkpoint and the CDI spec writer under faults injected at the OS boundary
+(:mod:`.faultyos`: short writes, ENOSPC after a byte budget, failing fsync) on real files."""
+
+from __future__ import annotations
+
+import errno
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from kubeacc.agent.dra import cdi
+from kubeacc.agent.dra.checkpoint import (
+    FILE_NAME,
+    JOURNAL_NAME,
+    Checkpoint,
+    PreparedClaim,
+    PreparedDevice,
+    StateError,
+    read_claims,
+)
+
+from .faultyos import FaultyOS
+
+
+def claim(i: int) -> PreparedClaim:
+    dev = f"gpu-{i}"
+    spec = cdi.build_spec(f"u{i}", f"ns/c{i}", [cdi.CDIDevice(dev, f"0000:{i:02x}:00.0")])
+    return PreparedClaim("ns", f"c{i}", [PreparedDevice(["r"], "n1", dev, ["x"])], spec)
+
+
+def test_the_call_that_crosses_compaction_is_kept(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path, compact_after=3)
+    cp.load()
+    for i in range(7):  # compactions at the 3rd and 6th call
+        cp.record_prepare({f"u{i}": claim(i)})
+    cp.record_unprepare(["u0", "u5"])  # the 8th call; then one that compacts again
+    cp.record_unprepare(["u1"])
+    cp.close()
+    expect = {"u2", "u3", "u4", "u6"}
+    assert set(read_claims(tmp_path)) == expect
+    again = Checkpoint(tmp_path, compact_after=3)
+    again.load()
+    assert set(again.claims) == expect
+
+
+def test_short_writes_are_completed(tmp_path: Path, fos: FaultyOS) -> None:
+    fos.chunk = 7
+    cp = Checkpoint(tmp_path, compact_after=2)
+    cp.load()
+    for i in range(5):
+        cp.record_prepare({f"u{i}": claim(i)})
+    cdi.write_spec(tmp_path, "u1", claim(1).cdi_spec)
+    assert set(read_claims(tmp_path)) == {f"u{i}" for i in range(5)}
+    assert json.loads(cdi.spec_path(tmp_path, "u1").read_bytes()) == claim(1).cdi_spec
+
+
+def test_full_disk_fails_the_call_and_keeps_the_journal_clean(
+    tmp_path: Path, fos: FaultyOS
+) -> None:
+    cp = Checkpoint(tmp_path, compact_after=100)
+    cp.load()
+    cp.record_prepare({"u1": claim(1)})
+    fos.space, fos.chunk = 40, 16  # part of the next line fits, then ENOSPC
+    with pytest.raises(OSError) as exc:
+        cp.record_prepare({"u2": claim(2)})
+    assert exc.value.errno == errno.ENOSPC
+    assert set(cp.claims) == {"u1"}  # memory unchanged
+    assert set(read_claims(tmp_path)) == {"u1"}  # no torn line left in the journal
+    assert (tmp_path / JOURNAL_NAME).read_bytes().endswith(b"\n")
+    fos.space = None  # space returns: the next call works, and its line is intact
+    cp.record_prepare({"u3": claim(3)})
+    assert set(read_claims(tmp_path)) == {"u1", "u3"}
+
+
+def test_failed_fsync_fails_the_call(tmp_path: Path, fos: FaultyOS) -> None:
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    fos.fsync_fails = True
+    with pytest.raises(OSError):
+        cp.record_prepare({"u1": claim(1)})
+    assert cp.claims == {}
+    assert read_claims(tmp_path) == {}
+
+
+def test_failed_compaction_keeps_snapshot_and_journal(tmp_path: Path, fos: FaultyOS) -> None:
+    cp = Checkpoint(tmp_path, compact_after=2)
+    cp.load()
+    cp.record_prepare({"u1": claim(1)})
+    cp.record_prepare({"u2": claim(2)})  # compacts
+    snapshot = (tmp_path / FILE_NAME).read_bytes()
+    cp.record_prepare({"u3": claim(3)})
+    journal = (tmp_path / JOURNAL_NAME).read_bytes()
+    fos.space = len(journal) + 10  # the next line fits, its snapshot does not
+    cp.record_prepare({"u4": claim(4)})  # acknowledged: in the journal
+    assert (tmp_path / FILE_NAME).read_bytes() == snapshot  # old snapshot kept whole
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert set(read_claims(tmp_path)) == {"u1", "u2", "u3", "u4"}
+    fos.space = None
+    cp.record_unprepare(["u1"])  # compacts now that there is space
+    assert (tmp_path / JOURNAL_NAME).read_bytes() == b""
+    assert set(read_claims(tmp_path)) == {"u2", "u3", "u4"}
+
+
+def test_cdi_spec_is_complete_or_absent(tmp_path: Path, fos: FaultyOS) -> None:
+    spec = claim(1).cdi_spec
+    fos.space, fos.chunk = 100, 32
+    with pytest.raises(OSError):
+        cdi.write_spec(tmp_path, "u1", spec)
+    assert list(tmp_path.iterdir()) == []  # neither the spec nor its temp file
+    fos.space = None
+    cdi.write_spec(tmp_path, "u1", spec)
+    assert json.loads(cdi.spec_path(tmp_path, "u1").read_bytes()) == spec
+
+
+def test_random_faults_lose_nothing(tmp_path: Path, fos: FaultyOS) -> None:
+    """A random stream with random full-disk moments: what was acknowledged is what loads."""
+    rng = random.Random(11)
+    cp = Checkpoint(tmp_path, compact_after=4)
+    cp.load()
+    acked: set[str] = set()
+    failures = 0
+    for _ in range(400):
+        fos.space = rng.choice([None, None, 0, rng.randint(1, 3000)])
+        fos.chunk = rng.choice([1 << 30, rng.randint(1, 64)])
+        uids = rng.sample([f"u{i}" for i in range(12)], rng.randint(1, 3))
+        try:
+            if rng.random() < 0.5:
+                cp.record_prepare({u: claim(int(u[1:])) for u in uids})
+                acked |= set(uids)
+            else:
+                cp.record_unprepare(uids)
+                acked -= set(uids)
+        except OSError:
+            failures += 1
+        assert set(cp.claims) == acked
+    fos.space = None
+    cp.close()
+    assert failures > 50  # the faults did hit
+    assert set(read_claims(tmp_path)) == acked
+    again = Checkpoint(tmp_path)
+    again.load()
+    assert set(again.claims) == acked
+
+
+def test_unreadable_snapshot_refuses_to_start_and_is_kept(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    cp.record_prepare({"u1": claim(1)})
+    cp.compact()
+    cp.close()
+    path = tmp_path / FILE_NAME
+    damaged = path.read_bytes().replace(b'"c1"', b'"c9"')
+    path.write_bytes(damaged)
+    with pytest.raises(StateError, match="checksum mismatch") as exc:
+        Checkpoint(tmp_path).load()
+    assert "\n" not in str(exc.value)
+    assert path.read_bytes() == damaged  # not moved aside, not replaced by an empty one
+
+
+def test_damaged_journal_line_before_intact_ones_refuses_to_start(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    cp.record_prepare({"u1": claim(1)})
+    cp.record_prepare({"u2": claim(2)})
+    cp.close()
+    journal = tmp_path / JOURNAL_NAME
+    first, second = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(first[:20] + b"\n" + second)
+    with pytest.raises(StateError, match="damaged line at byte 0"):
+        Checkpoint(tmp_path).load()
+
+
+def test_unwritable_state_directory_refuses_to_start(tmp_path: Path, fos: FaultyOS) -> None:
+    fos.space = 0
+    with pytest.raises(StateError, match="is not writable: No space left on device"):
+        Checkpoint(tmp_path).load()

@@ -1,0 +1,73 @@
+"""Who uses a device: from prepared DRA claims and from the kubelet's pod-resources answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubeacc.agent.dra.checkpoint import PreparedClaim, PreparedDevice
+from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
+from kubeacc.agent.users import MAX_CONSUMERS, device_plugin_users, dra_users, merge
+
+GPU = "gpu-0000-1b-00-0"
+NIC = "nic-0000-2c-00-0"
+
+
+def _claim(ns: str, name: str, *devices: str) -> PreparedClaim:
+    return PreparedClaim(
+        ns, name, [PreparedDevice(["r"], "node-a", d, [f"x-{d}"]) for d in devices], {}
+    )
+
+
+def test_dra_users_are_the_claim_and_its_pods() -> None:
+    prepared = {"u1": _claim("team", "train", GPU, f"{NIC}-vf3")}
+    claims: dict[tuple[str, str, str], dict[str, Any]] = {
+        ("team", "train", "u1"): {
+            "status": {
+                "reservedFor": [
+                    {"resource": "pods", "name": "trainer", "uid": "p1"},
+                    {"resource": "jobs", "name": "ignored", "uid": "j1"},
+                ]
+            }
+        }
+    }
+    users = dra_users(prepared, lambda ns, n, uid: claims.get((ns, n, uid)), [GPU, NIC])
+    claim = {"kind": "ResourceClaim", "namespace": "team", "name": "train", "uid": "u1"}
+    pod = {"kind": "Pod", "namespace": "team", "name": "trainer", "uid": "p1"}
+    assert users == {GPU: [claim, pod], NIC: [claim, pod]}  # the VF counts for its PF
+    # A claim the watch does not hold (yet): the claim alone.
+    assert dra_users(prepared, lambda *_: None, [GPU]) == {
+        GPU: [claim],
+        f"{NIC}-vf3": [claim],
+    }
+
+
+def test_device_plugin_users_from_pod_resources() -> None:
+    pods = [
+        pr.PodResources(
+            name="a",
+            namespace="ns",
+            containers=[
+                pr.ContainerResources(
+                    name="c",
+                    devices=[
+                        pr.ContainerDevices(
+                            resource_name="kubeacc.io/gpu",
+                            device_ids=["0000:1b:00.0", "0000:1b:00.0::1"],
+                        ),
+                        pr.ContainerDevices(
+                            resource_name="other.io/x", device_ids=["0000:2c:00.0"]
+                        ),
+                    ],
+                )
+            ],
+        )
+    ]
+    users = device_plugin_users(pods, {"0000:1b:00.0": GPU, "0000:2c:00.0": NIC})
+    assert users == {GPU: [{"kind": "Pod", "namespace": "ns", "name": "a"}]}
+
+
+def test_merge_keeps_order_drops_repeats_and_caps() -> None:
+    many = [{"kind": "Pod", "namespace": "ns", "name": f"p{i}"} for i in range(MAX_CONSUMERS + 5)]
+    merged = merge({GPU: many[:3]}, {GPU: many}, {NIC: many[:1]})
+    assert merged[GPU] == many[:MAX_CONSUMERS]
+    assert merged[NIC] == many[:1]

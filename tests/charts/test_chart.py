@@ -1,0 +1,325 @@
+"""The Helm chart: lint-clean, a schema that refuses wrong values, and install / upgrade /
+uninstall on a real cluster with several value sets."""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import ApiError, Client
+from lightkube.generic_resource import create_global_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.apps_v1 import DaemonSet, Deployment
+from lightkube.resources.core_v1 import ConfigMap, Namespace, ServiceAccount
+from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
+from lightkube.resources.resource_v1 import DeviceClass
+
+import kubeacc
+from kubeacc.testbed.testbed import Testbed
+from tests.testbed.helpers import eventually
+
+from .conftest import CHART, Helm
+
+REPO = CHART.parents[1]
+NS = "kubeacc-system"
+K8S = "--kube-version=1.36.3"
+VAP = create_global_resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "ValidatingAdmissionPolicy",
+    "validatingadmissionpolicies",
+)
+VAPB = create_global_resource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "ValidatingAdmissionPolicyBinding",
+    "validatingadmissionpolicybindings",
+)
+
+
+def test_chart_files_are_the_deploy_manifests() -> None:
+    pairs = [(f"crds/{p.name}", p) for p in (REPO / "deploy" / "crds").glob("*.yaml")]
+    pairs += [
+        ("rbac/agent.yaml", REPO / "deploy/rbac/agent.yaml"),
+        ("rbac/controller.yaml", REPO / "deploy/rbac/controller.yaml"),
+        ("agent-node-restriction.yaml", REPO / "deploy/admission/agent-node-restriction.yaml"),
+        ("deviceclasses.yaml", REPO / "deploy/dra-deviceclasses.yaml"),
+        ("kubeacc-dashboard.json", REPO / "deploy/grafana/kubeacc-dashboard.json"),
+    ]
+    stale = [c for c, src in pairs if not filecmp.cmp(CHART / "files" / c, src, shallow=False)]
+    assert not stale, f"run scripts/sync-chart-files.sh: {stale} differ from deploy/"
+
+
+def test_chart_version_is_the_package_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == kubeacc.__version__
+
+
+def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
+    for i, values in enumerate([{}, DEVICE_PLUGIN_VALUES, MINIMAL_VALUES]):
+        f = tmp_path / f"v{i}.yaml"
+        f.write_text(yaml.safe_dump(values))
+        out = helm("lint", "--strict", str(CHART), "-f", str(f), K8S).stdout
+        assert "0 chart(s) failed" in out
+        assert "[WARNING]" not in out and "[ERROR]" not in out, out
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("modes.gpu=dra2", "at '/modes/gpu': value must be one of 'dra', 'device-plugin'"),
+        ("agent.nodeSelectr.a=b", "at '/agent': additional properties 'nodeSelectr' not allowed"),
+        ("nvidia.nvml=maybe", "at '/nvidia/nvml': value must be one of 'auto', 'on', 'off'"),
+        ("metrics.agentPort=0", "at '/metrics/agentPort': minimum: got 0, want 1"),
+        ("agent.stateDir=relative", "at '/agent/stateDir'"),
+        ("logLevel=LOUD", "at '/logLevel'"),
+    ],
+)
+def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
+    done = helm("template", "t", str(CHART), K8S, "--set", setting, check=False)
+    assert done.returncode != 0
+    assert message in done.stderr
+
+
+def _docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def test_dashboard_and_config_maps_render(helm: Helm) -> None:
+    out = helm(
+        "template",
+        "t",
+        str(CHART),
+        K8S,
+        "-n",
+        NS,
+        "--set",
+        "metrics.dashboard.enabled=true",
+        "--set-json",
+        'modes={"fpga":"device-plugin"}',
+        "--set-json",
+        'devicePlugin.types={"fpga":{"replicas":4,"strategy":"packed"}}',
+    ).stdout
+    maps = {d["metadata"]["name"]: d for d in _docs(out) if d["kind"] == "ConfigMap"}
+    dash = maps["kubeacc-dashboard"]
+    assert dash["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(dash["data"]["kubeacc-dashboard.json"])["uid"] == "kubeacc-fleet"
+    dp = yaml.safe_load(maps["kubeacc-agent-config"]["data"]["device-plugin.yaml"])
+    assert dp["types"] == {"fpga": {"replicas": 4, "strategy": "packed"}}
+
+
+def test_uninstall_hook_runs_kubeacc_cleanup(helm: Helm) -> None:
+    out = helm("template", "t", str(CHART), K8S, "-n", NS).stdout
+    hooks = [d for d in _docs(out) if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    assert sorted(d["kind"] for d in hooks) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Job",
+        "ServiceAccount",
+    ]
+    assert {d["metadata"]["annotations"]["helm.sh/hook"] for d in hooks} == {"post-delete"}
+    (job,) = [d for d in hooks if d["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["kubeacc", "cleanup"]
+
+
+# -- on a real cluster ---------------------------------------------------------------------------
+
+DEVICE_PLUGIN_VALUES: dict[str, Any] = {
+    "modes": {"gpu": "device-plugin", "nic": "device-plugin"},
+    "devicePlugin": {"cdi": True, "types": {"gpu": {"replicas": 2, "perModel": False}}},
+    "agent": {
+        "nodeSelector": {"kubernetes.io/hostname": "node-a"},
+        "tolerations": [{"key": "accelerators", "operator": "Exists", "effect": "NoSchedule"}],
+        "discoveryDevices": [{"vendor": "0x1e52", "type": "accelerator", "model": "Example X1"}],
+        "rediscoverInterval": 2,
+    },
+    "logLevel": "DEBUG",
+    "nvidia": {"nvml": "on"},
+}
+MINIMAL_VALUES: dict[str, Any] = {
+    "metrics": {"enabled": False},
+    "controller": {"enabled": False},
+    "agent": {"lifecycle": {"enabled": False}, "nodeSelector": {"kubeacc.io/none": "x"}},
+    "nvidia": {"nvml": "off"},
+}
+
+
+def _host_values(tb: Testbed, tmp: Path) -> dict[str, Any]:
+    """Host paths of the test's own (the kubelet creates DirectoryOrCreate paths on the host)."""
+    return {
+        "agent": {
+            "kubeletRoot": str(tb.kubelet.root_dir),
+            "cdiDir": str(tmp / "cdi"),
+            "stateDir": str(tmp / "state"),
+        },
+        "bitstreams": {"hostPath": str(tmp / "bitstreams")},
+        "nvidia": {"driverRoot": str(tmp / "driver"), "libraryDir": "/lib"},
+        # The testbed's runtime runs no processes: a hook Job would never complete. The
+        # command the Job runs is tested in tests/agent/test_cleanup.py.
+        "cleanup": {"enabled": False},
+    }
+
+
+def _merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _values_file(tmp: Path, name: str, values: dict[str, Any]) -> str:
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return str(path)
+
+
+def _agent_args(tb: Testbed, container: str = "agent") -> list[list[str]]:
+    """The args of every CreateContainer the kubelet made for the agent pod's ``container``."""
+    return [
+        list(r.raw.get("config", {}).get("args", []))
+        for r in tb.kubelet.container_records(namespace=NS)
+        if r.container == container and r.pod.startswith("kubeacc-agent-")
+    ]
+
+
+def _names(client: Client, kind: Any, contains: str = "kubeacc") -> set[str]:
+    return {
+        o.metadata.name for o in client.list(kind) if o.metadata and contains in o.metadata.name
+    }
+
+
+def _all_exist(helm: Helm, tb: Testbed, tmp: Path) -> list[dict[str, Any]]:
+    """Every object of the release's manifest, read back from the API server by kubectl."""
+    manifest = helm("get", "manifest", "kubeacc", "-n", NS).stdout
+    path = tmp / "manifest.yaml"
+    path.write_text(manifest)
+    done = subprocess.run(
+        [*tb.kubectl(), "get", "-f", str(path), "-o", "name"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    docs = _docs(manifest)
+    assert len(done.stdout.split()) == len(docs)
+    return docs
+
+
+@pytest.mark.cluster
+def test_install_upgrade_uninstall(chart_cluster: tuple[Testbed, Helm], tmp_path: Path) -> None:
+    tb, helm = chart_cluster
+    client = tb.client()
+    host = _host_values(tb, tmp_path)
+
+    # 1. Defaults: every object accepted, DRA for every type.
+    helm(
+        "install",
+        "kubeacc",
+        str(CHART),
+        "-n",
+        NS,
+        "--create-namespace",
+        "-f",
+        _values_file(tmp_path, "defaults", host),
+    )
+    docs = _all_exist(helm, tb, tmp_path)
+    kinds = sorted({d["kind"] for d in docs})
+    assert kinds == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "DaemonSet",
+        "Deployment",
+        "DeviceClass",
+        "ServiceAccount",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    assert len(_names(client, CustomResourceDefinition)) == 3
+    assert _names(client, DeviceClass) >= {"gpu.kubeacc.io", "fpga.kubeacc.io", "nic.kubeacc.io"}
+    binding = client.get(ClusterRoleBinding, "kubeacc:agent")
+    assert {(s.kind, s.namespace) for s in binding.subjects or []} >= {("ServiceAccount", NS)}
+    vap = client.get(VAP, "kubeacc-agent-node-restriction")
+    assert f"system:serviceaccount:{NS}:kubeacc-agent" in str(vap.to_dict())
+
+    args = eventually(lambda: _agent_args(tb), 90, "the kubelet creating the agent container")[-1]
+    assert f"--kubelet-root={tb.kubelet.root_dir}" in args
+    assert f"--state-dir={tmp_path / 'state'}" in args
+    assert "--metrics-address=:9460" in args
+    assert "--nvml-library=/run/kubeacc/nvidia/libnvidia-ml.so.1" in args
+    assert not [a for a in args if a.startswith("--device-plugin")]
+    lifecycle = eventually(lambda: _agent_args(tb, "lifecycle"), 30, "lifecycle container")[-1]
+    assert "--metrics-address=:9462" in lifecycle and "--host-root=/host" in lifecycle
+    ds = client.get(DaemonSet, "kubeacc-agent", namespace=NS)
+    agent = ds.spec.template.spec.containers[0]
+    assert agent.readinessProbe.httpGet.path == "/readyz"
+    assert agent.livenessProbe.httpGet.path == "/healthz"
+    dep = client.get(Deployment, "kubeacc-controller", namespace=NS)
+    assert dep.spec.replicas == 2
+    ctl = dep.spec.template.spec.containers[0]
+    assert f"--lease-namespace={NS}" in ctl.args
+    assert ctl.readinessProbe.httpGet.port == "metrics"
+
+    def upgrade(name: str, values: dict[str, Any]) -> None:
+        path = _values_file(tmp_path, name, _merge(host, values))
+        helm("upgrade", "kubeacc", str(CHART), "-n", NS, "-f", path)
+        _all_exist(helm, tb, tmp_path)
+
+    # 2. Upgrade: GPUs and NICs through the device plugin, admin devices, a node selector.
+    upgrade("dp", DEVICE_PLUGIN_VALUES)
+    cfg = client.get(ConfigMap, "kubeacc-agent-config", namespace=NS).data or {}
+    dp = yaml.safe_load(cfg["device-plugin.yaml"])
+    assert dp["types"] == {"gpu": {"replicas": 2, "perModel": False}, "nic": {}}
+    assert dp["cdi"] is True
+    assert yaml.safe_load(cfg["discovery.yaml"])["devices"][0]["vendor"] == "0x1e52"
+
+    def upgraded() -> list[str] | None:
+        return next(
+            (
+                a
+                for a in reversed(_agent_args(tb))
+                if "--device-plugin-config=/etc/kubeacc/device-plugin.yaml" in a
+            ),
+            None,
+        )
+
+    args = eventually(upgraded, 120, "the upgraded agent container")
+    assert "--discovery-config=/etc/kubeacc/discovery.yaml" in args
+    assert "--log-level=DEBUG" in args and "--nvml=on" in args
+    assert "--rediscover-interval=2" in args
+    spec = client.get(DaemonSet, "kubeacc-agent", namespace=NS).spec.template.spec
+    assert spec.nodeSelector == {"kubernetes.io/hostname": "node-a"}
+    assert spec.tolerations[0].key == "accelerators"
+
+    # 3. Minimal: no metrics (no probes), no controller, no lifecycle, a selector no node has.
+    upgrade("min", MINIMAL_VALUES)
+    with pytest.raises(ApiError):
+        client.get(Deployment, "kubeacc-controller", namespace=NS)
+    ds = client.get(DaemonSet, "kubeacc-agent", namespace=NS)
+    (only,) = ds.spec.template.spec.containers
+    assert only.readinessProbe is None and "--metrics-address" not in " ".join(only.args)
+    eventually(
+        lambda: (
+            client.get(DaemonSet, "kubeacc-agent", namespace=NS).status.desiredNumberScheduled == 0
+        ),
+        60,
+        "no node matches the selector",
+    )
+
+    # 4. Uninstall: nothing of kube-acc is left.
+    helm("uninstall", "kubeacc", "-n", NS, "--wait")
+    assert not _names(client, CustomResourceDefinition)
+    assert not _names(client, ClusterRole) and not _names(client, ClusterRoleBinding)
+    assert not _names(client, VAP) and not _names(client, VAPB)
+    assert not _names(client, DeviceClass)
+    for kind in (DaemonSet, Deployment, ConfigMap, ServiceAccount):
+        assert not {
+            o.metadata.name for o in client.list(kind, namespace=NS) if "kubeacc" in o.metadata.name
+        }
+    client.delete(Namespace, NS)

@@ -1,0 +1,57 @@
+"""``kubeacc agent`` config files: the device-plugin config decides which types leave DRA, bad
+files stop the agent with one line before it touches anything."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubeacc.agent.deviceplugin.config import Strategy
+from kubeacc.cli.agent import _device_plugin_config
+from kubeacc.model import DeviceType
+
+
+def test_config_types_plus_flag_types(tmp_path: Path) -> None:
+    f = tmp_path / "dp.yaml"
+    f.write_text("kind: DevicePluginConfig\ntypes:\n  fpga: {replicas: 4, strategy: packed}\n")
+    cfg = _device_plugin_config([DeviceType.GPU], f)
+    assert cfg is not None
+    assert set(cfg.types) == {DeviceType.FPGA, DeviceType.GPU}
+    assert cfg.types[DeviceType.FPGA].strategy is Strategy.PACKED
+    assert cfg.types[DeviceType.GPU].replicas == 1
+    assert _device_plugin_config([], None) is None
+
+
+@pytest.mark.parametrize(
+    ("flag", "text", "message"),
+    [
+        ("--device-plugin-config", "types: {tpu: {}}", "types.tpu"),
+        ("--discovery-config", "devices: [{vendor: xyz, type: gpu}]", "devices.0.vendor"),
+        ("--metrics-address", None, "is not HOST:PORT or :PORT"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path: Path, flag: str, text: str | None, message: str) -> None:
+    arg = "9400"
+    if text is not None:
+        (tmp_path / "c.yaml").write_text(text)
+        arg = str(tmp_path / "c.yaml")
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "kubeacc"),
+            "agent",
+            "--node-name=n",
+            f"{flag}={arg}",
+            f"--state-dir={tmp_path / 'state'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not (tmp_path / "state").exists()

@@ -1,0 +1,3 @@
+from tests.crdfixtures import kubeacc_cleanup, kubeacc_crds
+
+__all__ = ["kubeacc_cleanup", "kubeacc_crds"]

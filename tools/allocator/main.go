@@ -1,0 +1,224 @@
+// Command allocator runs the DRA structured allocator that kube-scheduler uses
+// (k8s.io/dynamic-resource-allocation/structured, with the feature set
+// kube-scheduler enables by default) on scenarios read from stdin, one JSON
+// object per line, and writes one JSON result line per scenario.
+//
+// Modes:
+//   - "pairs": every claim against every node, each on the scenario's
+//     existing allocations only (nothing is committed);
+//   - "plan": claims one after another; each is tried on the nodes in order,
+//     starting where the previous claim's search stopped, until
+//     maxFeasibleNodes nodes fit; the first fitting node is committed.
+//     Per-claim seconds are reported (allocator setup included, as the
+//     scheduler builds one allocator per pod).
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+// features: what kube-scheduler 1.36 enables by default.
+var features = structured.Features{
+	AdminAccess:            true,
+	PrioritizedList:        true,
+	PartitionableDevices:   true,
+	DeviceTaints:           true,
+	DeviceBindingAndStatus: true,
+	ConsumableCapacity:     true,
+}
+
+type scenario struct {
+	Mode             string                       `json:"mode"`
+	Slices           []*resourceapi.ResourceSlice `json:"slices"`
+	Classes          []*resourceapi.DeviceClass   `json:"classes"`
+	Allocated        []*resourceapi.ResourceClaim `json:"allocated"`
+	Nodes            []*v1.Node                   `json:"nodes"`
+	Claims           []*resourceapi.ResourceClaim `json:"claims"`
+	MaxFeasibleNodes int                          `json:"maxFeasibleNodes"`
+}
+
+type pairResult struct {
+	OK         bool                          `json:"ok"`
+	Error      string                        `json:"error,omitempty"`
+	Allocation *resourceapi.AllocationResult `json:"allocation,omitempty"`
+}
+
+type placement struct {
+	Node       string                        `json:"node,omitempty"`
+	Error      string                        `json:"error,omitempty"`
+	Seconds    float64                       `json:"seconds"`
+	Allocation *resourceapi.AllocationResult `json:"allocation,omitempty"`
+}
+
+type output struct {
+	Pairs      [][]pairResult `json:"pairs,omitempty"`
+	Placements []placement    `json:"placements,omitempty"`
+	Error      string         `json:"error,omitempty"`
+}
+
+type classLister map[string]*resourceapi.DeviceClass
+
+func (c classLister) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(c))
+	for _, v := range c {
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (c classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if v, ok := c[name]; ok {
+		return v, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Group: "resource.k8s.io", Resource: "deviceclasses"}, name)
+}
+
+// state is the scheduler's view of existing allocations: the same split as
+// kube-scheduler's foreachAllocatedDevice (admin access is not counted;
+// results with a share ID are shares with consumed capacity).
+func newState() structured.AllocatedState {
+	return structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
+}
+
+func record(s structured.AllocatedState, alloc *resourceapi.AllocationResult) {
+	if alloc == nil {
+		return
+	}
+	for _, r := range alloc.Devices.Results {
+		if r.AdminAccess != nil && *r.AdminAccess {
+			continue
+		}
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID != nil {
+			s.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+			if r.ConsumedCapacity != nil {
+				s.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+			}
+			continue
+		}
+		s.AllocatedDevices.Insert(id)
+	}
+}
+
+func allocateOne(ctx context.Context, sc *scenario, classes classLister, cache *cel.Cache, state structured.AllocatedState, node *v1.Node, claim *resourceapi.ResourceClaim) (*resourceapi.AllocationResult, error) {
+	a, err := structured.NewAllocator(ctx, features, state, classes, sc.Slices, cache)
+	if err != nil {
+		return nil, err
+	}
+	res, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
+	if err != nil || len(res) == 0 {
+		return nil, err
+	}
+	return &res[0], nil
+}
+
+func run(sc *scenario) (out output) {
+	ctx := context.Background()
+	cache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
+	classes := classLister{}
+	for _, c := range sc.Classes {
+		classes[c.Name] = c
+	}
+	state := newState()
+	for _, c := range sc.Allocated {
+		record(state, c.Status.Allocation)
+	}
+	switch sc.Mode {
+	case "pairs":
+		for _, claim := range sc.Claims {
+			row := make([]pairResult, 0, len(sc.Nodes))
+			for _, node := range sc.Nodes {
+				alloc, err := allocateOne(ctx, sc, classes, cache, state, node, claim)
+				r := pairResult{OK: alloc != nil, Allocation: alloc}
+				if err != nil {
+					r.Error = err.Error()
+				}
+				row = append(row, r)
+			}
+			out.Pairs = append(out.Pairs, row)
+		}
+	case "plan":
+		maxFeasible := sc.MaxFeasibleNodes
+		if maxFeasible <= 0 {
+			maxFeasible = 1
+		}
+		start := 0
+		for _, claim := range sc.Claims {
+			t0 := time.Now()
+			p := placement{}
+			a, err := structured.NewAllocator(ctx, features, state, classes, sc.Slices, cache)
+			if err != nil {
+				p.Error = err.Error()
+			} else {
+				feasible := 0
+				tried := 0
+				for k := 0; k < len(sc.Nodes) && feasible < maxFeasible; k++ {
+					node := sc.Nodes[(start+k)%len(sc.Nodes)]
+					tried++
+					res, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
+					if err != nil {
+						p.Error = err.Error()
+						break
+					}
+					if len(res) > 0 {
+						feasible++
+						if p.Allocation == nil {
+							p.Node = node.Name
+							p.Allocation = &res[0]
+						}
+					}
+				}
+				start += tried
+			}
+			if p.Allocation != nil {
+				record(state, p.Allocation)
+			}
+			p.Seconds = time.Since(t0).Seconds()
+			out.Placements = append(out.Placements, p)
+		}
+	default:
+		out.Error = fmt.Sprintf("unknown mode %q", sc.Mode)
+	}
+	return out
+}
+
+func main() {
+	in := bufio.NewReaderSize(os.Stdin, 1<<20)
+	enc := json.NewEncoder(os.Stdout)
+	for {
+		line, err := in.ReadBytes('\n')
+		if len(line) > 0 {
+			var sc scenario
+			var out output
+			if jerr := json.Unmarshal(line, &sc); jerr != nil {
+				out.Error = "bad scenario: " + jerr.Error()
+			} else {
+				out = run(&sc)
+			}
+			if eerr := enc.Encode(out); eerr != nil {
+				fmt.Fprintln(os.Stderr, "allocator:", eerr)
+				os.Exit(1)
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
