@@ -40,6 +40,7 @@ from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
+from kubeacc.agent.dra.sharing import ShareSelector
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices
 from kubeacc.agent.nodelabels import NodeLabeler, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
@@ -128,6 +129,8 @@ class AgentOptions:
     nvml: str = "auto"
     #: Admin-defined devices (``--discovery-config``).
     discovery_config: DiscoveryConfig | None = None
+    #: GPUs published as memory-shared (``--memory-shared``; kubeacc.agent.dra.sharing).
+    memory_shared: tuple[ShareSelector, ...] = ()
 
     @property
     def dra_socket(self) -> Path:
@@ -367,7 +370,7 @@ class Agent:
         self.inventory = inv
         self.metrics.observe_inventory(inv)
         self.dra_inventory = dra_part(inv, self.opts.device_plugin_types)
-        self._index = device_index(self.dra_inventory)
+        self._index = device_index(self.dra_inventory, self.opts.memory_shared)
         self.board.update({n: (i.healthy, i.message) for n, i in self._index.items()})
         return changed
 
@@ -384,7 +387,9 @@ class Agent:
                     classes_done = True
                 now = time.monotonic()
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
-                devices = with_cordon_taints(slice_devices(self.dra_inventory), self._cordoned())
+                devices = with_cordon_taints(
+                    slice_devices(self.dra_inventory, self.opts.memory_shared), self._cordoned()
+                )
                 if self.publisher.publish(devices, force=force):
                     self.metrics.slice_publishes.inc()
                 self.metrics.resource_slices.set(len(chunk_devices(devices)))

@@ -96,6 +96,16 @@ def agent_command(
             help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)."
         ),
     ] = None,
+    memory_shared: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--memory-shared",
+            metavar="SELECTOR",
+            help="Publish the GPUs this selects as memory-shared (DRA consumable capacity "
+            "kubeacc.io/memory and kubeacc.io/cores): all, model=GLOB, pci=BUS-ID or "
+            "name=DEVICE (repeatable; GPUs in MIG mode are never shared).",
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
     import faulthandler
@@ -105,6 +115,7 @@ def agent_command(
     limit_arenas()  # before any thread starts: see kubeacc/agent/arenas.py
 
     from kubeacc.agent.dra.checkpoint import StateError
+    from kubeacc.agent.dra.sharing import parse_selectors
     from kubeacc.agent.runner import Agent, AgentOptions
     from kubeacc.cli.signals import stop_on_signals
     from kubeacc.metrics.http import MetricsAddressError, parse_address
@@ -113,6 +124,7 @@ def agent_command(
         if metrics_address is not None:
             parse_address(metrics_address)
         discovery = _discovery_config(discovery_config)
+        shared = parse_selectors(memory_shared or [])
         dp_config = _device_plugin_config(device_plugin_types or [], device_plugin_config)
     except ValueError as err:  # the config errors and MetricsAddressError
         fail(str(err))
@@ -146,6 +158,7 @@ def agent_command(
                 node_labels=node_labels,
                 nvml=nvml.value,
                 discovery_config=discovery,
+                memory_shared=shared,
             )
         )
     except StateError as exc:

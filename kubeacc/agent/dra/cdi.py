@@ -1,10 +1,10 @@
 """CDI specs, one JSON file per prepared claim.
 
-Kind ``kubeacc.io/claim``; each allocated device is a CDI device named ``<claim-uid>-<device>``,
-so the fully-qualified id the kubelet hands the runtime is
-``kubeacc.io/claim=<claim-uid>-<device>``. Claim-wide edits (``ACCELERATOR_UNITS``, the claim's
-name) sit in the spec's top-level ``containerEdits``, which a runtime applies whenever it injects
-any device of the spec.
+Kind ``kubeacc.io/claim``; each allocated device is a CDI device named ``<claim-uid>-<device>``
+(a share of a memory-shared GPU: ``<claim-uid>-<device>-<share-id>``), so the fully-qualified id
+the kubelet hands the runtime is ``kubeacc.io/claim=<claim-uid>-<device>``. Claim-wide edits
+(``ACCELERATOR_UNITS``, the claim's name) sit in the spec's top-level ``containerEdits``, which a
+runtime applies whenever it injects any device of the spec.
 """
 
 from __future__ import annotations
@@ -33,11 +33,21 @@ class CDIDevice:
     bus_id: str
     device_nodes: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    #: The allocation's shareID when the claim has a share of a memory-shared device.
+    share_id: str = ""
+
+    def cdi_name(self, claim_uid: str) -> str:
+        return cdi_name(claim_uid, self.name, self.share_id)
 
 
-def device_id(claim_uid: str, device: str) -> str:
-    """The fully-qualified CDI device id for ``device`` of the claim."""
-    return f"{CDI_KIND}={claim_uid}-{device}"
+def cdi_name(claim_uid: str, device: str, share_id: str = "") -> str:
+    """The CDI device name of ``device`` (or of one share of it) in the claim's spec."""
+    return f"{claim_uid}-{device}-{share_id}" if share_id else f"{claim_uid}-{device}"
+
+
+def device_id(claim_uid: str, device: str, share_id: str = "") -> str:
+    """The fully-qualified CDI device id for ``device`` (or one share of it) of the claim."""
+    return f"{CDI_KIND}={cdi_name(claim_uid, device, share_id)}"
 
 
 def spec_path(cdi_dir: Path, claim_uid: str) -> Path:
@@ -59,7 +69,7 @@ def build_spec(
         env = [f"KUBEACC_DEVICE_{_env_suffix(d.name)}={d.bus_id}"]
         env += [f"{k}={v}" for k, v in sorted(d.env.items())]
         edits["env"] = env
-        cdi_devices.append({"name": f"{claim_uid}-{d.name}", "containerEdits": edits})
+        cdi_devices.append({"name": d.cdi_name(claim_uid), "containerEdits": edits})
     return {
         "cdiVersion": CDI_VERSION,
         "kind": CDI_KIND,

@@ -49,6 +49,8 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_device_ids: list[str]
+    #: The allocation's shareID for a share of a memory-shared device (None: the whole device).
+    share_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,17 @@
 
 One entry per accelerator plus one per enabled SR-IOV virtual function. Attribute names without
 a domain are qualified by the driver name (``type`` is ``kubeacc.io/type`` in CEL); the two
-standard PCI attributes carry their own domain.
+standard PCI attributes carry their own domain. GPUs chosen by ``--memory-shared`` selectors are
+published as memory-shared (:mod:`kubeacc.agent.dra.sharing`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubeacc.agent.dra.sharing import ShareSelector, is_memory_shared, shared_capacity
 from kubeacc.model import Device, HealthState, Inventory, PartitionKind
 
 #: Taint key put on devices that discovery reports as not healthy.
@@ -49,8 +52,8 @@ def _taints(state: HealthState, reason: str) -> list[dict[str, str]]:
     return [taint]
 
 
-def device_entry(dev: Device) -> dict[str, Any]:
-    """The slice entry of one physical device."""
+def device_entry(dev: Device, shared: bool = False) -> dict[str, Any]:
+    """The slice entry of one physical device; ``shared``: as a memory-shared GPU."""
     attrs = _common(dev)
     if dev.pci:
         attrs[PCI_BUS_ID_ATTR] = _s(dev.pci.bus_id)
@@ -67,7 +70,10 @@ def device_entry(dev: Device) -> dict[str, Any]:
     if dev.sriov is not None:
         attrs["sriovNumVFs"] = _int(dev.sriov.num_vfs)
     entry: dict[str, Any] = {"name": dev.name, "attributes": attrs}
-    if dev.memory_bytes:
+    if shared and dev.memory_bytes:
+        entry["allowMultipleAllocations"] = True
+        entry["capacity"] = shared_capacity(dev.memory_bytes)
+    elif dev.memory_bytes:
         entry["capacity"] = {"kubeacc.io/memory": {"value": str(dev.memory_bytes)}}
     taints = _taints(dev.health.state, dev.health.reason)
     if taints:
@@ -102,17 +108,18 @@ def vf_entries(pf: Device) -> list[dict[str, Any]]:
     return out
 
 
-def slice_devices(inv: Inventory) -> list[dict[str, Any]]:
-    """Every device of the node as slice entries, sorted by name (stable slice contents)."""
+def slice_devices(inv: Inventory, shared: Sequence[ShareSelector] = ()) -> list[dict[str, Any]]:
+    """Every device of the node as slice entries, sorted by name (stable slice contents);
+    GPUs that ``shared`` selects as memory-shared ones."""
     out: list[dict[str, Any]] = []
     for dev in inv.devices:
-        out.append(device_entry(dev))
+        out.append(device_entry(dev, is_memory_shared(dev, shared)))
         out.extend(vf_entries(dev))
     out.sort(key=lambda d: str(d["name"]))
     return out
 
 
-def device_index(inv: Inventory) -> dict[str, DeviceInfo]:
+def device_index(inv: Inventory, shared: Sequence[ShareSelector] = ()) -> dict[str, DeviceInfo]:
     """What the kubelet plugin needs to know about each published device, by slice name."""
     out: dict[str, DeviceInfo] = {}
     for dev in inv.devices:
@@ -124,6 +131,9 @@ def device_index(inv: Inventory) -> dict[str, DeviceInfo]:
             device_nodes=tuple(dev.device_nodes),
             healthy=dev.health.state,
             message=dev.health.reason,
+            vendor=dev.vendor,
+            memory_bytes=dev.memory_bytes or 0,
+            shared=is_memory_shared(dev, shared),
         )
         for part in dev.partitions:
             if part.kind is PartitionKind.SRIOV_VF:
@@ -149,3 +159,7 @@ class DeviceInfo:
     device_nodes: tuple[str, ...]
     healthy: HealthState
     message: str
+    vendor: str = ""
+    memory_bytes: int = 0
+    #: Published as a memory-shared GPU (``allowMultipleAllocations``).
+    shared: bool = False

@@ -11,6 +11,12 @@ lock, under a per-claim guard, so one slow or hung API server never blocks an un
 prepare of a claim already prepared. Each API read has a deadline (``api_budget`` for one call,
 well under the kubelet's 45 s). Files (CDI specs, checkpoint) change only under the driver lock.
 
+A share of a memory-shared GPU (an allocation result with a ``shareID``) is prepared as its own
+CDI device whose environment carries the share's limits, taken from the result's
+``consumedCapacity`` (:mod:`kubeacc.agent.dra.sharing`); its ``shareID`` goes into the
+checkpoint and the answer. Shares of one GPU belong to different claims, so unpreparing one
+leaves the others as they are.
+
 Unprepare needs no API server and is all or nothing per call: the specs are renamed aside, the
 checkpoint entry removed, then the specs deleted; when the checkpoint write fails the specs go
 back, so a failure leaves the claims prepared and the kubelet retries.
@@ -24,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +42,7 @@ from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
+from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env
 from kubeacc.crds.opaque import ConfigError, FpgaConfig, applies_to, config_env, parse_config
 from kubeacc.metrics.agent import AgentMetrics
 
@@ -232,7 +239,10 @@ class Driver:
             out[uid] = PrepareResult(devices=claim.devices)
         pause_point("prepare-after-checkpoint", self.state_dir)
         for claim in written.values():
-            devices = ", ".join(d.device for d in claim.devices)
+            devices = ", ".join(
+                f"{d.device} (share {d.share_id})" if d.share_id else d.device
+                for d in claim.devices
+            )
             log.info("prepared claim %s/%s: %s", claim.namespace, claim.name, devices)
 
     def _prepare_one(self, ref: ClaimRef, deadline: float) -> PreparedClaim:
@@ -262,6 +272,7 @@ class Driver:
         cdi_devices: list[cdi.CDIDevice] = []
         prepared: list[PreparedDevice] = []
         recorded: dict[str, Any] = {}
+        units: list[UnitLimits] = []
         for r in results:
             dev_name, pool = r["device"], r["pool"]
             if pool != self.node:
@@ -289,15 +300,34 @@ class Driver:
                     self._program(where, dev_name, cfg.bitstream.name, cfg.bitstream.digest)
                 env.update(config_env(cfg))
                 recorded[dev_name] = cfg.model_dump(mode="json", by_alias=True)
-            cdi_devices.append(cdi.CDIDevice(dev_name, info.bus_id, info.device_nodes, env))
+            share_id = r.get("shareID") or ""
+            share: ShareLimits | None = None
+            if share_id:
+                try:
+                    share = ShareLimits.from_consumed(
+                        r.get("consumedCapacity") or {}, info.memory_bytes
+                    )
+                except ValueError as exc:
+                    raise ClaimError(f"{where}: device {dev_name}: {exc}") from None
+            if info.bus_id:
+                units.append(UnitLimits(info.vendor, share, info.memory_bytes))
+            cdi_devices.append(
+                cdi.CDIDevice(dev_name, info.bus_id, info.device_nodes, env, share_id)
+            )
             prepared.append(
                 PreparedDevice(
                     request_names=[r["request"]],
                     pool=pool,
                     device=dev_name,
-                    cdi_device_ids=[cdi.device_id(ref.uid, dev_name)],
+                    cdi_device_ids=[cdi.device_id(ref.uid, dev_name, share_id)],
+                    share_id=share_id or None,
                 )
             )
+        limits = limit_env(units)
+        if limits:  # every share's own CDI device carries the claim's limits
+            cdi_devices = [
+                replace(d, env={**d.env, **limits}) if d.share_id else d for d in cdi_devices
+            ]
         spec = cdi.build_spec(ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.host_root)
         return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
 

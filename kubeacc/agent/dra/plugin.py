@@ -50,12 +50,14 @@ class DRAPlugin:
                 entry.error = res.error
                 continue
             for d in res.devices:
-                entry.devices.add(
+                dev = entry.devices.add(
                     request_names=d.request_names,
                     pool_name=d.pool,
                     device_name=d.device,
                     cdi_device_ids=d.cdi_device_ids,
                 )
+                if d.share_id is not None:
+                    dev.share_id = d.share_id
         return resp
 
     def unprepare(
