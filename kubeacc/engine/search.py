@@ -292,8 +292,11 @@ class NodeSearch:
         cons = consumption(alt, d)
         if cons is None:
             return False
+        # Only the named capacity: each funnel step then names the capacity that ran out. What
+        # the allocation consumes of the others is checked when the device is picked.
+        c = found[0]
         used = self.ledger.capacity_used.get(d.key, {})
-        return all(d.capacity[c] - used.get(c, Fraction(0)) >= v for c, v in cons.items())
+        return d.capacity[c] - used.get(c, Fraction(0)) >= cons[c]
 
     def _topology_order(self, devs: list[Device], count: int) -> list[Device]:
         """Devices of the group (NUMA node, PCIe root) that fits ``count`` most tightly first."""
