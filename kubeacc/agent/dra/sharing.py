@@ -84,10 +84,11 @@ def parse_selectors(texts: Iterable[str]) -> tuple[ShareSelector, ...]:
 
 
 def shareable(dev: Device) -> bool:
-    """A GPU with known memory, not in MIG mode (its MIG instances are its partitions)."""
+    """A GPU with more memory than the smallest share, not in MIG mode (its MIG instances are
+    its partitions)."""
     return (
         dev.type is DeviceType.GPU
-        and (dev.memory_bytes or 0) >= MEMORY_MIN_MIB * MIB
+        and (dev.memory_bytes or 0) >= (MEMORY_MIN_MIB + 1) * MIB
         and not any(p.kind is PartitionKind.MIG for p in dev.partitions)
     )
 

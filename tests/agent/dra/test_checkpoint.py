@@ -18,6 +18,7 @@ from kubeacc.agent.dra.checkpoint import (
     PreparedClaim,
     PreparedDevice,
     StateError,
+    _digest,
     read_claims,
 )
 
@@ -176,3 +177,33 @@ def test_unwritable_state_directory_refuses_to_start(tmp_path: Path, fos: Faulty
     fos.space = 0
     with pytest.raises(StateError, match="is not writable: No space left on device"):
         Checkpoint(tmp_path).load()
+
+
+def test_share_ids_survive_the_journal_and_the_snapshot(tmp_path: Path) -> None:
+    spec = cdi.build_spec("u1", "ns/c", [cdi.CDIDevice("gpu-0", "0000:01:00.0", share_id="s1")])
+    dev = PreparedDevice(["r"], "n1", "gpu-0", ["kubeacc.io/claim=u1-gpu-0-s1"], share_id="s1")
+    cp = Checkpoint(tmp_path, compact_after=2)
+    cp.load()
+    cp.record_prepare({"u1": PreparedClaim("ns", "c", [dev], spec)})
+    assert read_claims(tmp_path)["u1"]["devices"][0]["share_id"] == "s1"  # from the journal
+    cp.record_prepare({"u2": claim(2)})  # compacts
+    cp.close()
+    again = Checkpoint(tmp_path)
+    again.load()
+    assert again.claims["u1"].devices == [dev]
+    assert again.claims["u2"].devices[0].share_id is None
+
+
+def test_a_device_recorded_before_shares_existed_loads(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    cp.record_prepare({"u1": claim(1)})
+    cp.close()
+    journal = tmp_path / JOURNAL_NAME
+    entry = json.loads(journal.read_text())
+    del entry["body"]["claims"]["u1"]["devices"][0]["share_id"]  # as older agents wrote it
+    entry["sum"] = _digest(entry["body"])
+    journal.write_text(json.dumps(entry) + "\n")
+    again = Checkpoint(tmp_path)
+    again.load()
+    assert again.claims["u1"].devices[0].share_id is None
