@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,32 +64,38 @@ def proc_status(pid: int) -> dict[str, float]:
     return out
 
 
-def _claim(client: Any) -> str:
+@dataclass(frozen=True)
+class Share:
+    """Allocate the claim a share of a memory-shared GPU instead of the whole GPU."""
+
+    memory: str
+    cores: str
+    share_id: str
+
+
+def _claim(client: Any, share: Share | None = None) -> str:
+    request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}
+    result: dict[str, Any] = {
+        "request": "gpu",
+        "driver": "kubeacc.io",
+        "pool": NODE,
+        "device": DEVICE,
+    }
+    if share is not None:
+        capacity = {"kubeacc.io/memory": share.memory, "kubeacc.io/cores": share.cores}
+        request["exactly"]["capacity"] = {"requests": capacity}
+        result |= {"shareID": share.share_id, "consumedCapacity": capacity}
     client.create(
         from_dict(
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceClaim",
                 "metadata": {"name": CLAIM, "namespace": NAMESPACE},
-                "spec": {
-                    "devices": {
-                        "requests": [
-                            {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}
-                        ]
-                    }
-                },
+                "spec": {"devices": {"requests": [request]}},
             }
         )
     )
-    status = {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {"request": "gpu", "driver": "kubeacc.io", "pool": NODE, "device": DEVICE}
-                ]
-            }
-        }
-    }
+    status = {"allocation": {"devices": {"results": [result]}}}
     client.patch(
         ResourceClaim.Status,
         CLAIM,
@@ -101,8 +107,11 @@ def _claim(client: Any) -> str:
 
 
 @contextmanager
-def bench_agent() -> Iterator[BenchAgent]:
-    """The agent, serving its DRA socket; stopped (SIGTERM) on exit."""
+def bench_agent(share: Share | None = None, args: Sequence[str] = ()) -> Iterator[BenchAgent]:
+    """The agent, serving its DRA socket; stopped (SIGTERM) on exit.
+
+    ``share``: the claim holds a share of the GPU; ``args``: more ``kubeacc agent`` options.
+    """
     with (
         tempfile.TemporaryDirectory(prefix="kubeacc-bench-") as tmp,
         Testbed.start(with_kubelet=False) as tb,
@@ -111,7 +120,7 @@ def bench_agent() -> Iterator[BenchAgent]:
         client = tb.client()
         client.create(Node(metadata=ObjectMeta(name=NODE)))
         client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
-        uid = _claim(client)
+        uid = _claim(client, share)
         host = profiles.build("dgx-h100", work / "host")
         kubelet_root = work / "kubelet"
         log = (work / "agent.log").open("wb")
@@ -126,6 +135,7 @@ def bench_agent() -> Iterator[BenchAgent]:
                 f"--cdi-dir={work / 'cdi'}",
                 f"--state-dir={work / 'state'}",
                 f"--metrics-address=127.0.0.1:{free_port()}",  # as the Helm chart runs it
+                *args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
