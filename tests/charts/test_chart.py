@@ -78,6 +78,7 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("metrics.agentPort=0", "at '/metrics/agentPort': minimum: got 0, want 1"),
         ("agent.stateDir=relative", "at '/agent/stateDir'"),
         ("logLevel=LOUD", "at '/logLevel'"),
+        ("agent.memoryShared={half}", "at '/agent/memoryShared/0'"),
     ],
 )
 def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
@@ -88,6 +89,23 @@ def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
 
 def _docs(text: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
+
+
+def test_memory_shared_selectors_reach_the_agent(helm: Helm) -> None:
+    out = helm(
+        "template",
+        "t",
+        str(CHART),
+        K8S,
+        "--set-json",
+        'agent.memoryShared=["model=*H100*","pci=0000:1b:00.0"]',
+    ).stdout
+    (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
+    args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--memory-shared")] == [
+        "--memory-shared=model=*H100*",
+        "--memory-shared=pci=0000:1b:00.0",
+    ]
 
 
 def test_dashboard_and_config_maps_render(helm: Helm) -> None:
