@@ -272,6 +272,11 @@ class NodeSearch:
         for name, q in alt.capacity:
             devs = [d for d in devs if self._capacity_ok(alt, d, name, q)]
             f.add(f"with {name} >= {format_quantity(q)}", len(devs))
+        if alt.capacity:  # what a share consumes of the capacities it did not name
+            fit = [d for d in devs if self._consumption_fits(alt, d)]
+            if len(fit) < len(devs):
+                f.add("with room for the default capacities", len(fit))
+            devs = fit
         f.need = str(alt.count)
         self.funnels[alt.name] = f
         devs = self._topology_order(devs, alt.count)
@@ -292,11 +297,20 @@ class NodeSearch:
         cons = consumption(alt, d)
         if cons is None:
             return False
-        # Only the named capacity: each funnel step then names the capacity that ran out. What
-        # the allocation consumes of the others is checked when the device is picked.
+        # Only the named capacity, so that each funnel step names the capacity that ran out;
+        # _consumption_fits then checks all of them.
         c = found[0]
         used = self.ledger.capacity_used.get(d.key, {})
         return d.capacity[c] - used.get(c, Fraction(0)) >= cons[c]
+
+    def _consumption_fits(self, alt: Alternative, d: Device) -> bool:
+        if not d.allow_multiple:
+            return True
+        cons = consumption(alt, d)
+        if cons is None:
+            return False
+        used = self.ledger.capacity_used.get(d.key, {})
+        return all(d.capacity[c] - used.get(c, Fraction(0)) >= v for c, v in cons.items())
 
     def _topology_order(self, devs: list[Device], count: int) -> list[Device]:
         """Devices of the group (NUMA node, PCIe root) that fits ``count`` most tightly first."""

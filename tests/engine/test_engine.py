@@ -263,6 +263,33 @@ def test_consumable_capacity_shares_a_device() -> None:
     assert not e.allocate(claim(req)).ok
 
 
+def test_the_explanation_names_the_capacity_that_ran_out() -> None:
+    policy = {"default": "0", "validRange": {"min": "0", "max": "100", "step": "1"}}
+    dev = gpu(
+        "shared",
+        allowMultipleAllocations=True,
+        capacity={
+            "memory": {"value": "80Gi"},
+            "cores": {"value": "100", "requestPolicy": policy},
+        },
+    )
+    e = eng(slice_("a", [dev]))
+    share = {"kubeacc.io/cores": "20", "kubeacc.io/memory": "30Gi"}
+    req = exactly(count=1, capacity={"requests": share})
+    assert e.allocate(claim(req)).ok and e.allocate(claim(req)).ok
+    p = e.allocate(claim(req))  # 20 Gi left, 60 cores left
+    assert p.explanation is not None
+    why = str(p.explanation.to_dict())
+    assert "1 with kubeacc.io/cores >= 20, 0 with kubeacc.io/memory >= 30Gi" in why
+    # A share naming only cores takes the memory it did not name (all of it: no policy).
+    only_cores = exactly(count=1, capacity={"requests": {"kubeacc.io/cores": "10"}})
+    q = e.allocate(claim(only_cores))
+    assert q.explanation is not None
+    assert "1 with kubeacc.io/cores >= 10, 0 with room for the default capacities" in str(
+        q.explanation.to_dict()
+    )
+
+
 def test_capacity_request_filters_unshared_devices() -> None:
     e = eng(slice_("a", [gpu("small", memory="24Gi"), gpu("big", memory="80Gi")]))
     p = e.allocate(claim(exactly(capacity={"requests": {"kubeacc.io/memory": "40Gi"}})))
