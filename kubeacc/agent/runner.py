@@ -370,7 +370,7 @@ class Agent:
         self.inventory = inv
         self.metrics.observe_inventory(inv)
         self.dra_inventory = dra_part(inv, self.opts.device_plugin_types)
-        self._index = device_index(self.dra_inventory, self.opts.memory_shared)
+        self._index = device_index(self.dra_inventory)
         self.board.update({n: (i.healthy, i.message) for n, i in self._index.items()})
         return changed
 

@@ -119,7 +119,7 @@ def slice_devices(inv: Inventory, shared: Sequence[ShareSelector] = ()) -> list[
     return out
 
 
-def device_index(inv: Inventory, shared: Sequence[ShareSelector] = ()) -> dict[str, DeviceInfo]:
+def device_index(inv: Inventory) -> dict[str, DeviceInfo]:
     """What the kubelet plugin needs to know about each published device, by slice name."""
     out: dict[str, DeviceInfo] = {}
     for dev in inv.devices:
@@ -133,7 +133,6 @@ def device_index(inv: Inventory, shared: Sequence[ShareSelector] = ()) -> dict[s
             message=dev.health.reason,
             vendor=dev.vendor,
             memory_bytes=dev.memory_bytes or 0,
-            shared=is_memory_shared(dev, shared),
         )
         for part in dev.partitions:
             if part.kind is PartitionKind.SRIOV_VF:
@@ -161,5 +160,3 @@ class DeviceInfo:
     message: str
     vendor: str = ""
     memory_bytes: int = 0
-    #: Published as a memory-shared GPU (``allowMultipleAllocations``).
-    shared: bool = False

@@ -42,7 +42,7 @@ from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
-from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env
+from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
 from kubeacc.crds.opaque import ConfigError, FpgaConfig, applies_to, config_env, parse_config
 from kubeacc.metrics.agent import AgentMetrics
 
@@ -303,6 +303,8 @@ class Driver:
             share_id = r.get("shareID") or ""
             share: ShareLimits | None = None
             if share_id:
+                if err := share_id_error(share_id):
+                    raise ClaimError(f"{where}: device {dev_name}: {err}")
                 try:
                     share = ShareLimits.from_consumed(
                         r.get("consumedCapacity") or {}, info.memory_bytes

@@ -17,6 +17,7 @@ environment (the sharing contract of DESIGN.md; docs/sharing.md says who enforce
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -39,6 +40,7 @@ ENV_MPS_MEMORY = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 ENV_MPS_CORES = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 
 _KEYS = ("model", "pci", "name")
+_SHARE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 
 
 class SelectorError(ValueError):
@@ -116,6 +118,13 @@ def shared_capacity(memory_bytes: int) -> dict[str, dict[str, object]]:
             },
         },
     }
+
+
+def share_id_error(share_id: str) -> str:
+    """Why ``share_id`` cannot name a CDI device ("" when it can; the API server writes UUIDs)."""
+    if _SHARE_ID.fullmatch(share_id):
+        return ""
+    return f"shareID {share_id[:80]!r} is not a Kubernetes UID"
 
 
 @dataclass(frozen=True)

@@ -172,7 +172,7 @@ def claims() -> Claims:
 
 
 def make_driver(tmp_path: Path, claims: Claims, dgx: Inventory) -> Driver:
-    index = device_index(dgx, parse_selectors(["all"]))
+    index = device_index(dgx)
     return Driver(
         NODE, claims, lambda: index, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state"
     )
@@ -257,10 +257,15 @@ def test_a_malformed_share_fails_its_claim_only(
     driver = make_driver(tmp_path, claims, dgx)
     claims.add("bad", "u1", [share(GPU0, "s1", "much")])
     claims.add("good", "u2", [share(GPU0, "s2", "1Gi")])
-    out = driver.prepare([ClaimRef("ns", "bad", "u1"), ClaimRef("ns", "good", "u2")])
+    claims.add("odd", "u3", [share(GPU0, "../x", "1Gi")])
+    out = driver.prepare(
+        [ClaimRef("ns", "bad", "u1"), ClaimRef("ns", "good", "u2"), ClaimRef("ns", "odd", "u3")]
+    )
     assert f"device {GPU0}: consumedCapacity" in out["u1"].error
     assert out["u2"].error == ""
+    assert out["u3"].error.endswith("shareID '../x' is not a Kubernetes UID")
     assert set(driver.prepared()) == {"u2"}
+    assert cdi.spec_uids(tmp_path / "cdi") == {"u2"}
 
 
 def test_the_kubelet_gets_the_share_id(tmp_path: Path, claims: Claims, dgx: Inventory) -> None:
