@@ -55,3 +55,26 @@ def test_bad_input_is_one_line(tmp_path: Path, flag: str, text: str | None, mess
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: ") and message in line
     assert not (tmp_path / "state").exists()
+
+
+def test_a_bad_memory_shared_selector_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "kubeacc"),
+            "agent",
+            "--node-name=n",
+            "--memory-shared=all",
+            "--memory-shared=vendor=nvidia",
+            f"--state-dir={tmp_path / 'state'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: memory-shared selector 'vendor=nvidia': expected all, model=GLOB, pci=BUS-ID "
+        "or name=DEVICE"
+    ]
+    assert not (tmp_path / "state").exists()
