@@ -18,6 +18,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.crds.resources import as_dict
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
@@ -141,6 +142,18 @@ def test_four_shares_on_one_gpu_fifth_pending_unprepare_one_leaves_three(
         assert env["KUBEACC_DEVICE_CORES_LIMIT"] == CORES
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={SHARE_MIB}M"
         assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == CORES
+    # The kubelet took each share's ID from our answer (its pod-resources API reports it).
+    held = {
+        pod.name: [
+            (r.device_name, r.share_id)
+            for c in pod.containers
+            for d in c.dynamic_resources
+            for r in d.claim_resources
+        ]
+        for pod in PodResourcesClient(testbed.kubelet.pod_resources_socket).list()
+        if pod.namespace == namespace
+    }
+    assert held == {n: [(SHARED, shares[n])] for n in pods}
     ckpt = agent.checkpoint_claims()
     assert {u: [d["share_id"] for d in c["devices"]] for u, c in ckpt.items()} == {
         uids[n]: [shares[n]] for n in pods
