@@ -39,6 +39,7 @@ SHARE = "20G"
 SHARE_MIB = 19074
 #: Four compute shares of 20 % leave cores to spare: memory alone decides.
 CORES = "20"
+SHARED_ARGS = [f"--memory-shared=pci={SHARED_BDF}"]
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def agent(testbed: Testbed, tmp_path: Path) -> Iterator[AgentProcess]:
     a = AgentProcess(
         testbed.node_name, host, testbed.kubeconfig, testbed.kubelet.root_dir, tmp_path
     )
-    a.start(extra=[f"--memory-shared=pci={SHARED_BDF}"])
+    a.start(extra=SHARED_ARGS)
     try:
         a.wait_registered()
         yield a
@@ -197,3 +198,57 @@ def test_four_shares_on_one_gpu_fifth_pending_unprepare_one_leaves_three(
     for uid, data in specs.items():
         assert (agent.cdi_dir / f"kubeacc.io-claim_{uid}.json").read_bytes() == data
     assert all(running(kube_client, n, namespace) for n in kept)
+
+
+def _restart(agent: AgentProcess, pause_at: str | None = None, kill: bool = True) -> None:
+    if kill:
+        agent.kill()
+    else:
+        agent.stop()
+    agent.start(pause_at=pause_at, extra=SHARED_ARGS)
+    agent.wait_registered(90)
+
+
+def _shares(agent: AgentProcess) -> dict[str, list[str | None]]:
+    return {u: [d["share_id"] for d in c["devices"]] for u, c in agent.checkpoint_claims().items()}
+
+
+def test_agent_killed_in_share_prepare_and_unprepare_recovers_each_share(
+    testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
+) -> None:
+    def share_of(name: str) -> tuple[str, str]:
+        claim = as_dict(kube_client.get(ResourceClaim, name, namespace=namespace))
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        return claim["metadata"]["uid"], result["shareID"]
+
+    kube_client.create(shared_claim("a", namespace))
+    kube_client.create(claim_pod("a", namespace, "a"))
+    eventually(lambda: running(kube_client, "a", namespace), 90, "a Running")
+    uid_a, share_a = share_of("a")
+
+    # Killed after the second share's CDI spec was written, before its checkpoint entry.
+    _restart(agent, "prepare-after-cdi", kill=False)
+    kube_client.create(shared_claim("b", namespace))
+    kube_client.create(claim_pod("b", namespace, "b"))
+    assert agent.wait_paused() == "prepare-after-cdi"
+    uid_b, share_b = share_of("b")
+    assert agent.spec_uids() == {uid_a, uid_b}
+    assert _shares(agent) == {uid_a: [share_a]}
+    _restart(agent)
+    eventually(lambda: running(kube_client, "b", namespace), 120, "b Running after restart")
+    assert _shares(agent) == {uid_a: [share_a], uid_b: [share_b]}
+    (rec,) = testbed.kubelet.container_records(namespace=namespace, pod="b")
+    assert rec.cdi_devices == (f"kubeacc.io/claim={uid_b}-{SHARED}-{share_b}",)
+
+    # Killed after the checkpoint forgot share b, before its spec was deleted.
+    spec_a = (agent.cdi_dir / f"kubeacc.io-claim_{uid_a}.json").read_bytes()
+    _restart(agent, "unprepare-after-checkpoint", kill=False)
+    kube_client.delete(Pod, "b", namespace=namespace)
+    assert agent.wait_paused() == "unprepare-after-checkpoint"
+    _restart(agent)
+    eventually(lambda: agent.spec_uids() == {uid_a}, 90, "share b's spec gone")
+    assert _shares(agent) == {uid_a: [share_a]}
+    assert (agent.cdi_dir / f"kubeacc.io-claim_{uid_a}.json").read_bytes() == spec_a
+    assert running(kube_client, "a", namespace)
+    assert agent.stray_files() == []
+    assert "Traceback" not in agent.log()
