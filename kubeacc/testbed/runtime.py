@@ -3,9 +3,9 @@
 Built from Go modules like the rest of the testbed: ``tools/containerd/go.mod`` pins containerd
 (``containerd``, ``containerd-shim-runc-v2``, ``ctr``) and the CNI plugins (``bridge``,
 ``host-local``, ``loopback``) as Go tools; the binaries land in
-``$KUBEACC_CACHE/containerd-<version>-<hash>/bin`` (the hash covers go.mod, go.sum and this
-file) and are reused while those are unchanged. runc is Debian's (``/usr/sbin/runc``;
-``scripts/bootstrap.sh`` installs it when it is missing).
+``$KUBEACC_CACHE/containerd-<version>-<hash>/bin`` (the hash covers go.mod, go.sum, the
+packages and the link flags) and are reused while those are unchanged. runc is Debian's
+(``/usr/sbin/runc``; ``scripts/bootstrap.sh`` installs it when it is missing).
 
 One :class:`Containerd` per node, everything under ``<node dir>/containerd``::
 
@@ -53,6 +53,7 @@ PACKAGES = {
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
 #: containerd stamps its version with -X; ``containerd --version`` prints it.
 _VERSION_PKG = "github.com/containerd/containerd/v2/version"
+LDFLAGS = f"-s -w -X {_VERSION_PKG}.Version={{version}} -X {_VERSION_PKG}.Revision=kubeacc"
 #: The pod network inside containerd's own network namespace.
 POD_SUBNET = "10.88.0.0/16"
 
@@ -83,8 +84,9 @@ def bin_dir(src: Path | None = None) -> Path:
         return Path(override)
     src = src or module_dir()
     h = hashlib.sha256()
-    for p in (src / "go.mod", src / "go.sum", Path(__file__).resolve()):
-        h.update(p.read_bytes())
+    parts = [(src / "go.mod").read_bytes(), (src / "go.sum").read_bytes(), LDFLAGS.encode()]
+    for part in [*parts, *(p.encode() for p in PACKAGES.values())]:
+        h.update(part)
         h.update(b"\0")
     return cache_root() / f"containerd-{containerd_version(src)}-{h.hexdigest()[:16]}" / "bin"
 
@@ -131,7 +133,7 @@ def _build(src: Path, target: Path, out: TextIO) -> Path:
     )
     out.flush()
     tmp = Path(tempfile.mkdtemp(prefix="bin.", dir=key_dir))
-    flags = f"-s -w -X {_VERSION_PKG}.Version={version} -X {_VERSION_PKG}.Revision=kubeacc"
+    flags = LDFLAGS.format(version=version)
     try:
         with log_path.open("w") as log:
             env = go_env()
