@@ -219,7 +219,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
   level = 'info'
 
 [{cri_rt}]
-  enable_cdi = true
+  # CDI is always on in containerd 2.x; these are the directories it reads specs from.
   cdi_spec_dirs = {_toml_list([str(p) for p in self.cdi_dirs])}
   # This VM does not let anyone lower oom_score_adj.
   restrict_oom_score_adj = true
@@ -235,6 +235,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
 
 [{cri_rt}.containerd.runtimes.runc.options]
   BinaryName = '{runc}'
+  Root = '{d / "state" / "runc"}'
   SystemdCgroup = false
 
 [{cri_rt}.cni]
