@@ -364,14 +364,21 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
     def shutdown(self) -> None:
         """The end of the testbed: kill every container, stop containerd and its shims,
         unmount what it mounted, delete the network namespace."""
+        tasks: list[str] = []
         if self.running():
-            listed = self.ctr("tasks", "list", "--quiet", check=False)
-            for task in listed.stdout.split():
-                self.ctr("tasks", "kill", "--all", "--signal", "SIGKILL", task, check=False)
+            tasks = self.ctr("tasks", "list", "--quiet", check=False).stdout.split()
+            for task in tasks:
+                # Kills the task and deletes it: runc removes its cgroups.
+                self.ctr("tasks", "delete", "--force", task, check=False)
         self.stop()
         for pid in self.shim_pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
+        # Whatever a killed shim could not clean up: the tasks' empty cgroups (cgroupfs).
+        for task in tasks:
+            for cgroup in Path("/sys/fs/cgroup").glob(f"*/k8s.io/{task}"):
+                with contextlib.suppress(OSError):
+                    cgroup.rmdir()
         for mount in reversed(self._mounts()):
             subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
         subprocess.run(["ip", "netns", "delete", self.netns], check=False, capture_output=True)

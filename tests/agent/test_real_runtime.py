@@ -263,6 +263,7 @@ def test_prepared_claims_survive_agent_kill_runtime_and_kubelet_restarts(
     client.create(gpus_and_nic_claim("acc", ns))
     client.create(workload("app", ns, claim="acc"))
     container = eventually(lambda: running_container(client, "app", ns), 120, "app running")
+    cid = container.removeprefix("containerd://")
     before = seen(tb, ns, "app")
     claim = client.get(ResourceClaim, "acc", namespace=ns)
     assert claim.metadata is not None
@@ -271,6 +272,11 @@ def test_prepared_claims_survive_agent_kill_runtime_and_kubelet_restarts(
 
     def still_the_same() -> None:
         assert running_container(client, "app", ns) == container
+        # ... and containerd agrees that its task is running.
+        runtime = tb.kubelet.containerd
+        assert runtime is not None
+        tasks = runtime.ctr("tasks", "list").stdout.splitlines()
+        assert any(line.split()[:1] == [cid] and "RUNNING" in line for line in tasks)
         assert uid in agent.checkpoint_claims()
         assert uid in agent.spec_uids()
 
@@ -292,6 +298,7 @@ def test_prepared_claims_survive_agent_kill_runtime_and_kubelet_restarts(
     agent.wait_log("kubelet registered plugin kubeacc.io", 60, count=agent.starts + 1)
     still_the_same()
     _served_claim(tb, client, ns, "after-kubelet")
+    still_the_same()
     pod = client.get(Pod, "app", namespace=ns)
     assert pod.status is not None and pod.status.containerStatuses is not None
     assert pod.status.containerStatuses[0].restartCount == 0
