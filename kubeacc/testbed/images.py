@@ -163,7 +163,7 @@ def write_image(
     return Image(name, target, _digest(manifest))
 
 
-def testbed_images(directory: Path, busybox: Path = BUSYBOX) -> list[Image]:
+def build_images(directory: Path, busybox: Path = BUSYBOX) -> list[Image]:
     """The workload and pause images as tarballs in ``directory``."""
     layer = busybox_layer(busybox)
     return [

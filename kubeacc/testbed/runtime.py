@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TextIO
 
 from kubeacc.testbed.build import BuildError, _fmt, _lock, _run_logged, _tail, cache_root, go_env
-from kubeacc.testbed.images import PAUSE_IMAGE, Image, testbed_images
+from kubeacc.testbed.images import PAUSE_IMAGE, Image, build_images
 from kubeacc.testbed.procs import Process, wait_for
 
 #: Go packages built from tools/containerd, by binary name.
@@ -286,7 +286,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
         self.config_path.write_text(self.config())
         (self.dir / "net.d" / "10-kubeacc.conflist").write_text(self.network_config())
         if not self.images:
-            self.images = testbed_images(self.dir / "images")
+            self.images = build_images(self.dir / "images")
         self.socket.unlink(missing_ok=True)
         self._ensure_netns()
         env = dict(os.environ)
