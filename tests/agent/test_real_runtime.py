@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.codecs import from_dict
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
@@ -182,6 +182,20 @@ def running_container(client: Client, name: str, ns: str) -> str | None:
     return None
 
 
+def wait_running(client: Client, name: str, ns: str, timeout: float = 120) -> str:
+    """Wait until the pod's container runs; fail with what the kubelet says if it does not."""
+    try:
+        return eventually(lambda: running_container(client, name, ns), timeout, f"{name} running")
+    except AssertionError as exc:
+        pod = client.get(Pod, name, namespace=ns)
+        waiting = [
+            f"{st.state.waiting.reason}: {st.state.waiting.message}"
+            for st in (pod.status.containerStatuses if pod.status else None) or []
+            if st.state and st.state.waiting
+        ]
+        raise AssertionError(f"{exc}; container waiting: {waiting}") from None
+
+
 def null_numbers() -> str:
     rdev = os.stat("/dev/null").st_rdev
     return f"{os.major(rdev)},{os.minor(rdev)}"
@@ -212,7 +226,7 @@ def test_dra_claim_devices_come_in_through_containerd_cdi(
     client = tb.client()
     client.create(gpus_and_nic_claim("acc", ns))
     client.create(workload("app", ns, claim="acc"))
-    eventually(lambda: running_container(client, "app", ns), 120, "the workload running")
+    wait_running(client, "app", ns)
     got = seen(tb, ns, "app")
 
     claim = client.get(ResourceClaim, "acc", namespace=ns)
@@ -243,10 +257,46 @@ def test_dra_claim_devices_come_in_through_containerd_cdi(
         assert stat.S_ISCHR(os.stat(n["hostPath"]).st_mode)
 
 
+def test_cdi_spec_naming_a_missing_device_node_fails_with_containerds_error(
+    runtime_testbed: Testbed, runtime_namespace: str, host: Path, tmp_path: Path
+) -> None:
+    """containerd really applies the spec: a device node that is not where the spec says
+    stops the container with containerd's CDI error in the pod's status and events."""
+    tb, ns = runtime_testbed, runtime_namespace
+    kubelet = tb.kubelet
+    empty = tmp_path / "no-devices"
+    empty.mkdir()
+    a = AgentProcess(kubelet.node_name, host, tb.kubeconfig, kubelet.root_dir, tmp_path)
+    a.cdi_dir = kubelet.cdi_dir
+    a.start(extra=[f"--device-root={empty}"])
+    client = tb.client()
+    try:
+        a.wait_registered()
+        client.create(one_gpu_claim("acc", ns))
+        client.create(workload("app", ns, claim="acc"))
+
+        def refused() -> str | None:
+            pod = client.get(Pod, "app", namespace=ns)
+            for st in (pod.status.containerStatuses if pod.status else None) or []:
+                w = st.state.waiting if st.state else None
+                if w and w.reason == "CreateContainerError":
+                    return w.message
+            return None
+
+        message = eventually(refused, 120, "CreateContainerError")
+    finally:
+        a.stop()
+    assert "CDI device injection failed" in message
+    assert f"{empty}/dev/nvidia" in message
+    events = client.list(Event, namespace=ns, fields={"involvedObject.name": "app"})
+    assert any(e.reason == "Failed" and "CDI" in (e.message or "") for e in events)
+    assert running_container(client, "app", ns) is None
+
+
 def _served_claim(tb: Testbed, client: Client, ns: str, name: str) -> Seen:
     client.create(one_gpu_claim(name, ns))
     client.create(workload(name, ns, claim=name))
-    eventually(lambda: running_container(client, name, ns), 120, f"{name} running")
+    wait_running(client, name, ns)
     got = seen(tb, ns, name)
     claim = client.get(ResourceClaim, name, namespace=ns)
     (bus,) = bus_ids(client, claim, tb.node_name).values()
@@ -262,7 +312,7 @@ def test_prepared_claims_survive_agent_kill_runtime_and_kubelet_restarts(
     client = tb.client()
     client.create(gpus_and_nic_claim("acc", ns))
     client.create(workload("app", ns, claim="acc"))
-    container = eventually(lambda: running_container(client, "app", ns), 120, "app running")
+    container = wait_running(client, "app", ns)
     cid = container.removeprefix("containerd://")
     before = seen(tb, ns, "app")
     claim = client.get(ResourceClaim, "acc", namespace=ns)
@@ -337,7 +387,7 @@ def test_device_plugin_devices_come_in_through_containerd_cdi(
 
         assert eventually(allocatable, 60, "kubeacc.io/gpu allocatable") == "8"
         client.create(workload("dp", ns, gpus=2))
-        eventually(lambda: running_container(client, "dp", ns), 120, "dp running")
+        wait_running(client, "dp", ns)
         got = seen(tb, ns, "dp")
         units = got.env["ACCELERATOR_UNITS"].split(",")
         assert len(units) == 2
