@@ -1,7 +1,24 @@
 #!/usr/bin/env bash
-# Creates .venv and installs kube-acc with its test tools. Idempotent; needs only PyPI.
+# Creates .venv and installs kube-acc with its test tools. Idempotent; needs PyPI and, once,
+# the Debian archive (runc and busybox-static for the testbed's real container runtime).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The real-runtime testbed (kubeacc/testbed/runtime.py) runs containers with Debian's runc and
+# builds its images from Debian's statically linked busybox.
+missing=()
+command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
+[ -x /bin/busybox ] || missing+=(busybox-static)
+if [ ${#missing[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    echo "bootstrap: installing ${missing[*]} (apt-get)" >&2
+    $sudo apt-get install -y -q "${missing[@]}" >/dev/null ||
+      { $sudo apt-get update -q >/dev/null && $sudo apt-get install -y -q "${missing[@]}" >/dev/null; }
+  else
+    echo "bootstrap: warning: ${missing[*]} missing and no apt-get; the real-runtime tests need them" >&2
+  fi
+fi
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

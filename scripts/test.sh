@@ -9,6 +9,9 @@ bash scripts/bootstrap.sh
 # Real Kubernetes for the cluster tests: built from the pinned Go modules, cached outside the
 # repo (~/.cache/kubeacc), reused when the sources did not change. ~16 min cold on 2 cores.
 .venv/bin/python -m kubeacc.testbed build
+# The real container runtime (containerd, its shim, ctr, CNI bridge/host-local/loopback) from
+# tools/containerd, cached in ~/.cache/kubeacc/containerd-*; ~2-3 min cold, seconds warm.
+.venv/bin/python -m kubeacc.testbed runtime
 # kube-scheduler's allocator as a small Go program (tools/allocator) for the differential tests;
 # cached in ~/.cache/kubeacc/allocator-<hash>, seconds when the module cache is warm.
 .venv/bin/python -m kubeacc.differential.build

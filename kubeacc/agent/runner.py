@@ -99,6 +99,9 @@ class NodePlugin(Protocol):
 class AgentOptions:
     node_name: str
     host_root: Path = Path("/")
+    #: Where the device nodes are on the host (CDI ``hostPath``): ``/`` on a real node, a
+    #: directory of real device nodes on a test node whose host root is synthetic.
+    device_root: Path = Path("/")
     kubeconfig: Path | None = None
     kubelet_root: Path = Path("/var/lib/kubelet")
     cdi_dir: Path = DEFAULT_CDI_DIR
@@ -182,7 +185,7 @@ class Agent:
             lambda: self._index,
             cdi_dir=options.cdi_dir,
             state_dir=options.state_dir,
-            host_root=options.host_root,
+            device_root=options.device_root,
             fpga=self._fpga_programmer(),
             compact_after=options.compact_after,
             on_change=self._users_changed,

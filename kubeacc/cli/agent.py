@@ -10,7 +10,7 @@ import typer
 
 from kubeacc.cli.errors import FAILURE, fail
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import HostRootOption, KubeconfigOption
+from kubeacc.cli.options import DeviceRootOption, HostRootOption, KubeconfigOption
 from kubeacc.discovery.nvml import NvmlMode
 from kubeacc.model import DeviceType
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 def agent_command(
     node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name.")],
     host_root: HostRootOption = Path("/"),
+    device_root: DeviceRootOption = Path("/"),
     kubeconfig: KubeconfigOption = None,
     kubelet_root: Annotated[Path, typer.Option(help="The kubelet's --root-dir.")] = Path(
         "/var/lib/kubelet"
@@ -143,6 +144,7 @@ def agent_command(
             AgentOptions(
                 node_name=node_name,
                 host_root=host_root,
+                device_root=device_root,
                 kubeconfig=kubeconfig,
                 kubelet_root=kubelet_root,
                 cdi_dir=cdi_dir,
@@ -171,7 +173,7 @@ def agent_command(
                 device_plugin_dir or kubelet_root / "device-plugins",
                 dp_config,
                 cdi_dir,
-                host_root,
+                device_root,
                 agent.metrics,
             )
         )

@@ -41,6 +41,13 @@ def demo_command(
         Path | None, typer.Option(help="Where to put synthetic hosts and agent state.")
     ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for each step.")] = 120,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            help="fake: the kubelets' in-memory CRI (nothing runs); real: containerd + runc, the "
+            "workload containers run and print the devices they got."
+        ),
+    ] = "fake",
 ) -> None:
     """Run kube-acc on a local four-node cluster: inventory, policies, claims, pods, operations."""
     # Long lines (kubectl's table, messages) are not wrapped: tests and readers grep them.
@@ -50,11 +57,15 @@ def demo_command(
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if runtime not in ("fake", "real"):
+        from kubeacc.cli.errors import fail
+
+        fail(f"--runtime must be fake or real, not {runtime!r}")
     base = workdir or Path(tempfile.mkdtemp(prefix="kubeacc-demo-"))
-    _run(console, base, keep, timeout)
+    _run(console, base, keep, timeout, runtime == "real")
 
 
-def _run(console: Console, base: Path, keep: bool, timeout: float) -> None:
+def _run(console: Console, base: Path, keep: bool, timeout: float, real: bool = False) -> None:
     from kubeacc.cli.demo_stack import KubeaccStack
     from kubeacc.testbed import Testbed
     from kubeacc.testbed.build import ensure_built
@@ -68,7 +79,12 @@ def _run(console: Console, base: Path, keep: bool, timeout: float) -> None:
     console.print(
         "[bold]2.[/] etcd, kube-apiserver, scheduler, controller manager and four kubelets"
     )
-    tb = Testbed.start(bin_dir=bins, nodes=multinode_options(), keep=keep)
+    nodes = multinode_options()
+    if real:
+        console.print("   real runtime: containerd + runc per node (built on first use)")
+        for node in nodes:
+            node.runtime = "containerd"
+    tb = Testbed.start(bin_dir=bins, nodes=nodes, keep=keep)
     problems: list[str] = []
     stack = KubeaccStack(tb, base, {s.name: s.profile for s in MULTINODE_SHAPES}, interval=0.5)
     try:
@@ -84,7 +100,7 @@ def _run(console: Console, base: Path, keep: bool, timeout: float) -> None:
             console.print(f"   {shape.name:<12} {shape.role:<40} {n:>2} devices ({shape.profile})")
         client = stack.client()
         problems = _policies(console, client, timeout)
-        problems += _claims_and_pods(console, client, tb, timeout)
+        problems += _claims_and_pods(console, client, tb, timeout, real)
         from kubeacc.cli.demo_report import (
             claims_table,
             fpga_programmed,
@@ -145,7 +161,9 @@ def _policies(console: Console, client: Client, timeout: float) -> list[str]:
     return [f"policy {n} has no DeviceClass" for n in POLICIES if n not in ready]
 
 
-def _claims_and_pods(console: Console, client: Client, tb: Any, timeout: float) -> list[str]:
+def _claims_and_pods(
+    console: Console, client: Client, tb: Any, timeout: float, real: bool = False
+) -> list[str]:
     from lightkube.codecs import from_dict
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import Namespace, Pod
@@ -155,7 +173,7 @@ def _claims_and_pods(console: Console, client: Client, tb: Any, timeout: float) 
     console.print(f"[bold]5.[/] {len(CLAIMS)} claims and one pod each in namespace {NAMESPACE}")
     for name in CLAIMS:
         client.create(from_dict(claim(name, NAMESPACE)))
-        client.create(from_dict(pod(name, NAMESPACE)))
+        client.create(from_dict(pod(name, NAMESPACE, real)))
     t0 = time.monotonic()
     running = 0
     while time.monotonic() - t0 < timeout:

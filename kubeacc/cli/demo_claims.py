@@ -137,20 +137,36 @@ def claim(name: str, namespace: str) -> dict[str, Any]:
     }
 
 
-def pod(claim_name: str, namespace: str) -> dict[str, Any]:
+#: What a demo workload prints on the real runtime: its units and its /dev, then it stays.
+WORKLOAD_SCRIPT = (
+    'echo "ACCELERATOR_UNITS=$ACCELERATOR_UNITS"; '
+    "echo devices: $(cd /dev && ls -d * */* 2>/dev/null); sleep 3600"
+)
+
+
+def pod(claim_name: str, namespace: str, real: bool = False) -> dict[str, Any]:
+    """The claim's pod; ``real``: a busybox container (testbed real runtime) that prints what it
+    got (WORKLOAD_SCRIPT)."""
+    container: dict[str, Any] = {
+        "name": "app",
+        "image": "registry.example/app:1",
+        "resources": {"claims": [{"name": "acc"}]},
+    }
+    spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 0,
+        "resourceClaims": [{"name": "acc", "resourceClaimName": claim_name}],
+        "containers": [container],
+    }
+    if real:
+        from kubeacc.testbed.images import WORKLOAD_IMAGE
+
+        container["image"] = WORKLOAD_IMAGE
+        container["imagePullPolicy"] = "Never"
+        container["command"] = ["sh", "-c", WORKLOAD_SCRIPT]
+        spec["automountServiceAccountToken"] = False
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": f"{claim_name}-pod", "namespace": namespace},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "resourceClaims": [{"name": "acc", "resourceClaimName": claim_name}],
-            "containers": [
-                {
-                    "name": "app",
-                    "image": "registry.example/app:1",
-                    "resources": {"claims": [{"name": "acc"}]},
-                }
-            ],
-        },
+        "spec": spec,
     }

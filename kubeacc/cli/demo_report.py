@@ -61,16 +61,56 @@ def claims_table(console: Console, client: Client, stack: KubeaccStack, namespac
             model, root = dev or ("?", "?")
             lines.append(f"{r.request}: [bold]{r.device}[/] {model} {root}")
         phase = (p.status.phase if p and p.status else None) or "-"
-        if node in stack.nodes:
+        if node in stack.nodes and stack.testbed.node(node).containerd is not None:
+            phase += _container_output(stack.testbed.node(node), namespace, f"{name}-pod")
+        elif node in stack.nodes:
             records = stack.testbed.node(node).container_records(namespace, f"{name}-pod")
             if records:
                 cdi = ", ".join(d.split("=", 1)[1][:13] + "…" for d in records[-1].cdi_devices)
                 phase += f"\nCDI: {cdi}"
-            units = _units(stack.base / "cdi" / node, c.metadata.uid) if c else None
+            units = _units(stack.cdi_dir(node), c.metadata.uid) if c else None
             if units:
                 phase += f"\n{units}"
         table.add_row(name, what, node, "\n".join(lines) or "[red]not allocated[/]", phase)
     console.print(table)
+
+
+#: What every container's /dev has anyway (left out of the demo's table).
+_PLAIN_DEV = {
+    "core",
+    "fd",
+    "full",
+    "mqueue",
+    "null",
+    "ptmx",
+    "pts",
+    "random",
+    "shm",
+    "stderr",
+    "stdin",
+    "stdout",
+    "termination-log",
+    "tty",
+    "urandom",
+    "zero",
+}
+
+
+def _container_output(kubelet: Any, namespace: str, pod: str, wait: float = 15) -> str:
+    """The real container's own output: its ACCELERATOR_UNITS and its non-standard /dev."""
+    deadline = time.monotonic() + wait
+    text = ""
+    while time.monotonic() < deadline and "devices:" not in text:
+        text = kubelet.container_log(namespace, pod, "app")
+        time.sleep(0.2)
+    out = ""
+    for line in text.splitlines():
+        if line.startswith("ACCELERATOR_UNITS="):
+            out += "\n" + line.replace(",", ", ")  # lets the table wrap it
+        elif line.startswith("devices:"):
+            devs = [d for d in line.split()[1:] if d.split("/")[0] not in _PLAIN_DEV]
+            out += "\n/dev: " + (" ".join(devs) or "-")
+    return "\nthe container printed:" + out if out else "\n(no container output)"
 
 
 def _units(cdi_dir: Path, uid: str) -> str | None:

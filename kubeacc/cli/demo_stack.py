@@ -56,6 +56,11 @@ class KubeaccStack:
     def library(self) -> Path:
         return self.base / "bitstreams"
 
+    def cdi_dir(self, name: str) -> Path:
+        """Node ``name``'s CDI spec directory: the one its real runtime reads, if it has one."""
+        kubelet = self.testbed.node(name)
+        return kubelet.cdi_dir if kubelet.containerd is not None else self.base / "cdi" / name
+
     def client(self, field_manager: str = "kubeacc-demo") -> Client:
         return self.testbed.client(field_manager=field_manager)
 
@@ -94,13 +99,22 @@ class KubeaccStack:
 
         kubelet = self.testbed.node(name)
         host = profiles.build(profile, self.base / "hosts" / name)
+        device_root = Path("/")
+        if kubelet.containerd is not None:
+            # Real containers: the synthetic host's device nodes as real ones for containerd.
+            from kubeacc.discovery.discover import discover
+
+            nodes = {n for d in discover(host, nvml="off").devices for n in d.device_nodes}
+            kubelet.mknod(sorted(nodes))
+            device_root = kubelet.device_root
         agent = Agent(
             AgentOptions(
                 node_name=name,
                 host_root=host,
                 kubeconfig=self.testbed.kubeconfig,
                 kubelet_root=kubelet.root_dir,
-                cdi_dir=self.base / "cdi" / name,
+                cdi_dir=self.cdi_dir(name),
+                device_root=device_root,
                 state_dir=self.base / "state" / name,
                 bitstream_dir=self.library,
                 simulate_kernel=True,

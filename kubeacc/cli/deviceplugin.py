@@ -16,7 +16,7 @@ from kubeacc.agent.deviceplugin.config import (
 from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 from kubeacc.cli.errors import fail
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import HostRootOption
+from kubeacc.cli.options import DeviceRootOption, HostRootOption
 from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 from kubeacc.discovery import discover
@@ -29,6 +29,7 @@ DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 
 def device_plugin_command(
     host_root: HostRootOption = Path("/"),
+    device_root: DeviceRootOption = Path("/"),
     plugin_dir: Annotated[
         Path, typer.Option(help="The kubelet's device-plugin directory (kubelet.sock).")
     ] = DEFAULT_PLUGIN_DIR,
@@ -73,7 +74,7 @@ def device_plugin_command(
         )
     setup_logging(log_level)
     metrics = DevicePluginMetrics.standalone()
-    manager = DevicePluginManager(plugin_dir, cfg, cdi_dir, host_root, metrics)
+    manager = DevicePluginManager(plugin_dir, cfg, cdi_dir, device_root, metrics)
     probes = start_probes(
         metrics_address,
         metrics.registry,

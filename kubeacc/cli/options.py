@@ -20,3 +20,11 @@ KubeconfigOption = Annotated[
 HostRootOption = Annotated[
     Path, typer.Option("--host-root", help="Root of the host's /sys, /dev and /proc.")
 ]
+DeviceRootOption = Annotated[
+    Path,
+    typer.Option(
+        "--device-root",
+        help="Where the container runtime finds the device nodes (the /dev paths handed to "
+        "containers and written to CDI specs as hostPath): / on a real node.",
+    ),
+]

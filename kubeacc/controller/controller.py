@@ -596,7 +596,9 @@ class Controller:
         out = busy(targets)
         claims = [as_dict(c) for c in self.client.list(ResourceClaim, namespace="*")]
         for name, who in claim_holders(claims, targets, DRA_DRIVER).items():
-            out[name] = f"{out[name]}, {who}" if name in out else who
+            # allocatedTo already names the claims the agent prepared: each user once
+            users = (out[name].split(", ") if name in out else []) + who.split(", ")
+            out[name] = ", ".join(dict.fromkeys(users))
         return out
 
     def _uncordon(

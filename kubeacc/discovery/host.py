@@ -25,6 +25,7 @@ from kubeacc.model import DiscoveryWarning
 _MAX_LINK_HOPS = 40
 #: sysfs attributes are at most a page; /proc files we read are small too.
 MAX_READ = 1 << 16
+READ_CHUNK = 8192
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 _KINDS = {
     stat.S_IFIFO: "a FIFO",
@@ -59,7 +60,9 @@ def read_regular(path: str, limit: int = MAX_READ) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
+            # small reads: sysfs attributes are at most a page, and a limit-sized buffer per
+            # file (shrunk afterwards) only fragments the long-running agent's heap
+            chunk = os.read(fd, min(READ_CHUNK, limit + 1 - size))
             if not chunk:
                 break
             chunks.append(chunk)

@@ -1,7 +1,8 @@
 """A real Kubernetes cluster for tests, built from the pinned upstream Go modules.
 
 ``Testbed.start()`` runs etcd, kube-apiserver, kube-scheduler, kube-controller-manager and a real
-kubelet (on the upstream in-memory CRI runtime) on loopback ports; see docs/testing.md.
+kubelet (on the upstream in-memory CRI runtime, or on containerd + runc with
+``KubeletOptions(runtime="containerd")``) on loopback ports; see docs/testing.md.
 """
 
 from kubeacc.testbed.build import BuildError, ensure_built

@@ -1,4 +1,4 @@
-"""``python -m kubeacc.testbed build|up|bin-dir``."""
+"""``python -m kubeacc.testbed build|runtime|helm|up|bin-dir``."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     sub.add_parser("bin-dir", help="print where the binaries for these sources live")
     sub.add_parser("helm", help="build (or reuse) helm from tools/helm; print its path")
+    sub.add_parser(
+        "runtime",
+        help="build (or reuse) containerd, its shim, ctr and the CNI plugins from "
+        "tools/containerd; check runc and busybox-static; print the bin directory",
+    )
     up = sub.add_parser("up", help="start a cluster with a kubelet; stop it with Ctrl-C")
     up.add_argument("--workdir", type=Path, help="work directory (default: new dir under /tmp)")
     up.add_argument("--keep", action="store_true", help="keep the work directory after stopping")
@@ -33,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--topology-manager-policy", default="none")
     up.add_argument("--cpu-manager-policy", default="none")
     up.add_argument("--no-kubelet", action="store_true")
+    up.add_argument(
+        "--runtime",
+        choices=("fake", "containerd"),
+        default="fake",
+        help="the kubelets' container runtime (containerd: containers really run)",
+    )
     up.add_argument(
         "--multinode",
         action="store_true",
@@ -53,6 +64,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"helm build failed: {exc}", file=sys.stderr)
             return 1
         return 0
+    if args.cmd == "runtime":
+        from kubeacc.testbed.images import BUSYBOX, busybox_layer
+        from kubeacc.testbed.runtime import ensure_runtime, find_runc
+
+        try:
+            print(ensure_runtime())
+            find_runc()
+            busybox_layer(BUSYBOX)
+        except (BuildError, OSError, RuntimeError) as exc:
+            print(f"runtime build failed: {exc}", file=sys.stderr)
+            return 1
+        return 0
     if args.cmd == "build":
         try:
             print(ensure_built(force=args.force))
@@ -67,11 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         node_name=args.node_name,
         topology_manager_policy=args.topology_manager_policy,
         cpu_manager_policy=args.cpu_manager_policy,
+        runtime=args.runtime,
     )
+    nodes = multinode_options() if args.multinode else None
+    for node in nodes or ():
+        node.runtime = args.runtime
     tb = Testbed.start(
         args.workdir,
         kubelet=None if args.multinode else options,
-        nodes=multinode_options() if args.multinode else None,
+        nodes=nodes,
         with_kubelet=not args.no_kubelet,
         keep=args.keep,
     )

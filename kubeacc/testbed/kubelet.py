@@ -1,4 +1,6 @@
-"""A real kubelet joined to the testbed cluster, on the upstream in-memory CRI runtime.
+"""A real kubelet joined to the testbed cluster, on the upstream in-memory CRI runtime or on a
+real one (containerd + runc, ``KubeletOptions(runtime="containerd")``, see
+kubeacc.testbed.runtime).
 
 Layout under ``<workdir>/kubelet`` (the kubelet's ``--root-dir``)::
 
@@ -7,6 +9,11 @@ Layout under ``<workdir>/kubelet`` (the kubelet's ``--root-dir``)::
     plugins_registry/       plugin registration dir (DRA plugins register here)
     plugins/                conventional home of DRA plugin sockets
     pki/                    the kubelet's own certificates
+    pod-logs/               container logs (real runtime: what the containers printed)
+
+With the real runtime the node directory also has ``containerd/`` (the runtime's own files),
+``cdi/`` (the CDI spec directory containerd reads; agents under test write there) and
+``devices/`` (a device root: real device nodes the tests create, see :meth:`Kubelet.mknod`).
 
 The kubelet hard-codes its device-plugin socket as ``/var/lib/kubelet/device-plugins/kubelet.sock``
 whatever ``--root-dir`` says. So that several testbeds can coexist and nothing touches the host's
@@ -19,10 +26,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -30,6 +38,7 @@ from kubeacc.testbed.certs import CertificateAuthority, CertPair
 from kubeacc.testbed.kubeconfig import http_ok, write_kubeconfig
 from kubeacc.testbed.procs import Process, free_port, wait_for
 from kubeacc.testbed.records import ContainerRecord, read_records
+from kubeacc.testbed.runtime import Containerd
 from kubeacc.testbed.versions import FEATURE_GATES
 
 #: Where the kubelet looks for device plugins, independent of --root-dir (pluginapi.KubeletSocket).
@@ -63,6 +72,9 @@ class KubeletOptions:
     #: the host's /var/lib/kubelet/device-plugins directly.
     private_device_plugin_dir: bool = True
     verbosity: int = 2
+    #: ``fake``: the upstream in-memory CRI (records every CreateContainer, runs nothing);
+    #: ``containerd``: containerd + runc, containers really run (see kubeacc.testbed.runtime).
+    runtime: Literal["fake", "containerd"] = "fake"
 
 
 class Kubelet:
@@ -75,6 +87,7 @@ class Kubelet:
         server: str,
         ca: CertificateAuthority,
         options: KubeletOptions | None = None,
+        runtime_bin_dir: Path | None = None,
     ) -> None:
         self.workdir = workdir
         self.bin_dir = bin_dir
@@ -85,6 +98,13 @@ class Kubelet:
         self.cri_dir = workdir / "cri"
         self.logs = workdir / "logs"
         self.cri: Process | None = None
+        self.containerd: Containerd | None = None
+        if self.options.runtime == "containerd":
+            if runtime_bin_dir is None:
+                raise ValueError("the containerd runtime needs its binaries (runtime_bin_dir)")
+            self.containerd = Containerd(
+                workdir, runtime_bin_dir, [self.cdi_dir], self.logs, f"containerd {self.node_name}"
+            )
         self.process: Process | None = None
         self.port = 0
         self.healthz_port = 0
@@ -123,7 +143,49 @@ class Kubelet:
 
     @property
     def cri_socket(self) -> Path:
+        if self.containerd is not None:
+            return self.containerd.socket
         return self.cri_dir / "cri.sock"
+
+    @property
+    def cdi_dir(self) -> Path:
+        """The CDI spec directory the real runtime reads (agents under test write there)."""
+        return self.workdir / "cdi"
+
+    @property
+    def device_root(self) -> Path:
+        """Where the tests' real device nodes live (an agent's ``--device-root``)."""
+        return self.workdir / "devices"
+
+    def mknod(self, paths: list[str]) -> list[Path]:
+        """Create character device nodes ``<device_root>/<path>`` for ``/dev/...`` paths.
+
+        Each gets the numbers of the host's ``/dev/null`` (harmless to open and write), so a
+        container they are injected into sees a real device node of that name.
+        """
+        null = os.stat("/dev/null")
+        made = []
+        for path in paths:
+            node = self.device_root / path.lstrip("/")
+            node.parent.mkdir(parents=True, exist_ok=True)
+            if not node.exists():
+                os.mknod(node, stat.S_IFCHR | 0o666, null.st_rdev)
+            made.append(node)
+        return made
+
+    def container_log(self, namespace: str, pod: str, container: str, attempt: int = 0) -> str:
+        """What a container printed (real runtime), without the CRI log line prefixes."""
+        logs = self.root_dir / "pod-logs"
+        for pod_dir in logs.glob(f"{namespace}_{pod}_*"):
+            path = pod_dir / container / f"{attempt}.log"
+            if path.exists():
+                lines = path.read_text(errors="replace").splitlines()
+                # "<time> <stdout|stderr> <F|P> <text>"
+                return "".join(
+                    (parts[3] if len(parts) > 3 else "") + ("\n" if parts[2:3] == ["F"] else "")
+                    for parts in (line.split(" ", 3) for line in lines)
+                )
+        return ""
 
     @property
     def container_records_dir(self) -> Path:
@@ -202,6 +264,10 @@ class Kubelet:
             self.port, self.healthz_port = free_port(), free_port()
 
     def _start_cri(self, timeout: float) -> None:
+        if self.containerd is not None:
+            self.containerd.start(timeout)
+            self.cri = self.containerd.process
+            return
         self.cri = Process(
             "fake-cri",
             [
@@ -356,9 +422,18 @@ class Kubelet:
             self.process.check()
             time.sleep(0.05)
 
+    def restart_runtime(self, timeout: float = 60) -> None:
+        """Stop and start the real runtime (containerd); running containers stay."""
+        if self.containerd is None:
+            raise RuntimeError("this kubelet runs on the fake CRI runtime")
+        self.containerd.restart(timeout)
+        self.cri = self.containerd.process
+
     def stop(self) -> None:
         self.stop_kubelet()
-        if self.cri is not None:
+        if self.containerd is not None:
+            self.containerd.shutdown()
+        elif self.cri is not None:
             self.cri.stop()
 
 

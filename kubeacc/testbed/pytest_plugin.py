@@ -6,6 +6,9 @@
 * ``multinode_testbed`` (session): a second cluster with four kubelets of different shapes
   (``kubeacc.testbed.shapes.MULTINODE_SHAPES``: gpu-server, fpga-node, kunlun-node, edge-node);
   started only when a test asks for it, so the single-node ``testbed`` stays as fast as before.
+* ``runtime_testbed`` (session): a one-node cluster (``node-r``) whose kubelet runs on the real
+  runtime (containerd + runc + CNI, kubeacc.testbed.runtime): containers really run. Started
+  only when a test asks for it. ``runtime_namespace``: a fresh namespace there.
 * ``kube_client``: an admin lightkube client.
 * ``namespace``: a fresh namespace whose ``default`` service account exists;
   ``multinode_namespace`` the same on the multi-node cluster.
@@ -57,6 +60,7 @@ _DEFAULT_NS_KINDS: tuple[type[NamespacedResource], ...] = (
     ResourceClaimTemplate,
 )
 _MULTINODE_FIXTURES = {"multinode_testbed", "multinode_namespace"}
+_RUNTIME_FIXTURES = {"runtime_testbed", "runtime_namespace"}
 _PROTECTED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
 
 _CLUSTER_FIXTURES = {
@@ -65,6 +69,8 @@ _CLUSTER_FIXTURES = {
     "namespace",
     "multinode_testbed",
     "multinode_namespace",
+    "runtime_testbed",
+    "runtime_namespace",
 }
 _started: list[Testbed] = []
 _state = {"failed": False}
@@ -103,6 +109,12 @@ def testbed() -> Iterator[Testbed]:
 def multinode_testbed() -> Iterator[Testbed]:
     """A cluster whose four Nodes each run a real kubelet (see kubeacc.testbed.shapes)."""
     yield from _session_testbed(multinode_options())
+
+
+@pytest.fixture(scope="session")
+def runtime_testbed() -> Iterator[Testbed]:
+    """A one-node cluster on the real container runtime (containerd + runc)."""
+    yield from _session_testbed([KubeletOptions(node_name="node-r", runtime="containerd")])
 
 
 def _session_testbed(nodes: list[KubeletOptions] | None) -> Iterator[Testbed]:
@@ -144,8 +156,13 @@ def _cluster_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
     if request.node.get_closest_marker("cluster") is None or not _CLUSTER_FIXTURES & names:
         yield
         return
-    multi = _MULTINODE_FIXTURES & names
-    tb: Testbed = request.getfixturevalue("multinode_testbed" if multi else "testbed")
+    if _MULTINODE_FIXTURES & names:
+        which = "multinode_testbed"
+    elif _RUNTIME_FIXTURES & names:
+        which = "runtime_testbed"
+    else:
+        which = "testbed"
+    tb: Testbed = request.getfixturevalue(which)
     client = tb.client(field_manager="kubeacc-test-cleanup")
     before_global = {k: _names(client, k) for k in _GLOBAL_KINDS}
     before_default = {k: _names(client, k, "default") for k in _DEFAULT_NS_KINDS}
@@ -195,6 +212,13 @@ def multinode_namespace(
     """A fresh namespace on the multi-node cluster (deleted afterwards)."""
     client = multinode_testbed.client(field_manager="kubeacc-test")
     yield from _fresh_namespace(multinode_testbed, client, request)
+
+
+@pytest.fixture
+def runtime_namespace(runtime_testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace on the real-runtime cluster (deleted afterwards)."""
+    client = runtime_testbed.client(field_manager="kubeacc-test")
+    yield from _fresh_namespace(runtime_testbed, client, request)
 
 
 def _fresh_namespace(tb: Testbed, client: Client, request: pytest.FixtureRequest) -> Iterator[str]:

@@ -26,6 +26,7 @@ from kubeacc.testbed.control_plane import ControlPlane
 from kubeacc.testbed.kubeconfig import https_get_json
 from kubeacc.testbed.kubelet import Kubelet, KubeletOptions
 from kubeacc.testbed.procs import rss_bytes, wait_for
+from kubeacc.testbed.runtime import ensure_runtime
 
 
 class Testbed:
@@ -48,6 +49,8 @@ class Testbed:
         self.control_plane = ControlPlane(workdir, bin_dir)
         self._node_options = list(node_options)
         self._kubelets: dict[str, Kubelet] = {}
+        #: containerd & co. (kubeacc.testbed.runtime) when a node runs the real runtime.
+        self.runtime_bin_dir: Path | None = None
         self.timings: dict[str, float] = {}
         self._stopped = False
 
@@ -85,6 +88,8 @@ class Testbed:
         wd = wd.resolve()
         bins = bin_dir or ensure_built(out=out)
         tb = cls(wd, bins, options, keep, owns)
+        if any(o.runtime == "containerd" for o in options):
+            tb.runtime_bin_dir = ensure_runtime(out=out)
         try:
             tb._start(timeout)
         except BaseException:
@@ -121,6 +126,7 @@ class Testbed:
             self.control_plane.server,
             pki.ca,
             options,
+            self.runtime_bin_dir,
         )
         self._kubelets[options.node_name] = kubelet
         kubelet.launch(timeout)
@@ -229,7 +235,8 @@ class Testbed:
             if p.pid is not None and p.running():
                 out[p.name] = rss_bytes(p.pid)
         for name, kubelet in self._kubelets.items():
-            for label, proc in (("kubelet", kubelet.process), ("fake-cri", kubelet.cri)):
+            runtime = "fake-cri" if kubelet.containerd is None else "containerd"
+            for label, proc in (("kubelet", kubelet.process), (runtime, kubelet.cri)):
                 if proc is not None and proc.pid is not None and proc.running():
                     out[f"{label} {name}"] = rss_bytes(proc.pid)
         return out
@@ -242,6 +249,13 @@ class Testbed:
         its node is Ready."""
         kubelet = self.node(node) if node else self.kubelet
         kubelet.restart(options, timeout)
+        self.wait_node_ready(kubelet.node_name, timeout=timeout)
+
+    def restart_runtime(self, node: str | None = None, timeout: float = 60) -> None:
+        """Restart a node's real container runtime (containerd; default: the first node's) and
+        wait until its Node is Ready again. Running containers keep running."""
+        kubelet = self.node(node) if node else self.kubelet
+        kubelet.restart_runtime(timeout)
         self.wait_node_ready(kubelet.node_name, timeout=timeout)
 
     def stop_apiserver(self) -> None:

@@ -91,6 +91,8 @@ def test_reset_of_a_busy_gpu_is_refused_then_runs_after_the_drain(demo_output: s
     assert gpu.startswith("gpu-server-gpu-")
     assert phase == "Failed", message
     assert "h100" in message
+    users = message.split(" is used by ", 1)[1].split(" (", 1)[0].split(", ")
+    assert len(users) == len(set(users)), f"a user named twice: {message}"
     drained = re.findall(r"Reset drainFirst \S+ \(reset-after-drain\): (\w+) (.*)", demo_output)
     assert len(drained) == 2, drained
     (waiting, why), (done, _) = drained

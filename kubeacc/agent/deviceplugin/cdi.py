@@ -20,12 +20,12 @@ CDI_KIND = "kubeacc.io/device"
 SPEC_NAME = "kubeacc.io-device.json"
 
 
-def build_spec(devices: Iterable[Device], host_root: Path = Path("/")) -> dict[str, Any]:
+def build_spec(devices: Iterable[Device], device_root: Path = Path("/")) -> dict[str, Any]:
     entries = []
     for dev in sorted(devices, key=lambda d: d.name):
         edits: dict[str, Any] = {"env": [f"KUBEACC_DEVICE={dev.pci_bus_id or dev.name}"]}
         if dev.device_nodes:
-            edits["deviceNodes"] = [device_node(n, host_root) for n in dev.device_nodes]
+            edits["deviceNodes"] = [device_node(n, device_root) for n in dev.device_nodes]
         entries.append({"name": dev.name, "containerEdits": edits})
     return {"cdiVersion": CDI_VERSION, "kind": CDI_KIND, "devices": entries}
 

@@ -42,7 +42,7 @@ class DevicePluginManager:
         plugin_dir: Path,
         config: DevicePluginConfig,
         cdi_dir: Path | None = None,
-        host_root: Path = Path("/"),
+        device_root: Path = Path("/"),
         metrics: DevicePluginMetrics | None = None,
     ):
         self.metrics = metrics
@@ -50,7 +50,7 @@ class DevicePluginManager:
         self.config = config
         self.cdi_dir = cdi_dir if config.cdi else None
         self.cdi_kind = CDI_KIND if self.cdi_dir is not None else None
-        self.host_root = host_root
+        self.device_root = device_root
         self.kubelet_socket = plugin_dir / KUBELET_SOCKET
         self.servers: dict[str, ResourceServer] = {}
         self.registrations = 0
@@ -96,13 +96,13 @@ class DevicePluginManager:
         states = self.states(inv)
         if self.cdi_dir is not None:
             served = {d.name: d for st in states.values() for d in st.devices.values()}
-            write_spec(self.cdi_dir, build_spec(served.values(), self.host_root))
+            write_spec(self.cdi_dir, build_spec(served.values(), self.device_root))
         with self._lock:
             for name, state in states.items():
                 server = self.servers.get(name)
                 if server is None:
                     server = ResourceServer(
-                        name, self.plugin_dir, state, self.cdi_kind, self.metrics
+                        name, self.plugin_dir, state, self.cdi_kind, self.metrics, self.device_root
                     )
                     self.servers[name] = server
                     self._serve(server)

@@ -78,8 +78,11 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         state: ResourceState,
         cdi_kind: str | None,
         metrics: DevicePluginMetrics | None = None,
+        device_root: Path = Path("/"),
     ):
         self.resource = resource
+        #: Where the device nodes are on the host (``DeviceSpec.host_path``).
+        self.device_root = device_root
         self.metrics = metrics
         self.plugin_dir = plugin_dir
         self.socket = plugin_dir / ("kubeacc-" + resource.split("/", 1)[1] + ".sock")
@@ -204,7 +207,11 @@ class ResourceServer(pb_grpc.DevicePluginBase):
                 pb.ContainerAllocateResponse(
                     envs=got.envs,
                     devices=[
-                        pb.DeviceSpec(container_path=n, host_path=n, permissions="rw")
+                        pb.DeviceSpec(
+                            container_path=n,
+                            host_path=str(self.device_root / n.lstrip("/")),
+                            permissions="rw",
+                        )
                         for n in got.device_nodes
                     ],
                     cdi_devices=[pb.CDIDevice(name=n) for n in got.cdi_devices],

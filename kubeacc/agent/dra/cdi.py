@@ -58,14 +58,14 @@ def build_spec(
     claim_uid: str,
     claim_ref: str,
     devices: Sequence[CDIDevice],
-    host_root: Path = Path("/"),
+    device_root: Path = Path("/"),
 ) -> dict[str, Any]:
     units = ",".join(d.bus_id for d in devices if d.bus_id)
     cdi_devices = []
     for d in devices:
         edits: dict[str, Any] = {}
         if d.device_nodes:
-            edits["deviceNodes"] = [device_node(p, host_root) for p in d.device_nodes]
+            edits["deviceNodes"] = [device_node(p, device_root) for p in d.device_nodes]
         env = [f"KUBEACC_DEVICE_{_env_suffix(d.name)}={d.bus_id}"]
         env += [f"{k}={v}" for k, v in sorted(d.env.items())]
         edits["env"] = env
@@ -84,11 +84,17 @@ def _env_suffix(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
-def device_node(path: str, host_root: Path) -> dict[str, str]:
-    """A CDI device node; on a synthetic host root the file lives under the root."""
+def device_node(path: str, device_root: Path) -> dict[str, str]:
+    """A CDI device node: ``path`` in the container, ``<device_root>/<path>`` on the host.
+
+    The runtime (containerd on the host) opens ``hostPath``, so ``device_root`` is where the
+    device nodes are in the *host's* file system view: ``/`` on a real node, whatever the
+    agent's own ``--host-root`` is (the synthetic ``/sys`` tree of a test node holds regular
+    files, not device nodes). A test node points it at a directory of real ``mknod`` nodes.
+    """
     entry = {"path": path}
-    if host_root != Path("/"):
-        entry["hostPath"] = str(host_root / path.lstrip("/"))
+    if device_root != Path("/"):
+        entry["hostPath"] = str(device_root / path.lstrip("/"))
     return entry
 
 

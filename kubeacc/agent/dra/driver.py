@@ -76,7 +76,7 @@ class Driver:
         *,
         cdi_dir: Path,
         state_dir: Path,
-        host_root: Path = Path("/"),
+        device_root: Path = Path("/"),
         fpga: FpgaProgrammer | None = None,
         compact_after: int = 1000,
         api_budget: float = API_BUDGET_S,
@@ -92,7 +92,8 @@ class Driver:
         self.devices = devices
         self.cdi_dir = cdi_dir
         self.state_dir = state_dir
-        self.host_root = host_root
+        #: Where the device nodes are on the host (the CDI specs' ``hostPath``).
+        self.device_root = device_root
         self.api_budget = api_budget
         self.lock = threading.Lock()
         self.guard = ClaimGuard()
@@ -330,7 +331,7 @@ class Driver:
             cdi_devices = [
                 replace(d, env={**d.env, **limits}) if d.share_id else d for d in cdi_devices
             ]
-        spec = cdi.build_spec(ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.host_root)
+        spec = cdi.build_spec(ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.device_root)
         return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
 
     def _program(self, where: str, device: str, bitstream: str, digest: str) -> None:

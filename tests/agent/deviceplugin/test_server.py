@@ -71,6 +71,9 @@ def test_allocate_answers_and_refuses_unknown_devices(
             timeout=5,
         )
         assert resp.container_responses[0].envs["ACCELERATOR_UNITS"] == first
+        # The default device root is the host's own /: host path = container path.
+        specs = resp.container_responses[0].devices
+        assert specs and all(s.host_path == s.container_path for s in specs)
         with pytest.raises(grpc.RpcError) as err:
             stub.Allocate(
                 pb.AllocateRequest(
@@ -132,3 +135,34 @@ def test_preferred_allocation_with_an_unknown_id_is_invalid_argument(
             timeout=10,
         )
         assert len(ok.container_responses[0].deviceIDs) == 1
+
+
+def test_allocate_hands_out_device_nodes_under_the_device_root(
+    gpus: dict[str, Device], tmp_path: Path
+) -> None:
+    devroot = tmp_path / "devices"
+    with tempfile.TemporaryDirectory(prefix="dp-", dir="/tmp") as d:
+        server = ResourceServer(
+            "kubeacc.io/gpu",
+            Path(d),
+            ResourceState(gpus, {}, 1, "spread"),
+            None,
+            device_root=devroot,
+        )
+        server.start()
+        try:
+            with grpc.insecure_channel(f"unix://{server.socket}") as ch:
+                resp = pb_grpc.DevicePluginStub(ch).Allocate(
+                    pb.AllocateRequest(
+                        container_requests=[
+                            pb.ContainerAllocateRequest(devices_ids=[sorted(gpus)[0]])
+                        ]
+                    ),
+                    timeout=5,
+                )
+        finally:
+            server.stop()
+        specs = resp.container_responses[0].devices
+        assert "/dev/nvidiactl" in {s.container_path for s in specs}
+        for s in specs:
+            assert s.host_path == str(devroot / s.container_path.lstrip("/"))

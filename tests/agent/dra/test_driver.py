@@ -216,3 +216,26 @@ def test_failed_journal_append_removes_the_new_specs(
     assert out["u1"].error == "checkpoint write failed: Input/output error"
     assert cdi.spec_uids(tmp_path / "cdi") == set()
     assert read_claims(tmp_path / "state") == {} == driver.prepared()
+
+
+def test_device_nodes_point_at_the_device_root(
+    tmp_path: Path, claims: Claims, dgx: Inventory
+) -> None:
+    """The runtime opens hostPath: under --device-root, never under the (synthetic) host root."""
+    index = device_index(dgx)
+    devroot = tmp_path / "devices"
+    drv = Driver(
+        NODE,
+        claims,
+        lambda: index,
+        cdi_dir=tmp_path / "cdi",
+        state_dir=tmp_path / "state",
+        device_root=devroot,
+    )
+    claims.add("c", "u1", ["gpu-0000-1b-00-0"])
+    (res,) = drv.prepare([ClaimRef("ns", "c", "u1")]).values()
+    assert res.error == ""
+    spec = json.loads(cdi.spec_path(tmp_path / "cdi", "u1").read_text())
+    nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
+    assert {"path": "/dev/nvidia0", "hostPath": str(devroot / "dev/nvidia0")} in nodes
+    assert all(n["hostPath"].startswith(str(devroot) + "/dev/") for n in nodes)
