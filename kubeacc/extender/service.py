@@ -1,0 +1,226 @@
+"""The three extender verbs over the state: filter, prioritize, bind.
+
+Wire format: ``k8s.io/kube-scheduler/extender/v1`` (Go field names, no JSON tags):
+``ExtenderArgs{Pod, Nodes, NodeNames}``, ``ExtenderFilterResult{Nodes, NodeNames, FailedNodes,
+FailedAndUnresolvableNodes, Error}``, ``HostPriorityList[{Host, Score}]`` (0..10),
+``ExtenderBindingArgs{PodName, PodNamespace, PodUID, Node}``, ``ExtenderBindingResult{Error}``.
+
+Bind is where a decision becomes real: under the state lock the pod is placed again on the
+node as it is *now* and the result reserved; then the decision is written on the pod and the
+Binding created. Two pods racing for the last memory of a GPU: the second bind finds the GPU
+taken by the first one's reservation and answers an error, so the scheduler re-queues that pod
+(its event and condition carry the reason).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from kubeacc.extender.placement import fit, place
+from kubeacc.extender.state import State
+from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
+
+log = logging.getLogger(__name__)
+
+#: How many pods' filter results prioritize may reuse.
+REMEMBERED_PODS = 256
+
+
+class Binder(Protocol):
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    def record(self, namespace: str, name: str, uid: str, decision: Decision) -> None: ...
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+
+class BindError(RuntimeError):
+    """A bind that did not happen; the message goes back to the scheduler."""
+
+
+def _names(args: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]] | None]:
+    names = args.get("NodeNames")
+    if names is not None:
+        return list(names), None
+    nodes = list(((args.get("Nodes") or {}).get("items")) or [])
+    return [str((n.get("metadata") or {}).get("name", "")) for n in nodes], nodes
+
+
+class Extender:
+    def __init__(self, state: State, binder: Binder | None = None) -> None:
+        self.state = state
+        self.binder = binder
+        self._scores: OrderedDict[str, dict[str, tuple[int, int]]] = OrderedDict()
+        self._scores_lock = threading.Lock()
+        self.counts = {"filter": 0, "prioritize": 0, "bind": 0, "bind_refused": 0}
+
+    # -- filter -----------------------------------------------------------------------------
+    def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.counts["filter"] += 1
+        pod = args.get("Pod") or {}
+        names, nodes = _names(args)
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        try:
+            want = pod_want(pod)
+        except WantError as err:
+            unresolvable = dict.fromkeys(names, str(err))
+            return self._filtered(nodes, [], failed, unresolvable)
+        scores: dict[str, tuple[int, int]] = {}
+        state = self.state
+        with state.lock:
+            views = state.nodes
+            for name in names:
+                view = views.get(name)
+                if view is None:
+                    if want.empty:
+                        passed.append(name)
+                    else:
+                        unresolvable[name] = "no kubeacc GPUs on this node"
+                    continue
+                if want.empty:
+                    passed.append(name)
+                    continue
+                f = fit(view, want)
+                if f.reason:
+                    failed[name] = f.reason
+                else:
+                    passed.append(name)
+                    scores[name] = (view.version, f.score)
+        self._remember(pod, scores)
+        return self._filtered(nodes, passed, failed, unresolvable)
+
+    @staticmethod
+    def _filtered(
+        nodes: list[dict[str, Any]] | None,
+        passed: list[str],
+        failed: dict[str, str],
+        unresolvable: dict[str, str],
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable,
+            "Error": "",
+        }
+        if nodes is None:
+            out["NodeNames"] = passed
+            out["Nodes"] = None
+        else:
+            keep = set(passed)
+            out["Nodes"] = {
+                "items": [n for n in nodes if (n.get("metadata") or {}).get("name") in keep]
+            }
+            out["NodeNames"] = None
+        return out
+
+    def _remember(self, pod: Mapping[str, Any], scores: dict[str, tuple[int, int]]) -> None:
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return
+        with self._scores_lock:
+            self._scores[uid] = scores
+            self._scores.move_to_end(uid)
+            while len(self._scores) > REMEMBERED_PODS:
+                self._scores.popitem(last=False)
+
+    # -- prioritize -------------------------------------------------------------------------
+    def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+        self.counts["prioritize"] += 1
+        pod = args.get("Pod") or {}
+        names, _ = _names(args)
+        try:
+            want = pod_want(pod)
+        except WantError:
+            return [{"Host": n, "Score": 0} for n in names]
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        with self._scores_lock:
+            known = self._scores.get(uid, {})
+        out = []
+        with self.state.lock:
+            views = self.state.nodes
+            for name in names:
+                view = views.get(name)
+                if view is None or want.empty:
+                    out.append({"Host": name, "Score": 0})
+                    continue
+                seen = known.get(name)
+                if seen is not None and seen[0] == view.version:
+                    score = seen[1]
+                else:
+                    score = fit(view, want).score
+                out.append({"Host": name, "Score": score})
+        return out
+
+    # -- bind -------------------------------------------------------------------------------
+    def bind(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.counts["bind"] += 1
+        try:
+            self._bind(
+                str(args.get("PodNamespace", "")),
+                str(args.get("PodName", "")),
+                str(args.get("PodUID", "")),
+                str(args.get("Node", "")),
+            )
+        except BindError as err:
+            self.counts["bind_refused"] += 1
+            log.info("bind refused: %s", err)
+            return {"Error": str(err)}
+        return {"Error": ""}
+
+    def decide(self, pod: Mapping[str, Any], want: PodWant, node: str) -> Decision:
+        """Place ``pod`` on ``node`` now and reserve the result (under the state lock)."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        name = (pod.get("metadata") or {}).get("name")
+        with self.state.lock:
+            view = self.state.node(node)
+            if view is None:
+                raise BindError(f"pod {name}: node {node} has no kubeacc GPUs")
+            f = place(view, want)
+            if f.decision is None:
+                raise BindError(f"pod {name}: node {node}: {f.reason} (taken since filter)")
+            self.state.reserve(uid, f.decision)
+            return f.decision
+
+    def _bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        binder = self.binder
+        if binder is None:
+            raise BindError("this extender does not bind")
+        if not (namespace and name and node):
+            raise BindError("bind: PodName, PodNamespace and Node are required")
+        try:
+            pod = binder.get_pod(namespace, name)
+        except Exception as err:
+            raise BindError(f"pod {namespace}/{name}: cannot read it: {err}") from err
+        actual = str((pod.get("metadata") or {}).get("uid") or "")
+        if uid and actual != uid:
+            raise BindError(f"pod {namespace}/{name}: UID {actual} is not {uid} (recreated)")
+        try:
+            want = pod_want(pod)
+        except WantError as err:
+            raise BindError(f"pod {namespace}/{name}: {err}") from err
+        if want.empty:
+            self._do_bind(binder, namespace, name, actual, node)
+            return
+        decision = self.decide(pod, want, node)
+        try:
+            binder.record(namespace, name, actual, decision)
+            self._do_bind(binder, namespace, name, actual, node)
+        except BindError:
+            self.state.release(actual)
+            raise
+        except Exception as err:
+            self.state.release(actual)
+            raise BindError(f"pod {namespace}/{name}: {err}") from err
+        log.info("bound %s/%s to %s: %s", namespace, name, node, decision.to_json())
+
+    @staticmethod
+    def _do_bind(binder: Binder, namespace: str, name: str, uid: str, node: str) -> None:
+        try:
+            binder.bind(namespace, name, uid, node)
+        except Exception as err:
+            raise BindError(f"pod {namespace}/{name}: binding to {node} failed: {err}") from err
