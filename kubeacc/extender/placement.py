@@ -125,7 +125,10 @@ def place(view: NodeView, want: PodWant) -> Fit:
     base = sum(scores) // len(scores) if scores else MAX_SCORE
     order = {c.name: i for i, c in enumerate(want.containers)}
     out.sort(key=lambda a: order[a.container])
-    return Fit(Decision(view.name, tuple(out)), max(0, base - RANK_PENALTY * worst_rank))
+    if want.models:  # the model wish weighs more than packing
+        ranked = max(0, MAX_SCORE - RANK_PENALTY * worst_rank)
+        base = (7 * ranked + 3 * base) // 10
+    return Fit(Decision(view.name, tuple(out)), base)
 
 
 def _share_reason(view: NodeView, want: PodWant, c: ContainerWant) -> str:
