@@ -29,7 +29,7 @@ def test_shares_pack_the_fullest_gpu_that_fits() -> None:
     assert q is not None and q.score == f.score and not q.reason
     too_big = pod_want(pod("p", {MEMORY: "10001"}))
     assert (
-        "no GPU with 10001 MiB free (most free on one GPU: 10000 MiB)" == fit(view, too_big).reason
+        fit(view, too_big).reason == "no GPU with 10001 MiB free (most free on one GPU: 10000 MiB)"
     )
 
 
@@ -88,14 +88,14 @@ def test_model_wishes_restrict_and_rank() -> None:
 
 
 def test_per_model_whole_gpus(dgx: tuple[Device, ...]) -> None:
-    state = state_with({"n": gpus(dgx) + [small_gpu(C, 20000, "l4", numa=1)]})
+    state = state_with({"n": [*gpus(dgx), small_gpu(C, 20000, "l4", numa=1)]})
     view = state.node("n")
     assert view is not None
     f = place(view, pod_want(pod("p", {"kubeacc.io/gpu-l4": "1"})))
     assert f.decision is not None and f.decision.containers[0].devices == (C,)
     assert (
-        "2 whole GPU(s) of model l4 wanted, 1 free"
-        == place(view, pod_want(pod("p", {"kubeacc.io/gpu-l4": "2"}))).reason
+        place(view, pod_want(pod("p", {"kubeacc.io/gpu-l4": "2"}))).reason
+        == "2 whole GPU(s) of model l4 wanted, 1 free"
     )
 
 

@@ -62,7 +62,9 @@ def test_the_second_of_two_racing_pods_is_refused_with_the_reason() -> None:
     # both passed filter on "small" (5000 MiB); bind decides against the state of the moment
     assert ext.filter({"Pod": second, "NodeNames": ["small"]})["NodeNames"] == ["small"]
     ext.decide(first, pod_want(first), "small")
-    with pytest.raises(BindError, match="no GPU with 3000 MiB free .*2000 MiB.*taken since filter"):
+    with pytest.raises(
+        BindError, match=r"no GPU with 3000 MiB free .*2000 MiB.*taken since filter"
+    ):
         ext.decide(second, pod_want(second), "small")
 
 
