@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -79,7 +80,7 @@ def test_http_verbs_and_probes() -> None:
     base = f"http://127.0.0.1:{server.port}"
     body = json.dumps({"Pod": pod("p", {MEMORY: "100"}), "NodeNames": ["big"]}).encode()
 
-    def post(path: str, data: bytes) -> tuple[int, dict[str, object]]:
+    def post(path: str, data: bytes) -> tuple[int, Any]:
         req = urllib.request.Request(base + path, data=data, method="POST")
         try:
             with urllib.request.urlopen(req, timeout=10) as r:
