@@ -6,15 +6,18 @@
 * Shares: the GPU of the best-ranked model whose free memory fits most tightly (bin packing:
   whole GPUs stay free for whole-GPU pods), with enough free compute.
 
-:func:`quick` answers the common pods (one container, no core share, no model wish) from the
-node summary alone; everything else goes through :func:`place`, which walks the node's GPUs.
+:func:`matcher` answers pods of one container from the node summary (filter and prioritize
+run it for thousands of nodes per pod); :func:`place` walks the node's GPUs and decides (bind,
+and pods of several containers).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from kubeacc.extender.state import GpuUse, NodeView, best_fit
+from kubeacc.extender.state import GpuUse, NodeView
 from kubeacc.extender.wants import MAX_CORES, Assigned, ContainerWant, Decision, PodWant
 from kubeacc.topology.bestset import preferred_allocation
 
@@ -40,23 +43,89 @@ def _allowed(want: PodWant, c: ContainerWant, model: str) -> bool:
     return not want.models or model in want.models
 
 
-def quick(view: NodeView, want: PodWant) -> Fit | None:
-    """The answer from the summary alone, or None when the pod needs :func:`place`."""
-    if len(want.containers) != 1 or want.models:
-        return None
+Match = Callable[[NodeView], tuple[int, str]]
+
+
+def matcher(want: PodWant) -> Match:
+    """A function node -> (score, reason; "" when it fits) for ``want``, built once per request.
+
+    Pods with one container (a share, or whole GPUs) are answered from the node's summary
+    (:attr:`NodeView.slots`, sorted by free memory: a bisection finds the tightest GPU);
+    anything else runs :func:`place`.
+    """
+    if len(want.containers) != 1:
+        return lambda view: _from_fit(place(view, want)) if view.gpus else (0, NO_GPUS)
     c = want.containers[0]
     if c.shared:
-        if c.cores:
-            return None
-        fit = best_fit(view, c.memory)
-        if fit is None:
-            return Fit(None, 0, _no_memory(view, c.memory))
-        return Fit(None, _pack_score(view, c.memory, fit))
-    if c.model is not None:
-        return None
-    if view.free_whole < c.whole:
-        return Fit(None, 0, f"{c.whole} whole GPU(s) wanted, {view.free_whole} free")
-    return Fit(None, MAX_SCORE if view.whole_one_numa >= c.whole else MAX_SCORE // 2)
+        return _share_matcher(want, c)
+    if c.model is None and want.models:
+        return lambda view: _from_fit(place(view, want)) if view.gpus else (0, NO_GPUS)
+    return _whole_matcher(c)
+
+
+NO_GPUS = "no kubeacc GPUs on this node"
+
+
+def _from_fit(f: Fit) -> tuple[int, str]:
+    return f.score, f.reason
+
+
+def _share_matcher(want: PodWant, c: ContainerWant) -> Match:
+    memory, cores, models = c.memory, c.cores, want.models
+    rank = {m: i for i, m in enumerate(models)}
+
+    def match(view: NodeView) -> tuple[int, str]:
+        fs = view.free_sorted
+        if not fs:
+            return 0, NO_GPUS if not view.gpus else "no available GPU"
+        if fs[-1] < memory:
+            return 0, _no_memory(view, memory)
+        i = bisect_left(fs, memory)
+        if not cores and not models:
+            return _pack_score(view, memory, fs[i]), ""
+        best: tuple[int, int] | None = None
+        for free, free_cores, model in view.slots[i:]:
+            if free_cores < cores:
+                continue
+            if models:
+                r = rank.get(model)
+                if r is None:
+                    continue
+            else:
+                r = 0
+            if best is None or (r, free) < best:
+                best = (r, free)
+                if r == 0:
+                    break  # ascending free memory: the first of the best rank fits tightest
+        if best is None:
+            return 0, _share_reason(view, want, c)
+        score = _pack_score(view, memory, best[1])
+        if models:
+            score = _ranked(score, best[0])
+        return score, ""
+
+    return match
+
+
+def _whole_matcher(c: ContainerWant) -> Match:
+    k, model = c.whole, c.model
+
+    def match(view: NodeView) -> tuple[int, str]:
+        if not view.gpus:
+            return 0, NO_GPUS
+        free = view.free_whole if model is None else view.whole_by_model.get(model, 0)
+        if free < k:
+            what = f" of model {model}" if model else ""
+            return 0, f"{k} whole GPU(s){what} wanted, {free} free"
+        return (MAX_SCORE if view.whole_one_numa >= k else MAX_SCORE // 2), ""
+
+    return match
+
+
+def _ranked(base: int, rank: int) -> int:
+    """The model wish weighs more than packing."""
+    ranked = max(0, MAX_SCORE - RANK_PENALTY * rank)
+    return (7 * ranked + 3 * base) // 10
 
 
 def _no_memory(view: NodeView, memory: int) -> str:
@@ -67,9 +136,8 @@ def _no_memory(view: NodeView, memory: int) -> str:
 
 def _pack_score(view: NodeView, memory: int, free: int) -> int:
     """Tighter fit, higher score; a GPU nobody uses yet scores lowest."""
-    biggest = max((g.memory for g in view.gpus.values()), default=0) or 1
     left = free - memory
-    return max(1, MAX_SCORE - (MAX_SCORE * left) // biggest)
+    return max(1, MAX_SCORE - (MAX_SCORE * left) // view.biggest)
 
 
 def place(view: NodeView, want: PodWant) -> Fit:
@@ -125,9 +193,8 @@ def place(view: NodeView, want: PodWant) -> Fit:
     base = sum(scores) // len(scores) if scores else MAX_SCORE
     order = {c.name: i for i, c in enumerate(want.containers)}
     out.sort(key=lambda a: order[a.container])
-    if want.models:  # the model wish weighs more than packing
-        ranked = max(0, MAX_SCORE - RANK_PENALTY * worst_rank)
-        base = (7 * ranked + 3 * base) // 10
+    if want.models:
+        base = _ranked(base, worst_rank)
     return Fit(Decision(view.name, tuple(out)), base)
 
 
@@ -147,11 +214,6 @@ def _share_reason(view: NodeView, want: PodWant, c: ContainerWant) -> str:
 
 
 def fit(view: NodeView, want: PodWant) -> Fit:
-    """Filter/prioritize answer for one node (no decision unless :func:`place` ran)."""
-    if not view.gpus:
-        return Fit(None, 0, "no kubeacc GPUs on this node")
-    if want.largest_share > view.max_free:
-        return Fit(None, 0, _no_memory(view, want.largest_share))
-    if want.whole > view.free_whole:
-        return Fit(None, 0, f"{want.whole} whole GPU(s) wanted, {view.free_whole} free")
-    return quick(view, want) or place(view, want)
+    """Filter/prioritize answer for one node (no decision: that is :func:`place`'s)."""
+    score, reason = matcher(want)(view)
+    return Fit(None, 0 if reason else score, reason)

@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kubeacc.extender.placement import fit, place
+from kubeacc.extender.placement import matcher, place
 from kubeacc.extender.state import State
 from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
 
@@ -72,26 +72,23 @@ class Extender:
             unresolvable = dict.fromkeys(names, str(err))
             return self._filtered(nodes, [], failed, unresolvable)
         scores: dict[str, tuple[int, int]] = {}
+        if want.empty:
+            return self._filtered(nodes, names, failed, unresolvable)
+        match = matcher(want)
         state = self.state
         with state.lock:
             views = state.nodes
             for name in names:
                 view = views.get(name)
                 if view is None:
-                    if want.empty:
-                        passed.append(name)
-                    else:
-                        unresolvable[name] = "no kubeacc GPUs on this node"
+                    unresolvable[name] = "no kubeacc GPUs on this node"
                     continue
-                if want.empty:
-                    passed.append(name)
-                    continue
-                f = fit(view, want)
-                if f.reason:
-                    failed[name] = f.reason
+                score, reason = match(view)
+                if reason:
+                    failed[name] = reason
                 else:
                     passed.append(name)
-                    scores[name] = (view.version, f.score)
+                    scores[name] = (view.version, score)
         self._remember(pod, scores)
         return self._filtered(nodes, passed, failed, unresolvable)
 
@@ -140,19 +137,22 @@ class Extender:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         with self._scores_lock:
             known = self._scores.get(uid, {})
+        if want.empty:
+            return [{"Host": n, "Score": 0} for n in names]
+        match = matcher(want)
         out = []
         with self.state.lock:
             views = self.state.nodes
             for name in names:
                 view = views.get(name)
-                if view is None or want.empty:
-                    out.append({"Host": name, "Score": 0})
-                    continue
-                seen = known.get(name)
-                if seen is not None and seen[0] == view.version:
-                    score = seen[1]
-                else:
-                    score = fit(view, want).score
+                score = 0
+                if view is not None:
+                    seen = known.get(name)
+                    if seen is not None and seen[0] == view.version:
+                        score = seen[1]
+                    else:
+                        score, reason = match(view)
+                        score = 0 if reason else score
                 out.append({"Host": name, "Score": score})
         return out
 

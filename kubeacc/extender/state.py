@@ -58,33 +58,44 @@ class NodeView:
     #: Bumped on every change of inventory or holdings (prioritize reuses filter's work).
     version: int = 0
     max_free: int = 0
+    #: Free MiB of every GPU that takes shares, ascending.
     free_sorted: tuple[int, ...] = ()
+    #: (free MiB, free cores, model) of the same GPUs, in the same order.
+    slots: tuple[tuple[int, int, str], ...] = ()
     free_whole: int = 0
     whole_one_numa: int = 0
+    #: Untouched GPUs per model.
+    whole_by_model: dict[str, int] = field(default_factory=dict)
     models: frozenset[str] = frozenset()
+    biggest: int = 1
     _graph: TopologyGraph | None = None
 
     def refresh(self) -> None:
         self.version += 1
-        frees: list[int] = []
+        slots: list[tuple[int, int, str]] = []
         whole = 0
         per_numa: dict[int, int] = {}
+        by_model: dict[str, int] = {}
         for bdf, g in self.gpus.items():
             if not g.available:
                 continue
             u = self.use.get(bdf) or GpuUse()
             if u.whole:
                 continue
-            frees.append(g.memory - u.memory)
+            slots.append((g.memory - u.memory, MAX_CORES - u.cores, g.model))
             if u.untouched:
                 whole += 1
                 per_numa[g.numa] = per_numa.get(g.numa, 0) + 1
-        frees.sort()
-        self.free_sorted = tuple(frees)
-        self.max_free = frees[-1] if frees else -1
+                by_model[g.model] = by_model.get(g.model, 0) + 1
+        slots.sort()
+        self.slots = tuple(slots)
+        self.free_sorted = tuple(s[0] for s in slots)
+        self.max_free = slots[-1][0] if slots else -1
         self.free_whole = whole
+        self.whole_by_model = by_model
         self.whole_one_numa = max(per_numa.values(), default=0)
         self.models = frozenset(g.model for g in self.gpus.values() if g.available)
+        self.biggest = max((g.memory for g in self.gpus.values()), default=0) or 1
 
     def free_memory(self, bdf: str) -> int:
         return self.gpus[bdf].memory - self.use[bdf].memory if bdf in self.use else 0

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from kubeacc.extender.placement import fit, place, quick
+from kubeacc.extender.placement import fit, matcher, place
 from kubeacc.extender.wants import (
     CORES,
     GPU,
@@ -25,8 +25,7 @@ def test_shares_pack_the_fullest_gpu_that_fits() -> None:
     f = place(view, want)
     assert f.decision is not None and f.decision.containers[0].devices == (B,)
     # the summary-only answer agrees on feasibility and score
-    q = quick(view, want)
-    assert q is not None and q.score == f.score and not q.reason
+    assert matcher(want)(view) == (f.score, "")
     too_big = pod_want(pod("p", {MEMORY: "10001"}))
     assert (
         fit(view, too_big).reason == "no GPU with 10001 MiB free (most free on one GPU: 10000 MiB)"
