@@ -2,11 +2,14 @@
 
 Prints one JSON object. Target (issue 17): p99 <= 20 ms at 5,000 nodes. Each node is the
 dgx-h100 synthetic host (8 H100 80GB, 2 NUMA nodes); a seeded random third of the GPUs carry
-shares and a fifth are held whole, so nodes differ. The verbs are called over HTTP on
-loopback, one keep-alive connection, with the body kube-scheduler sends for a node-cache-capable
-extender (the pod plus every candidate node name); latency is request sent to answer parsed,
-filter and prioritize of the same pod added up. Pods: a memory share, a memory+core share, a
-share with a model wish, 1 and 4 whole GPUs.
+shares and a fifth are held whole, so nodes differ. The extender serves from its own process;
+the verbs are called over HTTP on loopback, one keep-alive connection (TCP_NODELAY, as Go's
+client), with the body kube-scheduler sends for a node-cache-capable extender (the pod plus
+every candidate node name). ``p50_ms``/``p99_ms``: request sent to answer parsed, filter and
+prioritize of the same pod added up. ``server_cpu_p50_ms``/``server_cpu_p99_ms``: CPU time
+the extender process spent on the two calls (unlike wall time, not inflated by other processes
+on a busy machine). Pods: a memory share, a memory+core share, a share with a model wish, 1
+and 4 whole GPUs.
 """
 
 from __future__ import annotations
@@ -14,14 +17,19 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import random
 import socket
 import tempfile
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from kubeacc.discovery import discover
+from kubeacc.extender.runner import freeze_periodically
 from kubeacc.extender.server import ExtenderServer
 from kubeacc.extender.service import Extender
 from kubeacc.extender.state import State, gpu_of
@@ -106,22 +114,59 @@ def build_state(nodes: int, seed: int) -> State:
     return state
 
 
-def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
+def _serve(nodes: int, seed: int, port: Connection) -> None:
+    """Child process: the extender over the synthetic cluster, until the parent goes."""
     state = build_state(nodes, seed)
+    freeze_periodically(threading.Event())  # as ExtenderRunner does
     server = ExtenderServer(Extender(state), "127.0.0.1", 0)
     server.start()
-    conn = http.client.HTTPConnection("127.0.0.1", server.port)
+
+    class Cpu(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def do_GET(self) -> None:
+            body = repr(time.process_time()).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    meter = HTTPServer(("127.0.0.1", 0), Cpu)
+    threading.Thread(target=meter.serve_forever, daemon=True).start()
+    port.send((server.port, meter.server_address[1], sorted(state.nodes)))
+    port.recv()  # anything (or EOF): stop
+    meter.shutdown()
+    server.stop()
+
+
+def _cpu(conn: http.client.HTTPConnection) -> float:
+    conn.request("GET", "/cpu")
+    return float(conn.getresponse().read())
+
+
+def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
+    parent, child = multiprocessing.Pipe()
+    proc = multiprocessing.get_context("fork").Process(target=_serve, args=(nodes, seed, child))
+    proc.start()
+    port, meter_port, names = parent.recv()
+    meter = http.client.HTTPConnection("127.0.0.1", meter_port)
+    conn = http.client.HTTPConnection("127.0.0.1", port)
     conn.connect()
     assert conn.sock is not None
     conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go's net/http does
-    names = sorted(state.nodes)
     out: dict[str, Any] = {}
     try:
         for label, pod in PODS.items():
             body = json.dumps({"Pod": pod, "NodeNames": names, "Nodes": None}).encode()
             times: list[float] = []
+            cpu: list[float] = []
             passed = 0
             for r in range(rounds + 3):
+                c0 = _cpu(meter)
                 t0 = time.perf_counter()
                 conn.request("POST", "/filter", body, {"Content-Type": "application/json"})
                 filtered = json.loads(conn.getresponse().read())
@@ -129,17 +174,24 @@ def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
                 prio = json.dumps({"Pod": pod, "NodeNames": kept, "Nodes": None}).encode()
                 conn.request("POST", "/prioritize", prio, {"Content-Type": "application/json"})
                 json.loads(conn.getresponse().read())
+                t1 = time.perf_counter()
+                c1 = _cpu(meter)
                 if r >= 3:  # warm-up rounds are not counted
-                    times.append((time.perf_counter() - t0) * 1000)
+                    times.append((t1 - t0) * 1000)
+                    cpu.append((c1 - c0) * 1000)
                 passed = len(kept)
             out[label] = {
                 "p50_ms": _pct(times, 0.5),
                 "p99_ms": _pct(times, 0.99),
+                "server_cpu_p50_ms": _pct(cpu, 0.5),
+                "server_cpu_p99_ms": _pct(cpu, 0.99),
                 "feasible_nodes": passed,
             }
     finally:
         conn.close()
-        server.stop()
+        meter.close()
+        parent.send("stop")
+        proc.join(30)
     return out
 
 

@@ -66,6 +66,19 @@ def matcher(want: PodWant) -> Match:
 NO_GPUS = "no kubeacc GPUs on this node"
 
 
+def exact_gate(want: PodWant) -> tuple[int, int] | None:
+    """(memory, whole GPUs) such that a node fits ``want`` exactly when its largest free
+    memory and its untouched GPUs reach them; None when the answer needs :func:`matcher`."""
+    if len(want.containers) != 1 or want.models:
+        return None
+    c = want.containers[0]
+    if c.shared and not c.cores:
+        return c.memory, 0
+    if not c.shared and c.model is None:
+        return 0, c.whole
+    return None
+
+
 def _from_fit(f: Fit) -> tuple[int, str]:
     return f.score, f.reason
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 
@@ -14,6 +15,31 @@ from kubeacc.extender.service import Extender
 from kubeacc.extender.state import State
 
 log = logging.getLogger(__name__)
+
+
+#: Seconds between moves of the long-lived objects out of the cyclic GC's sight.
+FREEZE_SECONDS = 10.0
+
+
+def freeze_periodically(stop: threading.Event, period: float = FREEZE_SECONDS) -> threading.Thread:
+    """Keep the cyclic garbage collector off the state.
+
+    Each filter call allocates thousands of small objects; every so often that triggers a full
+    collection, which walks every object of a 5,000-node state (tens of ms, the p99 of a
+    verb). :func:`gc.freeze` moves what exists now (the state, the watch caches) to a
+    generation the collector skips; objects are still freed by reference counting. Called
+    every ``period`` s so that state grown since is frozen too.
+    """
+
+    def run() -> None:
+        while True:
+            gc.freeze()
+            if stop.wait(period):
+                return
+
+    thread = threading.Thread(target=run, name="extender-gc-freeze", daemon=True)
+    thread.start()
+    return thread
 
 
 def check_api(client: Client) -> None:
@@ -42,6 +68,7 @@ class ExtenderRunner:
         self.server = ExtenderServer(
             self.extender, host, port, ready=self.not_ready, serving=self.serving
         )
+        self._stop = threading.Event()
 
     def serving(self) -> bool:
         # Verbs before the first sync would decide on an empty view: refuse them.
@@ -59,6 +86,7 @@ class ExtenderRunner:
         return problems
 
     def start(self) -> None:
+        freeze_periodically(self._stop)
         self.inventory.start()
         if self.leadership is not None:
             self.leadership.start()
@@ -73,6 +101,7 @@ class ExtenderRunner:
             self.stop()
 
     def stop(self) -> None:
+        self._stop.set()
         self.server.stop()
         if self.leadership is not None:
             self.leadership.stop()
