@@ -1,0 +1,371 @@
+"""kubeacc extender on the real testbed: two nodes (one NVIDIA L4 each, 23034 MiB, shared
+through the node agents' device plugins), the real kube-scheduler configured with the
+extender (KubeSchedulerConfiguration ``extenders``), real kubelets calling Allocate.
+
+The extender runs as a process with the token of its ServiceAccount and the RBAC of
+deploy/rbac/extender.yaml. Tests run in order and clean up their pods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.codecs import from_dict
+from lightkube.resources.core_v1 import Node, Pod
+
+from kubeacc.crds.deploy import apply_manifest, manifests
+from kubeacc.crds.resources import as_dict, install_crds
+from kubeacc.extender.wants import DECISION_ANNOTATION, MEMORY, Decision
+from kubeacc.synthetic import profiles
+from kubeacc.testbed.identities import _stem, agent_kubeconfig, install_agent_access, token_client
+from kubeacc.testbed.kubelet import KubeletOptions
+from kubeacc.testbed.procs import free_port
+from kubeacc.testbed.testbed import Testbed
+from tests.agent.dra.agentproc import AgentProcess
+from tests.testbed.helpers import eventually
+
+pytestmark = pytest.mark.cluster
+
+NODES = ("gpu-a", "gpu-b")
+L4_MIB = 23034
+NS = "shares"
+
+
+class Extender:
+    """``kubeacc extender`` as a process."""
+
+    def __init__(self, kubeconfig: Path, port: int, log: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.port = port
+        self.log_path = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kubeacc.cli",
+                "extender",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--address=127.0.0.1:{self.port}",
+                f"--identity=extender-{self.starts}",
+                "--lease-duration=3",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        eventually(self.ready, 60, "extender /readyz")
+
+    def ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"extender exited:\n{self.log()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=5) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def post(self, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/{verb}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return dict(json.loads(r.read()))
+
+
+@dataclass
+class Cluster:
+    testbed: Testbed
+    client: Client
+    extender: Extender
+    agents: list[AgentProcess]
+
+
+def _extender_kubeconfig(tb: Testbed, client: Client, tmp: Path) -> Path:
+    """A kubeconfig with a token of kube-system/kubeacc-extender (deploy/extender.yaml)."""
+    apply_manifest(client, "rbac/extender.yaml")
+    for doc in manifests("extender.yaml"):
+        if doc["kind"] == "ServiceAccount":
+            client.apply(from_dict(doc), field_manager="kubeacc", force=True)
+    token_client(tb, tmp, namespace="kube-system", account="kubeacc-extender")
+    return tmp / f"{_stem('kube-system', 'kubeacc-extender', '', '')}.kubeconfig"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    tmp = tmp_path_factory.mktemp("extender")
+    port = free_port()
+    extenders = [
+        {
+            "urlPrefix": f"http://127.0.0.1:{port}",
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "bindVerb": "bind",
+            "weight": 1,
+            "nodeCacheCapable": True,
+            "httpTimeout": "10s",
+            "managedResources": [
+                {"name": "kubeacc.io/gpu-memory"},
+                {"name": "kubeacc.io/gpu-cores"},
+                {"name": "kubeacc.io/gpu"},
+            ],
+        }
+    ]
+    tb = Testbed.start(
+        nodes=[KubeletOptions(node_name=n) for n in NODES], scheduler_extenders=extenders
+    )
+    agents: list[AgentProcess] = []
+    extender: Extender | None = None
+    try:
+        client = tb.client(field_manager="kubeacc-test")
+        install_crds(client)
+        install_agent_access(client)
+        config = tmp / "dp.yaml"
+        config.write_text("types:\n  gpu: {shared: true}\n")
+        for node in NODES:
+            work = tmp / node
+            work.mkdir()
+            host = profiles.build("edge-mixed", work / "host", seed=node)
+            agent = AgentProcess(
+                node, host, agent_kubeconfig(tb, node, work), tb.node(node).root_dir, work
+            )
+            agent.start(extra=[f"--device-plugin-config={config}"], apply_classes=False)
+            agents.append(agent)
+        for agent in agents:
+            agent.wait_registered()
+        for node in NODES:
+            eventually(
+                lambda n=node: _allocatable(client, n).get(MEMORY) == str(L4_MIB),  # type: ignore[misc]
+                90,
+                f"{MEMORY} on {node}",
+            )
+        extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log")
+        extender.start()
+        with contextlib.suppress(ApiError):
+            client.create(
+                from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+            )
+        tb.wait_service_account(NS)
+        yield Cluster(tb, client, extender, agents)
+    except BaseException:
+        tb.keep = True
+        raise
+    finally:
+        if extender is not None:
+            extender.stop()
+        for agent in agents:
+            agent.stop()
+        tb.stop()
+
+
+@pytest.fixture
+def kube(cluster: Cluster) -> Iterator[Client]:
+    yield cluster.client
+    for p in cluster.client.list(Pod, namespace=NS):
+        assert p.metadata is not None and p.metadata.name is not None
+        cluster.client.delete(Pod, p.metadata.name, namespace=NS, grace_period=0)
+    eventually(lambda: not list(cluster.client.list(Pod, namespace=NS)), 60, "pods gone")
+
+
+def _allocatable(client: Client, node: str) -> dict[str, str]:
+    status = client.get(Node, node).status
+    return dict(status.allocatable or {}) if status else {}
+
+
+def _pod(name: str, limits: dict[str, str], **spec: Any) -> Any:
+    return from_dict(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"limits": limits},
+                    }
+                ],
+                **spec,
+            },
+        }
+    )
+
+
+def _get(client: Client, name: str) -> dict[str, Any]:
+    return as_dict(client.get(Pod, name, namespace=NS))
+
+
+def _phase(client: Client, name: str) -> str:
+    return str((_get(client, name).get("status") or {}).get("phase") or "")
+
+
+def _unschedulable(client: Client, name: str) -> str | None:
+    for c in (_get(client, name).get("status") or {}).get("conditions") or []:
+        if c["type"] == "PodScheduled" and c["status"] == "False":
+            return str(c.get("message") or c.get("reason"))
+    return None
+
+
+def _running(client: Client, names: list[str], timeout: float = 120) -> None:
+    eventually(
+        lambda: all(_phase(client, n) == "Running" for n in names),
+        timeout,
+        f"pods {names} Running",
+    )
+
+
+def _decision(client: Client, name: str) -> Decision:
+    pod = _get(client, name)
+    decision = Decision.from_json(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert decision.node == pod["spec"]["nodeName"]
+    return decision
+
+
+def _held(client: Client) -> dict[tuple[str, str], int]:
+    """MiB decided per (node, GPU) over the pods that run or are bound."""
+    held: dict[tuple[str, str], int] = {}
+    for p in client.list(Pod, namespace=NS):
+        d = as_dict(p)
+        if not d["spec"].get("nodeName"):
+            continue
+        decision = _decision(client, d["metadata"]["name"])
+        for c in decision.containers:
+            for bdf in c.devices:
+                held[(decision.node, bdf)] = held.get((decision.node, bdf), 0) + c.memory
+    return held
+
+
+def test_memory_shares_pack_onto_gpus_without_exceeding_them(
+    cluster: Cluster, kube: Client
+) -> None:
+    names = [f"share-{i}" for i in range(5)]
+    for n in names:
+        kube.create(_pod(n, {MEMORY: "10000", "kubeacc.io/gpu-cores": "40"}))
+    # 2 x 10000 MiB fit one L4 (23034 MiB): four pods run, the fifth waits with the reason
+    eventually(lambda: sum(_phase(kube, n) == "Running" for n in names) == 4, 120, "4 pods Running")
+    waiting = [n for n in names if _phase(kube, n) != "Running"]
+    assert len(waiting) == 1
+    reason = eventually(lambda: _unschedulable(kube, waiting[0]), 60, "unschedulable reason")
+    assert "no GPU with 10000 MiB free (most free on one GPU: 3034 MiB)" in reason, reason
+    held = _held(kube)
+    assert sorted(held.values()) == [20000, 20000], held
+    # what the containers got: the decided GPU, the limits as environment
+    for n in names:
+        if n in waiting:
+            continue
+        decision = _decision(kube, n)
+        node = cluster.testbed.node(decision.node)
+        (record,) = node.container_records(namespace=NS, pod=n)
+        assert record.envs["ACCELERATOR_UNITS"] == decision.containers[0].devices[0]
+        assert record.envs["KUBEACC_DEVICE_MEMORY_LIMIT"] == "10000"
+        assert record.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10000M"
+        assert record.envs["KUBEACC_DEVICE_CORES_LIMIT"] == "40"
+        assert record.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+        assert any(d.host_path.startswith("/dev/nvidia") for d in record.devices)
+    # memory freed: the waiting pod is placed
+    gone = next(n for n in names if n not in waiting)
+    kube.delete(Pod, gone, namespace=NS, grace_period=0)
+    _running(kube, waiting)
+
+
+def test_extender_restart_mid_stream_loses_nothing(cluster: Cluster, kube: Client) -> None:
+    ext = cluster.extender
+    kube.create(_pod("r-0", {MEMORY: "11000"}))
+    kube.create(_pod("r-1", {MEMORY: "11000"}))
+    _running(kube, ["r-0", "r-1"])
+    kube.create(_pod("r-2", {MEMORY: "11000"}))
+    ext.kill()  # whatever it was doing with r-2
+    for i in (3, 4):
+        kube.create(_pod(f"r-{i}", {MEMORY: "11000"}))
+    ext.start()  # a new process: state only from the API server
+    names = [f"r-{i}" for i in range(5)]
+    eventually(lambda: sum(_phase(kube, n) == "Running" for n in names) == 4, 120, "4 pods Running")
+    late = [n for n in names if _phase(kube, n) != "Running"]
+    assert len(late) == 1
+    eventually(lambda: _unschedulable(kube, late[0]), 60, "reason for the fifth pod")
+    held = _held(kube)
+    assert sorted(held.values()) == [22000, 22000], held
+    assert all(v <= L4_MIB for v in held.values())
+
+
+def test_racing_binds_for_the_last_memory_one_wins(cluster: Cluster, kube: Client) -> None:
+    # Bypass kube-scheduler (another scheduler name) and race two binds to the same node.
+    for n in ("race-a", "race-b"):
+        kube.create(_pod(n, {MEMORY: "15000"}, schedulerName="nobody"))
+    node = NODES[0]
+    answers: dict[str, dict[str, Any]] = {}
+    barrier = threading.Barrier(2)
+
+    def bind(name: str) -> None:
+        uid = _get(kube, name)["metadata"]["uid"]
+        barrier.wait()
+        answers[name] = cluster.extender.post(
+            "bind", {"PodName": name, "PodNamespace": NS, "PodUID": uid, "Node": node}
+        )
+
+    threads = [threading.Thread(target=bind, args=(n,)) for n in ("race-a", "race-b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    errors = {n: a["Error"] for n, a in answers.items() if a["Error"]}
+    assert len(answers) == 2 and len(errors) == 1, answers
+    ((loser, error),) = errors.items()
+    winner = "race-b" if loser == "race-a" else "race-a"
+    assert "no GPU with 15000 MiB free" in error and "taken since filter" in error, error
+    assert not _get(kube, loser)["spec"].get("nodeName")
+    _running(kube, [winner])
+    assert _decision(kube, winner).node == node
+
+
+def test_a_pod_without_a_decision_gets_a_clear_allocate_error(
+    cluster: Cluster, kube: Client
+) -> None:
+    # nodeName set by hand: no scheduler, no extender, no decision
+    kube.create(_pod("no-decision", {MEMORY: "1000"}, nodeName=NODES[1]))
+
+    def failed() -> str | None:
+        status = _get(kube, "no-decision").get("status") or {}
+        return str(status.get("message")) if status.get("phase") == "Failed" else None
+
+    message = eventually(failed, 60, "pod refused at admission")
+    assert "no kubeacc extender decision" in message, message
