@@ -2,8 +2,9 @@
 through the node agents' device plugins), the real kube-scheduler configured with the
 extender (KubeSchedulerConfiguration ``extenders``), real kubelets calling Allocate.
 
-The extender runs as a process with the token of its ServiceAccount and the RBAC of
-deploy/rbac/extender.yaml. Tests run in order and clean up their pods.
+Per node: the node agent (process) and the life-cycle agent (thread; it publishes the
+Accelerators the extender reads). The extender runs as a process with the token of its
+ServiceAccount and the RBAC of deploy/rbac/extender.yaml. Tests run in order and clean up their pods.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,13 +28,16 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
+from lightkube.config.kubeconfig import KubeConfig
 from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Node, Pod
 
 from kubeacc.crds.deploy import apply_manifest, manifests
-from kubeacc.crds.resources import as_dict, install_crds
+from kubeacc.agent.lifecycle.agent import LifecycleAgent
+from kubeacc.crds.resources import Accelerator, as_dict, install_crds
 from kubeacc.extender.wants import DECISION_ANNOTATION, MEMORY, Decision
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.testbed.identities import _stem, agent_kubeconfig, install_agent_access, token_client
 from kubeacc.testbed.kubelet import KubeletOptions
 from kubeacc.testbed.procs import free_port
@@ -129,7 +136,9 @@ def _extender_kubeconfig(tb: Testbed, client: Client, tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("extender")
     port = free_port()
     extenders = [
@@ -148,10 +157,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             ],
         }
     ]
+    # a short path of our own (unix sockets), kept when a test fails: logs for the report
+    workdir = Path(tempfile.mkdtemp(prefix="kacc-ext-"))
     tb = Testbed.start(
-        nodes=[KubeletOptions(node_name=n) for n in NODES], scheduler_extenders=extenders
+        workdir,
+        nodes=[KubeletOptions(node_name=n) for n in NODES],
+        scheduler_extenders=extenders,
     )
+    failed = request.session.testsfailed
     agents: list[AgentProcess] = []
+    threads: list[threading.Thread] = []
+    stop = threading.Event()
     extender: Extender | None = None
     try:
         client = tb.client(field_manager="kubeacc-test")
@@ -168,6 +184,17 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             )
             agent.start(extra=[f"--device-plugin-config={config}"], apply_classes=False)
             agents.append(agent)
+            # the life-cycle agent publishes the node's Accelerators: the extender's inventory
+            lifecycle = LifecycleAgent(
+                Client(KubeConfig.from_file(agent_kubeconfig(tb, node, work))),
+                node_name=node,
+                host_root=host,
+                bitstream_dir=work,
+                kernel=SyntheticKernel(host),
+                interval=1.0,
+            )
+            threads.append(threading.Thread(target=lifecycle.run, args=(stop,), daemon=True))
+            threads[-1].start()
         for agent in agents:
             agent.wait_registered()
         for node in NODES:
@@ -176,6 +203,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 90,
                 f"{MEMORY} on {node}",
             )
+        eventually(
+            lambda: len(list(client.list(Accelerator))) >= 2 * len(NODES), 90, "Accelerators"
+        )
         extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log")
         extender.start()
         with contextlib.suppress(ApiError):
@@ -192,7 +222,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             extender.stop()
         for agent in agents:
             agent.stop()
+        stop.set()
+        for t in threads:
+            t.join(10)
         tb.stop()
+        if request.session.testsfailed == failed:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"\nextender testbed kept in {workdir}, extender log {tmp / 'extender.log'}")
 
 
 @pytest.fixture
@@ -246,11 +283,21 @@ def _unschedulable(client: Client, name: str) -> str | None:
 
 
 def _running(client: Client, names: list[str], timeout: float = 120) -> None:
-    eventually(
-        lambda: all(_phase(client, n) == "Running" for n in names),
-        timeout,
-        f"pods {names} Running",
-    )
+    _running_count(client, names, len(names), timeout)
+
+
+def _running_count(client: Client, names: list[str], count: int, timeout: float = 120) -> None:
+    """Wait until ``count`` of ``names`` run; on time-out, say where each pod stands."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sum(_phase(client, n) == "Running" for n in names) == count:
+            return
+        time.sleep(0.5)
+    report = {
+        n: (_phase(client, n), _get(client, n)["spec"].get("nodeName"), _unschedulable(client, n))
+        for n in names
+    }
+    raise AssertionError(f"not {count} of {names} Running after {timeout}s: {report}")
 
 
 def _decision(client: Client, name: str) -> Decision:
@@ -281,7 +328,7 @@ def test_memory_shares_pack_onto_gpus_without_exceeding_them(
     for n in names:
         kube.create(_pod(n, {MEMORY: "10000", "kubeacc.io/gpu-cores": "40"}))
     # 2 x 10000 MiB fit one L4 (23034 MiB): four pods run, the fifth waits with the reason
-    eventually(lambda: sum(_phase(kube, n) == "Running" for n in names) == 4, 120, "4 pods Running")
+    _running_count(kube, names, 4)
     waiting = [n for n in names if _phase(kube, n) != "Running"]
     assert len(waiting) == 1
     reason = eventually(lambda: _unschedulable(kube, waiting[0]), 60, "unschedulable reason")
@@ -318,7 +365,7 @@ def test_extender_restart_mid_stream_loses_nothing(cluster: Cluster, kube: Clien
         kube.create(_pod(f"r-{i}", {MEMORY: "11000"}))
     ext.start()  # a new process: state only from the API server
     names = [f"r-{i}" for i in range(5)]
-    eventually(lambda: sum(_phase(kube, n) == "Running" for n in names) == 4, 120, "4 pods Running")
+    _running_count(kube, names, 4)
     late = [n for n in names if _phase(kube, n) != "Running"]
     assert len(late) == 1
     eventually(lambda: _unschedulable(kube, late[0]), 60, "reason for the fifth pod")
