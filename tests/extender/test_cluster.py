@@ -4,7 +4,8 @@ extender (KubeSchedulerConfiguration ``extenders``), real kubelets calling Alloc
 
 Per node: the node agent (process) and the life-cycle agent (thread; it publishes the
 Accelerators the extender reads). The extender runs as a process with the token of its
-ServiceAccount and the RBAC of deploy/rbac/extender.yaml. Tests run in order and clean up their pods.
+ServiceAccount and the RBAC of deploy/rbac/extender.yaml. Tests run in order and clean up
+their pods.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
-from lightkube.config.kubeconfig import KubeConfig
 from lightkube.codecs import from_dict
+from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Node, Pod
 
-from kubeacc.crds.deploy import apply_manifest, manifests
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
+from kubeacc.crds.deploy import apply_manifest, manifests
 from kubeacc.crds.resources import Accelerator, as_dict, install_crds
 from kubeacc.extender.wants import DECISION_ANNOTATION, MEMORY, Decision
 from kubeacc.synthetic import profiles
