@@ -1,6 +1,7 @@
-"""kubeacc extender on the real testbed: two nodes (one NVIDIA L4 each, 23034 MiB, shared
-through the node agents' device plugins), the real kube-scheduler configured with the
-extender (KubeSchedulerConfiguration ``extenders``), real kubelets calling Allocate.
+"""kubeacc extender on the real testbed: two nodes (``gpu-a``: 2 NVIDIA L4, ``gpu-b``: 1 L4;
+23034 MiB each, shared through the node agents' device plugins), the real kube-scheduler
+configured with the extender (KubeSchedulerConfiguration ``extenders``), real kubelets calling
+Allocate.
 
 Per node: the node agent (process) and the life-cycle agent (thread; it publishes the
 Accelerators the extender reads). The extender runs as a process with the token of its
@@ -49,6 +50,8 @@ from tests.testbed.helpers import eventually
 pytestmark = pytest.mark.cluster
 
 NODES = ("gpu-a", "gpu-b")
+PROFILES = {"gpu-a": "l4-pair", "gpu-b": "edge-mixed"}
+GPUS = 3
 L4_MIB = 23034
 NS = "shares"
 
@@ -179,7 +182,7 @@ def cluster(
         for node in NODES:
             work = tmp / node
             work.mkdir()
-            host = profiles.build("edge-mixed", work / "host", seed=node)
+            host = profiles.build(PROFILES[node], work / "host", seed=node)
             agent = AgentProcess(
                 node, host, agent_kubeconfig(tb, node, work), tb.node(node).root_dir, work
             )
@@ -199,13 +202,22 @@ def cluster(
         for agent in agents:
             agent.wait_registered()
         for node in NODES:
+            mib = L4_MIB * (2 if PROFILES[node] == "l4-pair" else 1)
             eventually(
-                lambda n=node: _allocatable(client, n).get(MEMORY) == str(L4_MIB),  # type: ignore[misc]
+                lambda n=node, m=mib: _allocatable(client, n).get(MEMORY) == str(m),  # type: ignore[misc]
                 90,
                 f"{MEMORY} on {node}",
             )
         eventually(
-            lambda: len(list(client.list(Accelerator))) >= 2 * len(NODES), 90, "Accelerators"
+            lambda: (
+                sum(
+                    (as_dict(a).get("status") or {}).get("device", {}).get("type") == "gpu"
+                    for a in client.list(Accelerator)
+                )
+                == GPUS
+            ),
+            90,
+            "GPU Accelerators",
         )
         extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log")
         extender.start()
@@ -325,17 +337,18 @@ def _held(client: Client) -> dict[tuple[str, str], int]:
 def test_memory_shares_pack_onto_gpus_without_exceeding_them(
     cluster: Cluster, kube: Client
 ) -> None:
-    names = [f"share-{i}" for i in range(5)]
+    names = [f"share-{i}" for i in range(4)]
     for n in names:
-        kube.create(_pod(n, {MEMORY: "10000", "kubeacc.io/gpu-cores": "40"}))
-    # 2 x 10000 MiB fit one L4 (23034 MiB): four pods run, the fifth waits with the reason
-    _running_count(kube, names, 4)
+        kube.create(_pod(n, {MEMORY: "15000", "kubeacc.io/gpu-cores": "30"}))
+    # one 15000 MiB share per L4 (23034 MiB): three run. The fourth fits gpu-a's total
+    # (46068 MiB, what kube-scheduler checks) but no single GPU: the extender says so.
+    _running_count(kube, names, GPUS)
     waiting = [n for n in names if _phase(kube, n) != "Running"]
     assert len(waiting) == 1
     reason = eventually(lambda: _unschedulable(kube, waiting[0]), 60, "unschedulable reason")
-    assert "no GPU with 10000 MiB free (most free on one GPU: 3034 MiB)" in reason, reason
+    assert "no GPU with 15000 MiB free (most free on one GPU: 8034 MiB)" in reason, reason
     held = _held(kube)
-    assert sorted(held.values()) == [20000, 20000], held
+    assert sorted(held.values()) == [15000] * GPUS, held
     # what the containers got: the decided GPU, the limits as environment
     for n in names:
         if n in waiting:
@@ -344,10 +357,10 @@ def test_memory_shares_pack_onto_gpus_without_exceeding_them(
         node = cluster.testbed.node(decision.node)
         (record,) = node.container_records(namespace=NS, pod=n)
         assert record.envs["ACCELERATOR_UNITS"] == decision.containers[0].devices[0]
-        assert record.envs["KUBEACC_DEVICE_MEMORY_LIMIT"] == "10000"
-        assert record.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10000M"
-        assert record.envs["KUBEACC_DEVICE_CORES_LIMIT"] == "40"
-        assert record.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "40"
+        assert record.envs["KUBEACC_DEVICE_MEMORY_LIMIT"] == "15000"
+        assert record.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=15000M"
+        assert record.envs["KUBEACC_DEVICE_CORES_LIMIT"] == "30"
+        assert record.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
         assert any(d.host_path.startswith("/dev/nvidia") for d in record.devices)
     # memory freed: the waiting pod is placed
     gone = next(n for n in names if n not in waiting)
@@ -357,29 +370,29 @@ def test_memory_shares_pack_onto_gpus_without_exceeding_them(
 
 def test_extender_restart_mid_stream_loses_nothing(cluster: Cluster, kube: Client) -> None:
     ext = cluster.extender
-    kube.create(_pod("r-0", {MEMORY: "11000"}))
-    kube.create(_pod("r-1", {MEMORY: "11000"}))
-    _running(kube, ["r-0", "r-1"])
-    kube.create(_pod("r-2", {MEMORY: "11000"}))
+    names = [f"r-{i}" for i in range(2 * GPUS + 1)]
+    kube.create(_pod(names[0], {MEMORY: "11000"}))
+    kube.create(_pod(names[1], {MEMORY: "11000"}))
+    _running(kube, names[:2])
+    kube.create(_pod(names[2], {MEMORY: "11000"}))
     ext.kill()  # whatever it was doing with r-2
-    for i in (3, 4):
-        kube.create(_pod(f"r-{i}", {MEMORY: "11000"}))
+    for n in names[3:]:
+        kube.create(_pod(n, {MEMORY: "11000"}))
     ext.start()  # a new process: state only from the API server
-    names = [f"r-{i}" for i in range(5)]
-    _running_count(kube, names, 4)
+    # two 11000 MiB shares per L4: six run, the seventh waits
+    _running_count(kube, names, 2 * GPUS)
     late = [n for n in names if _phase(kube, n) != "Running"]
     assert len(late) == 1
-    eventually(lambda: _unschedulable(kube, late[0]), 60, "reason for the fifth pod")
+    eventually(lambda: _unschedulable(kube, late[0]), 60, "reason for the last pod")
     held = _held(kube)
-    assert sorted(held.values()) == [22000, 22000], held
-    assert all(v <= L4_MIB for v in held.values())
+    assert sorted(held.values()) == [22000] * GPUS, held
 
 
 def test_racing_binds_for_the_last_memory_one_wins(cluster: Cluster, kube: Client) -> None:
     # Bypass kube-scheduler (another scheduler name) and race two binds to the same node.
     for n in ("race-a", "race-b"):
         kube.create(_pod(n, {MEMORY: "15000"}, schedulerName="nobody"))
-    node = NODES[0]
+    node = "gpu-b"  # one L4: room for one of the two
     answers: dict[str, dict[str, Any]] = {}
     barrier = threading.Barrier(2)
 
@@ -409,7 +422,7 @@ def test_a_pod_without_a_decision_gets_a_clear_allocate_error(
     cluster: Cluster, kube: Client
 ) -> None:
     # nodeName set by hand: no scheduler, no extender, no decision
-    kube.create(_pod("no-decision", {MEMORY: "1000"}, nodeName=NODES[1]))
+    kube.create(_pod("no-decision", {MEMORY: "1000"}, nodeName="gpu-b"))
 
     def failed() -> str | None:
         status = _get(kube, "no-decision").get("status") or {}
