@@ -16,7 +16,7 @@ from typing import Any
 from lightkube import ApiError, Client
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Pod, PodBinding
+from lightkube.resources.core_v1 import Binding, Pod
 from pydantic import ValidationError
 
 from kubeacc.controller.leader import LeaderElector
@@ -135,11 +135,13 @@ class KubeBinder:
         self.client.patch(Pod, name, patch, namespace=namespace, field_manager=FIELD_MANAGER)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        binding = PodBinding(
+        # POST .../namespaces/<ns>/bindings: the answer is a Status, which lightkube decodes
+        # into Binding without complaint (as the pods/binding subresource it refuses it).
+        binding = Binding(
             metadata=ObjectMeta(name=name, namespace=namespace, uid=uid),
             target=ObjectReference(apiVersion="v1", kind="Node", name=node),
         )
-        self.client.create(binding, name, namespace=namespace)
+        self.client.create(binding, namespace=namespace)
 
 
 class Leadership:
