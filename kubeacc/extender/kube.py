@@ -9,14 +9,16 @@ only the node it concerns; a (re)list replaces the whole view.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from typing import Any
 
+import msgspec
 from lightkube import ApiError, Client
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Binding, Pod
+from lightkube.resources.core_v1 import Pod, PodBinding
 from pydantic import ValidationError
 
 from kubeacc.controller.leader import LeaderElector
@@ -135,13 +137,15 @@ class KubeBinder:
         self.client.patch(Pod, name, patch, namespace=namespace, field_manager=FIELD_MANAGER)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        # POST .../namespaces/<ns>/bindings: the answer is a Status, which lightkube decodes
-        # into Binding without complaint (as the pods/binding subresource it refuses it).
-        binding = Binding(
+        binding = PodBinding(
             metadata=ObjectMeta(name=name, namespace=namespace, uid=uid),
             target=ObjectReference(apiVersion="v1", kind="Node", name=node),
         )
-        self.client.create(binding, namespace=namespace)
+        # The API server answers a created binding with a Status, which lightkube then fails
+        # to decode as a Binding; it raises for HTTP errors before decoding, so reaching the
+        # decoder means the pod is bound.
+        with contextlib.suppress(msgspec.ValidationError):
+            self.client.create(binding, name, namespace=namespace)
 
 
 class Leadership:
