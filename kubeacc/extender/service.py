@@ -14,8 +14,10 @@ taken by the first one's reservation and answers an error, so the scheduler re-q
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -57,6 +59,7 @@ class Extender:
         self._scores: OrderedDict[str, dict[str, tuple[int, int]]] = OrderedDict()
         self._scores_lock = threading.Lock()
         self.counts = {"filter": 0, "prioritize": 0, "bind": 0, "bind_refused": 0}
+        self._node_locks: dict[str, threading.Lock] = {}
 
     # -- filter -----------------------------------------------------------------------------
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
@@ -195,8 +198,9 @@ class Extender:
             f = place(view, want)
             if f.decision is None:
                 raise BindError(f"pod {name}: node {node}: {f.reason} (taken since filter)")
-            self.state.reserve(uid, f.decision)
-            return f.decision
+            decision = dataclasses.replace(f.decision, at=round(time.time(), 6))
+            self.state.reserve(uid, decision)
+            return decision
 
     def _bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         binder = self.binder
@@ -218,17 +222,24 @@ class Extender:
         if want.empty:
             self._do_bind(binder, namespace, name, actual, node)
             return
-        decision = self.decide(pod, want, node)
-        try:
-            binder.record(namespace, name, actual, decision)
-            self._do_bind(binder, namespace, name, actual, node)
-        except BindError:
-            self.state.release(actual)
-            raise
-        except Exception as err:
-            self.state.release(actual)
-            raise BindError(f"pod {namespace}/{name}: {err}") from err
+        # One node's pods are bound in the order of their decisions: the kubelet then admits
+        # them in that order, the order its device plugin hands the decisions out in.
+        with self._node_lock(node):
+            decision = self.decide(pod, want, node)
+            try:
+                binder.record(namespace, name, actual, decision)
+                self._do_bind(binder, namespace, name, actual, node)
+            except BindError:
+                self.state.release(actual)
+                raise
+            except Exception as err:
+                self.state.release(actual)
+                raise BindError(f"pod {namespace}/{name}: {err}") from err
         log.info("bound %s/%s to %s: %s", namespace, name, node, decision.to_json())
+
+    def _node_lock(self, node: str) -> threading.Lock:
+        with self._scores_lock:
+            return self._node_locks.setdefault(node, threading.Lock())
 
     @staticmethod
     def _do_bind(binder: Binder, namespace: str, name: str, uid: str, node: str) -> None:

@@ -163,12 +163,16 @@ class Assigned:
 class Decision:
     node: str
     containers: tuple[Assigned, ...] = field(default_factory=tuple)
+    #: When the extender decided (epoch seconds): the device plugin hands decisions out in
+    #: this order, the order the pods of a node were bound in.
+    at: float = 0.0
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"node": self.node, "containers": [c.as_dict() for c in self.containers]},
-            separators=(",", ":"),
-        )
+        data: dict[str, Any] = {"node": self.node}
+        if self.at:
+            data["at"] = self.at
+        data["containers"] = [c.as_dict() for c in self.containers]
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Decision:
@@ -185,7 +189,7 @@ class Decision:
                 )
                 for c in data["containers"]
             )
-            return cls(str(data["node"]), containers)
+            return cls(str(data["node"]), containers, float(data.get("at", 0.0)))
         except (ValueError, KeyError, TypeError) as err:
             raise WantError(f"{DECISION_ANNOTATION}: not a kubeacc decision: {err}") from err
 

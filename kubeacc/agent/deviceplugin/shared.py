@@ -94,8 +94,15 @@ class DecisionLookup:
     """Finds the container being admitted from the pods on this node (see module doc).
 
     ``list_pods`` returns the node's pods as dicts; ``allocated`` the (pod, container,
-    resource) triples the kubelet already allocated (its PodResources API), so a restarted
-    agent does not hand a container's decision out twice.
+    resource) triples the kubelet already allocated (its PodResources API). Each decision is
+    handed out once per resource; a restarted agent first counts what the kubelet allocated
+    before it as handed out.
+
+    Order: decisions in the order the extender made them (``at``; it binds the pods of one node
+    in that order, so the kubelet learns of them in that order and admits them so). The
+    resources of one container come in consecutive calls: a container chosen for one resource
+    is preferred for the next resource it asks for, so its memory and its cores come from the
+    same decision.
     """
 
     def __init__(
@@ -108,7 +115,18 @@ class DecisionLookup:
         self.list_pods = list_pods
         self.allocated = allocated
         self._handed: set[tuple[str, str, str]] = set()
+        self._seeded = allocated is None
+        self._last: tuple[str, str] | None = None
         self._lock = threading.Lock()
+
+    def _seed(self) -> None:
+        if self._seeded or self.allocated is None:
+            return
+        try:
+            self._handed |= self.allocated()
+            self._seeded = True
+        except Exception as err:  # the kubelet's pod-resources API is optional here
+            log.debug("pod resources: %s", err)
 
     def find(self, resource: str, kind: Kind, count: int) -> Found:
         from kubeacc.extender.wants import WantError, container_want, decision_of
@@ -117,44 +135,46 @@ class DecisionLookup:
             pods = self.list_pods()
         except Exception as err:
             raise AllocationError(f"cannot read the pods of node {self.node}: {err}") from err
-        done: set[tuple[str, str, str]] = set()
-        if self.allocated is not None:
-            try:
-                done = self.allocated()
-            except Exception as err:  # the kubelet's pod-resources API is optional here
-                log.debug("pod resources: %s", err)
-        candidates: list[tuple[str, str, str, Found]] = []
-        undecided = 0
-        for pod in pods:
-            meta = pod.get("metadata") or {}
-            if (pod.get("status") or {}).get("phase") not in (None, "", "Pending"):
-                continue
-            key_pod = f"{meta.get('namespace')}/{meta.get('name')}"
-            decision = decision_of(pod)
-            for c in (pod.get("spec") or {}).get("containers") or []:
-                name = str(c.get("name", ""))
-                try:
-                    want = container_want(name, c.get("resources"))
-                except WantError:
-                    continue
-                if want is None:
-                    continue
-                amount = {Kind.MEMORY: want.memory, Kind.CORES: want.cores}.get(kind, want.whole)
-                if amount != count:
-                    continue
-                if kind is Kind.WHOLE and resource != _whole_resource(want.model):
-                    continue
-                got = decision.container(name) if decision and decision.node == self.node else None
-                if got is None:
-                    undecided += 1
-                    continue
-                key = (key_pod, name, resource)
-                if key in done or key in self._handed:
-                    continue
-                found = Found(key_pod, name, got.devices, got.memory, got.cores)
-                candidates.append((str(meta.get("creationTimestamp") or ""), key_pod, name, found))
         with self._lock:
-            candidates = [c for c in candidates if (c[1], c[2], resource) not in self._handed]
+            self._seed()
+            candidates: list[tuple[bool, float, str, str, Found]] = []
+            undecided = 0
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                key_pod = f"{meta.get('namespace')}/{meta.get('name')}"
+                decision = decision_of(pod)
+                for c in (pod.get("spec") or {}).get("containers") or []:
+                    name = str(c.get("name", ""))
+                    try:
+                        want = container_want(name, c.get("resources"))
+                    except WantError:
+                        continue
+                    if want is None:
+                        continue
+                    amount = {Kind.MEMORY: want.memory, Kind.CORES: want.cores}.get(
+                        kind, want.whole
+                    )
+                    if amount != count:
+                        continue
+                    if kind is Kind.WHOLE and resource != _whole_resource(want.model):
+                        continue
+                    got = (
+                        decision.container(name)
+                        if decision and decision.node == self.node
+                        else None
+                    )
+                    if got is None:
+                        undecided += 1
+                        continue
+                    if (key_pod, name, resource) in self._handed:
+                        continue
+                    found = Found(key_pod, name, got.devices, got.memory, got.cores)
+                    latest = self._last != (key_pod, name)
+                    candidates.append(
+                        (latest, decision.at if decision else 0.0, key_pod, name, found)
+                    )
             if not candidates:
                 hint = f" ({undecided} container(s) ask for it without one)" if undecided else ""
                 raise AllocationError(
@@ -163,9 +183,10 @@ class DecisionLookup:
                     "sharing GPUs must be scheduled by a kube-scheduler configured with "
                     "kubeacc extender"
                 )
-            candidates.sort(key=lambda c: (c[0], c[1], c[2]))
-            chosen = candidates[0][3]
+            candidates.sort(key=lambda c: c[:4])
+            chosen = candidates[0][4]
             self._handed.add((chosen.pod, chosen.container, resource))
+            self._last = (chosen.pod, chosen.container)
         return chosen
 
 

@@ -87,30 +87,36 @@ def test_shared_config_mistakes(tmp_path: Any, types: dict[str, Any], message: s
         load_config(f)
 
 
-def test_allocate_finds_the_oldest_decided_container_of_that_size(edge: Inventory) -> None:
+def test_allocate_hands_decisions_out_in_the_order_they_were_made(edge: Inventory) -> None:
     gpus = _gpus(edge)
     (bdf,) = gpus
-    share = Decision("node-a", (Assigned("main", (bdf,), memory=4096, cores=25),))
+
+    def share(at: float, cores: int = 25) -> Decision:
+        return Decision("node-a", (Assigned("main", (bdf,), memory=4096, cores=cores),), at)
+
     pods = [
-        _pod("newer", {MEMORY: "4096", CORES: "25"}, share, "2026-01-01T00:00:02Z"),
-        _pod("older", {MEMORY: "4096", CORES: "25"}, share, "2026-01-01T00:00:01Z"),
-        _pod("running", {MEMORY: "4096"}, share, "2026-01-01T00:00:00Z", phase="Running"),
-        _pod("other-size", {MEMORY: "100"}, share, "2026-01-01T00:00:00Z"),
+        _pod("second", {MEMORY: "4096", CORES: "25"}, share(2.0), "2026-01-01T00:00:00Z"),
+        _pod("first", {MEMORY: "4096", CORES: "25"}, share(1.0), "2026-01-01T00:00:00Z"),
+        _pod("done", {MEMORY: "4096"}, share(0.5), "2026-01-01T00:00:00Z", phase="Succeeded"),
+        _pod("other-size", {MEMORY: "100"}, share(0.1), "2026-01-01T00:00:00Z"),
     ]
     lookup = DecisionLookup("node-a", lambda: pods)
     first = lookup.find(MEMORY, Kind.MEMORY, 4096)
-    assert first.pod == "ns/older"
+    assert first.pod == "ns/first"
     got = shared_allocate(Kind.MEMORY, first, gpus, None)
     assert got.envs["ACCELERATOR_UNITS"] == bdf
     assert got.envs["KUBEACC_DEVICE_MEMORY_LIMIT"] == "4096"
     assert got.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
     assert "KUBEACC_DEVICE_CORES_LIMIT" not in got.envs
     assert "/dev/nvidia0" in got.device_nodes
-    cores = shared_allocate(Kind.CORES, lookup.find(CORES, Kind.CORES, 25), gpus, None)
+    # the same container's next resource comes from the same decision
+    cores_found = lookup.find(CORES, Kind.CORES, 25)
+    assert cores_found.pod == "ns/first"
+    cores = shared_allocate(Kind.CORES, cores_found, gpus, None)
     assert cores.envs["KUBEACC_DEVICE_CORES_LIMIT"] == "25"
     assert cores.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    # each container once: the second call is for the newer pod, a third finds nobody
-    assert lookup.find(MEMORY, Kind.MEMORY, 4096).pod == "ns/newer"
+    # each decision once per resource: then the second pod, then nobody
+    assert lookup.find(MEMORY, Kind.MEMORY, 4096).pod == "ns/second"
     with pytest.raises(AllocationError, match="no kubeacc extender decision"):
         lookup.find(MEMORY, Kind.MEMORY, 4096)
 
