@@ -6,9 +6,9 @@ meaning of their own: ``kubeacc.io/gpu-memory`` (one ID per MiB of each healthy 
 ``kubeacc.io/gpu-<model>``, one per GPU). The kubelet only counts them; ``kubeacc extender``
 decides which GPU each container gets and records it on the pod (annotation
 ``kubeacc.io/devices``). Allocate carries no pod identity, so :class:`DecisionLookup` finds the
-container being admitted: among the pods bound to this node with a decision, not yet running,
-the oldest container whose request of that resource equals the number of IDs asked (the
-kubelet admits pods one at a time, oldest first). A container without a decision gets an
+container being admitted: among the pods bound to this node with a decision, the first, in the
+order the extender decided (and bound) them, whose request of that resource equals the number
+of IDs asked and whose decision was not handed out yet. A container without a decision gets an
 Allocate error, never a GPU picked at random.
 
 The kubelet reads a plugin's device list as one gRPC message of at most 4 MiB: about 200,000
