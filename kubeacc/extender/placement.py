@@ -53,6 +53,30 @@ def matcher(want: PodWant) -> Match:
     (:attr:`NodeView.slots`, sorted by free memory: a bisection finds the tightest GPU);
     anything else runs :func:`place`.
     """
+    return _memoized(want, _matcher(want))
+
+
+#: Wants a node remembers answers for, at most (the memo is emptied when the node changes).
+MEMO_SIZE = 32
+
+
+def _memoized(want: PodWant, match: Match) -> Match:
+    key = (tuple((c.whole, c.model, c.memory, c.cores) for c in want.containers), want.models)
+
+    def cached(view: NodeView) -> tuple[int, str]:
+        memo = view.memo
+        got = memo.get(key)
+        if got is None:
+            got = match(view)
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[key] = got
+        return got
+
+    return cached
+
+
+def _matcher(want: PodWant) -> Match:
     if len(want.containers) != 1:
         return lambda view: _from_fit(place(view, want)) if view.gpus else (0, NO_GPUS)
     c = want.containers[0]

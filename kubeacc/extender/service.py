@@ -18,7 +18,6 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -27,9 +26,6 @@ from kubeacc.extender.state import State
 from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
 
 log = logging.getLogger(__name__)
-
-#: How many pods' filter results prioritize may reuse.
-REMEMBERED_PODS = 256
 
 
 class Binder(Protocol):
@@ -56,8 +52,7 @@ class Extender:
     def __init__(self, state: State, binder: Binder | None = None) -> None:
         self.state = state
         self.binder = binder
-        self._scores: OrderedDict[str, dict[str, tuple[int, int]]] = OrderedDict()
-        self._scores_lock = threading.Lock()
+        self._locks_lock = threading.Lock()
         self.counts = {"filter": 0, "prioritize": 0, "bind": 0, "bind_refused": 0}
         self._node_locks: dict[str, threading.Lock] = {}
 
@@ -74,7 +69,6 @@ class Extender:
         except WantError as err:
             unresolvable = dict.fromkeys(names, str(err))
             return self._filtered(nodes, [], failed, unresolvable)
-        scores: dict[str, tuple[int, int]] = {}
         if want.empty:
             return self._filtered(nodes, names, failed, unresolvable)
         match = matcher(want)
@@ -98,13 +92,11 @@ class Extender:
                 if view is None:
                     unresolvable[name] = NO_GPUS
                     continue
-                score, reason = match(view)
+                reason = match(view)[1]
                 if reason:
                     failed[name] = reason
                 else:
                     passed.append(name)
-                    scores[name] = (view.version, score)
-        self._remember(pod, scores)
         return self._filtered(nodes, passed, failed, unresolvable)
 
     @staticmethod
@@ -130,16 +122,6 @@ class Extender:
             out["NodeNames"] = None
         return out
 
-    def _remember(self, pod: Mapping[str, Any], scores: dict[str, tuple[int, int]]) -> None:
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
-        if not uid:
-            return
-        with self._scores_lock:
-            self._scores[uid] = scores
-            self._scores.move_to_end(uid)
-            while len(self._scores) > REMEMBERED_PODS:
-                self._scores.popitem(last=False)
-
     # -- prioritize -------------------------------------------------------------------------
     def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         self.counts["prioritize"] += 1
@@ -149,26 +131,19 @@ class Extender:
             want = pod_want(pod)
         except WantError:
             return [{"Host": n, "Score": 0} for n in names]
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
-        with self._scores_lock:
-            known = self._scores.get(uid, {})
         if want.empty:
             return [{"Host": n, "Score": 0} for n in names]
-        match = matcher(want)
+        match = matcher(want)  # memoized per node: filter's answers are reused here
         out = []
         with self.state.lock:
             views = self.state.nodes
             for name in names:
                 view = views.get(name)
-                score = 0
-                if view is not None:
-                    seen = known.get(name)
-                    if seen is not None and seen[0] == view.version:
-                        score = seen[1]
-                    else:
-                        score, reason = match(view)
-                        score = 0 if reason else score
-                out.append({"Host": name, "Score": score})
+                if view is None:
+                    out.append({"Host": name, "Score": 0})
+                    continue
+                score, reason = match(view)
+                out.append({"Host": name, "Score": 0 if reason else score})
         return out
 
     # -- bind -------------------------------------------------------------------------------
@@ -238,7 +213,7 @@ class Extender:
         log.info("bound %s/%s to %s: %s", namespace, name, node, decision.to_json())
 
     def _node_lock(self, node: str) -> threading.Lock:
-        with self._scores_lock:
+        with self._locks_lock:
             return self._node_locks.setdefault(node, threading.Lock())
 
     @staticmethod

@@ -68,10 +68,13 @@ class NodeView:
     whole_by_model: dict[str, int] = field(default_factory=dict)
     models: frozenset[str] = frozenset()
     biggest: int = 1
+    #: Answers for the wants seen since the last change (pods of one Deployment ask alike).
+    memo: dict[object, tuple[int, str]] = field(default_factory=dict)
     _graph: TopologyGraph | None = None
 
     def refresh(self) -> None:
         self.version += 1
+        self.memo = {}
         slots: list[tuple[int, int, str]] = []
         whole = 0
         per_numa: dict[int, int] = {}

@@ -430,3 +430,10 @@ def test_a_pod_without_a_decision_gets_a_clear_allocate_error(
 
     message = eventually(failed, 60, "pod refused at admission")
     assert "no kubeacc extender decision" in message, message
+
+
+def test_deploy_manifests_are_accepted(cluster: Cluster) -> None:
+    # server-side validation of deploy/extender.yaml and its RBAC, nothing written
+    for name in ("extender.yaml", "rbac/extender.yaml"):
+        for doc in manifests(name):
+            cluster.client.apply(from_dict(doc), force=True, dry_run=True)
