@@ -9,7 +9,8 @@ every candidate node name). ``p50_ms``/``p99_ms``: request sent to answer parsed
 prioritize of the same pod added up. ``server_cpu_p50_ms``/``server_cpu_p99_ms``: CPU time
 the extender process spent on the two calls (unlike wall time, not inflated by other processes
 on a busy machine). Pods: a memory share, a memory+core share, a share with a model wish, 1
-and 4 whole GPUs.
+and 4 whole GPUs; each asked again and again, as the replicas of a Deployment are (the nodes'
+memo of answers is warm), and ``share_cold``: a share of a new size every round (cold).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def _pod(name: str, limits: dict[str, str], notes: dict[str, str] | None = None)
 
 PODS = {
     "share_8gib": _pod("share", {MEMORY: "8192"}),
+    "share_cold": _pod("share-cold", {MEMORY: "8192"}),
     "share_8gib_30pct": _pod("share-cores", {MEMORY: "8192", CORES: "30"}),
     "share_model_wish": _pod("share-wish", {MEMORY: "8192"}, {MODELS_ANNOTATION: "h100-80gb-hbm3"}),
     "whole_1": _pod("whole-1", {GPU: "1"}),
@@ -161,11 +163,15 @@ def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         for label, pod in PODS.items():
+            cold = label.endswith("_cold")
             body = json.dumps({"Pod": pod, "NodeNames": names, "Nodes": None}).encode()
             times: list[float] = []
             cpu: list[float] = []
             passed = 0
             for r in range(rounds + 3):
+                if cold:  # a size no node has answered yet: nothing memoized
+                    pod["spec"]["containers"][0]["resources"]["limits"][MEMORY] = str(8192 + r)
+                    body = json.dumps({"Pod": pod, "NodeNames": names, "Nodes": None}).encode()
                 c0 = _cpu(meter)
                 t0 = time.perf_counter()
                 conn.request("POST", "/filter", body, {"Content-Type": "application/json"})
