@@ -43,3 +43,11 @@ def test_a_bad_address_is_a_usage_error(tmp_path: Path) -> None:
     kc.write_text(yaml.safe_dump(kubeconfig_doc("https://127.0.0.1:1")))
     result = kubeacc("extender", "--kubeconfig", str(kc), "--address", "nowhere", home=tmp_path)
     assert_one_line_error(result, 2, "--address must be HOST:PORT")
+
+
+def test_standalone_device_plugin_refuses_shared_gpus(tmp_path: Path) -> None:
+    # sharing needs the extender's decisions from the API server: the node agent's job
+    cfg = tmp_path / "dp.yaml"
+    cfg.write_text("types:\n  gpu: {shared: true}\n")
+    result = kubeacc("device-plugin", "--config", str(cfg), home=tmp_path)
+    assert_one_line_error(result, 2, "shared gpu", "kubeacc agent --device-plugin-config")
