@@ -96,17 +96,24 @@ class Inventory:
 
     def _accelerator_event(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
         with self._lock:
-            for obj, present in ((old, False), (new, True)):
-                if obj is None:
-                    continue
-                node, name, gpu = accelerator_gpu(obj)
-                if not node:
-                    continue
-                gpus = self._gpus.setdefault(node, {})
-                if present and gpu is not None:
-                    gpus[name] = gpu
-                else:
-                    gpus.pop(name, None)
+            touched: set[str] = set()
+            if old is not None:
+                node, name, _ = accelerator_gpu(old)
+                moved = new is None or accelerator_gpu(new)[:2] != (node, name)
+                if node and moved:
+                    self._gpus.get(node, {}).pop(name, None)
+                    touched.add(node)
+            if new is not None:
+                node, name, gpu = accelerator_gpu(new)
+                if node:
+                    gpus = self._gpus.setdefault(node, {})
+                    if gpu is not None:
+                        gpus[name] = gpu
+                    else:
+                        gpus.pop(name, None)
+                    touched.add(node)
+            for node in touched:  # one update per node: no half-changed node is ever seen
+                gpus = self._gpus.get(node) or {}
                 if gpus:
                     self.state.set_node(node, list(gpus.values()))
                 else:
