@@ -88,6 +88,7 @@ def _matcher(want: PodWant) -> Match:
 
 
 NO_GPUS = "no kubeacc GPUs on this node"
+NO_SHARES = "no GPU takes shares (all held whole or unhealthy)"
 
 
 def exact_gate(want: PodWant) -> tuple[int, int] | None:
@@ -114,7 +115,7 @@ def _share_matcher(want: PodWant, c: ContainerWant) -> Match:
     def match(view: NodeView) -> tuple[int, str]:
         fs = view.free_sorted
         if not fs:
-            return 0, NO_GPUS if not view.gpus else "no available GPU"
+            return 0, NO_GPUS if not view.gpus else NO_SHARES
         if fs[-1] < memory:
             return 0, _no_memory(view, memory)
         i = bisect_left(fs, memory)
@@ -167,7 +168,7 @@ def _ranked(base: int, rank: int) -> int:
 
 def _no_memory(view: NodeView, memory: int) -> str:
     if view.max_free < 0:
-        return "no available GPU"
+        return NO_SHARES
     return f"no GPU with {memory} MiB free (most free on one GPU: {view.max_free} MiB)"
 
 

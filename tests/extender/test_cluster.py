@@ -388,6 +388,26 @@ def test_extender_restart_mid_stream_loses_nothing(cluster: Cluster, kube: Clien
     assert sorted(held.values()) == [22000] * GPUS, held
 
 
+def test_whole_gpus_and_shares_never_meet_on_one_gpu(cluster: Cluster, kube: Client) -> None:
+    kube.create(_pod("whole-2", {"kubeacc.io/gpu": "2"}))
+    _running(kube, ["whole-2"])
+    whole = _decision(kube, "whole-2")
+    assert whole.node == "gpu-a" and whole.containers[0].whole
+    (record,) = cluster.testbed.node("gpu-a").container_records(namespace=NS, pod="whole-2")
+    assert sorted(record.envs["ACCELERATOR_UNITS"].split(",")) == sorted(
+        whole.containers[0].devices
+    )
+    assert "KUBEACC_DEVICE_MEMORY_LIMIT" not in record.envs
+    # gpu-a's memory is free by the kubelet's count, but both its GPUs are taken whole
+    kube.create(_pod("share-after", {MEMORY: "1000"}))
+    _running(kube, ["share-after"])
+    assert _decision(kube, "share-after").node == "gpu-b"
+    kube.create(_pod("share-more", {MEMORY: "23000"}))
+    reason = eventually(lambda: _unschedulable(kube, "share-more"), 60, "reason")
+    assert "no GPU takes shares (all held whole or unhealthy)" in reason, reason
+    assert "most free on one GPU: 22034 MiB" in reason, reason
+
+
 def test_racing_binds_for_the_last_memory_one_wins(cluster: Cluster, kube: Client) -> None:
     # Bypass kube-scheduler (another scheduler name) and race two binds to the same node.
     for n in ("race-a", "race-b"):
