@@ -405,7 +405,8 @@ def test_whole_gpus_and_shares_never_meet_on_one_gpu(cluster: Cluster, kube: Cli
     kube.create(_pod("share-more", {MEMORY: "23000"}))
     reason = eventually(lambda: _unschedulable(kube, "share-more"), 60, "reason")
     assert "no GPU takes shares (all held whole or unhealthy)" in reason, reason
-    assert "most free on one GPU: 22034 MiB" in reason, reason
+    # gpu-b (one L4 with 1000 MiB given): kube-scheduler's own count refuses it first
+    assert "1 Insufficient kubeacc.io/gpu-memory" in reason, reason
 
 
 def test_racing_binds_for_the_last_memory_one_wins(cluster: Cluster, kube: Client) -> None:
