@@ -2,7 +2,8 @@
 
 ``POST /filter``, ``/prioritize``, ``/bind`` (the verbs of the KubeSchedulerConfiguration);
 ``GET /healthz`` (process alive), ``/readyz`` (leading and the watches synced; a Service
-therefore routes the scheduler to the leader only), ``/state`` (counts, for people).
+therefore routes the scheduler to the leader only), ``/state`` (counts, for people;
+``/state?node=N``: node N's GPUs, their use and the pods holding them).
 A replica that does not lead answers the verbs with 503.
 """
 
@@ -65,7 +66,9 @@ class ExtenderServer:
                     text = "\n".join(problems) + "\n" if problems else "ok\n"
                     self._send(503 if problems else 200, text.encode(), "text/plain")
                 elif path == "/state":
-                    data = {**outer.extender.state.summary(), **outer.extender.counts}
+                    query = self.path.partition("?")[2]
+                    node = query.removeprefix("node=") if query.startswith("node=") else None
+                    data = {**outer.extender.state.summary(node), **outer.extender.counts}
                     self._send(200, json.dumps(data).encode())
                 else:
                     self._send(404, b"not found\n", "text/plain")

@@ -265,14 +265,30 @@ class State:
     def node(self, name: str) -> NodeView | None:
         return self.nodes.get(name)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, node: str | None = None) -> dict[str, Any]:
+        """Counts; with ``node``, also that node's GPUs, their use and the holders."""
         with self.lock:
-            return {
+            out: dict[str, Any] = {
                 "nodes": len(self.nodes),
                 "gpus": sum(len(v.gpus) for v in self.nodes.values()),
                 "pods": len(self.allocs),
                 "pending": len(self.pending),
             }
+            view = self.nodes.get(node) if node else None
+            if view is not None:
+                out["node"] = {
+                    "gpus": {
+                        b: {
+                            "model": g.model,
+                            "memory": g.memory,
+                            "available": g.available,
+                            "used": vars(view.use.get(b) or GpuUse()),
+                        }
+                        for b, g in view.gpus.items()
+                    },
+                    "holders": sorted(self._by_node.get(view.name, ())),
+                }
+            return out
 
 
 def best_fit(view: NodeView, memory: int) -> int | None:

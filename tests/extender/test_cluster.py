@@ -221,6 +221,7 @@ def cluster(
         )
         extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log")
         extender.start()
+        _EXTENDER_URL[0] = f"http://127.0.0.1:{port}"
         with contextlib.suppress(ApiError):
             client.create(
                 from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
@@ -310,7 +311,20 @@ def _running_count(client: Client, names: list[str], count: int, timeout: float 
         n: (_phase(client, n), _get(client, n)["spec"].get("nodeName"), _unschedulable(client, n))
         for n in names
     }
-    raise AssertionError(f"not {count} of {names} Running after {timeout}s: {report}")
+    views = {}
+    for node in NODES:
+        try:
+            with urllib.request.urlopen(f"{_EXTENDER_URL[0]}/state?node={node}", timeout=5) as r:
+                views[node] = json.loads(r.read()).get("node")
+        except OSError as err:
+            views[node] = str(err)
+    raise AssertionError(
+        f"not {count} of {names} Running after {timeout}s: {report}; extender: {views}"
+    )
+
+
+#: The extender's base URL (set by the fixture), for failure reports.
+_EXTENDER_URL = [""]
 
 
 def _decision(client: Client, name: str) -> Decision:
