@@ -38,9 +38,8 @@ def extender_command(
 ) -> None:
     """Run the scheduler extender: GPU placement and memory sharing for device-plugin clusters.
 
-    Configure kube-scheduler with a KubeSchedulerConfiguration `extenders` entry whose
-    urlPrefix points here (verbs filter, prioritize, bind; nodeCacheCapable: true); see
-    docs/extender.md.
+    kube-scheduler calls it through a KubeSchedulerConfiguration `extenders` entry: urlPrefix
+    here, verbs filter, prioritize and bind, nodeCacheCapable true (docs/extender.md).
     """
     from kubeacc.clientconfig import make_client
     from kubeacc.extender.kube import FIELD_MANAGER
