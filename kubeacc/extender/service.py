@@ -204,6 +204,7 @@ class Extender:
             try:
                 binder.record(namespace, name, actual, decision)
                 self._do_bind(binder, namespace, name, actual, node)
+                self.state.bound(actual)
             except BindError:
                 self.state.release(actual)
                 raise

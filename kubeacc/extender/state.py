@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,8 @@ from kubeacc.model import Device, DeviceType, Inventory
 from kubeacc.topology.graph import TopologyGraph
 
 MIB = 1 << 20
+#: Seconds a reservation outlives its bind call without a pod event (see State.pending).
+PENDING_GRACE = 30.0
 TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
@@ -140,8 +143,11 @@ class State:
         self.lock = threading.RLock()
         self.nodes: dict[str, NodeView] = {}
         self.allocs: dict[str, Decision] = {}
-        #: Reservations of binds in flight (uid): kept until a pod event shows the pod bound.
-        self.pending: set[str] = set()
+        #: Reservations of binds (uid -> when the bind call ended; None while it runs): kept
+        #: until a pod event shows the pod bound or gone. One whose pod event never came
+        #: (a watch that broke while the pod went away) is dropped :data:`PENDING_GRACE` s
+        #: after its bind ended.
+        self.pending: dict[str, float | None] = {}
         self._by_node: dict[str, set[str]] = {}
 
     # -- inventory --------------------------------------------------------------------------
@@ -207,13 +213,29 @@ class State:
 
     def reserve(self, uid: str, decision: Decision) -> None:
         with self.lock:
-            self.pending.add(uid)
+            self.pending[uid] = None
             self._set(uid, decision)
+
+    def bound(self, uid: str, now: float | None = None) -> None:
+        """The bind call for ``uid`` returned: the reservation waits for the pod event."""
+        with self.lock:
+            if uid in self.pending:
+                self.pending[uid] = time.monotonic() if now is None else now
 
     def release(self, uid: str) -> None:
         with self.lock:
-            self.pending.discard(uid)
+            self.pending.pop(uid, None)
             self._set(uid, None)
+
+    def sweep(self, now: float | None = None) -> None:
+        """Drop reservations whose bind ended :data:`PENDING_GRACE` s ago without an event."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            stale = [
+                u for u, t in self.pending.items() if t is not None and now - t > PENDING_GRACE
+            ]
+            for uid in stale:
+                self.release(uid)
 
     def _held(self, pod: Mapping[str, Any]) -> Decision | None:
         """What a pod holds: its decision when it is bound to that node and not finished."""
@@ -232,15 +254,17 @@ class State:
             if new is None:
                 if old is not None:
                     uid = _uid(old)
-                    self.pending.discard(uid)
+                    self.pending.pop(uid, None)
                     self._set(uid, None)
+                self.sweep()
                 return
             uid = _uid(new)
             held = self._held(new)
             if held is None and uid in self.pending and _phase(new) not in TERMINAL:
                 return  # our bind is in flight: the reservation stands
-            self.pending.discard(uid)
+            self.pending.pop(uid, None)
             self._set(uid, held)
+            self.sweep()
 
     def set_pods(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """A full listing: holdings become exactly those of ``pods`` (plus binds in flight)."""
@@ -253,13 +277,14 @@ class State:
             for uid in self.pending:
                 if uid not in fresh and uid in self.allocs:
                     fresh[uid] = self.allocs[uid]
-            self.pending &= set(fresh)
+            self.pending = {u: t for u, t in self.pending.items() if u in fresh}
             self.allocs = fresh
             self._by_node = {}
             for uid, d in fresh.items():
                 self._by_node.setdefault(d.node, set()).add(uid)
             for node in self.nodes:
                 self._recount(node)
+            self.sweep()
 
     # -- reading ----------------------------------------------------------------------------
     def node(self, name: str) -> NodeView | None:

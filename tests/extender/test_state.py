@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from kubeacc.extender.state import best_fit
+import time
+
+from kubeacc.extender.state import PENDING_GRACE, best_fit
 from kubeacc.extender.wants import MEMORY, Assigned, Decision
 from tests.extender.helpers import pod, small_gpu, state_with
 
@@ -55,7 +57,7 @@ def test_a_reservation_survives_events_until_the_pod_shows_bound() -> None:
     assert state.node("n1").use[A].memory == 700  # type: ignore[union-attr]
     bound = pod("p1", {MEMORY: "700"}, node="n1", decision=share("n1", A, 700))
     state.pod_event(annotated, bound)
-    assert state.pending == set() and state.node("n1").use[A].memory == 700  # type: ignore[union-attr]
+    assert state.pending == {} and state.node("n1").use[A].memory == 700  # type: ignore[union-attr]
     state.release("uid-p1")
     assert state.node("n1").use[A].memory == 0  # type: ignore[union-attr]
 
@@ -68,3 +70,22 @@ def test_inventory_arriving_after_the_pods_counts_them() -> None:
     unhealthy = small_gpu(A, 1000)
     state.set_node("n1", [unhealthy.__class__(**{**unhealthy.__dict__, "available": False})])
     assert state.node("n1").max_free == -1  # type: ignore[union-attr]
+
+
+def test_a_reservation_whose_pod_event_never_comes_expires() -> None:
+    # the bind ended, then the watch broke and the pod went away before the relist: no event
+    # will ever name it; the reservation goes PENDING_GRACE s after the bind call ended
+    state = state_with({"n1": [small_gpu(A, 1000)]})
+    state.reserve("uid-gone", share("n1", A, 700))
+    t0 = time.monotonic()
+    state.bound("uid-gone", now=t0)
+    state.set_pods([])  # the relist does not know the pod
+    state.sweep(now=t0 + PENDING_GRACE / 2)
+    assert state.node("n1").use[A].memory == 700  # type: ignore[union-attr]
+    state.sweep(now=t0 + PENDING_GRACE + 1)
+    assert state.node("n1").use[A].memory == 0  # type: ignore[union-attr]
+    assert state.pending == {}
+    # a bind still running is never swept
+    state.reserve("uid-slow", share("n1", A, 500))
+    state.sweep(now=1e9)
+    assert state.node("n1").use[A].memory == 500  # type: ignore[union-attr]
