@@ -7,7 +7,7 @@ files=charts/kubeacc/files
 rm -rf "$files"
 mkdir -p "$files/crds" "$files/rbac"
 cp deploy/crds/*.yaml "$files/crds/"
-cp deploy/rbac/agent.yaml deploy/rbac/controller.yaml "$files/rbac/"
+cp deploy/rbac/agent.yaml deploy/rbac/controller.yaml deploy/rbac/extender.yaml "$files/rbac/"
 cp deploy/admission/agent-node-restriction.yaml "$files/"
 cp -L deploy/dra-deviceclasses.yaml "$files/deviceclasses.yaml"
 cp deploy/grafana/kubeacc-dashboard.json "$files/"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,6 +16,7 @@ from kubeacc.model import DeviceType
 
 if TYPE_CHECKING:
     from kubeacc.agent.deviceplugin.config import DevicePluginConfig
+    from kubeacc.agent.deviceplugin.shared import DecisionLookup
     from kubeacc.discovery import DiscoveryConfig
 
 
@@ -175,6 +176,7 @@ def agent_command(
                 cdi_dir,
                 device_root,
                 agent.metrics,
+                _decisions(dp_config, agent.client, node_name, kubelet_root),
             )
         )
 
@@ -188,6 +190,38 @@ def agent_command(
     logging.getLogger("kubeacc.agent").info("agent ready on node %s", node_name)
     agent.wait()
     agent.stop()
+
+
+def _decisions(
+    config: DevicePluginConfig, client: Any, node: str, kubelet_root: Path
+) -> DecisionLookup | None:
+    """The extender's decisions for shared GPUs: this node's pods, and what the kubelet
+    already allocated (its pod-resources API)."""
+    if not any(t.shared for t in config.types.values()):
+        return None
+    from lightkube import ALL_NS
+    from lightkube.resources.core_v1 import Pod
+
+    from kubeacc.agent.deviceplugin.shared import DecisionLookup
+    from kubeacc.agent.podresources import SOCKET, PodResourcesClient
+    from kubeacc.crds.resources import as_dict
+
+    def pods() -> list[dict[str, Any]]:
+        found = client.list(Pod, namespace=ALL_NS, fields={"spec.nodeName": node})
+        return [as_dict(p) for p in found]
+
+    resources = PodResourcesClient(kubelet_root / SOCKET)
+
+    def allocated() -> set[tuple[str, str, str]]:
+        return {
+            (f"{p.namespace}/{p.name}", c.name, d.resource_name)
+            for p in resources.list()
+            for c in p.containers
+            for d in c.devices
+            if d.device_ids
+        }
+
+    return DecisionLookup(node, pods, allocated)
 
 
 def _discovery_config(path: Path | None) -> DiscoveryConfig | None:

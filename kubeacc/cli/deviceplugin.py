@@ -66,6 +66,12 @@ def device_plugin_command(
         )
     except DevicePluginConfigError as err:
         fail(str(err))
+    shared = sorted(t.value for t, c in cfg.types.items() if c.shared)
+    if shared:
+        fail(
+            f"{config}: shared {', '.join(shared)} needs the API server to read kubeacc "
+            "extender's decisions: serve it with `kubeacc agent --device-plugin-config`"
+        )
     if not host_root.is_dir():
         fail(f"host root {host_root} is not a directory")
     if not plugin_dir.is_dir():

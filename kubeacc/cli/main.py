@@ -10,6 +10,7 @@ from kubeacc.cli.demo import demo_command
 from kubeacc.cli.deviceplugin import device_plugin_command
 from kubeacc.cli.discover import discover_command
 from kubeacc.cli.errors import run_app
+from kubeacc.cli.extender import extender_command
 from kubeacc.cli.lifecycle import controller_command, crds_command, lifecycle_agent_command
 from kubeacc.cli.plan import plan
 
@@ -36,6 +37,7 @@ app.command("install-classes")(install_classes_command)
 app.command("cleanup")(cleanup_command)
 app.command("device-plugin")(device_plugin_command)
 app.command("controller")(controller_command)
+app.command("extender")(extender_command)
 app.command("lifecycle-agent")(lifecycle_agent_command)
 app.command("crds")(crds_command)
 

@@ -12,7 +12,12 @@ from lightkube.resources.admissionregistration_v1 import (
     ValidatingAdmissionPolicyBinding,
 )
 from lightkube.resources.core_v1 import ServiceAccount
-from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
+from lightkube.resources.rbac_authorization_v1 import (
+    ClusterRole,
+    ClusterRoleBinding,
+    Role,
+    RoleBinding,
+)
 from lightkube.types import PatchType
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -21,6 +26,8 @@ _KINDS: dict[str, Any] = {
     "ClusterRole": ClusterRole,
     "ClusterRoleBinding": ClusterRoleBinding,
     "ServiceAccount": ServiceAccount,
+    "Role": Role,
+    "RoleBinding": RoleBinding,
     "ValidatingAdmissionPolicy": ValidatingAdmissionPolicy,
     "ValidatingAdmissionPolicyBinding": ValidatingAdmissionPolicyBinding,
 }

@@ -312,6 +312,31 @@ def edge_mixed(b: HostBuilder) -> None:
     b.pci_ids()
 
 
+def l4_pair(b: HostBuilder) -> None:
+    """Inference node: 2 NVIDIA L4 on one NUMA node (the smallest multi-GPU host that
+    memory sharing can spread over), onboard NIC."""
+    b.numa(["0-15"], [[10]])
+    b.identity("infer-01", "Intel(R) Xeon(R) Silver 4410Y")
+    b.nvidia_version(DRIVER_VERSION)
+    board.host_bridge(b, numa=0)
+    board.onboard_nic(
+        b,
+        bdf(0, 0x1C, 4),
+        0x05,
+        "eno1",
+        root_port=board.INTEL_ROOT_PORT,
+        device=(0x8086, 0x1533),
+        driver="igb",
+    )
+    root = b.root_complex(0, 0x00)
+    gpus = []
+    for n, dev in enumerate((0x01, 0x03)):
+        port = b.bridge(root, bdf(0, dev), *board.INTEL_ROOT_PORT, link=GEN4_X16)
+        gpus.append(nvidia_gpu(b, port, bdf(0x01 + n), L4, index=n, numa=0))
+    b.nvml(gpus)
+    b.pci_ids()
+
+
 def alveo_u250(b: HostBuilder, port: Parent, bus: int, card: int, render: int) -> None:
     """Both functions of an Alveo U250 (XDMA shell): ``.0`` management, ``.1`` user.
 

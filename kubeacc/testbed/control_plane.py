@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from kubeacc.testbed.certs import CertificateAuthority, CertPair, service_account_keys
 from kubeacc.testbed.kubeconfig import http_ok, https_ok, write_kubeconfig
@@ -78,6 +81,9 @@ class ControlPlane:
     apiserver_port: int = 0
     kubeconfig: Path = field(init=False)
     startup_seconds: dict[str, float] = field(default_factory=dict)
+    #: KubeSchedulerConfiguration ``extenders`` entries; non-empty: kube-scheduler runs with a
+    #: ``--config`` file that lists them (see :meth:`scheduler_config`).
+    scheduler_extenders: Sequence[Mapping[str, Any]] = ()
 
     def __post_init__(self) -> None:
         self.kubeconfig = self.workdir / "admin.kubeconfig"
@@ -213,18 +219,34 @@ class ControlPlane:
             self.logs / "kube-apiserver.log",
         ).start()
 
+    def scheduler_config(self, kubeconfig: Path) -> dict[str, Any]:
+        """The KubeSchedulerConfiguration kube-scheduler gets when extenders are configured."""
+        return {
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": str(kubeconfig)},
+            "leaderElection": {"leaderElect": False},
+            "extenders": [dict(e) for e in self.scheduler_extenders],
+        }
+
     def _start_scheduler(self, kubeconfig: Path) -> None:
         self._sched_port = free_port()
+        if self.scheduler_extenders:
+            config = self.workdir / "scheduler-config.json"  # JSON is YAML
+            config.write_text(json.dumps(self.scheduler_config(kubeconfig), indent=2))
+            # With --config, kube-scheduler takes its kubeconfig and leader election from there.
+            client = [f"--config={config}"]
+        else:
+            client = [f"--kubeconfig={kubeconfig}", "--leader-elect=false"]
         self.scheduler = Process(
             "kube-scheduler",
             [
                 str(self.bin_dir / "kube-scheduler"),
-                f"--kubeconfig={kubeconfig}",
+                *client,
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
                 "--bind-address=127.0.0.1",
                 f"--secure-port={self._sched_port}",
-                "--leader-elect=false",
                 f"--feature-gates={self.feature_gates}",
                 "--v=2",
             ],

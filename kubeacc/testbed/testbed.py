@@ -12,7 +12,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TextIO
@@ -41,12 +41,15 @@ class Testbed:
         node_options: Sequence[KubeletOptions],
         keep: bool,
         owns_workdir: bool,
+        scheduler_extenders: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.workdir = workdir
         self.bin_dir = bin_dir
         self.keep = keep
         self._owns_workdir = owns_workdir
-        self.control_plane = ControlPlane(workdir, bin_dir)
+        self.control_plane = ControlPlane(
+            workdir, bin_dir, scheduler_extenders=list(scheduler_extenders)
+        )
         self._node_options = list(node_options)
         self._kubelets: dict[str, Kubelet] = {}
         #: containerd & co. (kubeacc.testbed.runtime) when a node runs the real runtime.
@@ -67,6 +70,7 @@ class Testbed:
         keep: bool = False,
         timeout: float = 120,
         out: TextIO = sys.stderr,
+        scheduler_extenders: Sequence[Mapping[str, Any]] = (),
     ) -> Testbed:
         """Build the binaries if needed, start everything, wait until every node is Ready.
 
@@ -74,6 +78,8 @@ class Testbed:
         ``nodes`` (distinct node names; they start side by side). ``workdir`` defaults to a
         fresh directory under /tmp (short, because unix socket paths are limited to 107 bytes);
         a directory the testbed created is removed on :meth:`stop` unless ``keep`` is set.
+        ``scheduler_extenders``: KubeSchedulerConfiguration ``extenders`` entries (``urlPrefix``,
+        verbs, ``managedResources``, ...); kube-scheduler then runs with a ``--config`` file.
         """
         if nodes is not None and kubelet is not None:
             raise ValueError("give either kubelet or nodes, not both")
@@ -87,7 +93,7 @@ class Testbed:
         wd = Path(tempfile.mkdtemp(prefix="kubeacc-tb-")) if workdir is None else Path(workdir)
         wd = wd.resolve()
         bins = bin_dir or ensure_built(out=out)
-        tb = cls(wd, bins, options, keep, owns)
+        tb = cls(wd, bins, options, keep, owns, scheduler_extenders)
         if any(o.runtime == "containerd" for o in options):
             tb.runtime_bin_dir = ensure_runtime(out=out)
         try:

@@ -27,7 +27,7 @@ def _docs(name: str) -> list[dict[str, Any]]:
 
 
 def test_workload_manifests_are_accepted(kube_client: Client) -> None:
-    for name in ("agent.yaml", "controller.yaml"):
+    for name in ("agent.yaml", "controller.yaml", "extender.yaml"):
         for doc in _docs(name):
             # Server-side validation against the real schemas, nothing written (an apply: other
             # tests may have created the service account already).

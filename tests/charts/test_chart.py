@@ -47,6 +47,7 @@ def test_chart_files_are_the_deploy_manifests() -> None:
     pairs += [
         ("rbac/agent.yaml", REPO / "deploy/rbac/agent.yaml"),
         ("rbac/controller.yaml", REPO / "deploy/rbac/controller.yaml"),
+        ("rbac/extender.yaml", REPO / "deploy/rbac/extender.yaml"),
         ("agent-node-restriction.yaml", REPO / "deploy/admission/agent-node-restriction.yaml"),
         ("deviceclasses.yaml", REPO / "deploy/dra-deviceclasses.yaml"),
         ("kubeacc-dashboard.json", REPO / "deploy/grafana/kubeacc-dashboard.json"),
@@ -341,3 +342,24 @@ def test_install_upgrade_uninstall(chart_cluster: tuple[Testbed, Helm], tmp_path
             o.metadata.name for o in client.list(kind, namespace=NS) if "kubeacc" in o.metadata.name
         }
     client.delete(Namespace, NS)
+
+
+def test_extender_renders_only_when_enabled(helm: Helm) -> None:
+    off = _docs(helm("template", "t", str(CHART), K8S, "-n", NS).stdout)
+    assert not [d for d in off if "extender" in d["metadata"]["name"]]
+    on = _docs(
+        helm("template", "t", str(CHART), K8S, "-n", NS, "--set", "extender.enabled=true").stdout
+    )
+    by = {(d["kind"], d["metadata"]["name"]): d for d in on}
+    dep = by[("Deployment", "kubeacc-extender")]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["kubeacc", "extender"]
+    assert f"--lease-namespace={NS}" in container["args"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert ("Service", "kubeacc-extender") in by
+    role = by[("Role", "kubeacc:extender-lease")]
+    assert role["metadata"]["namespace"] == NS
+    binding = by[("ClusterRoleBinding", "kubeacc:extender")]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "kubeacc-extender", "namespace": NS}
+    ]

@@ -8,6 +8,7 @@ Example (YAML)::
       gpu: {perModel: true}           # kubeacc.io/gpu-<model> only
       nic: {}                         # kubeacc.io/nic (generic, the default)
       fpga: {replicas: 4, strategy: packed}
+    # or, with kubeacc extender: gpu: {shared: true}  (kubeacc.io/gpu + gpu-memory + gpu-cores)
     cdi: false
 
 A type left out is not served through the device plugin (it stays with DRA): per type, a
@@ -49,6 +50,11 @@ class TypeConfig(BaseModel):
     )
     replicas: int = Field(default=1, ge=1, le=64, description="shares per device")
     strategy: Strategy = Strategy.SPREAD
+    shared: bool = Field(
+        default=False,
+        description="GPUs only: also serve kubeacc.io/gpu-memory (MiB) and kubeacc.io/gpu-cores "
+        "(percent); kubeacc extender decides which GPU every container gets",
+    )
 
     @model_validator(mode="after")
     def _one_resource(self) -> TypeConfig:
@@ -62,6 +68,8 @@ class TypeConfig(BaseModel):
             )
         if not self.generic and not self.per_model:
             raise ValueError("generic and perModel both false: the type would serve nothing")
+        if self.shared and self.replicas > 1:
+            raise ValueError("shared and replicas > 1: choose one way of sharing")
         return self
 
 
@@ -74,6 +82,13 @@ class DevicePluginConfig(BaseModel):
     kind: Literal["DevicePluginConfig"] = "DevicePluginConfig"
     types: dict[DeviceType, TypeConfig] = Field(default_factory=dict)
     cdi: bool = Field(default=False, description="also hand out CDI device names")
+
+    @model_validator(mode="after")
+    def _shared_gpus_only(self) -> DevicePluginConfig:
+        for t, cfg in self.types.items():
+            if cfg.shared and t is not DeviceType.GPU:
+                raise ValueError(f"types.{t.value}.shared: only GPUs are shared by memory")
+        return self
 
     @classmethod
     def for_types(cls, types: list[DeviceType]) -> DevicePluginConfig:

@@ -17,6 +17,12 @@ from pathlib import Path
 from kubeacc.agent.deviceplugin.cdi import CDI_KIND, build_spec, write_spec
 from kubeacc.agent.deviceplugin.config import DevicePluginConfig, resource_names
 from kubeacc.agent.deviceplugin.server import RegistrationError, ResourceServer, ResourceState
+from kubeacc.agent.deviceplugin.shared import (
+    CORES_RESOURCE,
+    MEMORY_RESOURCE,
+    DecisionLookup,
+    Kind,
+)
 from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import Device, Inventory
 
@@ -44,8 +50,11 @@ class DevicePluginManager:
         cdi_dir: Path | None = None,
         device_root: Path = Path("/"),
         metrics: DevicePluginMetrics | None = None,
+        decisions: DecisionLookup | None = None,
     ):
         self.metrics = metrics
+        #: Where shared resources learn the extender's decisions (None: Allocate refuses them).
+        self.decisions = decisions
         self.plugin_dir = plugin_dir
         self.config = config
         self.cdi_dir = cdi_dir if config.cdi else None
@@ -67,14 +76,20 @@ class DevicePluginManager:
     def states(self, inv: Inventory) -> dict[str, ResourceState]:
         """Resource name -> its devices, for every type the config serves."""
         grouped: dict[str, dict[str, Device]] = {}
-        settings: dict[str, tuple[int, str]] = {}
+        settings: dict[str, tuple[int, str, str]] = {}
         for dev in inv.devices:
             cfg = self.config.types.get(dev.type)
             if cfg is None or dev.pci is None:
                 continue
-            for name in resource_names(dev, cfg):
+            shared = [(MEMORY_RESOURCE, Kind.MEMORY), (CORES_RESOURCE, Kind.CORES)]
+            names = [(n, Kind.WHOLE) for n in resource_names(dev, cfg)]
+            for name, kind in [*names, *shared] if cfg.shared else names:
                 grouped.setdefault(name, {})[dev.pci.bus_id] = dev
-                settings[name] = (cfg.replicas, cfg.strategy.value)
+                settings[name] = (
+                    cfg.replicas,
+                    cfg.strategy.value,
+                    kind.value if cfg.shared else "",
+                )
         numa = {n.id: list(n.distances) for n in inv.numa_nodes}
         return {name: ResourceState(devs, numa, *settings[name]) for name, devs in grouped.items()}
 
@@ -102,7 +117,13 @@ class DevicePluginManager:
                 server = self.servers.get(name)
                 if server is None:
                     server = ResourceServer(
-                        name, self.plugin_dir, state, self.cdi_kind, self.metrics, self.device_root
+                        name,
+                        self.plugin_dir,
+                        state,
+                        self.cdi_kind,
+                        self.metrics,
+                        device_root=self.device_root,
+                        decisions=self.decisions,
                     )
                     self.servers[name] = server
                     self._serve(server)
@@ -110,7 +131,9 @@ class DevicePluginManager:
                     server.update(state)
             for name, server in self.servers.items():
                 if name not in states:
-                    server.update(ResourceState({}, {}, server.state.replicas, "spread"))
+                    server.update(
+                        ResourceState({}, {}, server.state.replicas, "spread", server.state.shared)
+                    )
 
     def _serve(self, server: ResourceServer) -> None:
         server.start()

@@ -7,6 +7,7 @@ inline.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +19,13 @@ from grpclib.server import Stream
 
 from kubeacc.agent.deviceplugin.allocation import (
     AllocationError,
+    ContainerDevices,
     allocate,
     check_known,
     device_id,
     prefer,
 )
+from kubeacc.agent.deviceplugin.shared import DecisionLookup, Kind, shared_allocate, unit_ids
 from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_grpc as pb_grpc
 from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from kubeacc.agent.rpc import Changes, UnixServer, received, rpc_loop
@@ -49,8 +52,16 @@ class ResourceState:
     numa_distances: dict[int, list[int]]
     replicas: int
     strategy: str
+    #: "" (devices as themselves) or a :class:`Kind` of anonymous shared units.
+    shared: str = ""
 
     def listing(self) -> list[pb.Device]:
+        if self.shared:
+            ordered = [d for _, d in sorted(self.devices.items())]
+            return [
+                pb.Device(ID=i, health=HEALTHY if d.health.healthy else UNHEALTHY)
+                for i, d in unit_ids(Kind(self.shared), ordered)
+            ]
         out = []
         for bdf, dev in sorted(self.devices.items()):
             topology = (
@@ -79,10 +90,12 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         cdi_kind: str | None,
         metrics: DevicePluginMetrics | None = None,
         device_root: Path = Path("/"),
+        decisions: DecisionLookup | None = None,
     ):
         self.resource = resource
         #: Where the device nodes are on the host (``DeviceSpec.host_path``).
         self.device_root = device_root
+        self.decisions = decisions
         self.metrics = metrics
         self.plugin_dir = plugin_dir
         self.socket = plugin_dir / ("kubeacc-" + resource.split("/", 1)[1] + ".sock")
@@ -178,6 +191,12 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         state = self._state
         responses = []
         for number, req in enumerate(request.container_requests):
+            if state.shared:  # anonymous units: any will do (the extender decided the GPU)
+                ids = list(dict.fromkeys([*req.must_include_deviceIDs, *req.available_deviceIDs]))
+                responses.append(
+                    pb.ContainerPreferredAllocationResponse(deviceIDs=ids[: req.allocation_size])
+                )
+                continue
             try:
                 check_known(state.devices, [*req.must_include_deviceIDs, *req.available_deviceIDs])
             except AllocationError as err:
@@ -194,11 +213,15 @@ class ResourceServer(pb_grpc.DevicePluginBase):
 
     async def Allocate(self, stream: Stream[pb.AllocateRequest, pb.AllocateResponse]) -> None:
         request = await received(stream)
-        devices = self._state.devices
+        state = self._state
+        devices = state.devices
         responses = []
         for number, req in enumerate(request.container_requests):
             try:
-                got = allocate(devices, list(req.devices_ids), self.cdi_kind)
+                if state.shared:
+                    got = await self._shared(state, len(req.devices_ids))
+                else:
+                    got = allocate(devices, list(req.devices_ids), self.cdi_kind)
             except AllocationError as err:
                 if self.metrics is not None:
                     self.metrics.allocation_errors.labels(self.resource).inc()
@@ -221,6 +244,17 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         if self.metrics is not None:
             self.metrics.allocations.labels(self.resource).inc(len(responses))
         await stream.send_message(pb.AllocateResponse(container_responses=responses))
+
+    async def _shared(self, state: ResourceState, count: int) -> ContainerDevices:
+        if count <= 0:
+            raise AllocationError("no devices requested")
+        if self.decisions is None:
+            raise AllocationError(
+                "shared GPUs need the agent's API access to read kubeacc extender decisions"
+            )
+        kind = Kind(state.shared)
+        found = await asyncio.to_thread(self.decisions.find, self.resource, kind, count)
+        return shared_allocate(kind, found, state.devices, self.cdi_kind)
 
     def _refused(self, number: int, err: AllocationError) -> GRPCError:
         return GRPCError(

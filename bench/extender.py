@@ -1,0 +1,220 @@
+"""kubeacc extender: filter + prioritize latency per pod at 500 and 5,000 nodes.
+
+Prints one JSON object. Target (issue 17): p99 <= 20 ms at 5,000 nodes. Each node is the
+dgx-h100 synthetic host (8 H100 80GB, 2 NUMA nodes); a seeded random third of the GPUs carry
+shares and a fifth are held whole, so nodes differ. The extender serves from its own process;
+the verbs are called over HTTP on loopback, one keep-alive connection (TCP_NODELAY, as Go's
+client), with the body kube-scheduler sends for a node-cache-capable extender (the pod plus
+every candidate node name). ``p50_ms``/``p99_ms``: request sent to answer parsed, filter and
+prioritize of the same pod added up. ``server_cpu_p50_ms``/``server_cpu_p99_ms``: CPU time
+the extender process spent on the two calls (unlike wall time, not inflated by other processes
+on a busy machine). Pods: a memory share, a memory+core share, a share with a model wish, 1
+and 4 whole GPUs; each asked again and again, as the replicas of a Deployment are (the nodes'
+memo of answers is warm), and ``share_cold``: a share of a new size every round (cold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import random
+import socket
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from kubeacc.discovery import discover
+from kubeacc.extender.runner import freeze_periodically
+from kubeacc.extender.server import ExtenderServer
+from kubeacc.extender.service import Extender
+from kubeacc.extender.state import State, gpu_of
+from kubeacc.extender.wants import CORES, GPU, MEMORY, MODELS_ANNOTATION, Assigned, Decision
+from kubeacc.model import DeviceType
+from kubeacc.synthetic import profiles
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))], 3)
+
+
+def _pod(name: str, limits: dict[str, str], notes: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "bench",
+            "uid": f"uid-{name}",
+            "labels": {"app": "bench", "tier": "inference"},
+            "annotations": notes or {},
+        },
+        "spec": {
+            "schedulerName": "default-scheduler",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/infer:1.0",
+                    "command": ["python", "-m", "serve", "--port", "8000"],
+                    "resources": {"limits": {"cpu": "4", "memory": "16Gi", **limits}},
+                    "env": [{"name": f"VAR_{i}", "value": "x" * 16} for i in range(10)],
+                }
+            ],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+PODS = {
+    "share_8gib": _pod("share", {MEMORY: "8192"}),
+    "share_cold": _pod("share-cold", {MEMORY: "8192"}),
+    "share_8gib_30pct": _pod("share-cores", {MEMORY: "8192", CORES: "30"}),
+    "share_model_wish": _pod("share-wish", {MEMORY: "8192"}, {MODELS_ANNOTATION: "h100-80gb-hbm3"}),
+    "whole_1": _pod("whole-1", {GPU: "1"}),
+    "whole_4": _pod("whole-4", {GPU: "4"}),
+}
+
+
+def build_state(nodes: int, seed: int) -> State:
+    host = profiles.build("dgx-h100", Path(tempfile.mkdtemp(prefix="kubeacc-bench-")) / "h")
+    devices = [d for d in discover(host).devices if d.type is DeviceType.GPU]
+    rng = random.Random(seed)
+    state = State()
+    gpus = [g for g in (gpu_of(d) for d in devices) if g is not None]
+    state.set_inventory({f"node-{i:05d}": list(gpus) for i in range(nodes)})
+    pods = []
+    for i in range(nodes):
+        node = f"node-{i:05d}"
+        assigned = []
+        for n, g in enumerate(gpus):
+            r = rng.random()
+            if r < 0.2:
+                assigned.append(Assigned(f"w{n}", (g.bdf,), whole=True))
+            elif r < 0.55:
+                mem = rng.choice([4096, 8192, 16384, 40960, 65536, 78000])
+                assigned.append(Assigned(f"s{n}", (g.bdf,), memory=mem, cores=rng.choice([0, 30])))
+        if assigned:
+            decision = Decision(node, tuple(assigned))
+            pods.append(
+                {
+                    "metadata": {
+                        "uid": f"held-{i}",
+                        "annotations": {"kubeacc.io/devices": decision.to_json()},
+                    },
+                    "spec": {"nodeName": node},
+                    "status": {"phase": "Running"},
+                }
+            )
+    state.set_pods(pods)
+    return state
+
+
+def _serve(nodes: int, seed: int, port: Connection) -> None:
+    """Child process: the extender over the synthetic cluster, until the parent goes."""
+    state = build_state(nodes, seed)
+    freeze_periodically(threading.Event())  # as ExtenderRunner does
+    server = ExtenderServer(Extender(state), "127.0.0.1", 0)
+    server.start()
+
+    class Cpu(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def do_GET(self) -> None:
+            body = repr(time.process_time()).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    meter = HTTPServer(("127.0.0.1", 0), Cpu)
+    threading.Thread(target=meter.serve_forever, daemon=True).start()
+    port.send((server.port, meter.server_address[1], sorted(state.nodes)))
+    port.recv()  # anything (or EOF): stop
+    meter.shutdown()
+    server.stop()
+
+
+def _cpu(conn: http.client.HTTPConnection) -> float:
+    conn.request("GET", "/cpu")
+    return float(conn.getresponse().read())
+
+
+def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
+    parent, child = multiprocessing.Pipe()
+    proc = multiprocessing.get_context("fork").Process(target=_serve, args=(nodes, seed, child))
+    proc.start()
+    port, meter_port, names = parent.recv()
+    meter = http.client.HTTPConnection("127.0.0.1", meter_port)
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.connect()
+    assert conn.sock is not None
+    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as Go's net/http does
+    out: dict[str, Any] = {}
+    try:
+        for label, pod in PODS.items():
+            cold = label.endswith("_cold")
+            body = json.dumps({"Pod": pod, "NodeNames": names, "Nodes": None}).encode()
+            times: list[float] = []
+            cpu: list[float] = []
+            passed = 0
+            for r in range(rounds + 3):
+                if cold:  # a size no node has answered yet: nothing memoized
+                    pod["spec"]["containers"][0]["resources"]["limits"][MEMORY] = str(8192 + r)
+                    body = json.dumps({"Pod": pod, "NodeNames": names, "Nodes": None}).encode()
+                c0 = _cpu(meter)
+                t0 = time.perf_counter()
+                conn.request("POST", "/filter", body, {"Content-Type": "application/json"})
+                filtered = json.loads(conn.getresponse().read())
+                kept = filtered["NodeNames"]
+                prio = json.dumps({"Pod": pod, "NodeNames": kept, "Nodes": None}).encode()
+                conn.request("POST", "/prioritize", prio, {"Content-Type": "application/json"})
+                json.loads(conn.getresponse().read())
+                t1 = time.perf_counter()
+                c1 = _cpu(meter)
+                if r >= 3:  # warm-up rounds are not counted
+                    times.append((t1 - t0) * 1000)
+                    cpu.append((c1 - c0) * 1000)
+                passed = len(kept)
+            out[label] = {
+                "p50_ms": _pct(times, 0.5),
+                "p99_ms": _pct(times, 0.99),
+                "server_cpu_p50_ms": _pct(cpu, 0.5),
+                "server_cpu_p99_ms": _pct(cpu, 0.99),
+                "feasible_nodes": passed,
+            }
+    finally:
+        conn.close()
+        meter.close()
+        parent.send("stop")
+        proc.join(30)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[500, 5000])
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--seed", type=int, default=17)
+    args = ap.parse_args()
+    result: dict[str, Any] = {"benchmark": "extender_filter_prioritize", "target_p99_ms_5000": 20}
+    for n in args.nodes:
+        result[f"nodes_{n}"] = measure(n, args.rounds, args.seed)
+    worst = max(v["p99_ms"] for v in result.get("nodes_5000", {"x": {"p99_ms": 0}}).values())
+    result["worst_p99_ms_5000"] = worst
+    result["meets_target"] = worst <= 20 if "nodes_5000" in result else None
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

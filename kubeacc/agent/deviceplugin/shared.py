@@ -1,0 +1,219 @@
+"""GPU sharing in device-plugin mode: anonymous units, mapped to the extender's decision.
+
+A type configured ``shared: true`` is served as three resources whose device IDs carry no
+meaning of their own: ``kubeacc.io/gpu-memory`` (one ID per MiB of each healthy GPU),
+``kubeacc.io/gpu-cores`` (100 per GPU) and the whole-GPU resource (``kubeacc.io/gpu`` or
+``kubeacc.io/gpu-<model>``, one per GPU). The kubelet only counts them; ``kubeacc extender``
+decides which GPU each container gets and records it on the pod (annotation
+``kubeacc.io/devices``). Allocate carries no pod identity, so :class:`DecisionLookup` finds the
+container being admitted: among the pods bound to this node with a decision, the first, in the
+order the extender decided (and bound) them, whose request of that resource equals the number
+of IDs asked and whose decision was not handed out yet. A container without a decision gets an
+Allocate error, never a GPU picked at random.
+
+The kubelet reads a plugin's device list as one gRPC message of at most 4 MiB: about 200,000
+IDs. A node's GPU memory is advertised up to :data:`MAX_MEMORY_UNITS` MiB; GPUs beyond it are
+left out of ``kubeacc.io/gpu-memory`` (with a warning) and remain usable as whole GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from kubeacc.agent.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
+from kubeacc.model import Device
+
+log = logging.getLogger(__name__)
+
+MEMORY_RESOURCE = "kubeacc.io/gpu-memory"
+CORES_RESOURCE = "kubeacc.io/gpu-cores"
+#: MiB advertised per node (the kubelet's 4 MiB message limit, with room to spare).
+MAX_MEMORY_UNITS = 192 * 1024
+CORES_PER_GPU = 100
+MIB = 1 << 20
+
+MEMORY_LIMIT_ENV = "KUBEACC_DEVICE_MEMORY_LIMIT"
+CORES_LIMIT_ENV = "KUBEACC_DEVICE_CORES_LIMIT"
+MPS_MEMORY_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+MPS_CORES_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+
+class Kind(StrEnum):
+    WHOLE = "whole"
+    MEMORY = "memory"
+    CORES = "cores"
+
+
+def memory_mib(dev: Device) -> int:
+    return (dev.memory_bytes or 0) // MIB
+
+
+def unit_ids(kind: Kind, devices: Sequence[Device]) -> list[tuple[str, Device]]:
+    """(ID, GPU) of every unit advertised for ``kind``; IDs are short (the 4 MiB limit)."""
+    out: list[tuple[str, Device]] = []
+    total = 0
+    for n, dev in enumerate(devices):
+        if kind is Kind.WHOLE:
+            out.append((f"g{n}", dev))
+        elif kind is Kind.CORES:
+            out += [(f"c{n}-{i}", dev) for i in range(CORES_PER_GPU)]
+        else:
+            mib = memory_mib(dev)
+            if total + mib > MAX_MEMORY_UNITS:
+                log.warning(
+                    "%s: %d MiB would exceed the %d MiB a node can advertise as %s; "
+                    "not shared by memory",
+                    dev.name,
+                    mib,
+                    MAX_MEMORY_UNITS,
+                    MEMORY_RESOURCE,
+                )
+                continue
+            total += mib
+            out += [(f"m{n}-{i:x}", dev) for i in range(mib)]
+    return out
+
+
+@dataclass(frozen=True)
+class Found:
+    """The container an Allocate call is for, and what the extender gave it."""
+
+    pod: str  # namespace/name
+    container: str
+    devices: tuple[str, ...]
+    memory: int
+    cores: int
+
+
+class DecisionLookup:
+    """Finds the container being admitted from the pods on this node (see module doc).
+
+    ``list_pods`` returns the node's pods as dicts; ``allocated`` the (pod, container,
+    resource) triples the kubelet already allocated (its PodResources API). Each decision is
+    handed out once per resource; a restarted agent first counts what the kubelet allocated
+    before it as handed out.
+
+    Order: decisions in the order the extender made them (``at``; it binds the pods of one node
+    in that order, so the kubelet learns of them in that order and admits them so). The
+    resources of one container come in consecutive calls: a container chosen for one resource
+    is preferred for the next resource it asks for, so its memory and its cores come from the
+    same decision.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        list_pods: Callable[[], list[dict[str, Any]]],
+        allocated: Callable[[], set[tuple[str, str, str]]] | None = None,
+    ) -> None:
+        self.node = node
+        self.list_pods = list_pods
+        self.allocated = allocated
+        self._handed: set[tuple[str, str, str]] = set()
+        self._seeded = allocated is None
+        self._last: tuple[str, str] | None = None
+        self._lock = threading.Lock()
+
+    def _seed(self) -> None:
+        if self._seeded or self.allocated is None:
+            return
+        try:
+            self._handed |= self.allocated()
+            self._seeded = True
+        except Exception as err:  # the kubelet's pod-resources API is optional here
+            log.debug("pod resources: %s", err)
+
+    def find(self, resource: str, kind: Kind, count: int) -> Found:
+        from kubeacc.extender.wants import WantError, container_want, decision_of
+
+        try:
+            pods = self.list_pods()
+        except Exception as err:
+            raise AllocationError(f"cannot read the pods of node {self.node}: {err}") from err
+        with self._lock:
+            self._seed()
+            candidates: list[tuple[bool, float, str, str, Found]] = []
+            undecided = 0
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                key_pod = f"{meta.get('namespace')}/{meta.get('name')}"
+                decision = decision_of(pod)
+                for c in (pod.get("spec") or {}).get("containers") or []:
+                    name = str(c.get("name", ""))
+                    try:
+                        want = container_want(name, c.get("resources"))
+                    except WantError:
+                        continue
+                    if want is None:
+                        continue
+                    amount = {Kind.MEMORY: want.memory, Kind.CORES: want.cores}.get(
+                        kind, want.whole
+                    )
+                    if amount != count:
+                        continue
+                    if kind is Kind.WHOLE and resource != _whole_resource(want.model):
+                        continue
+                    got = (
+                        decision.container(name)
+                        if decision and decision.node == self.node
+                        else None
+                    )
+                    if got is None:
+                        undecided += 1
+                        continue
+                    if (key_pod, name, resource) in self._handed:
+                        continue
+                    found = Found(key_pod, name, got.devices, got.memory, got.cores)
+                    latest = self._last != (key_pod, name)
+                    candidates.append(
+                        (latest, decision.at if decision else 0.0, key_pod, name, found)
+                    )
+            if not candidates:
+                hint = f" ({undecided} container(s) ask for it without one)" if undecided else ""
+                raise AllocationError(
+                    f"no kubeacc extender decision (annotation kubeacc.io/devices) for a "
+                    f"container asking {count} {resource} on node {self.node}{hint}: pods "
+                    "sharing GPUs must be scheduled by a kube-scheduler configured with "
+                    "kubeacc extender"
+                )
+            candidates.sort(key=lambda c: c[:4])
+            chosen = candidates[0][4]
+            self._handed.add((chosen.pod, chosen.container, resource))
+            self._last = (chosen.pod, chosen.container)
+        return chosen
+
+
+def _whole_resource(model: str | None) -> str:
+    return "kubeacc.io/gpu" if model is None else f"kubeacc.io/gpu-{model}"
+
+
+def shared_allocate(
+    kind: Kind,
+    found: Found,
+    devices: Mapping[str, Device],
+    cdi_kind: str | None,
+) -> ContainerDevices:
+    """What the container gets: the decided GPU(s) and, for shares, the limits as env."""
+    missing = [b for b in found.devices if b not in devices]
+    if missing:
+        raise AllocationError(
+            f"pod {found.pod} container {found.container}: decided GPU(s) "
+            f"{', '.join(missing)} not on this node (any more)"
+        )
+    out = allocate(devices, list(found.devices), cdi_kind)
+    if kind is Kind.MEMORY and found.memory:
+        out.envs[MEMORY_LIMIT_ENV] = ",".join(str(found.memory) for _ in found.devices)
+        out.envs[MPS_MEMORY_ENV] = ",".join(
+            f"{i}={found.memory}M" for i in range(len(found.devices))
+        )
+    if kind is Kind.CORES and found.cores:
+        out.envs[CORES_LIMIT_ENV] = str(found.cores)
+        out.envs[MPS_CORES_ENV] = str(found.cores)
+    return out

@@ -1,0 +1,225 @@
+"""The three extender verbs over the state: filter, prioritize, bind.
+
+Wire format: ``k8s.io/kube-scheduler/extender/v1`` (Go field names, no JSON tags):
+``ExtenderArgs{Pod, Nodes, NodeNames}``, ``ExtenderFilterResult{Nodes, NodeNames, FailedNodes,
+FailedAndUnresolvableNodes, Error}``, ``HostPriorityList[{Host, Score}]`` (0..10),
+``ExtenderBindingArgs{PodName, PodNamespace, PodUID, Node}``, ``ExtenderBindingResult{Error}``.
+
+Bind is where a decision becomes real: under the state lock the pod is placed again on the
+node as it is *now* and the result reserved; then the decision is written on the pod and the
+Binding created. Two pods racing for the last memory of a GPU: the second bind finds the GPU
+taken by the first one's reservation and answers an error, so the scheduler re-queues that pod
+(its event and condition carry the reason).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from kubeacc.extender.placement import NO_GPUS, exact_gate, matcher, place
+from kubeacc.extender.state import State
+from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
+
+log = logging.getLogger(__name__)
+
+
+class Binder(Protocol):
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any]: ...
+
+    def record(self, namespace: str, name: str, uid: str, decision: Decision) -> None: ...
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+
+class BindError(RuntimeError):
+    """A bind that did not happen; the message goes back to the scheduler."""
+
+
+def _names(args: Mapping[str, Any]) -> tuple[list[str], list[dict[str, Any]] | None]:
+    names = args.get("NodeNames")
+    if names is not None:
+        return list(names), None
+    nodes = list(((args.get("Nodes") or {}).get("items")) or [])
+    return [str((n.get("metadata") or {}).get("name", "")) for n in nodes], nodes
+
+
+class Extender:
+    def __init__(self, state: State, binder: Binder | None = None) -> None:
+        self.state = state
+        self.binder = binder
+        self._locks_lock = threading.Lock()
+        self.counts = {"filter": 0, "prioritize": 0, "bind": 0, "bind_refused": 0}
+        self._node_locks: dict[str, threading.Lock] = {}
+
+    # -- filter -----------------------------------------------------------------------------
+    def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.counts["filter"] += 1
+        pod = args.get("Pod") or {}
+        names, nodes = _names(args)
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        try:
+            want = pod_want(pod)
+        except WantError as err:
+            unresolvable = dict.fromkeys(names, str(err))
+            return self._filtered(nodes, [], failed, unresolvable)
+        if want.empty:
+            return self._filtered(nodes, names, failed, unresolvable)
+        match = matcher(want)
+        gate = exact_gate(want)
+        state = self.state
+        with state.lock:
+            views = state.nodes
+            if gate is not None:  # the common pods: two comparisons per node, scores later
+                memory, whole = gate
+                for name in names:
+                    view = views.get(name)
+                    if view is None:
+                        unresolvable[name] = NO_GPUS
+                    elif view.max_free >= memory and view.free_whole >= whole:
+                        passed.append(name)
+                    else:
+                        failed[name] = match(view)[1]
+                return self._filtered(nodes, passed, failed, unresolvable)
+            for name in names:
+                view = views.get(name)
+                if view is None:
+                    unresolvable[name] = NO_GPUS
+                    continue
+                reason = match(view)[1]
+                if reason:
+                    failed[name] = reason
+                else:
+                    passed.append(name)
+        return self._filtered(nodes, passed, failed, unresolvable)
+
+    @staticmethod
+    def _filtered(
+        nodes: list[dict[str, Any]] | None,
+        passed: list[str],
+        failed: dict[str, str],
+        unresolvable: dict[str, str],
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable,
+            "Error": "",
+        }
+        if nodes is None:
+            out["NodeNames"] = passed
+            out["Nodes"] = None
+        else:
+            keep = set(passed)
+            out["Nodes"] = {
+                "items": [n for n in nodes if (n.get("metadata") or {}).get("name") in keep]
+            }
+            out["NodeNames"] = None
+        return out
+
+    # -- prioritize -------------------------------------------------------------------------
+    def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+        self.counts["prioritize"] += 1
+        pod = args.get("Pod") or {}
+        names, _ = _names(args)
+        try:
+            want = pod_want(pod)
+        except WantError:
+            return [{"Host": n, "Score": 0} for n in names]
+        if want.empty:
+            return [{"Host": n, "Score": 0} for n in names]
+        match = matcher(want)  # memoized per node: filter's answers are reused here
+        out = []
+        with self.state.lock:
+            views = self.state.nodes
+            for name in names:
+                view = views.get(name)
+                if view is None:
+                    out.append({"Host": name, "Score": 0})
+                    continue
+                score, reason = match(view)
+                out.append({"Host": name, "Score": 0 if reason else score})
+        return out
+
+    # -- bind -------------------------------------------------------------------------------
+    def bind(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        self.counts["bind"] += 1
+        try:
+            self._bind(
+                str(args.get("PodNamespace", "")),
+                str(args.get("PodName", "")),
+                str(args.get("PodUID", "")),
+                str(args.get("Node", "")),
+            )
+        except BindError as err:
+            self.counts["bind_refused"] += 1
+            log.info("bind refused: %s", err)
+            return {"Error": str(err)}
+        return {"Error": ""}
+
+    def decide(self, pod: Mapping[str, Any], want: PodWant, node: str) -> Decision:
+        """Place ``pod`` on ``node`` now and reserve the result (under the state lock)."""
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        name = (pod.get("metadata") or {}).get("name")
+        with self.state.lock:
+            view = self.state.node(node)
+            if view is None:
+                raise BindError(f"pod {name}: node {node} has no kubeacc GPUs")
+            f = place(view, want)
+            if f.decision is None:
+                raise BindError(f"pod {name}: node {node}: {f.reason} (taken since filter)")
+            decision = dataclasses.replace(f.decision, at=round(time.time(), 6))
+            self.state.reserve(uid, decision)
+            return decision
+
+    def _bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        binder = self.binder
+        if binder is None:
+            raise BindError("this extender does not bind")
+        if not (namespace and name and node):
+            raise BindError("bind: PodName, PodNamespace and Node are required")
+        try:
+            pod = binder.get_pod(namespace, name)
+        except Exception as err:
+            raise BindError(f"pod {namespace}/{name}: cannot read it: {err}") from err
+        actual = str((pod.get("metadata") or {}).get("uid") or "")
+        if uid and actual != uid:
+            raise BindError(f"pod {namespace}/{name}: UID {actual} is not {uid} (recreated)")
+        try:
+            want = pod_want(pod)
+        except WantError as err:
+            raise BindError(f"pod {namespace}/{name}: {err}") from err
+        if want.empty:
+            self._do_bind(binder, namespace, name, actual, node)
+            return
+        # One node's pods are bound in the order of their decisions: the kubelet then admits
+        # them in that order, the order its device plugin hands the decisions out in.
+        with self._node_lock(node):
+            decision = self.decide(pod, want, node)
+            try:
+                binder.record(namespace, name, actual, decision)
+                self._do_bind(binder, namespace, name, actual, node)
+                self.state.bound(actual)
+            except BindError:
+                self.state.release(actual)
+                raise
+            except Exception as err:
+                self.state.release(actual)
+                raise BindError(f"pod {namespace}/{name}: {err}") from err
+        log.info("bound %s/%s to %s: %s", namespace, name, node, decision.to_json())
+
+    def _node_lock(self, node: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._node_locks.setdefault(node, threading.Lock())
+
+    @staticmethod
+    def _do_bind(binder: Binder, namespace: str, name: str, uid: str, node: str) -> None:
+        try:
+            binder.bind(namespace, name, uid, node)
+        except Exception as err:
+            raise BindError(f"pod {namespace}/{name}: binding to {node} failed: {err}") from err

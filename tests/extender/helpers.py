@@ -1,0 +1,67 @@
+"""Pods and nodes for the extender's unit tests (real Devices from synthetic hosts)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from kubeacc.discovery import discover
+from kubeacc.extender.state import Gpu, State, gpu_of
+from kubeacc.extender.wants import DECISION_ANNOTATION, Decision
+from kubeacc.model import Device, DeviceType
+from kubeacc.synthetic import profiles
+
+
+@cache
+def host_gpus(profile: str, root: Path) -> tuple[Device, ...]:
+    host = profiles.build(profile, root / profile)
+    return tuple(d for d in discover(host).devices if d.type is DeviceType.GPU)
+
+
+def gpus(devices: tuple[Device, ...]) -> list[Gpu]:
+    out = [gpu_of(d) for d in devices]
+    return [g for g in out if g is not None]
+
+
+def small_gpu(bdf: str, memory: int, model: str = "l4", numa: int = 0) -> Gpu:
+    return Gpu(bdf=bdf, name=f"gpu-{bdf}", model=model, memory=memory, numa=numa, available=True)
+
+
+def pod(
+    name: str,
+    *containers: dict[str, str],
+    uid: str | None = None,
+    node: str | None = None,
+    decision: Decision | None = None,
+    annotations: dict[str, str] | None = None,
+    phase: str = "Pending",
+) -> dict[str, Any]:
+    notes = dict(annotations or {})
+    if decision is not None:
+        notes[DECISION_ANNOTATION] = decision.to_json()
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": f"c{i}", "resources": {"limits": limits}}
+            for i, limits in enumerate(containers)
+        ]
+    }
+    if node:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": uid or f"uid-{name}",
+            "annotations": notes,
+        },
+        "spec": spec,
+        "status": {"phase": phase},
+    }
+
+
+def state_with(nodes: dict[str, list[Gpu]]) -> State:
+    state = State()
+    state.set_inventory(nodes)
+    state.set_pods([])
+    return state

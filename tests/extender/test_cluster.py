@@ -1,0 +1,474 @@
+"""kubeacc extender on the real testbed: two nodes (``gpu-a``: 2 NVIDIA L4, ``gpu-b``: 1 L4;
+23034 MiB each, shared through the node agents' device plugins), the real kube-scheduler
+configured with the extender (KubeSchedulerConfiguration ``extenders``), real kubelets calling
+Allocate.
+
+Per node: the node agent (process) and the life-cycle agent (thread; it publishes the
+Accelerators the extender reads). The extender runs as a process with the token of its
+ServiceAccount and the RBAC of deploy/rbac/extender.yaml. Tests run in order and clean up
+their pods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.codecs import from_dict
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.resources.core_v1 import Node, Pod
+
+from kubeacc.agent.lifecycle.agent import LifecycleAgent
+from kubeacc.crds.deploy import apply_manifest, manifests
+from kubeacc.crds.resources import Accelerator, as_dict, install_crds
+from kubeacc.extender.wants import DECISION_ANNOTATION, MEMORY, Decision
+from kubeacc.synthetic import profiles
+from kubeacc.synthetic.kernel import SyntheticKernel
+from kubeacc.testbed.identities import _stem, agent_kubeconfig, install_agent_access, token_client
+from kubeacc.testbed.kubelet import KubeletOptions
+from kubeacc.testbed.procs import free_port
+from kubeacc.testbed.testbed import Testbed
+from tests.agent.dra.agentproc import AgentProcess
+from tests.testbed.helpers import eventually
+
+pytestmark = pytest.mark.cluster
+
+NODES = ("gpu-a", "gpu-b")
+PROFILES = {"gpu-a": "l4-pair", "gpu-b": "edge-mixed"}
+GPUS = 3
+L4_MIB = 23034
+NS = "shares"
+
+
+class Extender:
+    """``kubeacc extender`` as a process."""
+
+    def __init__(self, kubeconfig: Path, port: int, log: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.port = port
+        self.log_path = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kubeacc.cli",
+                "extender",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--address=127.0.0.1:{self.port}",
+                f"--identity=extender-{self.starts}",
+                "--lease-duration=3",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        eventually(self.ready, 60, "extender /readyz")
+
+    def ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"extender exited:\n{self.log()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=5) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def post(self, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/{verb}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return dict(json.loads(r.read()))
+
+
+@dataclass
+class Cluster:
+    testbed: Testbed
+    client: Client
+    extender: Extender
+    agents: list[AgentProcess]
+
+
+def _extender_kubeconfig(tb: Testbed, client: Client, tmp: Path) -> Path:
+    """A kubeconfig with a token of kube-system/kubeacc-extender (deploy/extender.yaml)."""
+    apply_manifest(client, "rbac/extender.yaml")
+    for doc in manifests("extender.yaml"):
+        if doc["kind"] == "ServiceAccount":
+            client.apply(from_dict(doc), field_manager="kubeacc", force=True)
+    token_client(tb, tmp, namespace="kube-system", account="kubeacc-extender")
+    return tmp / f"{_stem('kube-system', 'kubeacc-extender', '', '')}.kubeconfig"
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
+    tmp = tmp_path_factory.mktemp("extender")
+    port = free_port()
+    extenders = [
+        {
+            "urlPrefix": f"http://127.0.0.1:{port}",
+            "filterVerb": "filter",
+            "prioritizeVerb": "prioritize",
+            "bindVerb": "bind",
+            "weight": 1,
+            "nodeCacheCapable": True,
+            "httpTimeout": "10s",
+            "managedResources": [
+                {"name": "kubeacc.io/gpu-memory"},
+                {"name": "kubeacc.io/gpu-cores"},
+                {"name": "kubeacc.io/gpu"},
+            ],
+        }
+    ]
+    # a short path of our own (unix sockets), kept when a test fails: logs for the report
+    workdir = Path(tempfile.mkdtemp(prefix="kacc-ext-"))
+    tb = Testbed.start(
+        workdir,
+        nodes=[KubeletOptions(node_name=n) for n in NODES],
+        scheduler_extenders=extenders,
+    )
+    failed = request.session.testsfailed
+    agents: list[AgentProcess] = []
+    threads: list[threading.Thread] = []
+    stop = threading.Event()
+    extender: Extender | None = None
+    try:
+        client = tb.client(field_manager="kubeacc-test")
+        install_crds(client)
+        install_agent_access(client)
+        config = tmp / "dp.yaml"
+        config.write_text("types:\n  gpu: {shared: true}\n")
+        for node in NODES:
+            work = tmp / node
+            work.mkdir()
+            host = profiles.build(PROFILES[node], work / "host", seed=node)
+            agent = AgentProcess(
+                node, host, agent_kubeconfig(tb, node, work), tb.node(node).root_dir, work
+            )
+            agent.start(extra=[f"--device-plugin-config={config}"], apply_classes=False)
+            agents.append(agent)
+            # the life-cycle agent publishes the node's Accelerators: the extender's inventory
+            lifecycle = LifecycleAgent(
+                Client(KubeConfig.from_file(agent_kubeconfig(tb, node, work))),
+                node_name=node,
+                host_root=host,
+                bitstream_dir=work,
+                kernel=SyntheticKernel(host),
+                interval=1.0,
+            )
+            threads.append(threading.Thread(target=lifecycle.run, args=(stop,), daemon=True))
+            threads[-1].start()
+        for agent in agents:
+            agent.wait_registered()
+        for node in NODES:
+            mib = L4_MIB * (2 if PROFILES[node] == "l4-pair" else 1)
+            eventually(
+                lambda n=node, m=mib: _allocatable(client, n).get(MEMORY) == str(m),  # type: ignore[misc]
+                90,
+                f"{MEMORY} on {node}",
+            )
+        eventually(
+            lambda: (
+                sum(
+                    (as_dict(a).get("status") or {}).get("device", {}).get("type") == "gpu"
+                    for a in client.list(Accelerator)
+                )
+                == GPUS
+            ),
+            90,
+            "GPU Accelerators",
+        )
+        extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log")
+        extender.start()
+        _EXTENDER_URL[0] = f"http://127.0.0.1:{port}"
+        with contextlib.suppress(ApiError):
+            client.create(
+                from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+            )
+        tb.wait_service_account(NS)
+        yield Cluster(tb, client, extender, agents)
+    except BaseException:
+        tb.keep = True
+        raise
+    finally:
+        if extender is not None:
+            extender.stop()
+        for agent in agents:
+            agent.stop()
+        stop.set()
+        for t in threads:
+            t.join(10)
+        tb.stop()
+        if request.session.testsfailed == failed:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"\nextender testbed kept in {workdir}, extender log {tmp / 'extender.log'}")
+
+
+@pytest.fixture
+def kube(cluster: Cluster) -> Iterator[Client]:
+    yield cluster.client
+    for p in cluster.client.list(Pod, namespace=NS):
+        assert p.metadata is not None and p.metadata.name is not None
+        cluster.client.delete(Pod, p.metadata.name, namespace=NS, grace_period=0)
+    eventually(lambda: not list(cluster.client.list(Pod, namespace=NS)), 60, "pods gone")
+
+
+def _allocatable(client: Client, node: str) -> dict[str, str]:
+    status = client.get(Node, node).status
+    return dict(status.allocatable or {}) if status else {}
+
+
+def _pod(name: str, limits: dict[str, str], **spec: Any) -> Any:
+    return from_dict(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"limits": limits},
+                    }
+                ],
+                **spec,
+            },
+        }
+    )
+
+
+def _get(client: Client, name: str) -> dict[str, Any]:
+    return as_dict(client.get(Pod, name, namespace=NS))
+
+
+def _phase(client: Client, name: str) -> str:
+    return str((_get(client, name).get("status") or {}).get("phase") or "")
+
+
+def _unschedulable(client: Client, name: str) -> str | None:
+    for c in (_get(client, name).get("status") or {}).get("conditions") or []:
+        if c["type"] == "PodScheduled" and c["status"] == "False":
+            return str(c.get("message") or c.get("reason"))
+    return None
+
+
+def _running(client: Client, names: list[str], timeout: float = 120) -> None:
+    _running_count(client, names, len(names), timeout)
+
+
+def _running_count(client: Client, names: list[str], count: int, timeout: float = 120) -> None:
+    """Wait until ``count`` of ``names`` run; on time-out, say where each pod stands."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sum(_phase(client, n) == "Running" for n in names) == count:
+            return
+        time.sleep(0.5)
+    report = {
+        n: (_phase(client, n), _get(client, n)["spec"].get("nodeName"), _unschedulable(client, n))
+        for n in names
+    }
+    views = {}
+    for node in NODES:
+        try:
+            with urllib.request.urlopen(f"{_EXTENDER_URL[0]}/state?node={node}", timeout=5) as r:
+                views[node] = json.loads(r.read()).get("node")
+        except OSError as err:
+            views[node] = str(err)
+    raise AssertionError(
+        f"not {count} of {names} Running after {timeout}s: {report}; extender: {views}"
+    )
+
+
+#: The extender's base URL (set by the fixture), for failure reports.
+_EXTENDER_URL = [""]
+
+
+def _decision(client: Client, name: str) -> Decision:
+    pod = _get(client, name)
+    decision = Decision.from_json(pod["metadata"]["annotations"][DECISION_ANNOTATION])
+    assert decision.node == pod["spec"]["nodeName"]
+    return decision
+
+
+def _held(client: Client) -> dict[tuple[str, str], int]:
+    """MiB decided per (node, GPU) over the pods that run or are bound."""
+    held: dict[tuple[str, str], int] = {}
+    for p in client.list(Pod, namespace=NS):
+        d = as_dict(p)
+        if not d["spec"].get("nodeName"):
+            continue
+        decision = _decision(client, d["metadata"]["name"])
+        for c in decision.containers:
+            for bdf in c.devices:
+                held[(decision.node, bdf)] = held.get((decision.node, bdf), 0) + c.memory
+    return held
+
+
+def test_memory_shares_pack_onto_gpus_without_exceeding_them(
+    cluster: Cluster, kube: Client
+) -> None:
+    names = [f"share-{i}" for i in range(4)]
+    for n in names:
+        kube.create(_pod(n, {MEMORY: "15000", "kubeacc.io/gpu-cores": "30"}))
+    # one 15000 MiB share per L4 (23034 MiB): three run. The fourth fits gpu-a's total
+    # (46068 MiB, what kube-scheduler checks) but no single GPU: the extender says so.
+    _running_count(kube, names, GPUS)
+    waiting = [n for n in names if _phase(kube, n) != "Running"]
+    assert len(waiting) == 1
+    reason = eventually(lambda: _unschedulable(kube, waiting[0]), 60, "unschedulable reason")
+    assert "no GPU with 15000 MiB free (most free on one GPU: 8034 MiB)" in reason, reason
+    held = _held(kube)
+    assert sorted(held.values()) == [15000] * GPUS, held
+    # what the containers got: the decided GPU, the limits as environment
+    for n in names:
+        if n in waiting:
+            continue
+        decision = _decision(kube, n)
+        node = cluster.testbed.node(decision.node)
+        (record,) = node.container_records(namespace=NS, pod=n)
+        assert record.envs["ACCELERATOR_UNITS"] == decision.containers[0].devices[0]
+        assert record.envs["KUBEACC_DEVICE_MEMORY_LIMIT"] == "15000"
+        assert record.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=15000M"
+        assert record.envs["KUBEACC_DEVICE_CORES_LIMIT"] == "30"
+        assert record.envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "30"
+        assert any(d.host_path.startswith("/dev/nvidia") for d in record.devices)
+    # memory freed: the waiting pod is placed
+    gone = next(n for n in names if n not in waiting)
+    kube.delete(Pod, gone, namespace=NS, grace_period=0)
+    _running(kube, waiting)
+
+
+def test_extender_restart_mid_stream_loses_nothing(cluster: Cluster, kube: Client) -> None:
+    ext = cluster.extender
+    names = [f"r-{i}" for i in range(2 * GPUS + 1)]
+    kube.create(_pod(names[0], {MEMORY: "11000"}))
+    kube.create(_pod(names[1], {MEMORY: "11000"}))
+    _running(kube, names[:2])
+    kube.create(_pod(names[2], {MEMORY: "11000"}))
+    ext.kill()  # whatever it was doing with r-2
+    for n in names[3:]:
+        kube.create(_pod(n, {MEMORY: "11000"}))
+    ext.start()  # a new process: state only from the API server
+    # two 11000 MiB shares per L4: six run, the seventh waits
+    _running_count(kube, names, 2 * GPUS)
+    late = [n for n in names if _phase(kube, n) != "Running"]
+    assert len(late) == 1
+    eventually(lambda: _unschedulable(kube, late[0]), 60, "reason for the last pod")
+    held = _held(kube)
+    assert sorted(held.values()) == [22000] * GPUS, held
+
+
+def test_whole_gpus_and_shares_never_meet_on_one_gpu(cluster: Cluster, kube: Client) -> None:
+    kube.create(_pod("whole-2", {"kubeacc.io/gpu": "2"}))
+    _running(kube, ["whole-2"])
+    whole = _decision(kube, "whole-2")
+    assert whole.node == "gpu-a" and whole.containers[0].whole
+    (record,) = cluster.testbed.node("gpu-a").container_records(namespace=NS, pod="whole-2")
+    assert sorted(record.envs["ACCELERATOR_UNITS"].split(",")) == sorted(
+        whole.containers[0].devices
+    )
+    assert "KUBEACC_DEVICE_MEMORY_LIMIT" not in record.envs
+    # gpu-a's memory is free by the kubelet's count, but both its GPUs are taken whole
+    kube.create(_pod("share-after", {MEMORY: "1000"}))
+    _running(kube, ["share-after"])
+    assert _decision(kube, "share-after").node == "gpu-b"
+    kube.create(_pod("share-more", {MEMORY: "23000"}))
+    reason = eventually(lambda: _unschedulable(kube, "share-more"), 60, "reason")
+    assert "no GPU takes shares (all held whole or unhealthy)" in reason, reason
+    # gpu-b (one L4 with 1000 MiB given): kube-scheduler's own count refuses it first
+    assert "1 Insufficient kubeacc.io/gpu-memory" in reason, reason
+
+
+def test_racing_binds_for_the_last_memory_one_wins(cluster: Cluster, kube: Client) -> None:
+    # Bypass kube-scheduler (another scheduler name) and race two binds to the same node.
+    for n in ("race-a", "race-b"):
+        kube.create(_pod(n, {MEMORY: "15000"}, schedulerName="nobody"))
+    node = "gpu-b"  # one L4: room for one of the two
+    answers: dict[str, dict[str, Any]] = {}
+    barrier = threading.Barrier(2)
+
+    def bind(name: str) -> None:
+        uid = _get(kube, name)["metadata"]["uid"]
+        barrier.wait()
+        answers[name] = cluster.extender.post(
+            "bind", {"PodName": name, "PodNamespace": NS, "PodUID": uid, "Node": node}
+        )
+
+    threads = [threading.Thread(target=bind, args=(n,)) for n in ("race-a", "race-b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    errors = {n: a["Error"] for n, a in answers.items() if a["Error"]}
+    assert len(answers) == 2 and len(errors) == 1, answers
+    ((loser, error),) = errors.items()
+    winner = "race-b" if loser == "race-a" else "race-a"
+    assert "no GPU with 15000 MiB free" in error and "taken since filter" in error, error
+    assert not _get(kube, loser)["spec"].get("nodeName")
+    _running(kube, [winner])
+    assert _decision(kube, winner).node == node
+
+
+def test_a_pod_without_a_decision_gets_a_clear_allocate_error(
+    cluster: Cluster, kube: Client
+) -> None:
+    # nodeName set by hand: no scheduler, no extender, no decision
+    kube.create(_pod("no-decision", {MEMORY: "1000"}, nodeName="gpu-b"))
+
+    def failed() -> str | None:
+        status = _get(kube, "no-decision").get("status") or {}
+        return str(status.get("message")) if status.get("phase") == "Failed" else None
+
+    message = eventually(failed, 60, "pod refused at admission")
+    assert "no kubeacc extender decision" in message, message
+
+
+def test_deploy_manifests_are_accepted(cluster: Cluster) -> None:
+    # server-side validation of deploy/extender.yaml and its RBAC, nothing written
+    for name in ("extender.yaml", "rbac/extender.yaml"):
+        for doc in manifests(name):
+            cluster.client.apply(from_dict(doc), force=True, dry_run=True)
