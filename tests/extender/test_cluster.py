@@ -113,6 +113,13 @@ class Extender:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def holders(self, node: str) -> list[Any]:
+        """The pods the extender counts on ``node`` (its /state view)."""
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.port}/state?node={node}", timeout=5
+        ) as r:
+            return list((json.loads(r.read()).get("node") or {}).get("holders") or [])
+
     def post(self, verb: str, body: dict[str, Any]) -> dict[str, Any]:
         req = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/{verb}", data=json.dumps(body).encode(), method="POST"
@@ -253,6 +260,12 @@ def kube(cluster: Cluster) -> Iterator[Client]:
         assert p.metadata is not None and p.metadata.name is not None
         cluster.client.delete(Pod, p.metadata.name, namespace=NS, grace_period=0)
     eventually(lambda: not list(cluster.client.list(Pod, namespace=NS)), 60, "pods gone")
+    # The next test's first pod must meet an extender that has seen these deletions too: a pod
+    # it refuses on a stale view is re-queued by kube-scheduler only on a later cluster event
+    # that concerns it (or after minutes), see docs/extender.md "Stale refusals".
+    eventually(
+        lambda: not any(cluster.extender.holders(n) for n in NODES), 30, "extender saw them go"
+    )
 
 
 def _allocatable(client: Client, node: str) -> dict[str, str]:
