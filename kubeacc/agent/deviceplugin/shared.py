@@ -27,11 +27,15 @@ from typing import Any
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
 from kubeacc.model import Device
+from kubeacc.units.table import active_table
 
 log = logging.getLogger(__name__)
 
 MEMORY_RESOURCE = "kubeacc.io/gpu-memory"
 CORES_RESOURCE = "kubeacc.io/gpu-cores"
+UNITS_RESOURCE = "kubeacc.io/gpu-units"
+#: Units advertised per node at most (the same 4 MiB limit; 8 B200s are 18,000).
+MAX_UNIT_IDS = 100_000
 #: MiB advertised per node (the kubelet's 4 MiB message limit, with room to spare).
 MAX_MEMORY_UNITS = 192 * 1024
 CORES_PER_GPU = 100
@@ -47,6 +51,7 @@ class Kind(StrEnum):
     WHOLE = "whole"
     MEMORY = "memory"
     CORES = "cores"
+    UNITS = "units"
 
 
 def memory_mib(dev: Device) -> int:
@@ -62,6 +67,18 @@ def unit_ids(kind: Kind, devices: Sequence[Device]) -> list[tuple[str, Device]]:
             out.append((f"g{n}", dev))
         elif kind is Kind.CORES:
             out += [(f"c{n}-{i}", dev) for i in range(CORES_PER_GPU)]
+        elif kind is Kind.UNITS:
+            units = active_table().units_for(dev.model)
+            if total + units > MAX_UNIT_IDS:
+                log.warning(
+                    "%s: over %d units on one node; not in %s",
+                    dev.name,
+                    MAX_UNIT_IDS,
+                    UNITS_RESOURCE,
+                )
+                continue
+            total += units
+            out += [(f"u{n}-{i:x}", dev) for i in range(units)]
         else:
             mib = memory_mib(dev)
             if total + mib > MAX_MEMORY_UNITS:
@@ -153,9 +170,11 @@ class DecisionLookup:
                         continue
                     if want is None:
                         continue
-                    amount = {Kind.MEMORY: want.memory, Kind.CORES: want.cores}.get(
-                        kind, want.whole
-                    )
+                    amount = {
+                        Kind.MEMORY: want.memory,
+                        Kind.CORES: want.cores,
+                        Kind.UNITS: want.units,
+                    }.get(kind, want.whole)
                     if amount != count:
                         continue
                     if kind is Kind.WHOLE and resource != _whole_resource(want.model):
