@@ -337,6 +337,31 @@ def l4_pair(b: HostBuilder) -> None:
     b.pci_ids()
 
 
+def h100_l4(b: HostBuilder) -> None:
+    """Mixed-generation node: 2 NVIDIA H100 SXM and 1 L4 on one NUMA node, onboard NIC
+    (normalized units and model preferences)."""
+    b.numa(["0-15"], [[10]])
+    b.identity("mixed-01", "Intel(R) Xeon(R) Gold 6430")
+    b.nvidia_version(DRIVER_VERSION)
+    board.host_bridge(b, numa=0)
+    board.onboard_nic(
+        b,
+        bdf(0, 0x1C, 4),
+        0x05,
+        "eno1",
+        root_port=board.INTEL_ROOT_PORT,
+        device=(0x8086, 0x1533),
+        driver="igb",
+    )
+    root = b.root_complex(0, 0x00)
+    gpus = []
+    for n, (dev, model) in enumerate(((0x01, H100_SXM), (0x03, H100_SXM), (0x05, L4))):
+        port = b.bridge(root, bdf(0, dev), *board.INTEL_ROOT_PORT, link=model.link)
+        gpus.append(nvidia_gpu(b, port, bdf(0x01 + n), model, index=n, numa=0))
+    b.nvml(gpus)
+    b.pci_ids()
+
+
 def alveo_u250(b: HostBuilder, port: Parent, bus: int, card: int, render: int) -> None:
     """Both functions of an Alveo U250 (XDMA shell): ``.0`` management, ``.1`` user.
 
