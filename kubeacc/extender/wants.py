@@ -25,6 +25,7 @@ from typing import Any
 
 from kubeacc.engine.quantity import parse_quantity
 from kubeacc.units.prefer import Preference, PreferenceError, parse_preference
+from kubeacc.units.table import active_table
 
 DOMAIN = "kubeacc.io"
 GPU = f"{DOMAIN}/gpu"
@@ -160,10 +161,13 @@ def pod_want(pod: Mapping[str, Any]) -> PodWant:
             wants.append(w)
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     key = PREFER_ANNOTATION if PREFER_ANNOTATION in annotations else MODELS_ANNOTATION
-    try:
-        prefer = parse_preference(str(annotations.get(key, "")))
-    except PreferenceError as err:
-        raise WantError(f"annotation {key}: {err}") from err
+    if key in annotations:
+        try:
+            prefer = parse_preference(str(annotations[key]))
+        except PreferenceError as err:
+            raise WantError(f"annotation {key}: {err}") from err
+    else:  # the cluster's default ranking (unit table preferModels), if any
+        prefer = active_table().prefer
     mix = str(annotations.get(MIX_ANNOTATION, "")).strip().lower()
     if mix not in ("", "true", "false"):
         raise WantError(f'annotation {MIX_ANNOTATION}: "true" or "false", not {mix!r}')

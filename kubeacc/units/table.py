@@ -9,6 +9,7 @@ A file (``--units-table``), usually a ConfigMap's key mounted into the pod::
     models:
       H100: 989                  # any spelling: matched by tokens (kubeacc.units.names)
       A10G: 70
+    preferModels: H100,A100      # ranking for pods that name none (any other model: last)
 
 The file may also be the ConfigMap itself (``kind: ConfigMap``, the table under
 ``data["units.yaml"]``). A mistake is refused as a whole with one line naming the file and the
@@ -27,6 +28,7 @@ import yaml
 
 from kubeacc.units.defaults import DEFAULT_UNIT, DEFAULT_UNITS
 from kubeacc.units.names import matches, tokens
+from kubeacc.units.prefer import ANY, Preference, PreferenceError, parse_preference
 
 API_VERSION = "kubeacc.io/v1alpha1"
 KIND = "UnitTable"
@@ -50,6 +52,8 @@ class Entry:
 class UnitTable:
     entries: tuple[Entry, ...]
     unit: str = DEFAULT_UNIT
+    #: The cluster's default ranking (pods without kubeacc.io/prefer-models); empty: none.
+    prefer: Preference = field(default_factory=Preference)
     _cache: dict[str, Entry | None] = field(default_factory=dict, compare=False, repr=False)
 
     def entry_for(self, model: str) -> Entry | None:
@@ -125,7 +129,7 @@ def parse(data: Any, where: str = "") -> UnitTable:
                 f"{prefix}data.{CONFIGMAP_KEY}: not valid YAML: {_line(err)}"
             ) from err
         return parse(inner, f"{where}[{CONFIGMAP_KEY}]" if where else CONFIGMAP_KEY)
-    unknown = set(data) - {"apiVersion", "kind", "unit", "defaults", "models"}
+    unknown = set(data) - {"apiVersion", "kind", "unit", "defaults", "models", "preferModels"}
     if unknown:
         raise UnitTableError(f"{prefix}unknown field(s): {', '.join(sorted(map(str, unknown)))}")
     if data.get("apiVersion", API_VERSION) != API_VERSION or data.get("kind", KIND) != KIND:
@@ -142,7 +146,21 @@ def parse(data: Any, where: str = "") -> UnitTable:
     unit = data.get("unit")
     if unit is not None and not isinstance(unit, str):
         raise UnitTableError(f"{prefix}unit: text, not {unit!r}")
-    return build(models, defaults=defaults, unit=unit, where=where)
+    table = build(models, defaults=defaults, unit=unit, where=where)
+    ranking = data.get("preferModels")
+    if ranking is None:
+        return table
+    if isinstance(ranking, list):
+        ranking = ",".join(str(r) for r in ranking)
+    if not isinstance(ranking, str):
+        raise UnitTableError(f"{prefix}preferModels: a list of model names, not {ranking!r}")
+    try:
+        prefer = parse_preference(ranking)
+    except PreferenceError as err:
+        raise UnitTableError(f"{prefix}preferModels: {err}") from err
+    if prefer.names:  # never restricts: every other model stays possible, ranked last
+        prefer = parse_preference(",".join([*prefer.names, ANY]))
+    return UnitTable(table.entries, table.unit, prefer)
 
 
 def load(path: Path) -> UnitTable:

@@ -148,3 +148,21 @@ def test_bind_takes_the_best_ranked_model_of_the_node() -> None:
 def test_bad_units_requests(limits: dict[str, str], notes: dict[str, str], message: str) -> None:
     with pytest.raises(WantError, match=message):
         pod_want(pod("p", limits, annotations=notes))
+
+
+def test_the_clusters_default_ranking_applies_to_pods_that_name_none() -> None:
+    from kubeacc.units.table import parse, use_table
+
+    state = state_with({"h": [gpu(1, H100)], "l": [gpu(1, L4)]})
+    h, l4 = state.node("h"), state.node("l")
+    assert h is not None and l4 is not None
+    try:
+        use_table(parse({"preferModels": "L4"}))
+        plain = pod_want(pod("p", {GPU: "1"}))
+        assert fit(l4, plain).score > fit(h, plain).score > 0  # H100 still allowed, ranked last
+        own = pod_want(pod("p", {GPU: "1"}, annotations={PREFER_ANNOTATION: "H100"}))
+        assert fit(h, own).score > 0 and fit(l4, own).reason
+        opt_out = pod_want(pod("p", {GPU: "1"}, annotations={PREFER_ANNOTATION: ""}))
+        assert opt_out.prefer.empty
+    finally:
+        use_table(None)

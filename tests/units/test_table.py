@@ -125,3 +125,15 @@ def test_the_active_table_is_the_processs_choice() -> None:
     finally:
         use_table(None)
     assert active_table().units_for("NVIDIA L4") == 121
+
+
+def test_the_default_ranking_never_restricts() -> None:
+    t = parse({"preferModels": ["H100", "A100"]})
+    assert t.prefer.rank("h100-pcie") == 0 and t.prefer.rank("a100-sxm4-40gb") == 1
+    assert t.prefer.rank("l4") == 2  # any other model: last, still allowed
+    assert parse({"preferModels": "H100,*"}).prefer.rank("l4") == 1
+    assert parse({}).prefer.empty
+    with pytest.raises(UnitTableError, match="units.yaml: preferModels: .* must come last"):
+        parse({"preferModels": "*,H100"}, "units.yaml")
+    with pytest.raises(UnitTableError, match="preferModels: a list of model names"):
+        parse({"preferModels": 3})
