@@ -133,7 +133,7 @@ def test_the_default_ranking_never_restricts() -> None:
     assert t.prefer.rank("l4") == 2  # any other model: last, still allowed
     assert parse({"preferModels": "H100,*"}).prefer.rank("l4") == 1
     assert parse({}).prefer.empty
-    with pytest.raises(UnitTableError, match="units.yaml: preferModels: .* must come last"):
+    with pytest.raises(UnitTableError, match=r"units\.yaml: preferModels: .* must come last"):
         parse({"preferModels": "*,H100"}, "units.yaml")
     with pytest.raises(UnitTableError, match="preferModels: a list of model names"):
         parse({"preferModels": 3})
