@@ -11,38 +11,22 @@ Tests run in order and clean up their pods.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
 from lightkube.codecs import from_dict
-from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra.classes import apply_device_classes
-from kubeacc.agent.lifecycle.agent import LifecycleAgent
-from kubeacc.crds.resources import Accelerator, as_dict, install_crds
+from kubeacc.crds.resources import as_dict
 from kubeacc.extender.wants import MIX_ANNOTATION, PREFER_ANNOTATION, UNITS
-from kubeacc.synthetic import profiles
-from kubeacc.synthetic.kernel import SyntheticKernel
-from kubeacc.testbed.identities import agent_kubeconfig, install_agent_access
-from kubeacc.testbed.kubelet import KubeletOptions
-from kubeacc.testbed.procs import free_port
-from kubeacc.testbed.testbed import Testbed
 from kubeacc.units.claims import preference_claim
-from tests.agent.dra.agentproc import AgentProcess
+from tests.extender.clusterlib import MANAGED, Cluster, extender_cluster
 from tests.extender.test_cluster import (
-    Extender,
     _allocatable,
     _decision,
-    _extender_kubeconfig,
     _get,
     _phase,
     _unschedulable,
@@ -57,121 +41,33 @@ DRA_NODE = "dra-m"
 H100, L4 = "h100-80gb-hbm3", "l4"
 
 
-@dataclass
-class Cluster:
-    testbed: Testbed
-    client: Client
-    extender: Extender
-
-
 @pytest.fixture(scope="module")
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Cluster]:
-    tmp = tmp_path_factory.mktemp("units")
-    port = free_port()
-    extenders = [
-        {
-            "urlPrefix": f"http://127.0.0.1:{port}",
-            "filterVerb": "filter",
-            "prioritizeVerb": "prioritize",
-            "bindVerb": "bind",
-            # model preference must outweigh the default plugins' spreading (docs/extender.md)
-            "weight": 5,
-            "nodeCacheCapable": True,
-            "httpTimeout": "10s",
-            "managedResources": [
-                {"name": "kubeacc.io/gpu-memory"},
-                {"name": "kubeacc.io/gpu-cores"},
-                {"name": "kubeacc.io/gpu-units"},
-                {"name": "kubeacc.io/gpu"},
-            ],
-        }
-    ]
-    workdir = Path(tempfile.mkdtemp(prefix="kacc-units-"))
-    tb = Testbed.start(
-        workdir,
-        nodes=[KubeletOptions(node_name=n) for n in [*PLUGIN_NODES, DRA_NODE]],
-        scheduler_extenders=extenders,
-    )
-    failed = request.session.testsfailed
-    agents: list[AgentProcess] = []
-    threads: list[threading.Thread] = []
-    stop = threading.Event()
-    extender: Extender | None = None
-    try:
-        client = tb.client(field_manager="kubeacc-test")
-        install_crds(client)
-        install_agent_access(client)
-        apply_device_classes(client)
-        config = tmp / "dp.yaml"
-        config.write_text("types:\n  gpu: {shared: true, units: true}\n")
-        for node, profile in [*PLUGIN_NODES.items(), (DRA_NODE, "h100-l4")]:
-            work = tmp / node
-            work.mkdir()
-            host = profiles.build(profile, work / "host", seed=node)
-            kubeconfig = agent_kubeconfig(tb, node, work)
-            agent = AgentProcess(node, host, kubeconfig, tb.node(node).root_dir, work)
-            if node == DRA_NODE:
-                agent.start(apply_classes=False)  # every type through DRA
-            else:
-                agent.start(extra=[f"--device-plugin-config={config}"], apply_classes=False)
-                lifecycle = LifecycleAgent(
-                    Client(KubeConfig.from_file(kubeconfig)),
-                    node_name=node,
-                    host_root=host,
-                    bitstream_dir=work,
-                    kernel=SyntheticKernel(host),
-                    interval=1.0,
-                )
-                threads.append(threading.Thread(target=lifecycle.run, args=(stop,), daemon=True))
-                threads[-1].start()
-            agents.append(agent)
-        for agent in agents:
-            agent.wait_registered(120)
+    with extender_cluster(
+        tmp_path_factory.mktemp("units"),
+        request,
+        plugin_nodes=PLUGIN_NODES,
+        dra_nodes={DRA_NODE: "h100-l4"},
+        dp_config="types:\n  gpu: {shared: true, units: true}\n",
+        gpus=5,
+        namespace=NS,
+        # model preference must outweigh the default plugins' spreading (docs/extender.md)
+        weight=5,
+        managed=(*MANAGED, UNITS),
+    ) as cluster:
         units = {"gpu-m": str(2 * 989 + 121), "gpu-l": str(2 * 121)}
         for node, want in units.items():
             eventually(
-                lambda n=node, w=want: _allocatable(client, n).get(UNITS) == w,  # type: ignore[misc]
+                lambda n=node, w=want: _allocatable(cluster.client, n).get(UNITS) == w,  # type: ignore[misc]
                 120,
                 f"{UNITS} on {node}",
             )
         eventually(
-            lambda: (
-                sum(
-                    (as_dict(a).get("status") or {}).get("device", {}).get("type") == "gpu"
-                    for a in client.list(Accelerator)
-                )
-                == 5
-            ),
-            120,
-            "GPU Accelerators",
+            lambda: _dra_units(cluster.client) == [121, 989, 989], 120, "units in dra-m's slices"
         )
-        eventually(lambda: _dra_units(client) == [121, 989, 989], 120, "units in dra-m's slices")
-        extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log")
-        extender.start()
-        with contextlib.suppress(ApiError):
-            client.create(
-                from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-            )
-        tb.wait_service_account(NS)
-        yield Cluster(tb, client, extender)
-    except BaseException:
-        tb.keep = True
-        raise
-    finally:
-        if extender is not None:
-            extender.stop()
-        for agent in agents:
-            agent.stop()
-        stop.set()
-        for t in threads:
-            t.join(10)
-        tb.stop()
-        if request.session.testsfailed == failed:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print(f"\nunits testbed kept in {workdir}, extender log {tmp / 'extender.log'}")
+        yield cluster
 
 
 def _dra_units(client: Client) -> list[int]:

@@ -58,41 +58,39 @@ def memory_mib(dev: Device) -> int:
     return (dev.memory_bytes or 0) // MIB
 
 
+def _units(dev: Device) -> int:
+    return active_table().units_for(dev.model)
+
+
+#: Per counted kind: IDs of one GPU, the most a node advertises, the ID prefix, the resource.
+_COUNTED: dict[Kind, tuple[Callable[[Device], int], int, str, str]] = {
+    Kind.MEMORY: (memory_mib, MAX_MEMORY_UNITS, "m", MEMORY_RESOURCE),
+    Kind.UNITS: (_units, MAX_UNIT_IDS, "u", UNITS_RESOURCE),
+}
+
+
 def unit_ids(kind: Kind, devices: Sequence[Device]) -> list[tuple[str, Device]]:
     """(ID, GPU) of every unit advertised for ``kind``; IDs are short (the 4 MiB limit)."""
+    if kind is Kind.WHOLE:
+        return [(f"g{n}", dev) for n, dev in enumerate(devices)]
+    if kind is Kind.CORES:
+        return [(f"c{n}-{i}", dev) for n, dev in enumerate(devices) for i in range(CORES_PER_GPU)]
+    per_gpu, cap, prefix, resource = _COUNTED[kind]
     out: list[tuple[str, Device]] = []
     total = 0
     for n, dev in enumerate(devices):
-        if kind is Kind.WHOLE:
-            out.append((f"g{n}", dev))
-        elif kind is Kind.CORES:
-            out += [(f"c{n}-{i}", dev) for i in range(CORES_PER_GPU)]
-        elif kind is Kind.UNITS:
-            units = active_table().units_for(dev.model)
-            if total + units > MAX_UNIT_IDS:
-                log.warning(
-                    "%s: over %d units on one node; not in %s",
-                    dev.name,
-                    MAX_UNIT_IDS,
-                    UNITS_RESOURCE,
-                )
-                continue
-            total += units
-            out += [(f"u{n}-{i:x}", dev) for i in range(units)]
-        else:
-            mib = memory_mib(dev)
-            if total + mib > MAX_MEMORY_UNITS:
-                log.warning(
-                    "%s: %d MiB would exceed the %d MiB a node can advertise as %s; "
-                    "not shared by memory",
-                    dev.name,
-                    mib,
-                    MAX_MEMORY_UNITS,
-                    MEMORY_RESOURCE,
-                )
-                continue
-            total += mib
-            out += [(f"m{n}-{i:x}", dev) for i in range(mib)]
+        count = per_gpu(dev)
+        if total + count > cap:
+            log.warning(
+                "%s: %d more would exceed the %d a node can advertise as %s; left out",
+                dev.name,
+                count,
+                cap,
+                resource,
+            )
+            continue
+        total += count
+        out += [(f"{prefix}{n}-{i:x}", dev) for i in range(count)]
     return out
 
 
