@@ -29,6 +29,7 @@ from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.crds.deploy import apply_manifest, manifests
 from kubeacc.crds.resources import Accelerator, as_dict, install_crds
+from kubeacc.extender.schedconfig import scheduler_entry
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.testbed.identities import _stem, agent_kubeconfig, install_agent_access, token_client
@@ -38,7 +39,7 @@ from kubeacc.testbed.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
 from tests.testbed.helpers import eventually
 
-#: Resources kube-scheduler sends to the extender (KubeSchedulerConfiguration managedResources).
+#: Resources kube-scheduler sends to the extender in test_cluster (managedResources).
 MANAGED = ("kubeacc.io/gpu-memory", "kubeacc.io/gpu-cores", "kubeacc.io/gpu")
 
 
@@ -149,18 +150,7 @@ def extender_cluster(
     with ``dp_config``, ``dra_nodes`` everything through DRA; ``gpus``: the GPU Accelerators
     the plugin nodes publish. Kept on failure (the path is printed)."""
     port = free_port()
-    extenders = [
-        {
-            "urlPrefix": f"http://127.0.0.1:{port}",
-            "filterVerb": "filter",
-            "prioritizeVerb": "prioritize",
-            "bindVerb": "bind",
-            "weight": weight,
-            "nodeCacheCapable": True,
-            "httpTimeout": "10s",
-            "managedResources": [{"name": r} for r in managed],
-        }
-    ]
+    extenders = [scheduler_entry(f"http://127.0.0.1:{port}", managed, weight=weight)]
     dra = dict(dra_nodes or {})
     # a short path of our own (unix sockets), kept when a test fails: logs for the report
     workdir = Path(tempfile.mkdtemp(prefix="kacc-ext-"))
