@@ -10,7 +10,13 @@ import typer
 
 from kubeacc.cli.errors import FAILURE, fail
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import DeviceRootOption, HostRootOption, KubeconfigOption
+from kubeacc.cli.options import (
+    DeviceRootOption,
+    HostRootOption,
+    KubeconfigOption,
+    UnitsTableOption,
+    use_units_table,
+)
 from kubeacc.discovery.nvml import NvmlMode
 from kubeacc.model import DeviceType
 
@@ -98,6 +104,7 @@ def agent_command(
             help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)."
         ),
     ] = None,
+    units_table: UnitsTableOption = None,
     memory_shared: Annotated[
         list[str] | None,
         typer.Option(
@@ -130,6 +137,7 @@ def agent_command(
         dp_config = _device_plugin_config(device_plugin_types or [], device_plugin_config)
     except ValueError as err:  # the config errors and MetricsAddressError
         fail(str(err))
+    use_units_table(units_table)
     if nvml_library is not None:
         from kubeacc.discovery.nvml import use_nvml_library
 

@@ -363,3 +363,32 @@ def test_extender_renders_only_when_enabled(helm: Helm) -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "kubeacc-extender", "namespace": NS}
     ]
+
+
+def test_units_table_reaches_the_agent_and_the_extender(helm: Helm) -> None:
+    from kubeacc.units.table import parse
+
+    base = ["template", "t", str(CHART), K8S, "-n", NS, "--set", "extender.enabled=true"]
+    off = _docs(helm(*base).stdout)
+    assert not [d for d in off if d["metadata"]["name"] == "kubeacc-units"]
+    on = _docs(
+        helm(
+            *base,
+            "--set-json",
+            'units={"models": {"A10G": 70}, "preferModels": "H100,A100"}',
+        ).stdout
+    )
+    by = {(d["kind"], d["metadata"]["name"]): d for d in on}
+    table = parse(yaml.safe_load(by[("ConfigMap", "kubeacc-units")]["data"]["units.yaml"]))
+    assert table.units_for("NVIDIA A10G") == 70 and table.units_for("NVIDIA H100 PCIe") == 756
+    assert table.prefer.rank("a100-sxm4-40gb") == 1
+    for kind, name, container in (
+        ("DaemonSet", "kubeacc-agent", "agent"),
+        ("Deployment", "kubeacc-extender", "extender"),
+    ):
+        spec = by[(kind, name)]["spec"]["template"]["spec"]
+        (c,) = [c for c in spec["containers"] if c["name"] == container]
+        assert "--units-table=/etc/kubeacc-units/units.yaml" in c["args"]
+        assert {"name": "units", "configMap": {"name": "kubeacc-units"}} in spec["volumes"]
+    bad = helm(*base, "--set-json", 'units={"models": {"H100": 0}}', check=False)
+    assert bad.returncode != 0 and "minimum" in bad.stderr

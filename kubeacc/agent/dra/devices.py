@@ -14,6 +14,7 @@ from typing import Any
 
 from kubeacc.agent.dra.sharing import ShareSelector, is_memory_shared, shared_capacity
 from kubeacc.model import Device, HealthState, Inventory, PartitionKind
+from kubeacc.units.table import active_table
 
 #: Taint key put on devices that discovery reports as not healthy.
 UNHEALTHY_TAINT = "kubeacc.io/unhealthy"
@@ -60,6 +61,9 @@ def device_entry(dev: Device, shared: bool = False) -> dict[str, Any]:
     if dev.uuid:
         attrs["uuid"] = _s(dev.uuid)
     attrs["productName"] = _s(dev.model)
+    units = active_table().units_for(dev.model)  # normalized units (kubeacc.units)
+    if units:
+        attrs["units"] = _int(units)
     if dev.driver_version:
         attrs["driverVersion"] = _s(dev.driver_version)
     if dev.fpga is not None:
