@@ -188,20 +188,9 @@ class Kubelet:
         return self.workdir / "devices"
 
     def mknod(self, paths: list[str]) -> list[Path]:
-        """Create character device nodes ``<device_root>/<path>`` for ``/dev/...`` paths.
-
-        Each gets the numbers of the host's ``/dev/null`` (harmless to open and write), so a
-        container they are injected into sees a real device node of that name.
-        """
-        null = os.stat("/dev/null")
-        made = []
-        for path in paths:
-            node = self.device_root / path.lstrip("/")
-            node.parent.mkdir(parents=True, exist_ok=True)
-            if not node.exists():
-                os.mknod(node, stat.S_IFCHR | 0o666, null.st_rdev)
-            made.append(node)
-        return made
+        """Create character device nodes ``<device_root>/<path>`` for ``/dev/...`` paths
+        (see :func:`make_device_nodes`)."""
+        return make_device_nodes(self.device_root, paths)
 
     def container_log(self, namespace: str, pod: str, container: str, attempt: int = 0) -> str:
         """What a container printed (real runtime), without the CRI log line prefixes."""
@@ -497,6 +486,26 @@ class Kubelet:
             self.apiproxy.stop()
         if self.mount_ns is not None:
             self.mount_ns.delete()
+
+
+def make_device_nodes(root: Path, paths: list[str]) -> list[Path]:
+    """Create character device nodes ``<root>/<path>`` for ``/dev/...`` paths.
+
+    Each gets the numbers of the host's ``/dev/null`` (harmless to open and write), so a
+    container they are injected into sees a real device node of that name. Whatever else is
+    at a path (a synthetic host's placeholder file) is replaced.
+    """
+    null = os.stat("/dev/null")
+    made = []
+    for path in paths:
+        node = root / path.lstrip("/")
+        node.parent.mkdir(parents=True, exist_ok=True)
+        if node.is_symlink() or (node.exists() and not stat.S_ISCHR(node.stat().st_mode)):
+            node.unlink()
+        if not node.exists():
+            os.mknod(node, stat.S_IFCHR | 0o666, null.st_rdev)
+        made.append(node)
+    return made
 
 
 def _mtime(path: Path) -> float | None:

@@ -1,0 +1,271 @@
+"""The chart as installed, on a node that runs real containers (containerd + runc).
+
+``helm install`` puts kube-acc on a one-node cluster whose kubelet runs on the real runtime;
+the kube-acc image (kubeacc.testbed.kubeacc_image) is imported into the node's containerd, the
+agent's host paths point at a synthetic 8-GPU host (``agent.hostRoot``) whose device nodes are
+real character devices made with mknod. No kube-acc process is started by the test: the agent
+DaemonSet, the controller Deployment and the clean-up Job are the chart's pods, in containers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import ApiError, Client
+from lightkube.codecs import from_dict
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
+
+from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.dra import cdi as dra_cdi
+from kubeacc.crds.resources import Accelerator
+from kubeacc.crds.types import NODE_LABEL
+from kubeacc.discovery.discover import discover
+from kubeacc.synthetic import profiles
+from kubeacc.testbed import KubeletOptions, Testbed
+from kubeacc.testbed.images import WORKLOAD_IMAGE
+from kubeacc.testbed.kubeacc_image import KUBEACC_IMAGE, ensure_image
+from kubeacc.testbed.kubelet import make_device_nodes
+from tests.crdfixtures import put_policy
+from tests.testbed.helpers import eventually
+
+from .conftest import CHART, Helm
+
+pytestmark = pytest.mark.cluster
+
+NS = "kubeacc-system"
+NODE = "node-c"
+#: The workload: its environment, a separator, its /dev, a marker, then it stays.
+SCRIPT = "env; echo ===; ls -lR /dev; echo END-OF-LISTING; sleep 3600"
+
+
+@pytest.fixture(scope="module")
+def real_cluster(helm: Helm) -> Iterator[tuple[Testbed, Helm]]:
+    """A cluster of its own on the real runtime, the kube-acc image on its node."""
+    image = ensure_image()
+    with Testbed.start(kubelet=KubeletOptions(node_name=NODE, runtime="containerd")) as tb:
+        assert tb.kubelet.containerd is not None
+        tb.kubelet.containerd.import_image(image)
+        yield tb, Helm(helm.binary, tb.kubeconfig)
+
+
+def _values(tb: Testbed, host: Path, tmp: Path) -> dict[str, Any]:
+    repository, tag = KUBEACC_IMAGE.rsplit(":", 1)
+    return {
+        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "agent": {
+            "hostRoot": str(host),
+            "kubeletRoot": str(tb.kubelet.root_dir),
+            "cdiDir": str(tb.kubelet.cdi_dir),
+            "stateDir": str(tmp / "state"),
+            "rediscoverInterval": 2,
+        },
+        "bitstreams": {"hostPath": str(tmp / "bitstreams")},
+        "nvidia": {"nvml": "off"},
+        "controller": {"replicas": 1},
+    }
+
+
+def _pod(client: Client, prefix: str) -> Pod | None:
+    return next(
+        (p for p in client.list(Pod, namespace=NS) if p.metadata.name.startswith(prefix)), None
+    )
+
+
+def _ready_pod(client: Client, prefix: str) -> Pod | None:
+    """The pod whose every container is running and ready (None until then)."""
+    pod = _pod(client, prefix)
+    statuses = (pod.status.containerStatuses if pod and pod.status else None) or []
+    if statuses and all(s.ready and s.state and s.state.running for s in statuses):
+        return pod
+    return None
+
+
+def _wait_ready(client: Client, prefix: str, timeout: float = 180) -> Pod:
+    try:
+        return eventually(lambda: _ready_pod(client, prefix), timeout, f"{prefix} pod ready")
+    except AssertionError as exc:
+        pod = _pod(client, prefix)
+        raise AssertionError(f"{exc}; pod status: {pod.status if pod else None}") from None
+
+
+def _running_tasks(tb: Testbed) -> dict[str, str]:
+    """containerd's own view: task id -> status."""
+    assert tb.kubelet.containerd is not None
+    lines = tb.kubelet.containerd.ctr("tasks", "list").stdout.splitlines()[1:]
+    return {f[0]: f[2] for f in (line.split() for line in lines) if len(f) >= 3}
+
+
+def _container_images(tb: Testbed) -> dict[str, str]:
+    """containerd's containers: id -> image."""
+    assert tb.kubelet.containerd is not None
+    lines = tb.kubelet.containerd.ctr("containers", "list").stdout.splitlines()[1:]
+    return {f[0]: f[1] for f in (line.split() for line in lines) if len(f) >= 2}
+
+
+def _workload(ns: str) -> list[Any]:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "gpu", "namespace": ns},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}]
+            }
+        },
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "app", "namespace": ns},
+        "spec": {
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "acc", "resourceClaimName": "gpu"}],
+            "containers": [
+                {
+                    "name": "app",
+                    "image": WORKLOAD_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sh", "-c", SCRIPT],
+                    "resources": {"claims": [{"name": "acc"}]},
+                }
+            ],
+        },
+    }
+    return [from_dict(claim), from_dict(pod)]
+
+
+def _listing(text: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(environment, /dev path -> "major,minor" of its character devices) of the workload."""
+    env_part, _, dev_part = text.partition("===\n")
+    env = dict(line.split("=", 1) for line in env_part.splitlines() if "=" in line)
+    devs: dict[str, str] = {}
+    directory = "/dev"
+    for line in dev_part.splitlines():
+        if line.endswith(":") and line.startswith("/dev"):
+            directory = line[:-1]
+            continue
+        m = re.match(r"^c\S+\s+\d+\s+\S+\s+\S+\s+(\d+),\s+(\d+)\s.*\s(\S+)$", line)
+        if m:
+            devs[f"{directory}/{m.group(3)}"] = f"{m.group(1)},{m.group(2)}"
+    return env, devs
+
+
+def _slices(client: Client) -> list[ResourceSlice]:
+    return list(
+        client.list(ResourceSlice, fields={"spec.nodeName": NODE, "spec.driver": DRIVER_NAME})
+    )
+
+
+def test_chart_pods_run_in_real_containers(
+    real_cluster: tuple[Testbed, Helm], tmp_path: Path
+) -> None:
+    tb, helm = real_cluster
+    client = tb.client()
+    host = profiles.build("dgx-h100", tmp_path / "host")
+    nodes = sorted({n for d in discover(host).devices for n in d.device_nodes})
+    make_device_nodes(host, nodes)
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(_values(tb, host, tmp_path)))
+    helm("install", "kubeacc", str(CHART), "-n", NS, "--create-namespace", "-f", str(values))
+
+    # The agent DaemonSet's pod runs the kube-acc image in containerd, both containers ready.
+    agent = _wait_ready(client, "kubeacc-agent-")
+    assert agent.spec is not None and agent.spec.nodeName == NODE
+    images = _container_images(tb)
+    tasks = _running_tasks(tb)
+    assert agent.status is not None and agent.status.containerStatuses is not None
+    for st in agent.status.containerStatuses:
+        cid = (st.containerID or "").removeprefix("containerd://")
+        assert tasks.get(cid) == "RUNNING", (st.name, tasks)
+        assert images[cid] == KUBEACC_IMAGE
+    assert agent.metadata is not None and agent.metadata.name is not None
+    agent_name = agent.metadata.name
+
+    # It registered with the kubelet and published this node's devices: 8 GPUs.
+    def gpus_published() -> int | None:
+        names = [d.name for s in _slices(client) for d in s.spec.devices or []]
+        gpus = [n for n in names if n.startswith("gpu")]
+        return len(gpus) if len(gpus) == 8 else None
+
+    eventually(gpus_published, 120, "the agent pod's ResourceSlices")
+    log = tb.kubelet.container_log(NS, agent_name, "agent")
+    assert "kubelet registered plugin kubeacc.io" in log, log[-3000:]
+
+    # The life-cycle container reports the inventory as Accelerator objects.
+    def accelerators() -> int | None:
+        return len(list(client.list(Accelerator, labels={NODE_LABEL: NODE}))) or None
+
+    assert eventually(accelerators, 120, "Accelerator objects") >= 8
+
+    # The controller Deployment's pod runs (non-root, read-only root), leads and does its job:
+    # a policy becomes a DeviceClass.
+    controller = _wait_ready(client, "kubeacc-controller-")
+    assert controller.metadata is not None
+    lease = eventually(
+        lambda: client.get(Lease, "kubeacc-controller", namespace=NS).spec.holderIdentity,
+        60,
+        "the controller's lease",
+    )
+    assert lease == controller.metadata.name
+    put_policy(client, "real-h100", {"selector": {"types": ["gpu"]}})
+
+    def policy_class() -> bool:
+        try:
+            client.get(DeviceClass, "real-h100.policy.kubeacc.io")
+        except ApiError:
+            return False
+        return True
+
+    eventually(policy_class, 60, "the policy's DeviceClass")
+
+    # A workload with a claim for one GPU: its own output shows the device CDI injected.
+    client.create(Namespace(metadata={"name": "work"}))  # type: ignore[arg-type]
+    for obj in _workload("work"):
+        client.create(obj)
+
+    def listing() -> str:
+        text = tb.kubelet.container_log("work", "app", "app")
+        return text if "END-OF-LISTING" in text else ""
+
+    env, devs = _listing(eventually(listing, 120, "the workload's output"))
+    claim = client.get(ResourceClaim, "gpu", namespace="work")
+    assert claim.status is not None and claim.status.allocation is not None
+    (result,) = claim.status.allocation.devices.results
+    bus = {
+        d.name: (d.attributes or {})["resource.kubernetes.io/pciBusID"]
+        for s in _slices(client)
+        for d in s.spec.devices or []
+    }[result.device]
+    assert env["ACCELERATOR_UNITS"] == (bus["string"] if isinstance(bus, dict) else bus.string)
+    assert env["KUBEACC_CLAIM"] == "work/gpu"
+    gpus = {p for p in devs if re.fullmatch(r"/dev/nvidia\d+", p)}
+    assert len(gpus) == 1
+    null = os.stat("/dev/null").st_rdev
+    assert devs[next(iter(gpus))] == f"{os.major(null)},{os.minor(null)}"
+    assert claim.metadata is not None and claim.metadata.uid
+    spec = json.loads(dra_cdi.spec_path(tb.kubelet.cdi_dir, claim.metadata.uid).read_text())
+    for d in spec["devices"]:
+        for n in d["containerEdits"].get("deviceNodes", []):
+            assert n["hostPath"] == str(host / n["path"].lstrip("/"))
+            assert stat.S_ISCHR(os.stat(n["hostPath"]).st_mode)
+    client.delete(Namespace, "work")
+
+    # helm uninstall: the clean-up Job runs (in a container too), nothing of kube-acc is left.
+    helm("uninstall", "kubeacc", "-n", NS, "--wait", "--timeout=4m")
+    eventually(lambda: not _slices(client), 120, "the agent's ResourceSlices gone")
+    eventually(lambda: _pod(client, "kubeacc-") is None, 120, "kube-acc's pods gone")
+
+    def agent_containers_gone() -> bool:
+        return KUBEACC_IMAGE not in _container_images(tb).values()
+
+    eventually(agent_containers_gone, 120, "kube-acc's containers removed from containerd")
