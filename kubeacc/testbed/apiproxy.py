@@ -104,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", required=True, help="HOST:PORT inside that namespace")
     parser.add_argument("--upstream", required=True, help="HOST:PORT in this namespace")
     args = parser.parse_args(argv)
-    listener = listen_in(args.netns, *_address(args.listen))
+    try:
+        listener = listen_in(args.netns, *_address(args.listen))
+    except (OSError, ValueError) as exc:
+        print(f"apiproxy: cannot listen on {args.listen} in {args.netns}: {exc}", file=sys.stderr)
+        return 2
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_serve(listener, _address(args.upstream)))
     return 0
