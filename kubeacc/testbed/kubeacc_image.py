@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -137,10 +138,23 @@ def ensure_image(out: TextIO = sys.stderr) -> Image:
             out.write(f"[kubeacc image] building {KUBEACC_IMAGE} -> {target}\n")
             out.flush()
             build_image(target)
+            _prune(target.parent)
             size = target.stat().st_size >> 20
             out.write(f"[kubeacc image] done in {_fmt(time.monotonic() - start)} ({size} MiB)\n")
             out.flush()
+        else:
+            os.utime(target)  # in use: not pruned by other source trees' builds
     return Image(KUBEACC_IMAGE, target, _manifest_digest(target))
+
+
+def _prune(keep: Path, older_than_s: float = 86400) -> None:
+    """Remove other kube-acc images of this cache (other sources) not used for a day."""
+    for other in keep.parent.glob("kubeacc-image-*"):
+        tarball = other / "kubeacc.tar"
+        if other == keep or not tarball.is_file():
+            continue
+        if time.time() - tarball.stat().st_mtime > older_than_s:
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def _manifest_digest(tarball: Path) -> str:
