@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,6 +116,35 @@ def test_pod_network_stays_in_the_testbed_namespace(
     assert containerd is not None
     assert not Path("/sys/class/net/kbr0").exists()
     assert Path("/run/netns", containerd.netns).exists()
+
+
+def test_kubectl_logs_and_exec_reach_the_container(
+    runtime_testbed: Testbed, runtime_namespace: str
+) -> None:
+    """The API server dials the kubelet on the node's address (its end of the node's link)."""
+    client = runtime_testbed.client()
+    ns = runtime_namespace
+    client.create(busybox_pod("talk", ns, "echo said-by-talk; sleep 3600"))
+    eventually(lambda: phase(client, "talk", ns) == "Running", 90, "pod Running")
+    kubectl = [*runtime_testbed.kubectl(), "-n", ns]
+
+    def logs() -> str:
+        done = subprocess.run(
+            [*kubectl, "logs", "talk"], capture_output=True, text=True, check=False, timeout=60
+        )
+        return done.stdout
+
+    assert eventually(logs, 30, "kubectl logs") == "said-by-talk\n"
+    done = subprocess.run(
+        [*kubectl, "exec", "talk", "--", "cat", "/proc/1/cmdline"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    # The container's PID 1 (sh ran its last command in its place).
+    assert done.stdout == "sleep\x003600\x00"
 
 
 #: Run in the kube-acc image: who the API server says the pod's token belongs to, and where
