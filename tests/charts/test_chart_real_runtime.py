@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from lightkube import ApiError, Client
-from lightkube.codecs import from_dict
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
@@ -32,9 +31,9 @@ from kubeacc.crds.types import NODE_LABEL
 from kubeacc.discovery.discover import discover
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import KubeletOptions, Testbed
-from kubeacc.testbed.images import WORKLOAD_IMAGE
 from kubeacc.testbed.kubeacc_image import KUBEACC_IMAGE, ensure_image
 from kubeacc.testbed.kubelet import make_device_nodes
+from tests.agent.test_real_runtime import Seen, bus_ids, null_numbers, one_gpu_claim, workload
 from tests.crdfixtures import put_policy
 from tests.testbed.helpers import eventually
 
@@ -44,8 +43,6 @@ pytestmark = pytest.mark.cluster
 
 NS = "kubeacc-system"
 NODE = "node-c"
-#: The workload: its environment, a separator, its /dev, a marker, then it stays.
-SCRIPT = "env; echo ===; ls -lR /dev; echo END-OF-LISTING; sleep 3600"
 
 
 @pytest.fixture(scope="module")
@@ -110,54 +107,6 @@ def _container_images(tb: Testbed) -> dict[str, str]:
     assert tb.kubelet.containerd is not None
     lines = tb.kubelet.containerd.ctr("containers", "list").stdout.splitlines()[1:]
     return {f[0]: f[1] for f in (line.split() for line in lines) if len(f) >= 2}
-
-
-def _workload(ns: str) -> list[Any]:
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "gpu", "namespace": ns},
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}]
-            }
-        },
-    }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "app", "namespace": ns},
-        "spec": {
-            "terminationGracePeriodSeconds": 0,
-            "resourceClaims": [{"name": "acc", "resourceClaimName": "gpu"}],
-            "containers": [
-                {
-                    "name": "app",
-                    "image": WORKLOAD_IMAGE,
-                    "imagePullPolicy": "Never",
-                    "command": ["sh", "-c", SCRIPT],
-                    "resources": {"claims": [{"name": "acc"}]},
-                }
-            ],
-        },
-    }
-    return [from_dict(claim), from_dict(pod)]
-
-
-def _listing(text: str) -> tuple[dict[str, str], dict[str, str]]:
-    """(environment, /dev path -> "major,minor" of its character devices) of the workload."""
-    env_part, _, dev_part = text.partition("===\n")
-    env = dict(line.split("=", 1) for line in env_part.splitlines() if "=" in line)
-    devs: dict[str, str] = {}
-    directory = "/dev"
-    for line in dev_part.splitlines():
-        if line.endswith(":") and line.startswith("/dev"):
-            directory = line[:-1]
-            continue
-        m = re.match(r"^c\S+\s+\d+\s+\S+\s+\S+\s+(\d+),\s+(\d+)\s.*\s(\S+)$", line)
-        if m:
-            devs[f"{directory}/{m.group(3)}"] = f"{m.group(1)},{m.group(2)}"
-    return env, devs
 
 
 def _slices(client: Client) -> list[ResourceSlice]:
@@ -229,29 +178,21 @@ def test_chart_pods_run_in_real_containers(
     eventually(policy_class, 60, "the policy's DeviceClass")
 
     # A workload with a claim for one GPU: its own output shows the device CDI injected.
-    client.create(Namespace(metadata={"name": "work"}))  # type: ignore[arg-type]
-    for obj in _workload("work"):
-        client.create(obj)
+    client.create(Namespace(metadata=ObjectMeta(name="work")))
+    client.create(one_gpu_claim("gpu", "work"))
+    client.create(workload("app", "work", claim="gpu"))
 
     def listing() -> str:
         text = tb.kubelet.container_log("work", "app", "app")
         return text if "END-OF-LISTING" in text else ""
 
-    env, devs = _listing(eventually(listing, 120, "the workload's output"))
+    got = Seen(eventually(listing, 120, "the workload's output"))
     claim = client.get(ResourceClaim, "gpu", namespace="work")
-    assert claim.status is not None and claim.status.allocation is not None
-    (result,) = claim.status.allocation.devices.results
-    bus = {
-        d.name: (d.attributes or {})["resource.kubernetes.io/pciBusID"]
-        for s in _slices(client)
-        for d in s.spec.devices or []
-    }[result.device]
-    assert env["ACCELERATOR_UNITS"] == (bus["string"] if isinstance(bus, dict) else bus.string)
-    assert env["KUBEACC_CLAIM"] == "work/gpu"
-    gpus = {p for p in devs if re.fullmatch(r"/dev/nvidia\d+", p)}
-    assert len(gpus) == 1
-    null = os.stat("/dev/null").st_rdev
-    assert devs[next(iter(gpus))] == f"{os.major(null)},{os.minor(null)}"
+    (bus,) = bus_ids(client, claim, NODE).values()
+    assert got.env["ACCELERATOR_UNITS"] == bus
+    assert got.env["KUBEACC_CLAIM"] == "work/gpu"
+    (gpu,) = got.char_devices(r"/dev/nvidia\d+")
+    assert got.dev[gpu][1] == null_numbers()
     assert claim.metadata is not None and claim.metadata.uid
     spec = json.loads(dra_cdi.spec_path(tb.kubelet.cdi_dir, claim.metadata.uid).read_text())
     for d in spec["devices"]:
