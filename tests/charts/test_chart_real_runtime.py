@@ -4,7 +4,8 @@
 the kube-acc image (kubeacc.testbed.kubeacc_image) is imported into the node's containerd, the
 agent's host paths point at a synthetic 8-GPU host (``agent.hostRoot``) whose device nodes are
 real character devices made with mknod. No kube-acc process is started by the test: the agent
-DaemonSet, the controller Deployment and the clean-up Job are the chart's pods, in containers.
+DaemonSet (DRA mode, then upgraded to device-plugin mode), the controller Deployment and the
+clean-up Job are the chart's pods, in containers.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import yaml
 from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
@@ -200,6 +201,34 @@ def test_chart_pods_run_in_real_containers(
             assert n["hostPath"] == str(host / n["path"].lstrip("/"))
             assert stat.S_ISCHR(os.stat(n["hostPath"]).st_mode)
     client.delete(Namespace, "work")
+
+    # helm upgrade to GPUs through the device plugin with CDI names: the rolled agent pod
+    # registers with the kubelet's device manager, and a pod asking for kubeacc.io/gpu gets its
+    # GPU the same way (KUBEACC_DEVICE is set only by the CDI spec).
+    upgraded = _values(tb, host, tmp_path)
+    upgraded.update({"modes": {"gpu": "device-plugin"}, "devicePlugin": {"cdi": True}})
+    values.write_text(yaml.safe_dump(upgraded))
+    helm("upgrade", "kubeacc", str(CHART), "-n", NS, "-f", str(values))
+
+    def allocatable() -> str | None:
+        status = client.get(Node, NODE).status
+        count = ((status.allocatable if status else None) or {}).get("kubeacc.io/gpu", "0")
+        return count if count != "0" else None
+
+    assert eventually(allocatable, 180, "kubeacc.io/gpu allocatable") == "8"
+    client.create(Namespace(metadata=ObjectMeta(name="work-dp")))
+    client.create(workload("dp", "work-dp", gpus=1))
+
+    def dp_listing() -> str:
+        text = tb.kubelet.container_log("work-dp", "dp", "app")
+        return text if "END-OF-LISTING" in text else ""
+
+    got = Seen(eventually(dp_listing, 120, "the device-plugin workload's output"))
+    (unit,) = got.env["ACCELERATOR_UNITS"].split(",")
+    assert got.env["KUBEACC_DEVICE"] == unit
+    (gpu,) = got.char_devices(r"/dev/nvidia\d+")
+    assert got.dev[gpu][1] == null_numbers()
+    client.delete(Namespace, "work-dp")
 
     # helm uninstall: the clean-up Job runs (in a container too), nothing of kube-acc is left.
     helm("uninstall", "kubeacc", "-n", NS, "--wait", "--timeout=4m")
