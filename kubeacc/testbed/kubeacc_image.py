@@ -55,6 +55,9 @@ _STDLIB_SKIP = {
     "site-packages",
     "pydoc_data",
 }
+#: Extension modules of the standard library that pull in libraries a server never needs
+#: (Tk/X11, curses, readline, dbm, sqlite, NIS); left out with their libraries.
+_DYNLOAD_SKIP = ("_tkinter", "_curses", "readline", "_dbm", "_gdbm", "_sqlite3", "nis")
 _PASSWD = (
     "root:x:0:0:root:/root:/sbin/nologin\n"
     "kubeacc:x:65532:65532:kube-acc:/nonexistent:/sbin/nologin\n"
@@ -100,11 +103,11 @@ def distributions(root: str = "kubeacc") -> list[metadata.Distribution]:
 
 
 def _package_files(package_dir: Path) -> list[Path]:
+    wanted = {".py", ".yaml", ".json", ".typed"}
     return sorted(
         p
         for p in package_dir.rglob("*")
-        if (p.is_file() and "__pycache__" not in p.parts and p.suffix in {".py", ".yaml", ".json"})
-        or p.name == "py.typed"
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix in wanted
     )
 
 
@@ -234,7 +237,9 @@ def _tree(root: Path, skip_top: set[str]) -> Iterator[Path]:
             dirnames[:] = [d for d in dirnames if d not in skip_top and not d.startswith("config-")]
         dirnames.sort()
         for f in sorted(filenames):
-            if f.endswith(".pyc") and ".opt-" in f:
+            if (f.endswith(".pyc") and ".opt-" in f) or (
+                f.endswith(".so") and f.startswith(_DYNLOAD_SKIP)
+            ):
                 continue
             yield here / f
 
