@@ -51,6 +51,7 @@ class NodeNetwork:
         self.service_ip = service_ip
         self._slot = int(digest, 16) % (LINK_RANGE.num_addresses // 4)
         self._subnet: ipaddress.IPv4Network | None = None
+        self._made = False
 
     @property
     def path(self) -> Path:
@@ -86,7 +87,11 @@ class NodeNetwork:
         return ["nsenter", f"--net={self.path}", "--"]
 
     def ensure(self) -> None:
-        """Create the namespace and its link (once); idempotent."""
+        """Create the namespace and its link (once); idempotent. What a killed earlier run on
+        the same directory left behind is deleted first."""
+        if not self._made:
+            self.delete()
+            self._made = True
         if not self.path.exists():
             _ip("netns", "add", self.netns)
         ns = ["-n", self.netns]
