@@ -34,7 +34,15 @@ from kubeacc.synthetic import profiles
 from kubeacc.testbed import KubeletOptions, Testbed
 from kubeacc.testbed.kubeacc_image import KUBEACC_IMAGE, ensure_image
 from kubeacc.testbed.kubelet import make_device_nodes
-from tests.agent.test_real_runtime import Seen, bus_ids, null_numbers, one_gpu_claim, workload
+from tests.agent.test_real_runtime import (
+    Seen,
+    bus_ids,
+    null_numbers,
+    one_gpu_claim,
+    running_container,
+    wait_running,
+    workload,
+)
 from tests.crdfixtures import put_policy
 from tests.testbed.helpers import eventually
 
@@ -94,6 +102,15 @@ def _wait_ready(client: Client, prefix: str, timeout: float = 180) -> Pod:
     except AssertionError as exc:
         pod = _pod(client, prefix)
         raise AssertionError(f"{exc}; pod status: {pod.status if pod else None}") from None
+
+
+def _container_id(client: Client, pod: str, container: str) -> str | None:
+    """The id of ``container``'s running instance in ``pod`` (None while it is not running)."""
+    status = client.get(Pod, pod, namespace=NS).status
+    for st in (status.containerStatuses if status else None) or []:
+        if st.name == container and st.state and st.state.running and st.containerID:
+            return st.containerID.removeprefix("containerd://")
+    return None
 
 
 def _running_tasks(tb: Testbed) -> dict[str, str]:
@@ -200,6 +217,34 @@ def test_chart_pods_run_in_real_containers(
         for n in d["containerEdits"].get("deviceNodes", []):
             assert n["hostPath"] == str(host / n["path"].lstrip("/"))
             assert stat.S_ISCHR(os.stat(n["hostPath"]).st_mode)
+
+    # The agent's container killed outright: the kubelet restarts it, the workload keeps its
+    # container and its claim, and the restarted agent serves a new claim.
+    workload_container = running_container(client, "app", "work")
+    agent_cid = _container_id(client, agent_name, "agent")
+    containerd = tb.kubelet.containerd
+    assert containerd is not None
+    containerd.ctr("tasks", "kill", "--signal", "SIGKILL", agent_cid)
+
+    def restarted() -> str | None:
+        """The agent's new container once the pod is ready again and containerd runs it."""
+        cid = _container_id(client, agent_name, "agent")
+        if not cid or cid == agent_cid or not _ready_pod(client, "kubeacc-agent-"):
+            return None
+        return cid if _running_tasks(tb).get(cid) == "RUNNING" else None
+
+    eventually(restarted, 180, "the agent's container restarted and running in containerd")
+    pod = client.get(Pod, agent_name, namespace=NS)
+    assert pod.status is not None and pod.status.containerStatuses is not None
+    restarts = {st.name: st.restartCount for st in pod.status.containerStatuses}
+    assert restarts == {"agent": 1, "lifecycle": 0}
+    assert running_container(client, "app", "work") == workload_container
+    assert claim.metadata.uid in json.dumps(
+        [p.read_text() for p in (tmp_path / "state").rglob("*.json")]
+    )
+    client.create(one_gpu_claim("gpu2", "work"))
+    client.create(workload("app2", "work", claim="gpu2"))
+    wait_running(client, "app2", "work")
     client.delete(Namespace, "work")
 
     # helm upgrade to GPUs through the device plugin with CDI names: the rolled agent pod
