@@ -78,6 +78,7 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("nvidia.nvml=maybe", "at '/nvidia/nvml': value must be one of 'auto', 'on', 'off'"),
         ("metrics.agentPort=0", "at '/metrics/agentPort': minimum: got 0, want 1"),
         ("agent.stateDir=relative", "at '/agent/stateDir'"),
+        ("agent.hostRoot=relative", "at '/agent/hostRoot'"),
         ("logLevel=LOUD", "at '/logLevel'"),
         ("agent.memoryShared={half}", "at '/agent/memoryShared/0'"),
     ],
@@ -107,6 +108,24 @@ def test_memory_shared_selectors_reach_the_agent(helm: Helm) -> None:
         "--memory-shared=model=*H100*",
         "--memory-shared=pci=0000:1b:00.0",
     ]
+
+
+def test_host_root_moves_the_host_paths_and_the_device_root(helm: Helm) -> None:
+    def agent(*settings: str) -> tuple[list[str], dict[str, str]]:
+        out = helm("template", "t", str(CHART), K8S, *settings).stdout
+        (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
+        spec = ds["spec"]["template"]["spec"]
+        paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        return spec["containers"][0]["args"], paths
+
+    args, paths = agent()
+    assert not [a for a in args if a.startswith("--device-root")]
+    assert (paths["host-sys"], paths["host-dev"]) == ("/sys", "/dev")
+    args, paths = agent("--set", "agent.hostRoot=/srv/node-a/")
+    assert "--device-root=/srv/node-a" in args and "--host-root=/host" in args
+    assert paths["host-sys"] == "/srv/node-a/sys"
+    assert paths["host-dev"] == "/srv/node-a/dev"
+    assert paths["host-proc-driver"] == "/srv/node-a/proc/driver"
 
 
 def test_dashboard_and_config_maps_render(helm: Helm) -> None:
