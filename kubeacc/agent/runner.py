@@ -33,7 +33,9 @@ from kubeacc.agent.accelerators import AcceleratorSync
 from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
 from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy
 from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.dra.applied import AppliedSharing
 from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
+from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
@@ -190,6 +192,7 @@ class Agent:
             compact_after=options.compact_after,
             on_change=self._users_changed,
             metrics=self.metrics,
+            sharing=_applied_sharing(options),
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None
@@ -436,3 +439,18 @@ class Agent:
                 plugin_inv = self._plugin_inventory()
                 for p in self._plugins:
                     p.update(plugin_inv)
+
+
+def _applied_sharing(options: AgentOptions) -> AppliedSharing:
+    """GPU sharing strategies applied through the host's NVML and driver tools."""
+    from kubeacc.agent.dra.mps import MpsDaemons
+    from kubeacc.agent.dra.timeslice import GpuControl
+
+    try:
+        return AppliedSharing(
+            options.state_dir,
+            GpuControl(options.host_root),
+            MpsDaemons(options.host_root, options.state_dir / "mps"),
+        )
+    except ValueError as exc:
+        raise StateError(str(exc)) from None

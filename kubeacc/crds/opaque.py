@@ -13,7 +13,15 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from kubeacc.crds.types import API_VERSION, Sharing, SharingMode
 
@@ -49,8 +57,12 @@ class _Config(BaseModel):
 
 
 class SharingStrategy(StrEnum):
+    #: The device as it is (nothing changed on it).
     EXCLUSIVE = "Exclusive"
+    #: Compute mode DEFAULT and the time slice set on the GPU (kubeacc.agent.dra.applied).
     TIME_SLICING = "TimeSlicing"
+    #: Compute mode EXCLUSIVE_PROCESS and the GPU's MPS control daemon started.
+    MPS = "MPS"
 
 
 class TimeSlice(StrEnum):
@@ -66,9 +78,17 @@ class GpuSharing(BaseModel):
     strategy: SharingStrategy = SharingStrategy.EXCLUSIVE
     time_slice: TimeSlice = Field(default=TimeSlice.DEFAULT, alias="timeSlice")
 
+    @model_validator(mode="after")
+    def _slice_needs_time_slicing(self) -> GpuSharing:
+        if self.time_slice is not TimeSlice.DEFAULT and self.strategy is not (
+            SharingStrategy.TIME_SLICING
+        ):
+            raise ValueError(f"timeSlice {self.time_slice.value} needs strategy TimeSlicing")
+        return self
+
 
 class GpuConfig(_Config):
-    """GPU settings: sharing (time-slicing) and environment."""
+    """GPU settings: sharing (time-slicing or MPS, applied on the GPU) and environment."""
 
     kind: Literal["GpuConfig"]
     sharing: GpuSharing | None = None

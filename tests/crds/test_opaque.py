@@ -95,3 +95,13 @@ def test_every_policy_class_config_is_accepted(sharing: dict[str, object]) -> No
 def test_device_kinds_apply_to_their_type_only() -> None:
     cfg = parse_config({"apiVersion": V, "kind": "NicConfig", "vlan": 1})
     assert applies_to(cfg, "nic") and not applies_to(cfg, "gpu")
+
+
+def test_gpu_sharing_strategies_and_their_time_slice() -> None:
+    base = {"apiVersion": "kubeacc.io/v1alpha1", "kind": "GpuConfig"}
+    mps = parse_config({**base, "sharing": {"strategy": "MPS"}})
+    assert config_env(mps)["KUBEACC_GPU_SHARING"] == "MPS"
+    with pytest.raises(ConfigError, match="timeSlice Short needs strategy TimeSlicing"):
+        parse_config({**base, "sharing": {"strategy": "MPS", "timeSlice": "Short"}})
+    with pytest.raises(ConfigError, match=r"sharing\.strategy"):
+        parse_config({**base, "sharing": {"strategy": "Spatial"}})

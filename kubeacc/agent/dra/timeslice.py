@@ -1,0 +1,120 @@
+"""A GPU's scheduling settings, read and changed on the device: compute mode and time slice.
+
+* Compute mode through NVML (``nvmlDeviceGetComputeMode`` / ``nvmlDeviceSetComputeMode``):
+  ``DEFAULT`` lets any number of processes share the GPU by time-slicing, ``EXCLUSIVE_PROCESS``
+  lets only one process (the MPS server, when MPS serves the GPU) hold a context.
+* The time slice of time-sliced scheduling through the driver's tool, ``nvidia-smi
+  compute-policy -i <uuid> --set-timeslice=<0-3>`` (NVML has no call for it on bare metal; its
+  scheduler calls are for vGPU hosts). It cannot be read back, so undoing it means setting 0,
+  the driver's default.
+
+On a synthetic host (``/.synthetic/nvml.json``) NVML is
+:class:`~kubeacc.synthetic.nvml_control.ControlledNVML` and ``nvidia-smi`` the synthetic host's
+own; on a real node NVML is ``pynvml`` and ``nvidia-smi`` comes from ``<host-root>/usr/bin`` or
+the agent's PATH.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from kubeacc.agent.dra.mps import host_tool, host_tool_env
+from kubeacc.crds.opaque import TimeSlice
+
+SYNTHETIC_NVML = ".synthetic/nvml.json"
+COMPUTE_MODES = {
+    pynvml.NVML_COMPUTEMODE_DEFAULT: "DEFAULT",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD: "EXCLUSIVE_THREAD",
+    pynvml.NVML_COMPUTEMODE_PROHIBITED: "PROHIBITED",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "EXCLUSIVE_PROCESS",
+}
+#: ``--set-timeslice`` values.
+TIMESLICES = {TimeSlice.DEFAULT: 0, TimeSlice.SHORT: 1, TimeSlice.MEDIUM: 2, TimeSlice.LONG: 3}
+TOOL_TIMEOUT_S = 30.0
+
+
+#: nvidia-smi's exit status for "not available on the target device".
+SMI_NOT_SUPPORTED = 3
+
+
+class ControlError(Exception):
+    """The GPU refused a setting or could not be asked (the message says which and why)."""
+
+    def __init__(self, message: str, *, not_supported: bool = False) -> None:
+        super().__init__(message)
+        #: The GPU does not have the feature at all (so it cannot have been changed either).
+        self.not_supported = not_supported
+
+
+class GpuControl:
+    """NVML and ``nvidia-smi`` for the GPUs of one host root."""
+
+    def __init__(self, host_root: Path, nvml: Any | None = None) -> None:
+        self.host_root = host_root
+        self._nvml = nvml
+        self._lock = threading.Lock()
+
+    def nvml(self) -> Any:
+        with self._lock:
+            if self._nvml is None:
+                description = self.host_root / SYNTHETIC_NVML
+                if description.is_file():
+                    from kubeacc.synthetic.nvml_control import ControlledNVML
+
+                    self._nvml = ControlledNVML.from_file(str(description))
+                else:
+                    pynvml.nvmlInit()
+                    self._nvml = pynvml
+            return self._nvml
+
+    def _call(self, bus_id: str, what: str, call: str, *args: Any) -> Any:
+        try:
+            nvml = self.nvml()
+            handle = nvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+            return getattr(nvml, call)(handle, *args)
+        except pynvml.NVMLError as exc:
+            unsupported = exc.value == pynvml.NVML_ERROR_NOT_SUPPORTED
+            raise ControlError(
+                f"GPU {bus_id}: {what}: NVML {call}: {exc}", not_supported=unsupported
+            ) from None
+
+    def uuid(self, bus_id: str) -> str:
+        value = self._call(bus_id, "reading its UUID", "nvmlDeviceGetUUID")
+        return value.decode() if isinstance(value, bytes) else str(value)
+
+    def compute_mode(self, bus_id: str) -> int:
+        return int(self._call(bus_id, "reading the compute mode", "nvmlDeviceGetComputeMode"))
+
+    def set_compute_mode(self, bus_id: str, mode: int) -> None:
+        name = COMPUTE_MODES.get(mode, str(mode))
+        self._call(bus_id, f"compute mode {name}", "nvmlDeviceSetComputeMode", mode)
+
+    def set_timeslice(self, bus_id: str, uuid: str, value: int) -> None:
+        tool = host_tool(self.host_root, "nvidia-smi")
+        what = f"GPU {bus_id}: time slice {value}"
+        if tool is None:
+            raise ControlError(f"{what}: nvidia-smi not found")
+        argv = [str(tool), "compute-policy", "-i", uuid, f"--set-timeslice={value}"]
+        try:
+            done = subprocess.run(
+                argv,
+                env=host_tool_env(self.host_root),
+                capture_output=True,
+                text=True,
+                timeout=TOOL_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ControlError(f"{what}: {exc}") from None
+        if done.returncode != 0:
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            raise ControlError(
+                f"{what}: nvidia-smi compute-policy failed (exit status {done.returncode}): "
+                f"{lines[-1] if lines else 'no message'}",
+                not_supported=done.returncode == SMI_NOT_SUPPORTED,
+            )
