@@ -42,7 +42,8 @@ from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
-from kubeacc.agent.dra.sharing import ShareSelector
+from kubeacc.agent.dra.policyshare import PolicyShares
+from kubeacc.agent.dra.sharing import Selector, ShareSelector
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices
 from kubeacc.agent.nodelabels import NodeLabeler, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
@@ -181,6 +182,8 @@ class Agent:
                 self.prepare_client, options.node_name, on_change=self._users_changed
             )
         self._index: dict[str, DeviceInfo] = {}
+        #: Memory-sharing AcceleratorPolicies, read at each pass of the publishing loop.
+        self.policy_shares = PolicyShares(self._list_policies)
         self.driver = Driver(
             options.node_name,
             claims or WatchingClaimSource(self.prepare_client, options.node_name),
@@ -227,6 +230,11 @@ class Agent:
             kernel,
         )
         return programmer.ensure
+
+    def _list_policies(self) -> list[dict[str, Any]]:
+        from kubeacc.crds.resources import AcceleratorPolicy, as_dict
+
+        return [as_dict(p) for p in self.client.list(AcceleratorPolicy)]
 
     def add_plugin(self, plugin: NodePlugin) -> None:
         self._plugins.append(plugin)
@@ -393,8 +401,9 @@ class Agent:
                     classes_done = True
                 now = time.monotonic()
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
+                shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
                 devices = with_cordon_taints(
-                    slice_devices(self.dra_inventory, self.opts.memory_shared), self._cordoned()
+                    slice_devices(self.dra_inventory, shared), self._cordoned()
                 )
                 if self.publisher.publish(devices, force=force):
                     self.metrics.slice_publishes.inc()

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from kubeacc.crds.types import API_VERSION, Sharing, SharingMode
+from kubeacc.crds.types import API_VERSION, Sharing, SharingMode, TimeSlice
 
 _MIB = 1 << 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -63,13 +63,6 @@ class SharingStrategy(StrEnum):
     TIME_SLICING = "TimeSlicing"
     #: Compute mode EXCLUSIVE_PROCESS and the GPU's MPS control daemon started.
     MPS = "MPS"
-
-
-class TimeSlice(StrEnum):
-    DEFAULT = "Default"
-    SHORT = "Short"
-    MEDIUM = "Medium"
-    LONG = "Long"
 
 
 class GpuSharing(BaseModel):
@@ -148,6 +141,28 @@ def sharing_parameters(policy: str, sharing: Sharing) -> dict[str, Any]:
         max_consumers=sharing.max_consumers,
         memory_per_consumer_bytes=sharing.memory_per_consumer_bytes,
     )
+    return cfg.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"env"})
+
+
+def policy_gpu_parameters(sharing: Sharing, gpus_only: bool) -> dict[str, Any] | None:
+    """The ``opaque.parameters`` of the GpuConfig a policy's DeviceClass carries so that the
+    agent applies the policy's strategy on the GPU, or None when the mode changes no device.
+
+    ``gpus_only``: the policy selects GPUs alone (a GpuConfig refuses other device types).
+    MIG profiles are a mode of their own (issue 16, item 2) and would be added here.
+    """
+    if not gpus_only:
+        return None
+    if sharing.mode is SharingMode.TIME_SLICED:
+        gpu = GpuSharing(
+            strategy=SharingStrategy.TIME_SLICING,
+            time_slice=sharing.time_slice or TimeSlice.DEFAULT,
+        )
+    elif sharing.mode is SharingMode.MPS:
+        gpu = GpuSharing(strategy=SharingStrategy.MPS)
+    else:
+        return None
+    cfg = GpuConfig(api_version=API_VERSION, kind="GpuConfig", sharing=gpu)
     return cfg.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"env"})
 
 

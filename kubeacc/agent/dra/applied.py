@@ -39,7 +39,8 @@ import pynvml
 from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.mps import CONTAINER_PIPE_DIR, ENV_PIPE, MpsDaemons, MpsError
 from kubeacc.agent.dra.timeslice import TIMESLICES, ControlError, GpuControl
-from kubeacc.crds.opaque import GpuConfig, SharingStrategy, TimeSlice
+from kubeacc.crds.opaque import GpuConfig, SharingStrategy
+from kubeacc.crds.types import TimeSlice
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from typing import Any
 import pynvml
 
 from kubeacc.agent.dra.mps import host_tool, host_tool_env
-from kubeacc.crds.opaque import TimeSlice
+from kubeacc.crds.types import TimeSlice
 
 SYNTHETIC_NVML = ".synthetic/nvml.json"
 COMPUTE_MODES = {

@@ -1,0 +1,101 @@
+"""An AcceleratorPolicy drives GPU sharing on the testbed: creating an MPS policy makes the node
+agent publish the GPUs it selects as memory-shared, claims through the DeviceClass the controller
+generates get shares served by the GPU's MPS control daemon, and deleting the policy makes the
+GPUs whole again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.codecs import from_dict
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+
+from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.dra.mps import MpsDaemons
+from kubeacc.crds.resources import AcceleratorPolicy, as_dict
+from kubeacc.discovery import discover
+from kubeacc.synthetic.tools.hoststate import read_calls
+from kubeacc.testbed.testbed import Testbed
+from tests.crdfixtures import put_policy
+from tests.nodestack import claim_pod, device_class_exists, node_stack, pod_phase
+from tests.testbed.helpers import eventually
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kubeacc_crds", "kubeacc_cleanup")]
+
+POLICY = "h100-mps"
+CLASS = f"{POLICY}.policy.kubeacc.io"
+
+
+def share_claim(name: str, ns: str) -> Any:
+    exactly = {"deviceClassName": CLASS, "capacity": {"requests": {"kubeacc.io/memory": "20G"}}}
+    return from_dict(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+        }
+    )
+
+
+def shared_devices(client: Client, node: str) -> set[str]:
+    out = set()
+    for s in client.list(ResourceSlice, fields={"spec.nodeName": node, "spec.driver": DRIVER_NAME}):
+        for d in as_dict(s)["spec"].get("devices") or []:
+            if d.get("allowMultipleAllocations"):
+                out.add(d["name"])
+    return out
+
+
+def test_an_mps_policy_shares_the_gpus_it_selects(
+    testbed: Testbed, kube_client: Client, namespace: str, tmp_path: Path
+) -> None:
+    with node_stack(testbed, tmp_path, "dgx-h100") as stack:
+        gpus = [d for d in discover(stack.host).devices if d.type.value == "gpu"]
+        not_mig = {d.name for d in gpus if not d.partitions}
+        model = gpus[0].model
+        eventually(lambda: stack.slice_device(gpus[0].name), 60, "our slice")
+        assert shared_devices(kube_client, stack.node) == set()
+
+        put_policy(
+            kube_client,
+            POLICY,
+            {"selector": {"types": ["gpu"], "models": [model]}, "sharing": {"mode": "MPS"}},
+        )
+        eventually(lambda: shared_devices(kube_client, stack.node) == not_mig, 60, "shared GPUs")
+        eventually(lambda: device_class_exists(kube_client, CLASS), 30, f"DeviceClass {CLASS}")
+
+        for name in ("infer-a", "infer-b"):
+            kube_client.create(share_claim(name, namespace))
+            kube_client.create(claim_pod(name, namespace, name))
+        used: set[str] = set()
+        for name in ("infer-a", "infer-b"):
+            eventually(
+                lambda n=name: pod_phase(kube_client, n, namespace) == "Running", 120, f"{name}"
+            )
+            claim = as_dict(kube_client.get(ResourceClaim, name, namespace=namespace))
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            assert result["shareID"] and result["device"] in not_mig
+            used.add(result["device"])
+            env = dict(
+                e.split("=", 1)
+                for e in stack.cdi_spec(claim["metadata"]["uid"])["devices"][0]["containerEdits"][
+                    "env"
+                ]
+            )
+            assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+            assert env["KUBEACC_SHARING_POLICY"] == POLICY
+            assert env["KUBEACC_DEVICE_MEMORY_LIMIT"] == "19074"
+        starts = [c for c in read_calls(stack.host) if (c["tool"], c["call"]) == ("mps", "start")]
+        assert len(starts) == len(used)  # one daemon per GPU in use
+
+        daemons = MpsDaemons(stack.host, stack.agent.state_dir / "mps")
+        for name in ("infer-a", "infer-b"):
+            kube_client.delete(Pod, name, namespace=namespace)
+        eventually(lambda: daemons.running() == {}, 90, "the daemons stopped with the last share")
+        kube_client.delete(AcceleratorPolicy, POLICY)
+        eventually(lambda: shared_devices(kube_client, stack.node) == set(), 60, "whole GPUs")
