@@ -101,3 +101,12 @@ def test_mps_control_daemon_starts_once_and_quits(root: Path, tmp_path: Path) ->
         ("stop", "GPU-x", pid),
     ]
     assert "quit" in (tmp_path / "log/control.log").read_text()
+
+
+def test_nvidia_smi_lists_the_time_slice_as_the_real_tool(root: Path) -> None:
+    """The table layout of ``nvidia-smi compute-policy -l`` on driver 580 (an H100)."""
+    assert run(root, "nvidia-smi", "compute-policy", "-i", "1", "--set-timeslice=3")[0] == 0
+    status, text = run(root, "nvidia-smi", "compute-policy", "-l")
+    assert status == 0
+    assert "|   0   Timeslice       Default       |" in text.splitlines()
+    assert "|   1   Timeslice       Long          |" in text.splitlines()

@@ -13,15 +13,15 @@ MPS           ``EXCLUSIVE_PROCESS`` (the MPS server) the GPU's MPS control daemo
 The first claim that uses a GPU this way applies the settings, later ones (shares of a
 memory-shared GPU, or other claims of the same GPU) must ask for the same strategy and time
 slice or are refused with the reason, and the last one to go undoes them: daemon stopped, time
-slice back to 0, compute mode back to what it was before.
+slice and compute mode back to what they were before.
 
 What is applied is recorded in ``<state-dir>/gpu-sharing.json`` (per GPU: strategy, time slice,
-the compute mode found before, the claims using it), durably and *before* the device is changed,
-so an agent killed at any point finds it: :meth:`AppliedSharing.reconcile` at start drops the
-claims the checkpoint does not hold (killed between apply and checkpoint, or between checkpoint
-and undo), undoes GPUs left without claims, restarts a missing MPS daemon of a GPU still in use
-and stops daemons nobody records. Every undo step can be repeated, so a crash halfway through
-one is finished by the next start.
+the compute mode and time slice found before, the claims using it), durably and *before* the
+device is changed, so an agent killed at any point finds it: :meth:`AppliedSharing.reconcile`
+at start drops the claims the checkpoint does not hold (killed between apply and checkpoint, or
+between checkpoint and undo), undoes GPUs left without claims, restarts a missing MPS daemon of
+a GPU still in use and stops daemons nobody records. Every undo step can be repeated, so a
+crash halfway through one is finished by the next start.
 """
 
 from __future__ import annotations
@@ -155,6 +155,9 @@ class AppliedSharing:
             "previousComputeMode": previous,
             "claims": [uid],
         }
+        if want.time_slice != TimeSlice.DEFAULT:
+            # what to put back; a GPU that cannot say has the driver's default, 0
+            entry["previousTimeSlice"] = self.control.timeslice(want.bus_id, uuid) or 0
         self.gpus[want.bus_id] = entry
         self._save()  # before the device changes: a crash from here on is undone at start
         try:
@@ -199,7 +202,8 @@ class AppliedSharing:
                 self.daemons.stop(bus_id, entry["uuid"])
             if entry["timeSlice"] != TimeSlice.DEFAULT:
                 try:
-                    self.control.set_timeslice(bus_id, entry["uuid"], 0)
+                    previous = int(entry.get("previousTimeSlice", 0))
+                    self.control.set_timeslice(bus_id, entry["uuid"], previous)
                 except ControlError as exc:
                     if not exc.not_supported:  # else it was never set: nothing to undo
                         raise

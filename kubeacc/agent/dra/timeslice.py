@@ -5,8 +5,7 @@
   lets only one process (the MPS server, when MPS serves the GPU) hold a context.
 * The time slice of time-sliced scheduling through the driver's tool, ``nvidia-smi
   compute-policy -i <uuid> --set-timeslice=<0-3>`` (NVML has no call for it on bare metal; its
-  scheduler calls are for vGPU hosts). It cannot be read back, so undoing it means setting 0,
-  the driver's default.
+  scheduler calls are for vGPU hosts), read back with ``nvidia-smi compute-policy -l``.
 
 On a synthetic host (``/.synthetic/nvml.json``) NVML is
 :class:`~kubeacc.synthetic.nvml_control.ControlledNVML` and ``nvidia-smi`` the synthetic host's
@@ -36,6 +35,7 @@ COMPUTE_MODES = {
 #: ``--set-timeslice`` values.
 TIMESLICES = {TimeSlice.DEFAULT: 0, TimeSlice.SHORT: 1, TimeSlice.MEDIUM: 2, TimeSlice.LONG: 3}
 TOOL_TIMEOUT_S = 30.0
+_SLICE_NAMES = {"default": 0, "short": 1, "medium": 2, "long": 3}
 
 
 #: nvidia-smi's exit status for "not available on the target device".
@@ -94,12 +94,27 @@ class GpuControl:
         name = COMPUTE_MODES.get(mode, str(mode))
         self._call(bus_id, f"compute mode {name}", "nvmlDeviceSetComputeMode", mode)
 
+    def timeslice(self, bus_id: str, uuid: str) -> int | None:
+        """The GPU's time slice (0-3) from ``nvidia-smi compute-policy -l``; None when the GPU
+        has none or the tool cannot say."""
+        try:
+            text = self._smi(f"GPU {bus_id}: reading the time slice", ["-l", "-i", uuid])
+        except ControlError:
+            return None
+        for line in text.splitlines():
+            fields = line.strip("| ").split()
+            if len(fields) >= 3 and fields[1].lower() == "timeslice":
+                return _SLICE_NAMES.get(fields[2].lower())
+        return None
+
     def set_timeslice(self, bus_id: str, uuid: str, value: int) -> None:
+        self._smi(f"GPU {bus_id}: time slice {value}", ["-i", uuid, f"--set-timeslice={value}"])
+
+    def _smi(self, what: str, args: list[str]) -> str:
         tool = host_tool(self.host_root, "nvidia-smi")
-        what = f"GPU {bus_id}: time slice {value}"
         if tool is None:
             raise ControlError(f"{what}: nvidia-smi not found")
-        argv = [str(tool), "compute-policy", "-i", uuid, f"--set-timeslice={value}"]
+        argv = [str(tool), "compute-policy", *args]
         try:
             done = subprocess.run(
                 argv,
@@ -118,3 +133,4 @@ class GpuControl:
                 f"{lines[-1] if lines else 'no message'}",
                 not_supported=done.returncode == SMI_NOT_SUPPORTED,
             )
+        return done.stdout

@@ -4,8 +4,9 @@ Used as the real one is: ``nvidia-cuda-mps-control -d`` starts a daemon for the 
 ``CUDA_VISIBLE_DEVICES``, with its pipes in ``CUDA_MPS_PIPE_DIRECTORY`` and its log in
 ``CUDA_MPS_LOG_DIRECTORY``, and returns once it runs; ``echo quit | nvidia-cuda-mps-control``
 (same pipe directory) tells it to stop and returns once it has. The daemon is a real detached
-process: a FIFO ``control`` and a pid file ``nvidia-cuda-mps-control.pid`` in the pipe
-directory, a ``control.log`` in the log directory. Its start and its stop are appended to the
+process: as the real one (driver 580), a unix socket ``control``, a ``control_lock`` and a pid
+file ``nvidia-cuda-mps-control.pid`` in the pipe directory, a ``control.log`` in the log
+directory; ``quit`` removes the pid file. Its start and its stop are appended to the
 host's call record (:mod:`.hoststate`). A daemon whose host root disappears (a test's temporary
 directory) stops by itself.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import socket
 import sys
 import time
 from pathlib import Path
@@ -22,7 +24,7 @@ from pathlib import Path
 from kubeacc.synthetic.tools import hoststate
 
 PID_FILE = "nvidia-cuda-mps-control.pid"
-FIFO = "control"
+CONTROL = "control"
 
 
 def _dirs() -> tuple[Path, Path]:
@@ -91,39 +93,46 @@ def _daemon(root: Path, pipe: Path, log: Path) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    fifo = pipe / FIFO
-    fifo.unlink(missing_ok=True)
-    os.mkfifo(fifo, 0o600)
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    keep = os.open(fifo, os.O_WRONLY)  # the FIFO never reads EOF while the daemon lives
+    control = pipe / CONTROL
+    control.unlink(missing_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(control))
+    server.listen(8)
+    (pipe / "control_lock").touch()
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    with open(log / "control.log", "a") as out:
-        out.write(f"[{time.time():.3f}] daemon started, pid {os.getpid()}, GPUs {gpus}\n")
+    _log(log, f"Starting control daemon using socket {control}")
     hoststate.record(root, "mps", "start", gpus, [str(pipe), os.getpid()], "ok")
     tmp = pipe / (PID_FILE + ".tmp")
     tmp.write_text(f"{os.getpid()}\n")
     os.replace(tmp, pipe / PID_FILE)
-    buffered = b""
     while True:
-        ready, _, _ = select.select([reader], [], [], 1.0)
+        ready, _, _ = select.select([server], [], [], 1.0)
         if not (root / ".synthetic").is_dir():
             break  # the host is gone: nobody will ever ask us to quit
         if not ready:
             continue
-        buffered += os.read(reader, 4096)
-        lines = buffered.split(b"\n")
-        buffered = lines.pop()
-        if any(line.strip() == b"quit" for line in lines):
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(5)
+            data = b""
+            with contextlib.suppress(OSError):
+                while chunk := conn.recv(4096):
+                    data += chunk
+        commands = [c.strip() for c in data.decode(errors="replace").splitlines() if c.strip()]
+        for command in commands:
+            _log(log, f"Cmd:{command}")
+        if "quit" in commands:
             hoststate.record(root, "mps", "stop", gpus, [str(pipe), os.getpid()], "ok")
-            with open(log / "control.log", "a") as out:
-                out.write(f"[{time.time():.3f}] quit\n")
+            _log(log, "Exit with status 0")
             break
-    os.close(keep)
-    os.close(reader)
+    server.close()
     with contextlib.suppress(OSError):
         (pipe / PID_FILE).unlink()
-    with contextlib.suppress(OSError):
-        fifo.unlink()
+
+
+def _log(log: Path, line: str) -> None:
+    with open(log / "control.log", "a") as out:
+        out.write(f"[{time.time():.3f} Control {os.getpid()}] {line}\n")
 
 
 def _client(pipe: Path) -> int:
@@ -132,11 +141,9 @@ def _client(pipe: Path) -> int:
         print("Cannot find MPS control daemon process", file=sys.stderr)
         return 1
     commands = sys.stdin.read()
-    fd = os.open(pipe / FIFO, os.O_WRONLY)
-    try:
-        os.write(fd, commands.encode() if commands.endswith("\n") else (commands + "\n").encode())
-    finally:
-        os.close(fd)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(str(pipe / CONTROL))
+        conn.sendall(commands.encode() if commands.endswith("\n") else (commands + "\n").encode())
     if "quit" in commands.split():
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

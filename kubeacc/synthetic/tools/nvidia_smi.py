@@ -1,5 +1,6 @@
 """Synthetic ``nvidia-smi``: the one sub-command the agent uses, ``compute-policy``.
 
+``nvidia-smi compute-policy -l [-i <GPU>]`` lists each GPU's time slice as the real tool does.
 ``nvidia-smi compute-policy -i <GPU> --set-timeslice=<0-3>`` sets the time slice of the GPU's
 time-sliced scheduling (0 default, 1 short, 2 medium, 3 long). ``<GPU>`` is an index, a UUID
 or a PCI bus id, as for the real tool. A GPU whose NVML description says ``"timeslice": false``
@@ -10,6 +11,7 @@ into the host's GPU state, the call into the call record (:mod:`.hoststate`).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from kubeacc.synthetic.tools import hoststate
@@ -36,6 +38,33 @@ def _option(args: list[str], name: str) -> str | None:
     return None
 
 
+#: ``--set-timeslice`` values as ``-l`` names them.
+NAMES = ("Default", "Short", "Medium", "Long")
+
+
+def _list(root: Path, ident: str | None) -> int:
+    """``compute-policy -l``: the table the real tool prints (driver 580)."""
+    gpus = hoststate.gpus(root)
+    chosen = [g for g in gpus if ident is None or g is _find(gpus, ident)]
+    if not chosen:
+        print(f"No devices were found matching {ident}", file=sys.stderr)
+        return 6
+    state = hoststate.read_state(root).get("gpus", {})
+    print("+-------------------------------------+")
+    print("| GPU compute policies:               |")
+    print("| GPU     Name           Value        |")
+    print("|=====================================|")
+    for gpu in chosen:
+        n = gpus.index(gpu)
+        if gpu.get("timeslice", True) is False:
+            value = "N/A"
+        else:
+            value = NAMES[int(state.get(gpu["uuid"], {}).get("timeslice", 0))]
+        print(f"| {n:3d}   Timeslice       {value:<14}|")
+    print("+-------------------------------------+")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     root = hoststate.root_of_tool(argv[0])
     args = argv[1:]
@@ -43,6 +72,8 @@ def main(argv: list[str]) -> int:
         print("synthetic nvidia-smi: only 'compute-policy' is implemented", file=sys.stderr)
         return INVALID_ARGUMENT
     ident = _option(args, "-i") or _option(args, "--id")
+    if "-l" in args or "--list" in args:
+        return _list(root, ident)
     value = _option(args, "--set-timeslice")
     if ident is None or value is None or value not in ("0", "1", "2", "3"):
         print("Usage: nvidia-smi compute-policy -i <GPU> --set-timeslice=<0-3>", file=sys.stderr)

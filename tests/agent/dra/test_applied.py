@@ -25,7 +25,7 @@ from kubeacc.agent.dra.timeslice import GpuControl
 from kubeacc.crds.opaque import SharingStrategy
 from kubeacc.discovery import discover
 from kubeacc.synthetic import profiles
-from kubeacc.synthetic.tools.hoststate import read_calls, read_state
+from kubeacc.synthetic.tools.hoststate import gpu_state, locked_state, read_calls, read_state
 
 NODE = "n1"
 GPU0, GPU1 = "gpu-0000-01-00-0", "gpu-0000-02-00-0"
@@ -121,6 +121,8 @@ def mps_calls(host: Host) -> list[str]:
 # -- time-slicing -----------------------------------------------------------------------------
 def test_time_slicing_is_applied_and_undone_with_the_last_claim(host: Host) -> None:
     host.describe(0, computeMode=2)  # PROHIBITED before: that is what comes back
+    with locked_state(host.root) as state:  # and a medium time slice
+        gpu_state(state, host.gpu(0)["uuid"])["timeslice"] = 2
     driver = host.driver()
     a = host.claim("a", "u1", [share(GPU0, "s1")], strategy="TimeSlicing", timeSlice="Short")
     b = host.claim("b", "u2", [share(GPU0, "s2")], strategy="TimeSlicing", timeSlice="Short")
@@ -139,7 +141,7 @@ def test_time_slicing_is_applied_and_undone_with_the_last_claim(host: Host) -> N
     assert len(host.calls()) == 2  # u2 still uses the GPU
     assert driver.unprepare([b]) == {"u2": ""}
     assert host.calls()[2:] == [
-        ("nvidia-smi", "set-timeslice", [0], "ok"),
+        ("nvidia-smi", "set-timeslice", [2], "ok"),
         ("nvml", "nvmlDeviceSetComputeMode", [2], "ok"),
     ]
     assert host.compute_mode(0) == 2
