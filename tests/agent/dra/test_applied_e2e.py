@@ -162,3 +162,55 @@ def test_a_strategy_the_gpu_cannot_do_is_the_pods_event(
     assert [c["result"] for c in read_calls(host) if c["tool"] == "nvidia-smi"][:1] == [
         "NOT_SUPPORTED"
     ]
+
+
+def _restart(agent: AgentProcess, pause_at: str | None = None, kill: bool = True) -> None:
+    if kill:
+        agent.kill()
+    else:
+        agent.stop()
+    agent.start(pause_at=pause_at, extra=[f"--memory-shared=pci={SHARED_BDF}"])
+    agent.wait_registered(90)
+
+
+def test_agent_killed_around_the_mps_daemon_recovers_it(
+    kube_client: Client, namespace: str, agent: AgentProcess, host: Path
+) -> None:
+    from kubeacc.agent.dra.mps import MpsDaemons
+
+    daemons = MpsDaemons(host, agent.state_dir / "mps")
+    uuid = next(
+        g["uuid"]
+        for g in json.loads((host / ".synthetic/nvml.json").read_text())["gpus"]
+        if g["busId"].lower().endswith("1b:00.0")
+    )
+
+    # Killed after the daemon started and the CDI spec was written, before the checkpoint.
+    _restart(agent, "prepare-after-cdi", kill=False)
+    kube_client.create(gpu_claim("crash", namespace, {"strategy": "MPS"}, memory="8G"))
+    kube_client.create(claim_pod("crash", namespace, "crash"))
+    assert agent.wait_paused() == "prepare-after-cdi"
+    assert mps(host) == [("start", uuid)] and set(daemons.running()) == {SHARED_BDF}
+    assert agent.checkpoint_claims() == {}
+    _restart(agent)  # the restart undoes it; the kubelet's retry starts it again
+    eventually(lambda: running(kube_client, "crash", namespace), 120, "Running after restart")
+    assert mps(host) == [("start", uuid), ("stop", uuid), ("start", uuid)]
+    assert set(daemons.running()) == {SHARED_BDF}
+    (uid,) = agent.checkpoint_claims()
+
+    # A plain restart keeps the daemon of a prepared claim.
+    pid = daemons.running()[SHARED_BDF]
+    _restart(agent)
+    assert daemons.running() == {SHARED_BDF: pid}
+
+    # Killed after the checkpoint forgot the claim, before the daemon was stopped.
+    _restart(agent, "unprepare-after-checkpoint", kill=False)
+    kube_client.delete(Pod, "crash", namespace=namespace)
+    assert agent.wait_paused() == "unprepare-after-checkpoint"
+    assert daemons.running() == {SHARED_BDF: pid}
+    _restart(agent)
+    eventually(lambda: daemons.running() == {}, 60, "the daemon stopped after the restart")
+    assert mps(host)[-1] == ("stop", uuid)
+    assert read_state(host)["gpus"][uuid]["computeMode"] == 0
+    assert uid not in agent.checkpoint_claims()
+    assert "Traceback" not in agent.log()
