@@ -99,3 +99,57 @@ def test_an_mps_policy_shares_the_gpus_it_selects(
         eventually(lambda: daemons.running() == {}, 90, "the daemons stopped with the last share")
         kube_client.delete(AcceleratorPolicy, POLICY)
         eventually(lambda: shared_devices(kube_client, stack.node) == set(), 60, "whole GPUs")
+
+
+def test_a_memory_shared_policy_shares_kunlun_xpus(
+    testbed: Testbed, kube_client: Client, namespace: str, tmp_path: Path
+) -> None:
+    with node_stack(testbed, tmp_path, "kunlun-xpu") as stack:
+        xpus = {d.name for d in discover(stack.host).devices if d.type.value == "xpu"}
+        put_policy(
+            kube_client,
+            "xpu-shared",
+            {"selector": {"types": ["xpu"]}, "sharing": {"mode": "MemoryShared"}},
+        )
+        eventually(lambda: shared_devices(kube_client, stack.node) == xpus, 60, "shared XPUs")
+        cls = "xpu-shared.policy.kubeacc.io"
+        eventually(lambda: device_class_exists(kube_client, cls), 30, f"DeviceClass {cls}")
+        names = [f"xpu-{i}" for i in range(3)]
+        for name in names:
+            request = {
+                "name": "xpu",
+                "exactly": {
+                    "deviceClassName": cls,
+                    "capacity": {"requests": {"kubeacc.io/memory": "5Gi"}},
+                    # all on one XPU: 3 x 5 GiB of its 16 GiB
+                    "selectors": [
+                        {"cel": {"expression": 'device.attributes["kubeacc.io"].index == 0'}}
+                    ],
+                },
+            }
+            kube_client.create(
+                from_dict(
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceClaim",
+                        "metadata": {"name": name, "namespace": namespace},
+                        "spec": {"devices": {"requests": [request]}},
+                    }
+                )
+            )
+            kube_client.create(claim_pod(name, namespace, name))
+        devices = set()
+        for name in names:
+            eventually(lambda n=name: pod_phase(kube_client, n, namespace) == "Running", 120, name)
+            claim = as_dict(kube_client.get(ResourceClaim, name, namespace=namespace))
+            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            devices.add(result["device"])
+            env = dict(
+                e.split("=", 1)
+                for e in stack.cdi_spec(claim["metadata"]["uid"])["devices"][0]["containerEdits"][
+                    "env"
+                ]
+            )
+            assert env["KUBEACC_DEVICE_MEMORY_LIMIT"] == "5120"
+            assert not [k for k in env if k.startswith("CUDA_")]
+        assert len(devices) == 1  # three shares of one XPU

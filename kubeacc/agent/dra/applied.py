@@ -242,7 +242,8 @@ class AppliedSharing:
                     done.append(f"GPU {bus_id}: stray MPS control daemon stopped")
                 except MpsError as exc:
                     log.error("%s", exc)
-        self._save()
+        if done:
+            self._save()
         for line in done:
             log.info("reconciled GPU settings: %s", line)
         return done

@@ -308,3 +308,22 @@ def test_the_kubelet_gets_the_share_id(tmp_path: Path, claims: Claims, dgx: Inve
 
 def test_limits_round_down_to_whole_mib() -> None:
     assert ShareLimits.from_consumed({MEMORY: str(3 * 2**20 - 1)}, H100).memory_mib == 2
+
+
+def test_a_kunlun_share_gets_the_generic_limits_only(
+    tmp_path: Path, claims: Claims, make_inventory: Any
+) -> None:
+    inv = make_inventory("kunlun-xpu")
+    xpu = next(d for d in inv.devices if d.type.value == "xpu")
+    index = device_index(inv)
+    driver = Driver(
+        NODE, claims, lambda: index, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state"
+    )
+    entry = {d["name"]: d for d in slice_devices(inv, parse_selectors(["type=xpu"]))}[xpu.name]
+    assert entry["capacity"][MEMORY]["requestPolicy"]["default"] == "16384Mi"
+    claims.add("x", "u1", [share(xpu.name, "s-x", "4Gi", "50")])
+    (res,) = driver.prepare([ClaimRef("ns", "x", "u1")]).values()
+    assert res.error == ""
+    env = spec_env(tmp_path, "u1", f"u1-{xpu.name}-s-x")
+    assert (env["KUBEACC_DEVICE_MEMORY_LIMIT"], env["KUBEACC_DEVICE_CORES_LIMIT"]) == ("4096", "50")
+    assert not [k for k in env if k.startswith("CUDA_MPS")]
