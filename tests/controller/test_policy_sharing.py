@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
@@ -21,7 +20,14 @@ from kubeacc.discovery import discover
 from kubeacc.synthetic.tools.hoststate import read_calls
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import put_policy
-from tests.nodestack import claim_pod, device_class_exists, node_stack, pod_phase
+from tests.nodestack import (
+    NodeStack,
+    claim_pod,
+    device_class_exists,
+    node_stack,
+    pod_phase,
+    resource_claim,
+)
 from tests.testbed.helpers import eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kubeacc_crds", "kubeacc_cleanup")]
@@ -30,16 +36,26 @@ POLICY = "h100-mps"
 CLASS = f"{POLICY}.policy.kubeacc.io"
 
 
-def share_claim(name: str, ns: str) -> Any:
-    exactly = {"deviceClassName": CLASS, "capacity": {"requests": {"kubeacc.io/memory": "20G"}}}
-    return from_dict(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-        }
-    )
+def share_claim(name: str, ns: str, cls: str, memory: str, cel: str | None = None) -> Any:
+    exactly: dict[str, Any] = {
+        "deviceClassName": cls,
+        "capacity": {"requests": {"kubeacc.io/memory": memory}},
+    }
+    if cel:
+        exactly["selectors"] = [{"cel": {"expression": cel}}]
+    return resource_claim(name, ns, [{"name": "acc", "exactly": exactly}])
+
+
+def running_share(
+    client: Client, stack: NodeStack, name: str, ns: str
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Once the pod ``name`` runs: its claim's allocation result and its CDI device's env."""
+    eventually(lambda: pod_phase(client, name, ns) == "Running", 120, f"pod {name} Running")
+    claim = as_dict(client.get(ResourceClaim, name, namespace=ns))
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    (device,) = stack.cdi_spec(claim["metadata"]["uid"])["devices"]
+    env = dict(e.split("=", 1) for e in device["containerEdits"]["env"])
+    return dict(result), env
 
 
 def shared_devices(client: Client, node: str) -> set[str]:
@@ -70,23 +86,13 @@ def test_an_mps_policy_shares_the_gpus_it_selects(
         eventually(lambda: device_class_exists(kube_client, CLASS), 30, f"DeviceClass {CLASS}")
 
         for name in ("infer-a", "infer-b"):
-            kube_client.create(share_claim(name, namespace))
+            kube_client.create(share_claim(name, namespace, CLASS, "20G"))
             kube_client.create(claim_pod(name, namespace, name))
         used: set[str] = set()
         for name in ("infer-a", "infer-b"):
-            eventually(
-                lambda n=name: pod_phase(kube_client, n, namespace) == "Running", 120, f"{name}"
-            )
-            claim = as_dict(kube_client.get(ResourceClaim, name, namespace=namespace))
-            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            result, env = running_share(kube_client, stack, name, namespace)
             assert result["shareID"] and result["device"] in not_mig
             used.add(result["device"])
-            env = dict(
-                e.split("=", 1)
-                for e in stack.cdi_spec(claim["metadata"]["uid"])["devices"][0]["containerEdits"][
-                    "env"
-                ]
-            )
             assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
             assert env["KUBEACC_SHARING_POLICY"] == POLICY
             assert env["KUBEACC_DEVICE_MEMORY_LIMIT"] == "19074"
@@ -115,41 +121,14 @@ def test_a_memory_shared_policy_shares_kunlun_xpus(
         cls = "xpu-shared.policy.kubeacc.io"
         eventually(lambda: device_class_exists(kube_client, cls), 30, f"DeviceClass {cls}")
         names = [f"xpu-{i}" for i in range(3)]
-        for name in names:
-            request = {
-                "name": "xpu",
-                "exactly": {
-                    "deviceClassName": cls,
-                    "capacity": {"requests": {"kubeacc.io/memory": "5Gi"}},
-                    # all on one XPU: 3 x 5 GiB of its 16 GiB
-                    "selectors": [
-                        {"cel": {"expression": 'device.attributes["kubeacc.io"].index == 0'}}
-                    ],
-                },
-            }
-            kube_client.create(
-                from_dict(
-                    {
-                        "apiVersion": "resource.k8s.io/v1",
-                        "kind": "ResourceClaim",
-                        "metadata": {"name": name, "namespace": namespace},
-                        "spec": {"devices": {"requests": [request]}},
-                    }
-                )
-            )
+        for name in names:  # all on one XPU: 3 x 5 GiB of its 16 GiB
+            one = 'device.attributes["kubeacc.io"].index == 0'
+            kube_client.create(share_claim(name, namespace, cls, "5Gi", one))
             kube_client.create(claim_pod(name, namespace, name))
         devices = set()
         for name in names:
-            eventually(lambda n=name: pod_phase(kube_client, n, namespace) == "Running", 120, name)
-            claim = as_dict(kube_client.get(ResourceClaim, name, namespace=namespace))
-            (result,) = claim["status"]["allocation"]["devices"]["results"]
+            result, env = running_share(kube_client, stack, name, namespace)
             devices.add(result["device"])
-            env = dict(
-                e.split("=", 1)
-                for e in stack.cdi_spec(claim["metadata"]["uid"])["devices"][0]["containerEdits"][
-                    "env"
-                ]
-            )
             assert env["KUBEACC_DEVICE_MEMORY_LIMIT"] == "5120"
             assert not [k for k in env if k.startswith("CUDA_")]
         assert len(devices) == 1  # three shares of one XPU

@@ -15,39 +15,19 @@ A container of a claim that uses MPS gets the pipe directory mounted at MPS's de
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from pathlib import Path
+
+from kubeacc.agent.dra import hosttools
 
 TOOL = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"
 #: Where a container finds the pipes (MPS clients look there when the variable is unset, too).
 CONTAINER_PIPE_DIR = "/tmp/nvidia-mps"
 ENV_PIPE = "CUDA_MPS_PIPE_DIRECTORY"
-#: Seconds the control tool may take to start or stop a daemon.
-TOOL_TIMEOUT_S = 30.0
 
 
 class MpsError(Exception):
     """The daemon could not be started or stopped (the message says why)."""
-
-
-def host_tool(host_root: Path, name: str) -> Path | None:
-    """A driver tool of the host: ``<host-root>/usr/bin/<name>``, else on the agent's PATH."""
-    candidate = host_root / "usr" / "bin" / name
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return candidate
-    found = shutil.which(name)
-    return Path(found) if found else None
-
-
-def host_tool_env(host_root: Path) -> dict[str, str]:
-    """The environment a host tool runs with (a synthetic host's tools need an interpreter)."""
-    if (host_root / ".synthetic").is_dir():
-        from kubeacc.synthetic.tools import tool_env
-
-        return tool_env(host_root)
-    return dict(os.environ)
 
 
 def alive(pid: int) -> bool:
@@ -96,36 +76,16 @@ class MpsDaemons:
                     out[entry.name] = pid
         return out
 
-    def _env(self, bus_id: str, uuid: str) -> dict[str, str]:
-        return {
-            **host_tool_env(self.host_root),
+    def _run(self, what: str, bus_id: str, uuid: str, args: list[str], stdin: str) -> None:
+        env = {
             "CUDA_VISIBLE_DEVICES": uuid,
             ENV_PIPE: str(self.pipe_dir(bus_id)),
             "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir(bus_id)),
         }
-
-    def _run(self, what: str, bus_id: str, uuid: str, args: list[str], stdin: str) -> None:
-        tool = host_tool(self.host_root, TOOL)
-        if tool is None:
-            raise MpsError(f"GPU {bus_id}: {what} the MPS control daemon: {TOOL} not found")
         try:
-            done = subprocess.run(
-                [str(tool), *args],
-                input=stdin,
-                env=self._env(bus_id, uuid),
-                capture_output=True,
-                text=True,
-                timeout=TOOL_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            hosttools.run(self.host_root, TOOL, args, env=env, stdin=stdin)
+        except hosttools.ToolError as exc:
             raise MpsError(f"GPU {bus_id}: {what} the MPS control daemon: {exc}") from None
-        if done.returncode != 0:
-            why = (done.stderr or done.stdout).strip().splitlines()
-            raise MpsError(
-                f"GPU {bus_id}: {what} the MPS control daemon failed "
-                f"(exit status {done.returncode}): {why[-1] if why else 'no message'}"
-            )
 
     def start(self, bus_id: str, uuid: str) -> int:
         """Start the GPU's daemon unless it runs; its pid."""

@@ -15,14 +15,13 @@ the agent's PATH.
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from pathlib import Path
 from typing import Any
 
 import pynvml
 
-from kubeacc.agent.dra.mps import host_tool, host_tool_env
+from kubeacc.agent.dra import hosttools
 from kubeacc.crds.types import TimeSlice
 
 SYNTHETIC_NVML = ".synthetic/nvml.json"
@@ -34,7 +33,6 @@ COMPUTE_MODES = {
 }
 #: ``--set-timeslice`` values.
 TIMESLICES = {TimeSlice.DEFAULT: 0, TimeSlice.SHORT: 1, TimeSlice.MEDIUM: 2, TimeSlice.LONG: 3}
-TOOL_TIMEOUT_S = 30.0
 _SLICE_NAMES = {"default": 0, "short": 1, "medium": 2, "long": 3}
 
 
@@ -111,26 +109,9 @@ class GpuControl:
         self._smi(f"GPU {bus_id}: time slice {value}", ["-i", uuid, f"--set-timeslice={value}"])
 
     def _smi(self, what: str, args: list[str]) -> str:
-        tool = host_tool(self.host_root, "nvidia-smi")
-        if tool is None:
-            raise ControlError(f"{what}: nvidia-smi not found")
-        argv = [str(tool), "compute-policy", *args]
         try:
-            done = subprocess.run(
-                argv,
-                env=host_tool_env(self.host_root),
-                capture_output=True,
-                text=True,
-                timeout=TOOL_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ControlError(f"{what}: {exc}") from None
-        if done.returncode != 0:
-            lines = (done.stderr or done.stdout).strip().splitlines()
+            return hosttools.run(self.host_root, "nvidia-smi", ["compute-policy", *args])
+        except hosttools.ToolError as exc:
             raise ControlError(
-                f"{what}: nvidia-smi compute-policy failed (exit status {done.returncode}): "
-                f"{lines[-1] if lines else 'no message'}",
-                not_supported=done.returncode == SMI_NOT_SUPPORTED,
-            )
-        return done.stdout
+                f"{what}: {exc}", not_supported=exc.status == SMI_NOT_SUPPORTED
+            ) from None

@@ -306,3 +306,16 @@ def test_state_survives_in_the_checkpoint_directory(host: Host) -> None:
         ("nvidia-smi", "set-timeslice", [0], "ok"),
         ("nvml", "nvmlDeviceSetComputeMode", [0], "ok"),
     ]
+
+
+def test_a_host_without_the_mps_tool_fails_the_claim_and_changes_nothing(host: Host) -> None:
+    (host.root / "usr/bin/nvidia-cuda-mps-control").unlink()
+    driver = host.driver()
+    a = host.claim("a", "u1", [share(GPU0, "s1")], strategy="MPS")
+    error = driver.prepare([a])["u1"].error
+    assert error.endswith(
+        f"GPU {GPU0} cannot do MPS: GPU {BUS0}: starting the MPS control daemon: "
+        "nvidia-cuda-mps-control not found"
+    )
+    assert host.compute_mode(0) == 0  # set for MPS, then set back
+    assert [c[2] for c in host.calls()] == [[3], [0]]

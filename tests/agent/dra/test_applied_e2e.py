@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
@@ -22,7 +21,7 @@ from kubeacc.synthetic import profiles
 from kubeacc.synthetic.tools.hoststate import read_calls, read_state
 from kubeacc.testbed import Testbed
 
-from ...nodestack import claim_pod
+from ...nodestack import claim_pod, resource_claim
 from ...testbed.helpers import eventually
 from .agentproc import AgentProcess
 from .test_sharing_e2e import cdi_env, running
@@ -77,19 +76,7 @@ def gpu_claim(name: str, ns: str, sharing: dict[str, str], memory: str | None = 
             },
         }
     }
-    return from_dict(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "devices": {
-                    "requests": [{"name": "gpu", "exactly": exactly}],
-                    "config": [config],
-                }
-            },
-        }
-    )
+    return resource_claim(name, ns, [{"name": "gpu", "exactly": exactly}], [config])
 
 
 def gone(client: Client, name: str, ns: str) -> bool:
