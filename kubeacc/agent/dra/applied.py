@@ -78,11 +78,34 @@ class GpuWant:
         return self.strategy.value
 
 
-def mps_container_edits(
-    daemons: MpsDaemons, bus_id: str
+def want_of(
+    sharing: AppliedSharing | None,
+    cfg: GpuConfig | None,
+    device: str,
+    bus_id: str,
+    wants: list[GpuWant],
 ) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
-    """(env, (host path, container path) mounts) a container of an MPS claim gets."""
-    return {ENV_PIPE: CONTAINER_PIPE_DIR}, ((str(daemons.pipe_dir(bus_id)), CONTAINER_PIPE_DIR),)
+    """Add what ``cfg`` asks of the GPU to the claim's ``wants``; the CDI edits (env, mounts as
+    (host path, container path)) the device gets for it. SharingError when it cannot be had."""
+    want = GpuWant.of(cfg, device, bus_id) if cfg is not None else None
+    if want is None:
+        return {}, ()
+    if sharing is None:
+        raise SharingError(
+            f"device {device}: this agent does not apply GPU sharing strategies ({want.describe()})"
+        )
+    if want.strategy is SharingStrategy.MPS and any(
+        w.strategy is SharingStrategy.MPS and w.bus_id != bus_id for w in wants
+    ):
+        raise SharingError(
+            "MPS on more than one GPU in one claim is not supported "
+            "(a container has one MPS pipe directory)"
+        )
+    wants.append(want)
+    if want.strategy is not SharingStrategy.MPS:
+        return {}, ()
+    pipe = str(sharing.daemons.pipe_dir(bus_id))
+    return {ENV_PIPE: CONTAINER_PIPE_DIR}, ((pipe, CONTAINER_PIPE_DIR),)
 
 
 class AppliedSharing:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra import DRIVER_NAME, cdi
-from kubeacc.agent.dra.applied import AppliedSharing, GpuWant, SharingError, mps_container_edits
+from kubeacc.agent.dra.applied import AppliedSharing, GpuWant, SharingError, want_of
 from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
@@ -48,7 +48,6 @@ from kubeacc.crds.opaque import (
     ConfigError,
     FpgaConfig,
     GpuConfig,
-    SharingStrategy,
     applies_to,
     config_env,
     parse_config,
@@ -345,24 +344,13 @@ class Driver:
                     gpu_cfg = cfg  # the claim's own config wins over its class's
                 env.update(config_env(cfg))
                 recorded[dev_name] = cfg.model_dump(mode="json", by_alias=True)
-            mounts: tuple[tuple[str, str], ...] = ()
-            want = GpuWant.of(gpu_cfg, dev_name, info.bus_id) if gpu_cfg else None
-            if want is not None:
-                if self.sharing is None:
-                    raise ClaimError(
-                        f"{where}: device {dev_name}: this agent does not apply GPU sharing "
-                        f"strategies ({want.describe()})"
-                    )
-                claim_wants = wants.setdefault(ref.uid, [])
-                if want.strategy is SharingStrategy.MPS:
-                    if any(w.strategy is SharingStrategy.MPS for w in claim_wants):
-                        raise ClaimError(
-                            f"{where}: MPS on more than one GPU in one claim is not supported "
-                            "(a container has one MPS pipe directory)"
-                        )
-                    mps_env, mounts = mps_container_edits(self.sharing.daemons, info.bus_id)
-                    env.update(mps_env)
-                claim_wants.append(want)
+            try:  # a sharing strategy to apply on the GPU (at commit), and its CDI edits
+                more_env, mounts = want_of(
+                    self.sharing, gpu_cfg, dev_name, info.bus_id, wants.setdefault(ref.uid, [])
+                )
+            except SharingError as exc:
+                raise ClaimError(f"{where}: {exc}") from None
+            env.update(more_env)
             share_id = r.get("shareID") or ""
             share: ShareLimits | None = None
             if share_id:

@@ -319,3 +319,12 @@ def test_a_host_without_the_mps_tool_fails_the_claim_and_changes_nothing(host: H
     )
     assert host.compute_mode(0) == 0  # set for MPS, then set back
     assert [c[2] for c in host.calls()] == [[3], [0]]
+
+
+def test_two_mps_shares_of_one_gpu_in_one_claim(host: Host) -> None:
+    driver = host.driver()
+    a = host.claim("a", "u1", [share(GPU0, "s1"), share(GPU0, "s2")], strategy="MPS")
+    assert driver.prepare([a])["u1"].error == ""
+    assert mps_calls(host) == ["start"]
+    assert driver.unprepare([a]) == {"u1": ""}
+    assert mps_calls(host) == ["start", "stop"]
