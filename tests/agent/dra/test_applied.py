@@ -328,3 +328,10 @@ def test_two_mps_shares_of_one_gpu_in_one_claim(host: Host) -> None:
     assert mps_calls(host) == ["start"]
     assert driver.unprepare([a]) == {"u1": ""}
     assert mps_calls(host) == ["start", "stop"]
+
+
+def test_a_damaged_record_stops_the_agent_with_its_path(host: Host) -> None:
+    host.state.mkdir(parents=True)
+    (host.state / STATE_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match=f"{STATE_FILE}: not JSON"):
+        host.driver()
