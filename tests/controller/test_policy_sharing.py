@@ -5,6 +5,7 @@ GPUs whole again."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,16 @@ def shared_devices(client: Client, node: str) -> set[str]:
     return out
 
 
+@pytest.fixture
+def no_daemon_left(tmp_path: Path) -> Iterator[None]:
+    """Stop the MPS daemons a failed test left (the agent's state dir is tmp_path/state)."""
+    yield
+    daemons = MpsDaemons(tmp_path / "host", tmp_path / "state" / "mps")
+    for bus_id in daemons.running():
+        daemons.stop(bus_id, "")
+
+
+@pytest.mark.usefixtures("no_daemon_left")
 def test_an_mps_policy_shares_the_gpus_it_selects(
     testbed: Testbed, kube_client: Client, namespace: str, tmp_path: Path
 ) -> None:
