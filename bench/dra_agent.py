@@ -73,7 +73,7 @@ class Share:
     share_id: str
 
 
-def _claim(client: Any, share: Share | None = None) -> str:
+def _claim(client: Any, share: Share | None = None, config: dict[str, Any] | None = None) -> str:
     request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}
     result: dict[str, Any] = {
         "request": "gpu",
@@ -95,7 +95,12 @@ def _claim(client: Any, share: Share | None = None) -> str:
             }
         )
     )
-    status = {"allocation": {"devices": {"results": [result]}}}
+    devices: dict[str, Any] = {"results": [result]}
+    if config is not None:  # the claim's opaque config, as the scheduler copies it
+        devices["config"] = [
+            {"source": "FromClaim", "opaque": {"driver": "kubeacc.io", "parameters": config}}
+        ]
+    status = {"allocation": {"devices": devices}}
     client.patch(
         ResourceClaim.Status,
         CLAIM,
@@ -107,10 +112,17 @@ def _claim(client: Any, share: Share | None = None) -> str:
 
 
 @contextmanager
-def bench_agent(share: Share | None = None, args: Sequence[str] = ()) -> Iterator[BenchAgent]:
+def bench_agent(
+    share: Share | None = None,
+    args: Sequence[str] = (),
+    config: dict[str, Any] | None = None,
+    host_dir: list[Path] | None = None,
+) -> Iterator[BenchAgent]:
     """The agent, serving its DRA socket; stopped (SIGTERM) on exit.
 
-    ``share``: the claim holds a share of the GPU; ``args``: more ``kubeacc agent`` options.
+    ``share``: the claim holds a share of the GPU; ``args``: more ``kubeacc agent`` options;
+    ``config``: the claim's opaque config (``GpuConfig``...); ``host_dir``: gets the synthetic
+    host root and the agent's state directory appended.
     """
     with (
         tempfile.TemporaryDirectory(prefix="kubeacc-bench-") as tmp,
@@ -120,8 +132,10 @@ def bench_agent(share: Share | None = None, args: Sequence[str] = ()) -> Iterato
         client = tb.client()
         client.create(Node(metadata=ObjectMeta(name=NODE)))
         client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
-        uid = _claim(client, share)
+        uid = _claim(client, share, config)
         host = profiles.build("dgx-h100", work / "host")
+        if host_dir is not None:
+            host_dir.extend([host, work / "state"])
         kubelet_root = work / "kubelet"
         log = (work / "agent.log").open("wb")
         agent = subprocess.Popen(

@@ -33,14 +33,17 @@ from kubeacc.agent.accelerators import AcceleratorSync
 from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
 from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy
 from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.dra.applied import AppliedSharing
 from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
+from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
-from kubeacc.agent.dra.sharing import ShareSelector
+from kubeacc.agent.dra.policyshare import PolicyShares
+from kubeacc.agent.dra.sharing import Selector, ShareSelector
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices
 from kubeacc.agent.nodelabels import NodeLabeler, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
@@ -179,6 +182,8 @@ class Agent:
                 self.prepare_client, options.node_name, on_change=self._users_changed
             )
         self._index: dict[str, DeviceInfo] = {}
+        #: Memory-sharing AcceleratorPolicies, read at each pass of the publishing loop.
+        self.policy_shares = PolicyShares(self._list_policies)
         self.driver = Driver(
             options.node_name,
             claims or WatchingClaimSource(self.prepare_client, options.node_name),
@@ -190,6 +195,7 @@ class Agent:
             compact_after=options.compact_after,
             on_change=self._users_changed,
             metrics=self.metrics,
+            sharing=_applied_sharing(options),
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None
@@ -224,6 +230,11 @@ class Agent:
             kernel,
         )
         return programmer.ensure
+
+    def _list_policies(self) -> list[dict[str, Any]]:
+        from kubeacc.crds.resources import AcceleratorPolicy, as_dict
+
+        return [as_dict(p) for p in self.client.list(AcceleratorPolicy)]
 
     def add_plugin(self, plugin: NodePlugin) -> None:
         self._plugins.append(plugin)
@@ -390,8 +401,9 @@ class Agent:
                     classes_done = True
                 now = time.monotonic()
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
+                shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
                 devices = with_cordon_taints(
-                    slice_devices(self.dra_inventory, self.opts.memory_shared), self._cordoned()
+                    slice_devices(self.dra_inventory, shared), self._cordoned()
                 )
                 if self.publisher.publish(devices, force=force):
                     self.metrics.slice_publishes.inc()
@@ -436,3 +448,18 @@ class Agent:
                 plugin_inv = self._plugin_inventory()
                 for p in self._plugins:
                     p.update(plugin_inv)
+
+
+def _applied_sharing(options: AgentOptions) -> AppliedSharing:
+    """GPU sharing strategies applied through the host's NVML and driver tools."""
+    from kubeacc.agent.dra.mps import MpsDaemons
+    from kubeacc.agent.dra.timeslice import GpuControl
+
+    try:
+        return AppliedSharing(
+            options.state_dir,
+            GpuControl(options.host_root),
+            MpsDaemons(options.host_root, options.state_dir / "mps"),
+        )
+    except ValueError as exc:
+        raise StateError(str(exc)) from None

@@ -110,9 +110,10 @@ def agent_command(
         typer.Option(
             "--memory-shared",
             metavar="SELECTOR",
-            help="Publish the GPUs this selects as memory-shared (DRA consumable capacity "
-            "kubeacc.io/memory and kubeacc.io/cores): all, model=GLOB, pci=BUS-ID or "
-            "name=DEVICE (repeatable; GPUs in MIG mode are never shared).",
+            help="Publish the devices this selects as memory-shared (DRA consumable capacity "
+            "kubeacc.io/memory and kubeacc.io/cores): all, type=TYPE, model=GLOB, pci=BUS-ID "
+            "or name=DEVICE (repeatable; GPUs and KunLun XPUs, an FPGA only when named; GPUs "
+            "in MIG mode never). AcceleratorPolicies with mode MemoryShared or MPS add to it.",
         ),
     ] = None,
 ) -> None:

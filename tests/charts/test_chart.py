@@ -81,6 +81,7 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("agent.hostRoot=relative", "at '/agent/hostRoot'"),
         ("logLevel=LOUD", "at '/logLevel'"),
         ("agent.memoryShared={half}", "at '/agent/memoryShared/0'"),
+        ("agent.memoryShared={type=tpu}", "at '/agent/memoryShared/0'"),
     ],
 )
 def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
@@ -100,13 +101,14 @@ def test_memory_shared_selectors_reach_the_agent(helm: Helm) -> None:
         str(CHART),
         K8S,
         "--set-json",
-        'agent.memoryShared=["model=*H100*","pci=0000:1b:00.0"]',
+        'agent.memoryShared=["model=*H100*","pci=0000:1b:00.0","type=xpu"]',
     ).stdout
     (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
     args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
     assert [a for a in args if a.startswith("--memory-shared")] == [
         "--memory-shared=model=*H100*",
         "--memory-shared=pci=0000:1b:00.0",
+        "--memory-shared=type=xpu",
     ]
 
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubeacc.agent.dra.sharing import ShareSelector, is_memory_shared, shared_capacity
+from kubeacc.agent.dra.sharing import Selector, is_memory_shared, shared_capacity
 from kubeacc.model import Device, HealthState, Inventory, PartitionKind
 from kubeacc.units.table import active_table
 
@@ -112,7 +112,7 @@ def vf_entries(pf: Device) -> list[dict[str, Any]]:
     return out
 
 
-def slice_devices(inv: Inventory, shared: Sequence[ShareSelector] = ()) -> list[dict[str, Any]]:
+def slice_devices(inv: Inventory, shared: Sequence[Selector] = ()) -> list[dict[str, Any]]:
     """Every device of the node as slice entries, sorted by name (stable slice contents);
     GPUs that ``shared`` selects as memory-shared ones."""
     out: list[dict[str, Any]] = []
