@@ -74,7 +74,7 @@ def test_a_bad_memory_shared_selector_is_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
-        "error: memory-shared selector 'vendor=nvidia': expected all, model=GLOB, pci=BUS-ID "
-        "or name=DEVICE"
+        "error: memory-shared selector 'vendor=nvidia': expected all, type=TYPE, model=GLOB, "
+        "pci=BUS-ID or name=DEVICE"
     ]
     assert not (tmp_path / "state").exists()
