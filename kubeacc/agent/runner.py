@@ -39,6 +39,8 @@ from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
+from kubeacc.agent.dra.mig import MigPartitions, Published, device_infos, nvml_for
+from kubeacc.agent.dra.mig import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.sharing import ShareSelector
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices
@@ -179,6 +181,11 @@ class Agent:
                 self.prepare_client, options.node_name, on_change=self._users_changed
             )
         self._index: dict[str, DeviceInfo] = {}
+        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.mig).
+        self.partitions = MigPartitions(
+            nvml_for(options.host_root, options.nvml), options.state_dir, options.host_root
+        )
+        self._mig = Published()
         self.driver = Driver(
             options.node_name,
             claims or WatchingClaimSource(self.prepare_client, options.node_name),
@@ -190,6 +197,7 @@ class Agent:
             compact_after=options.compact_after,
             on_change=self._users_changed,
             metrics=self.metrics,
+            partitions=self.partitions,
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None
@@ -373,7 +381,18 @@ class Agent:
         self.inventory = inv
         self.metrics.observe_inventory(inv)
         self.dra_inventory = dra_part(inv, self.opts.device_plugin_types)
-        self._index = device_index(self.dra_inventory)
+        gpus, uuids = self.partitions.read(self.dra_inventory)
+        self._mig = mig_publish(
+            self.dra_inventory,
+            slice_devices(self.dra_inventory, self.opts.memory_shared),
+            gpus,
+            self.partitions.ours(),
+            uuids,
+        )
+        self._index = {
+            **device_index(self.dra_inventory),
+            **device_infos(self.dra_inventory, self._mig),
+        }
         self.board.update({n: (i.healthy, i.message) for n, i in self._index.items()})
         return changed
 
@@ -391,9 +410,12 @@ class Agent:
                 now = time.monotonic()
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
                 devices = with_cordon_taints(
-                    slice_devices(self.dra_inventory, self.opts.memory_shared), self._cordoned()
+                    self._mig.apply(slice_devices(self.dra_inventory, self.opts.memory_shared)),
+                    self._cordoned(),
                 )
-                if self.publisher.publish(devices, force=force):
+                if self.publisher.publish(
+                    devices, force=force, counter_sets=self._mig.counter_sets
+                ):
                     self.metrics.slice_publishes.inc()
                 self.metrics.resource_slices.set(len(chunk_devices(devices)))
                 self.metrics.published_devices.set(len(devices))

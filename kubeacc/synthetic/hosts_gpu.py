@@ -106,6 +106,7 @@ def enable_mig(b: HostBuilder, gpu: NvmlGpu) -> None:
             memory_total=mem,
             gpu_instance_id=[2, 3, 5][i],
             compute_instance_id=0,
+            placement=[(4, 4), (0, 2), (2, 2)][i],
         )
         for i, (profile, mem) in enumerate(layout)
     ]

@@ -21,6 +21,11 @@ Unprepare needs no API server and is all or nothing per call: the specs are rena
 checkpoint entry removed, then the specs deleted; when the checkpoint write fails the specs go
 back, so a failure leaves the claims prepared and the kubelet retries.
 On start, :meth:`Driver.reconcile` makes the CDI directory agree with the checkpoint.
+
+A MIG partition (:mod:`kubeacc.agent.dra.mig`) gets its GPU and compute instance on prepare,
+before the CDI spec is written (the intent is on disk before the instance exists); a claim that
+fails afterwards has them destroyed again. Unprepare destroys them before the checkpoint forgets
+the claim; reconcile destroys those of claims the checkpoint does not hold.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
+from kubeacc.agent.dra.mig import MigError, MigPartitions
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
 from kubeacc.crds.opaque import ConfigError, FpgaConfig, applies_to, config_env, parse_config
@@ -82,10 +88,13 @@ class Driver:
         api_budget: float = API_BUDGET_S,
         on_change: Callable[[], None] | None = None,
         metrics: AgentMetrics | None = None,
+        partitions: MigPartitions | None = None,
     ) -> None:
         self.node = node
         self.metrics = metrics or AgentMetrics()
         self.fpga = fpga
+        #: Creates and destroys MIG instances of partition devices (None: no MIG here).
+        self.partitions = partitions
         #: Called (outside the lock) after claims were prepared or unprepared.
         self.on_change = on_change
         self.claims = claims
@@ -120,6 +129,11 @@ class Driver:
             ) from None
         if removed or rewritten:
             log.info("reconciled CDI specs: removed %s, rewrote %s", removed, rewritten)
+        if self.partitions is not None:
+            try:
+                self.partitions.reconcile(set(self.checkpoint.claims))
+            except MigError as exc:  # NVML away: the next start (or unprepare) tries again
+                log.error("MIG instances not reconciled: %s", exc)
         return removed, rewritten
 
     def _reconcile(self) -> tuple[list[str], list[str]]:
@@ -202,14 +216,25 @@ class Driver:
                 except ClaimError as exc:
                     log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
                     out[ref.uid] = PrepareResult(error=str(exc))
+                    self._release(ref.uid)
                 except Exception as exc:  # API server away or slow, ...
                     msg = f"prepare failed: {exc.__class__.__name__}: {exc}".splitlines()[0]
                     log.error("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, msg)
                     out[ref.uid] = PrepareResult(error=msg)
+                    self._release(ref.uid)
             if built:
                 with self.lock:
                     self._commit(built, out)
         return out
+
+    def _release(self, uid: str) -> None:
+        """Destroy the MIG instances a failed prepare of ``uid`` made (reconcile retries)."""
+        if self.partitions is None:
+            return
+        try:
+            self.partitions.release({uid})
+        except MigError as exc:
+            log.error("claim %s: %s", uid, exc)
 
     def _commit(self, built: dict[str, PreparedClaim], out: dict[str, PrepareResult]) -> None:
         """CDI specs, then one checkpoint record for all of them; errors per claim."""
@@ -221,6 +246,7 @@ class Driver:
                 msg = f"writing the CDI spec failed: {exc.strerror or exc}"
                 log.error("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, msg)
                 out[uid] = PrepareResult(error=msg)
+                self._release(uid)
                 continue
             written[uid] = claim
         if not written:
@@ -235,6 +261,7 @@ class Driver:
                 with contextlib.suppress(OSError):  # reconcile removes it at the next start
                     cdi.remove_spec(self.cdi_dir, uid)
                 out[uid] = PrepareResult(error=msg)
+                self._release(uid)
             return
         for uid, claim in written.items():
             out[uid] = PrepareResult(devices=claim.devices)
@@ -285,6 +312,9 @@ class Driver:
             if info is None:
                 raise ClaimError(f"{where}: device {dev_name} is not published by this node")
             env: dict[str, str] = {}
+            nodes = info.device_nodes
+            if info.mig is not None:
+                nodes, env = self._partition(where, ref.uid, info)
             for requests, params in configs:
                 if requests and not _applies(r["request"], requests):
                     continue
@@ -314,9 +344,7 @@ class Driver:
                     raise ClaimError(f"{where}: device {dev_name}: {exc}") from None
             if info.bus_id:
                 units.append(UnitLimits(info.vendor, share, info.memory_bytes))
-            cdi_devices.append(
-                cdi.CDIDevice(dev_name, info.bus_id, info.device_nodes, env, share_id)
-            )
+            cdi_devices.append(cdi.CDIDevice(dev_name, info.bus_id, nodes, env, share_id))
             prepared.append(
                 PreparedDevice(
                     request_names=[r["request"]],
@@ -333,6 +361,21 @@ class Driver:
             ]
         spec = cdi.build_spec(ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.device_root)
         return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
+
+    def _partition(
+        self, where: str, uid: str, info: DeviceInfo
+    ) -> tuple[tuple[str, ...], dict[str, str]]:
+        """Create the MIG instance of a partition device: its device nodes and environment."""
+        assert info.mig is not None
+        if self.partitions is None:
+            raise ClaimError(f"{where}: device {info.name} is a MIG partition; NVML is off here")
+        try:
+            nodes, mig_uuid = self.partitions.create(uid, info.name, info.mig)
+        except MigError as exc:
+            raise ClaimError(f"{where}: device {info.name}: {exc}") from None
+        pause_point("prepare-after-mig", self.state_dir)
+        env = {"NVIDIA_VISIBLE_DEVICES": mig_uuid, "KUBEACC_MIG_PROFILE": info.mig.profile}
+        return tuple(nodes), env
 
     def _program(self, where: str, device: str, bitstream: str, digest: str) -> None:
         """Load the claim's bitstream before the container may use the FPGA."""
@@ -370,8 +413,8 @@ class Driver:
                     present.append(uid)
             try:
                 self._unprepare(present)
-            except OSError as exc:
-                msg = f"unprepare failed: {exc.strerror or exc}"
+            except (OSError, MigError) as exc:
+                msg = f"unprepare failed: {getattr(exc, 'strerror', None) or exc}"
                 log.error("unprepare %s: %s", present, msg)
                 out.update(dict.fromkeys(present, msg))
             else:
@@ -388,10 +431,12 @@ class Driver:
             for uid in uids:
                 if cdi.set_aside(self.cdi_dir, uid):
                     aside.append(uid)
+            if self.partitions is not None:  # instances go before the claim is forgotten
+                self.partitions.release(set(uids))
             recorded = [u for u in uids if u in self.checkpoint.claims]
             if recorded:
                 self.checkpoint.record_unprepare(recorded)
-        except OSError:
+        except (OSError, MigError):
             for uid in aside:
                 with contextlib.suppress(OSError):  # reconcile rewrites it at the next start
                     cdi.put_back(self.cdi_dir, uid)

@@ -92,6 +92,7 @@ def shareable(dev: Device) -> bool:
         dev.type is DeviceType.GPU
         and (dev.memory_bytes or 0) >= (MEMORY_MIN_MIB + 1) * MIB
         and not any(p.kind is PartitionKind.MIG for p in dev.partitions)
+        and dev.attributes.get("migMode") != "enabled"
     )
 
 
