@@ -9,8 +9,9 @@ pointers (opaque: never dereferenced, only handed back).
 State lives next to the host's NVML description, so every process that opens the synthetic
 host (a restarted agent, the test) sees the same instances:
 
-* ``/.synthetic/nvml-mig.json``: per GPU the MIG mode (current and pending) and its instances
-  (start: the instances the description lists, created at boot);
+* ``/.synthetic/nvml-mig.json``: per GPU the MIG mode (current and pending) and its instances,
+  written at the first change; before it, or when the description was edited since (a new
+  "boot"), the description's ``migMode`` and ``migDevices`` are the state;
 * ``/.synthetic/nvml-calls.log``: one JSON line per call that changed something (create and
   destroy of instances, MIG mode), in order, append-only: what a test reads back.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -219,7 +221,13 @@ class MigState:
                     }
                 )
             out[str(i)] = {"mode": mode, "pending": mode, "instances": instances, "made": 0}
+        out["boot"] = self._boot()
         return out
+
+    def _boot(self) -> str:
+        """Which description the state grew from: another one (edited) starts afresh."""
+        text = json.dumps(self.gpus, sort_keys=True).encode()
+        return hashlib.sha256(text).hexdigest()[:16]
 
     @contextmanager
     def locked(self) -> Iterator[dict[str, Any]]:
@@ -231,11 +239,11 @@ class MigState:
                 state = json.loads(self.path.read_text()) if self.path.exists() else None
             except ValueError:
                 state = None
-            if not isinstance(state, dict):
+            if not isinstance(state, dict) or state.get("boot") != self._boot():
                 state = self._initial()
             before = json.dumps(state, sort_keys=True)
             yield state
-            if json.dumps(state, sort_keys=True) != before or not self.path.exists():
+            if json.dumps(state, sort_keys=True) != before:
                 tmp = self.path.with_suffix(".tmp")
                 tmp.write_text(json.dumps(state, indent=1, sort_keys=True) + "\n")
                 os.replace(tmp, self.path)
