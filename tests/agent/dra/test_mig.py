@@ -27,7 +27,6 @@ from kubeacc.agent.dra.mig import (
 )
 from kubeacc.agent.dra.slices import build_slices, chunk_devices
 from kubeacc.discovery import discover
-from kubeacc.model import Inventory
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.nvml_mig import read_calls
 
