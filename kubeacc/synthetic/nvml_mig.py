@@ -60,34 +60,46 @@ class GiProfile:
     multiprocessors: int
     starts: tuple[int, ...]  # possible placements' first memory slice
     size: int  # memory slices of one placement
+    #: At most this many at once (``instanceCount``); 0: one per placement.
+    max_instances: int = 0
 
     @property
     def instances(self) -> int:
-        return len(self.starts)
+        return self.max_instances or len(self.starts)
 
 
-def _table(sms: tuple[int, int, int, int, int], mem: tuple[int, ...]) -> tuple[GiProfile, ...]:
-    """The six profiles of an 80 GB A100/H100 (same slice geometry, other SM and MiB counts)."""
+def _table(
+    sms: tuple[int, int, int, int, int, int], mem: tuple[int, int, int, int]
+) -> tuple[GiProfile, ...]:
+    """The profiles of an 80 GB A100/H100 (same slice geometry, other SM and MiB counts).
+
+    ``sms``: 1g, 1g.20gb, 2g, 3g, 4g, 7g; ``mem``: 1g.10gb, 20gb, 40gb profiles, 7g, in MiB.
+    Profile constants, ids and placements are those a real H100 80GB HBM3 reported (driver
+    580.159.04): ``1g.20gb`` is ``PROFILE_1_SLICE_REV2``; ``1g.10gb+me`` (``REV1``: one
+    instance with all media engines) is offered too.
+    """
     p = pynvml
-    one, one20, two, three, four, seven = mem
+    one, twenty, forty, seven = mem
     return (
         GiProfile(p.NVML_GPU_INSTANCE_PROFILE_1_SLICE, 19, "1g.10gb", 1, one, sms[0],
                   (0, 1, 2, 3, 4, 5, 6), 1),
-        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 15, "1g.20gb", 1, one20, sms[0],
+        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, 20, "1g.10gb+me", 1, one, sms[0],
+                  (0, 1, 2, 3, 4, 5, 6), 1, max_instances=1),
+        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, 15, "1g.20gb", 1, twenty, sms[1],
                   (0, 2, 4, 6), 2),
-        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, "2g.20gb", 2, two, sms[1],
+        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_2_SLICE, 14, "2g.20gb", 2, twenty, sms[2],
                   (0, 2, 4), 2),
-        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, "3g.40gb", 3, three, sms[2],
+        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_3_SLICE, 9, "3g.40gb", 3, forty, sms[3],
                   (0, 4), 4),
-        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, "4g.40gb", 4, four, sms[3], (0,), 4),
-        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, "7g.80gb", 7, seven, sms[4], (0,), 8),
+        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_4_SLICE, 5, "4g.40gb", 4, forty, sms[4], (0,), 4),
+        GiProfile(p.NVML_GPU_INSTANCE_PROFILE_7_SLICE, 0, "7g.80gb", 7, seven, sms[5], (0,), 8),
     )  # fmt: skip
 
 
-#: H100 SXM5 80GB: 132 SMs.
-H100_80GB = _table((16, 32, 60, 64, 132), (9856, 19968, 19968, 40192, 40192, 80384))
-#: A100 SXM4 80GB: 98 SMs usable in MIG mode.
-A100_80GB = _table((14, 28, 42, 56, 98), (9728, 19968, 19968, 40192, 40192, 80896))
+#: H100 SXM5 80GB, as a real one reported it: 132 SMs.
+H100_80GB = _table((16, 26, 32, 60, 64, 132), (9984, 20096, 40448, 81152))
+#: A100 SXM4 80GB (NVIDIA's MIG profile table; memory sizes in the same rounding): 98 SMs.
+A100_80GB = _table((14, 14, 28, 42, 56, 98), (9728, 19968, 40192, 80896))
 
 
 def profiles_for(name: str, memory_total: int) -> tuple[GiProfile, ...]:
@@ -410,7 +422,8 @@ class MigCalls:
         self, device: Any, profile: int, version: int = 2
     ) -> Any:
         index = self._device("nvmlDeviceGetGpuInstanceProfileInfo", device)
-        self._mig_on(index)
+        if not self._profiles(index):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         for p in self._profiles(index):
             if p.profile == profile:
                 break
@@ -440,7 +453,8 @@ class MigCalls:
         self, device: Any, profileId: int, placementsRef: Any, countRef: Any
     ) -> int:
         index = self._device("nvmlDeviceGetGpuInstancePossiblePlacements", device)
-        self._mig_on(index)
+        if not self._profiles(index):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         p = self._profile_by_id(index, profileId)
         items = []
         for start in p.starts:
@@ -468,7 +482,10 @@ class MigCalls:
             for inst in entry["instances"]:
                 taken.update(range(int(inst["start"]), int(inst["start"]) + int(inst["size"])))
             used = sum(self._slices_of(index, str(i["profile"])) for i in entry["instances"])
+            same = sum(1 for i in entry["instances"] if int(i["profileId"]) == p.id)
             if taken & set(range(start, start + size)) or used + p.slices > 7:
+                raise _err(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
+            if same >= p.instances:
                 raise _err(pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES)
             ids_used = {int(i["gi"]) for i in entry["instances"]}
             gi = min(n for n in range(1, MAX_GPU_INSTANCES) if n not in ids_used)
@@ -513,7 +530,9 @@ class MigCalls:
         self, device: Any, profileId: int, gpuInstancesRef: Any, countRef: Any
     ) -> int:
         index = self._device("nvmlDeviceGetGpuInstances", device)
-        entry = self._mig_on(index)
+        if not self._profiles(index):
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        entry = self._state().read()[str(index)]
         self._profile_by_id(index, profileId)
         found = [
             _gi_handle(index, int(i["gi"]))

@@ -47,12 +47,13 @@ def test_profiles_and_placements_of_h100_and_a100(host: Path) -> None:
             continue
         seen[info.name] = (info.sliceCount, info.instanceCount, info.memorySizeMB)
     assert seen == {
-        "MIG 1g.10gb": (1, 7, 9856),
-        "MIG 1g.20gb": (1, 4, 19968),
-        "MIG 2g.20gb": (2, 3, 19968),
-        "MIG 3g.40gb": (3, 2, 40192),
-        "MIG 4g.40gb": (4, 1, 40192),
-        "MIG 7g.80gb": (7, 1, 80384),
+        "MIG 1g.10gb": (1, 7, 9984),
+        "MIG 1g.10gb+me": (1, 1, 9984),
+        "MIG 1g.20gb": (1, 4, 20096),
+        "MIG 2g.20gb": (2, 3, 20096),
+        "MIG 3g.40gb": (3, 2, 40448),
+        "MIG 4g.40gb": (4, 1, 40448),
+        "MIG 7g.80gb": (7, 1, 81152),
     }
     three = profile(lib, h100, pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE)
     assert placements(lib, h100, three.id) == [(0, 4), (4, 4)]
@@ -139,8 +140,12 @@ def test_mig_mode_is_pending_until_reset(host: Path) -> None:
     assert lib.nvmlDeviceGetMigMode(h) == [1, 0]
     reset_gpu(host / ".synthetic", lib.gpus, 1)
     assert lib.nvmlDeviceGetMigMode(h) == [0, 0]
-    with pytest.raises(pynvml.NVMLError_NotSupported):  # no profiles outside MIG mode
-        profile(lib, h, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+    # profiles are listed outside MIG mode too (as a real H100 does), instances not made
+    one = profile(lib, h, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        lib.nvmlDeviceCreateGpuInstanceWithPlacement(
+            h, one.id, pynvml.c_nvmlGpuInstancePlacement_t(0, 1)
+        )
 
 
 def test_fixed_instances_of_the_dgx_and_faults(tmp_path: Path) -> None:
@@ -167,4 +172,18 @@ def test_fixed_instances_of_the_dgx_and_faults(tmp_path: Path) -> None:
     with pytest.raises(pynvml.NVMLError_NoPermission):
         plain.nvmlDeviceCreateGpuInstanceWithPlacement(
             plain.nvmlDeviceGetHandleByIndex(0), 9, pynvml.c_nvmlGpuInstancePlacement_t(0, 4)
+        )
+
+
+def test_the_media_engine_variant_is_one_at_a_time(host: Path) -> None:
+    lib = nvml(host)
+    h = lib.nvmlDeviceGetHandleByIndex(0)
+    me = profile(lib, h, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1)
+    assert (me.name, me.instanceCount) == ("MIG 1g.10gb+me", 1)
+    lib.nvmlDeviceCreateGpuInstanceWithPlacement(
+        h, me.id, pynvml.c_nvmlGpuInstancePlacement_t(0, 1)
+    )
+    with pytest.raises(pynvml.NVMLError_InsufficientResources):
+        lib.nvmlDeviceCreateGpuInstanceWithPlacement(
+            h, me.id, pynvml.c_nvmlGpuInstancePlacement_t(1, 1)
         )

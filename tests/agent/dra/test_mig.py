@@ -68,7 +68,7 @@ def test_every_placement_is_a_device_consuming_the_gpus_counters(host: Host) -> 
     three = entries[partition_name(H100, "3g.40gb", 4)]
     assert three["attributes"]["migProfile"] == {"string": "3g.40gb"}
     assert three["attributes"]["parentPciBusID"] == {"string": "0000:01:00.0"}
-    assert three["capacity"]["kubeacc.io/memory"]["value"] == str(40192 << 20)
+    assert three["capacity"]["kubeacc.io/memory"]["value"] == str(40448 << 20)
     assert set(three["consumesCounters"][0]["counters"]) == {
         "memory-slice-4", "memory-slice-5", "memory-slice-6", "memory-slice-7", "compute-slices"
     }  # fmt: skip
