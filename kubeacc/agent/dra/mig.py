@@ -8,8 +8,9 @@ Every GPU that NVML reports in MIG mode is published as
   ``<gpu>-mig-<profile>-<start>`` (``gpu-0000-1b-00-0-mig-3g-40gb-4``), consuming the memory
   slices of its placement and its compute slices,
 
-(profile variants such as ``1g.10gb+me`` are left out) against one counter set per GPU, ``<gpu>-mig``: ``memory-slice-0`` … ``memory-slice-7`` (1
-each) and ``compute-slices`` (7). Two devices of one GPU can be allocated together only if they
+against one counter set per GPU, ``<gpu>-mig``: ``memory-slice-0`` … ``memory-slice-7`` (1
+each) and ``compute-slices`` (7). Profile variants (``1g.10gb+me``: all media engines, one
+instance at a time) are left out. Two devices of one GPU can be allocated together only if they
 do not overlap, so a claim for a partition and a claim for the whole GPU never share silicon.
 Counter sets go into slices of their own (Kubernetes 1.35+: a slice has ``sharedCounters`` or
 ``devices``, not both); devices that consume counters fill at most 64 per slice.
