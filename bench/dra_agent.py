@@ -73,13 +73,13 @@ class Share:
     share_id: str
 
 
-def _claim(client: Any, share: Share | None = None) -> str:
+def _claim(client: Any, share: Share | None = None, device: str = DEVICE) -> str:
     request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}
     result: dict[str, Any] = {
         "request": "gpu",
         "driver": "kubeacc.io",
         "pool": NODE,
-        "device": DEVICE,
+        "device": device,
     }
     if share is not None:
         capacity = {"kubeacc.io/memory": share.memory, "kubeacc.io/cores": share.cores}
@@ -107,10 +107,17 @@ def _claim(client: Any, share: Share | None = None) -> str:
 
 
 @contextmanager
-def bench_agent(share: Share | None = None, args: Sequence[str] = ()) -> Iterator[BenchAgent]:
+def bench_agent(
+    share: Share | None = None,
+    args: Sequence[str] = (),
+    *,
+    profile: str = "dgx-h100",
+    device: str = DEVICE,
+) -> Iterator[BenchAgent]:
     """The agent, serving its DRA socket; stopped (SIGTERM) on exit.
 
-    ``share``: the claim holds a share of the GPU; ``args``: more ``kubeacc agent`` options.
+    ``share``: the claim holds a share of the GPU; ``args``: more ``kubeacc agent`` options;
+    ``profile``: the synthetic host; ``device``: the one the claim is allocated.
     """
     with (
         tempfile.TemporaryDirectory(prefix="kubeacc-bench-") as tmp,
@@ -120,8 +127,8 @@ def bench_agent(share: Share | None = None, args: Sequence[str] = ()) -> Iterato
         client = tb.client()
         client.create(Node(metadata=ObjectMeta(name=NODE)))
         client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
-        uid = _claim(client, share)
-        host = profiles.build("dgx-h100", work / "host")
+        uid = _claim(client, share, device)
+        host = profiles.build(profile, work / "host")
         kubelet_root = work / "kubelet"
         log = (work / "agent.log").open("wb")
         agent = subprocess.Popen(

@@ -261,8 +261,14 @@ class MigState:
                 os.replace(tmp, self.path)
 
     def read(self) -> dict[str, Any]:
-        with self.locked() as state:
-            return state
+        """The state as it is (no lock: writers replace the file whole)."""
+        try:
+            state = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            state = None
+        if not isinstance(state, dict) or state.get("boot") != self._boot():
+            return self._initial()
+        return state
 
     def record(self, call: str, gpu: int, **fields: Any) -> None:
         entry = {"call": call, "gpu": str(self.gpus[gpu]["uuid"]), **fields}

@@ -433,9 +433,10 @@ class MigPartitions:
             raise MigError(f"{self.path}: {exc}") from None
         return [Record(**r) for r in data.get("records", [])]
 
-    def _save(self) -> None:
+    def _save(self, durable: bool = True) -> None:
         doc = {"records": [asdict(r) for r in self.records]}
-        write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n")
+        data = json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
+        write_atomic(self.path, data, durable=durable)
 
     def nvml(self) -> Any:
         lib = self._nvml()
@@ -508,7 +509,6 @@ class MigPartitions:
                         handle, part.profile_id, placement
                     )
                     rec.gi = int(nvml.nvmlGpuInstanceGetInfo(gi).id)
-                    self._save()
                 gi = nvml.nvmlDeviceGetGpuInstanceById(handle, rec.gi)
                 if rec.ci is None:
                     ci = nvml.nvmlGpuInstanceCreateComputeInstance(gi, _CI_PROFILES[part.slices])
@@ -517,7 +517,9 @@ class MigPartitions:
                 if not uuid:
                     raise MigError(f"no MIG device for GPU instance {rec.gi}")
                 rec.uuid = uuid
-                self._save()
+                # Ids and UUID only spare a search: the durable intent is what recovery needs
+                # (an instance at the recorded placement and profile is the claim's).
+                self._save(durable=False)
                 return self._nodes(part.gpu_minor, rec.gi, rec.ci), uuid
             except pynvml.NVMLError as exc:
                 raise MigError(
@@ -550,9 +552,12 @@ class MigPartitions:
                 return
             nvml = self.nvml()
             handles = _handles(nvml)
+            # Placements other claims hold now: never destroyed for a stale record.
+            held = {(r.gpu_uuid, r.start, r.profile_id) for r in self.records if r not in mine}
             try:
                 for rec in mine:
-                    self._destroy(nvml, handles.get(_bus(rec.gpu_bus_id)), rec)
+                    if (rec.gpu_uuid, rec.start, rec.profile_id) not in held:
+                        self._destroy(nvml, handles.get(_bus(rec.gpu_bus_id)), rec)
                     self.records.remove(rec)
             finally:
                 self._save()
