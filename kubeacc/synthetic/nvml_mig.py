@@ -305,6 +305,19 @@ def reset_gpu(synthetic_dir: Path, gpus: list[dict[str, Any]], index: int) -> No
     state.record("reset", index, migMode=s[str(index)]["mode"])
 
 
+def reset_gpu_at(root: Path, bus_id: str) -> bool:
+    """Reset the synthetic host's GPU at ``bus_id`` (sysfs form); False if none is there."""
+    desc = root / ".synthetic" / "nvml.json"
+    if not desc.exists():
+        return False
+    gpus = list(json.loads(desc.read_text()).get("gpus", []))
+    for i, gpu in enumerate(gpus):
+        if str(gpu.get("busId", "")).lower()[-12:] == bus_id.lower()[-12:]:
+            reset_gpu(root / ".synthetic", gpus, i)
+            return True
+    return False
+
+
 # -- the calls ----------------------------------------------------------------------------------
 
 
