@@ -5,28 +5,37 @@ and an agent killed between creating an instance and its checkpoint leaves no or
 
 from __future__ import annotations
 
+import contextlib
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.crds.resources import as_dict
+from kubeacc.agent.lifecycle.agent import LifecycleAgent
+from kubeacc.controller.controller import Controller
+from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
+from kubeacc.crds.types import NODE_LABEL
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.nvml_mig import read_calls
 from kubeacc.synthetic.nvmllib import SyntheticNVML
 from kubeacc.testbed import Testbed
+from kubeacc.testbed.identities import agent_cert_client, install_agent_access
+from tests.crdfixtures import create_operation, running, wait_for
 
 from ...nodestack import claim_pod, unschedulable
 from ...testbed.helpers import eventually
 from .agentproc import AgentProcess
-from .test_sharing_e2e import cdi_env, running
+from .test_sharing_e2e import cdi_env
+from .test_sharing_e2e import running as running_pod
 
 pytestmark = pytest.mark.cluster
 
@@ -111,10 +120,10 @@ def test_partition_and_whole_gpu_never_share_a_gpu_and_nvml_calls_in_order(
 
     kube_client.create(gpu_claim("part", namespace, PROFILE_3G))
     kube_client.create(claim_pod("part", namespace, "part"))
-    eventually(lambda: running(kube_client, "part", namespace), 90, "part Running")
+    eventually(lambda: running_pod(kube_client, "part", namespace), 90, "part Running")
     kube_client.create(gpu_claim("whole", namespace, WHOLE))
     kube_client.create(claim_pod("whole", namespace, "whole"))
-    eventually(lambda: running(kube_client, "whole", namespace), 90, "whole Running")
+    eventually(lambda: running_pod(kube_client, "whole", namespace), 90, "whole Running")
 
     part_uid, part_dev = allocated(kube_client, "part", namespace)
     _, whole_dev = allocated(kube_client, "whole", namespace)
@@ -146,7 +155,7 @@ def test_partition_and_whole_gpu_never_share_a_gpu_and_nvml_calls_in_order(
     eventually(lambda: part_uid not in agent.checkpoint_claims(), 90, "part unprepared")
     assert calls(agent) == [CREATE_GI, CREATE_CI, DESTROY_CI, DESTROY_GI]
     assert mig_devices(agent, index) == []
-    eventually(lambda: running(kube_client, "whole-2", namespace), 120, "whole-2 Running")
+    eventually(lambda: running_pod(kube_client, "whole-2", namespace), 120, "whole-2 Running")
     assert allocated(kube_client, "whole-2", namespace)[1] == parent
     assert "Traceback" not in agent.log()
 
@@ -172,7 +181,9 @@ def test_agent_killed_between_create_and_checkpoint_leaves_no_orphan(
     agent.kill()
     agent.start()
     agent.wait_registered(90)
-    eventually(lambda: running(kube_client, "part", namespace), 120, "part Running after restart")
+    eventually(
+        lambda: running_pod(kube_client, "part", namespace), 120, "part Running after restart"
+    )
     # The restart destroyed the orphan; the kubelet's retry made the claim's instance anew.
     assert calls(agent) == [CREATE_GI, CREATE_CI, DESTROY_CI, DESTROY_GI, CREATE_GI, CREATE_CI]
     (made,) = mig_devices(agent, index)
@@ -183,3 +194,101 @@ def test_agent_killed_between_create_and_checkpoint_leaves_no_orphan(
     records = json.loads((agent.state_dir / "mig.json").read_text())["records"]
     assert [(r["claim"], r["device"]) for r in records] == [(uid, dev)]
     assert agent.stray_files() == []
+
+
+def test_mig_mode_operation_waits_for_an_idle_gpu(
+    testbed: Testbed,
+    kube_client: Client,
+    namespace: str,
+    agent: AgentProcess,
+    kubeacc_crds: None,
+    tmp_path: Path,
+) -> None:
+    """MigMode off: refused while a partition of the GPU is prepared (the Accelerator lists its
+    claim), done with a GPU reset once the GPU is idle; the slice then has no partitions."""
+    node = testbed.node_name
+    client = testbed.client(field_manager="kubeacc-test")
+    install_agent_access(client)
+    lifecycle = LifecycleAgent(
+        agent_cert_client(testbed, node, tmp_path / "lc"),
+        node_name=node,
+        host_root=agent.host_root,
+        bitstream_dir=tmp_path,
+        kernel=SyntheticKernel(agent.host_root),
+        interval=0.3,
+    )
+    ctl = Controller(
+        testbed.client(field_manager="kubeacc-controller"),
+        identity="mig-e2e",
+        lease_namespace="default",
+        lease_name=f"kubeacc-mig-{uuid.uuid4().hex[:5]}",
+        interval=0.3,
+    )
+    acc = f"{node}-{H100}"
+
+    def users() -> list[Any]:
+        try:
+            obj = as_dict(client.get(Accelerator, acc))
+        except ApiError:
+            return []
+        return list((obj.get("status") or {}).get("allocatedTo") or [])
+
+    def finished(name: str) -> dict[str, Any] | None:
+        obj = as_dict(client.get(AcceleratorOperation, name, namespace=namespace))
+        status = obj.get("status") or {}
+        return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+    off = {"action": "MigMode", "targets": [acc], "migMode": {"enabled": False}}
+    try:
+        with running(lifecycle, ctl):
+            wait_for("the H100's Accelerator", lambda: _exists(client, acc), timeout=60)
+            part = (
+                f'{PROFILE_3G} && device.attributes["kubeacc.io"].parentPciBusID == "0000:01:00.0"'
+            )
+            kube_client.create(gpu_claim("part", namespace, part))
+            kube_client.create(claim_pod("part", namespace, "part"))
+            eventually(lambda: running_pod(kube_client, "part", namespace), 90, "part Running")
+            wait_for("the claim in allocatedTo", users, timeout=60)
+
+            create_operation(client, namespace, "off-busy", off)
+            status = wait_for("off-busy done", lambda: finished("off-busy"), timeout=60)
+            assert status["phase"] == "Failed"
+            assert "part" in status["message"], status
+            assert mig_mode(agent, 0) == [1, 1]
+
+            kube_client.delete(Pod, "part", namespace=namespace)
+            kube_client.delete(ResourceClaim, "part", namespace=namespace)
+            eventually(lambda: not agent.checkpoint_claims(), 90, "part unprepared")
+            eventually(lambda: not users(), 60, "the GPU idle")
+            create_operation(client, namespace, "off-idle", off)
+            status = wait_for("off-idle done", lambda: finished("off-idle"), timeout=60)
+            assert status["phase"] == "Succeeded", status
+            assert mig_mode(agent, 0) == [0, 0]
+            assert calls(agent)[-2:] == ["nvmlDeviceSetMigMode", "reset"]
+            # the agent rediscovers: the H100 is a plain GPU again, the A100 still partitioned
+            eventually(
+                lambda: (
+                    not any(n.startswith(f"{H100}-mig-") for n in published(kube_client, node)[0])
+                ),
+                60,
+                "the H100's partitions gone from the slice",
+            )
+            names, counter_sets = published(kube_client, node)
+            assert H100 in names and f"{A100}-mig-7g-80gb-0" in names and counter_sets == 1
+    finally:
+        for a in client.list(Accelerator, labels={NODE_LABEL: node}):
+            with contextlib.suppress(ApiError):
+                client.delete(Accelerator, a.metadata.name if a.metadata else "")
+
+
+def _exists(client: Client, name: str) -> bool:
+    try:
+        client.get(Accelerator, name)
+    except ApiError:
+        return False
+    return True
+
+
+def mig_mode(agent: AgentProcess, gpu: int) -> list[int]:
+    lib = SyntheticNVML.from_file(str(agent.host_root / ".synthetic/nvml.json"))
+    return list(lib.nvmlDeviceGetMigMode(lib.nvmlDeviceGetHandleByIndex(gpu)))
