@@ -393,6 +393,8 @@ class Agent:
             **device_index(self.dra_inventory),
             **device_infos(self.dra_inventory, self._mig),
         }
+        for name in [n for n, e in self._mig.whole.items() if e is None]:
+            self._index.pop(name, None)  # a MIG GPU with fixed instances is not whole
         self.board.update({n: (i.healthy, i.message) for n, i in self._index.items()})
         return changed
 

@@ -327,6 +327,7 @@ def publish(
             entry = _partition_entry(dev, base, part)
             out.partitions.append(entry)
             out.index[entry["name"]] = part
+        consuming = not taken
         if taken:
             out.whole[dev.name] = None
         else:
@@ -352,7 +353,9 @@ def publish(
                 entry = _partition_entry(dev, base, part)
                 out.partitions.append(entry)
                 out.index[entry["name"]] = part
-        out.counter_sets.extend(counter_sets({dev.name: mig}))
+                consuming = True
+        if consuming:  # a GPU whose fixed instances take it all has no counters to share
+            out.counter_sets.extend(counter_sets({dev.name: mig}))
     return out
 
 
