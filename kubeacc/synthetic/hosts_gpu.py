@@ -110,7 +110,7 @@ def enable_mig(b: HostBuilder, gpu: NvmlGpu) -> None:
         )
         for i, (profile, mem) in enumerate(layout)
     ]
-    b.mig_caps(gpu.minor_number, len(layout))
+    b.mig_caps(gpu.minor_number, [m.gpu_instance_id for m in gpu.mig_devices])
 
 
 def connectx7(b: HostBuilder, parent: Parent, addr: str, index: int, vfs: int) -> None:

@@ -241,3 +241,27 @@ def test_restart_destroys_instances_of_claims_not_checkpointed(host: Host, learn
     assert not restarted.prepare([ClaimRef("ns", "b", "u2")])["u2"].error
     assert set(read_claims(host.state)) == {"u1", "u2"}
     assert len(lib.mig_view(0)[1]) == 2
+
+
+def test_a_fixed_instance_is_handed_out_as_it_is(tmp_path: Path) -> None:
+    dgx = Host(tmp_path, "dgx-h100")
+    gpu7 = "gpu-0000-bf-00-0"
+    claims = Claims()
+    driver = make_driver(dgx, claims)
+    claims.add("a", "u1", [f"{gpu7}-mig-gi3"])
+    (res,) = driver.prepare([ClaimRef("ns", "a", "u1")]).values()
+    assert not res.error, res.error
+    edits = spec_edits(dgx, "u1")
+    env = dict(kv.split("=", 1) for kv in edits["env"])
+    lib = dgx.parts.nvml()
+    (mig,) = [m for m in lib.mig_view(7)[1] if m["gpuInstanceId"] == 3]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == mig["uuid"]
+    paths = [n["path"] for n in edits["deviceNodes"]]
+    assert paths == [
+        "/dev/nvidia7",
+        "/dev/nvidia-caps/nvidia-cap975",
+        "/dev/nvidia-caps/nvidia-cap976",
+    ]
+    assert driver.unprepare([ClaimRef("ns", "a", "u1")]) == {"u1": ""}
+    assert dgx.calls() == [] and len(lib.mig_view(7)[1]) == 3  # never created or destroyed
+    assert dgx.published().whole[gpu7] is None  # not whole: not published, not prepared
