@@ -43,6 +43,7 @@ from typing import Any
 import pynvml
 
 from kubeacc.agent.dra.atomic import write_atomic
+from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.model import Device, DeviceType, Inventory
 
 log = logging.getLogger(__name__)
@@ -430,11 +431,11 @@ class MigPartitions:
     def _load(self) -> list[Record]:
         try:
             data = json.loads(self.path.read_bytes())
+            return [Record(**r) for r in data["records"]]
         except FileNotFoundError:
             return []
-        except (OSError, ValueError) as exc:
-            raise MigError(f"{self.path}: {exc}") from None
-        return [Record(**r) for r in data.get("records", [])]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StateError(f"MIG instance records {self.path} unreadable: {exc}") from None
 
     def _save(self, durable: bool = True) -> None:
         doc = {"records": [asdict(r) for r in self.records]}

@@ -265,3 +265,11 @@ def test_a_fixed_instance_is_handed_out_as_it_is(tmp_path: Path) -> None:
     assert driver.unprepare([ClaimRef("ns", "a", "u1")]) == {"u1": ""}
     assert dgx.calls() == [] and len(lib.mig_view(7)[1]) == 3  # never created or destroyed
     assert dgx.published().whole[gpu7] is None  # not whole: not published, not prepared
+
+
+def test_damaged_records_stop_the_agent_with_one_line(host: Host) -> None:
+    from kubeacc.agent.dra.checkpoint import StateError
+
+    (host.state / "mig.json").write_text('{"records": [{"claim": 1}]}')
+    with pytest.raises(StateError, match="MIG instance records .* unreadable"):
+        MigPartitions(nvml_for(host.root, "auto"), host.state, host.root)
