@@ -271,5 +271,5 @@ def test_damaged_records_stop_the_agent_with_one_line(host: Host) -> None:
     from kubeacc.agent.dra.checkpoint import StateError
 
     (host.state / "mig.json").write_text('{"records": [{"claim": 1}]}')
-    with pytest.raises(StateError, match="MIG instance records .* unreadable"):
+    with pytest.raises(StateError, match=r"MIG instance records .* unreadable"):
         MigPartitions(nvml_for(host.root, "auto"), host.state, host.root)
