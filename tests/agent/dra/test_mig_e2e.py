@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,6 +150,23 @@ def test_partition_and_whole_gpu_never_share_a_gpu_and_nvml_calls_in_order(
     kube_client.create(gpu_claim("whole-2", namespace, WHOLE))
     kube_client.create(claim_pod("whole-2", namespace, "whole-2"))
     eventually(lambda: unschedulable(kube_client, "whole-2", namespace), 60, "whole-2 refused")
+    plan = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "kubeacc"),
+            "plan",
+            f"--kubeconfig={testbed.kubeconfig}",
+            f"--namespace={namespace}",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+    )
+    (verdict,) = [p for p in json.loads(plan.stdout) if p["claim"].endswith("whole-2")]
+    assert not verdict["allocated"]  # the planner agrees, and says which counter ran out
+    assert "shared counter" in json.dumps(verdict["explanation"]), verdict
 
     # Deleting the partition's pod destroys its compute, then its GPU instance; the GPU is
     # whole again and the waiting claim gets it.
