@@ -260,11 +260,9 @@ class Published:
 
 
 def _partition_entry(dev: Device, base: Mapping[str, Any], p: Partition) -> dict[str, Any]:
-    attrs = {
-        k: v
-        for k, v in base["attributes"].items()
-        if k not in ("uuid", "resource.kubernetes.io/pciBusID", "sriovNumVFs")
-    }
+    # Every attribute of its GPU (uuid and pciBusID are the GPU's): a selector written for
+    # GPUs must not meet a device without the attribute (a CEL error fails the whole claim).
+    attrs = dict(base["attributes"])
     attrs["productName"] = {"string": f"{dev.model} MIG {p.profile}"[:64]}
     attrs[PROFILE_ATTR] = {"string": p.profile}
     attrs["migStart"] = {"int": p.start}
