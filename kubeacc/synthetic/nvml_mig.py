@@ -334,7 +334,7 @@ class MigCalls:
     def _gpu_index(self, handle: Any) -> int:
         raise NotImplementedError
 
-    def _state(self) -> MigState:
+    def _mig_store(self) -> MigState:
         if self.mig_state is None:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return self.mig_state
@@ -352,7 +352,7 @@ class MigCalls:
         """The GPU's state entry; NOT_SUPPORTED unless MIG mode is on."""
         if not self._profiles(index):
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        entry: dict[str, Any] = self._state().read()[str(index)]
+        entry: dict[str, Any] = self._mig_store().read()[str(index)]
         if not entry["mode"]:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return entry
@@ -421,7 +421,7 @@ class MigCalls:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         if mode not in (pynvml.NVML_DEVICE_MIG_DISABLE, pynvml.NVML_DEVICE_MIG_ENABLE):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        state = self._state()
+        state = self._mig_store()
         with state.locked() as s:
             entry = s[str(index)]
             if not mode and entry["instances"]:
@@ -494,7 +494,7 @@ class MigCalls:
         start, size = int(placement.start), int(placement.size)
         if start not in p.starts or size != p.size:
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
-        state = self._state()
+        state = self._mig_store()
         with state.locked() as s:
             entry = s[str(index)]
             taken: set[int] = set()
@@ -551,7 +551,7 @@ class MigCalls:
         index = self._device("nvmlDeviceGetGpuInstances", device)
         if not self._profiles(index):
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        entry = self._state().read()[str(index)]
+        entry = self._mig_store().read()[str(index)]
         self._profile_by_id(index, profileId)
         found = [
             _gi_handle(index, int(i["gi"]))
@@ -581,7 +581,7 @@ class MigCalls:
         index, gi = _decode_gi(gpuInstance)
         self._check_fault("nvmlGpuInstanceDestroy", index)
         self._mig_on(index)
-        state = self._state()
+        state = self._mig_store()
         with state.locked() as s:
             entry = s[str(index)]
             inst = next((i for i in entry["instances"] if int(i["gi"]) == gi), None)
@@ -631,7 +631,7 @@ class MigCalls:
         if profileId != _ci_profile(self._slices_of(index, str(inst["profile"]))):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         gpu = self.gpus[index]
-        state = self._state()
+        state = self._mig_store()
         with state.locked() as s:
             entry = s[str(index)]
             live = next(i for i in entry["instances"] if int(i["gi"]) == gi)
@@ -682,7 +682,7 @@ class MigCalls:
         index, gi, ci = _decode_ci(computeInstance)
         self._check_fault("nvmlComputeInstanceDestroy", index)
         self._mig_on(index)
-        state = self._state()
+        state = self._mig_store()
         with state.locked() as s:
             entry = s[str(index)]
             inst = next((i for i in entry["instances"] if int(i["gi"]) == gi), None)
