@@ -73,7 +73,12 @@ class Share:
     share_id: str
 
 
-def _claim(client: Any, share: Share | None = None, device: str = DEVICE) -> str:
+def _claim(
+    client: Any,
+    share: Share | None = None,
+    config: dict[str, Any] | None = None,
+    device: str = DEVICE,
+) -> str:
     request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}
     result: dict[str, Any] = {
         "request": "gpu",
@@ -95,7 +100,12 @@ def _claim(client: Any, share: Share | None = None, device: str = DEVICE) -> str
             }
         )
     )
-    status = {"allocation": {"devices": {"results": [result]}}}
+    devices: dict[str, Any] = {"results": [result]}
+    if config is not None:  # the claim's opaque config, as the scheduler copies it
+        devices["config"] = [
+            {"source": "FromClaim", "opaque": {"driver": "kubeacc.io", "parameters": config}}
+        ]
+    status = {"allocation": {"devices": devices}}
     client.patch(
         ResourceClaim.Status,
         CLAIM,
@@ -110,14 +120,17 @@ def _claim(client: Any, share: Share | None = None, device: str = DEVICE) -> str
 def bench_agent(
     share: Share | None = None,
     args: Sequence[str] = (),
-    *,
+    config: dict[str, Any] | None = None,
+    host_dir: list[Path] | None = None,
     profile: str = "dgx-h100",
     device: str = DEVICE,
 ) -> Iterator[BenchAgent]:
     """The agent, serving its DRA socket; stopped (SIGTERM) on exit.
 
     ``share``: the claim holds a share of the GPU; ``args``: more ``kubeacc agent`` options;
-    ``profile``: the synthetic host; ``device``: the one the claim is allocated.
+    ``config``: the claim's opaque config (``GpuConfig``...); ``host_dir``: gets the synthetic
+    host root and the agent's state directory appended; ``profile``: the synthetic host;
+    ``device``: the one the claim is allocated.
     """
     with (
         tempfile.TemporaryDirectory(prefix="kubeacc-bench-") as tmp,
@@ -127,8 +140,10 @@ def bench_agent(
         client = tb.client()
         client.create(Node(metadata=ObjectMeta(name=NODE)))
         client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
-        uid = _claim(client, share, device)
+        uid = _claim(client, share, config, device)
         host = profiles.build(profile, work / "host")
+        if host_dir is not None:
+            host_dir.extend([host, work / "state"])
         kubelet_root = work / "kubelet"
         log = (work / "agent.log").open("wb")
         agent = subprocess.Popen(

@@ -10,7 +10,9 @@ prioritize of the same pod added up. ``server_cpu_p50_ms``/``server_cpu_p99_ms``
 the extender process spent on the two calls (unlike wall time, not inflated by other processes
 on a busy machine). Pods: a memory share, a memory+core share, a share with a model wish, 1
 and 4 whole GPUs; each asked again and again, as the replicas of a Deployment are (the nodes'
-memo of answers is warm), and ``share_cold``: a share of a new size every round (cold).
+memo of answers is warm), and ``share_cold``: a share of a new size every round (cold);
+``units_2000``: 2,000 normalized units (3 H100s), ``whole_1_prefer``: 1 whole GPU with a
+model ranking (``B200,H100,*``). ``--pods`` measures only the named ones.
 """
 
 from __future__ import annotations
@@ -34,7 +36,16 @@ from kubeacc.extender.runner import freeze_periodically
 from kubeacc.extender.server import ExtenderServer
 from kubeacc.extender.service import Extender
 from kubeacc.extender.state import State, gpu_of
-from kubeacc.extender.wants import CORES, GPU, MEMORY, MODELS_ANNOTATION, Assigned, Decision
+from kubeacc.extender.wants import (
+    CORES,
+    GPU,
+    MEMORY,
+    MODELS_ANNOTATION,
+    PREFER_ANNOTATION,
+    UNITS,
+    Assigned,
+    Decision,
+)
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
 
@@ -79,6 +90,8 @@ PODS = {
     "share_model_wish": _pod("share-wish", {MEMORY: "8192"}, {MODELS_ANNOTATION: "h100-80gb-hbm3"}),
     "whole_1": _pod("whole-1", {GPU: "1"}),
     "whole_4": _pod("whole-4", {GPU: "4"}),
+    "units_2000": _pod("units", {UNITS: "2000"}),
+    "whole_1_prefer": _pod("prefer", {GPU: "1"}, {PREFER_ANNOTATION: "B200,H100,*"}),
 }
 
 
@@ -206,7 +219,10 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, nargs="+", default=[500, 5000])
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--pods", nargs="+", choices=list(PODS), help="only these pods")
     args = ap.parse_args()
+    for label in set(PODS) - set(args.pods or PODS):
+        del PODS[label]
     result: dict[str, Any] = {"benchmark": "extender_filter_prioritize", "target_p99_ms_5000": 20}
     for n in args.nodes:
         result[f"nodes_{n}"] = measure(n, args.rounds, args.seed)

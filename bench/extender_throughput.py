@@ -27,6 +27,8 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Node, Pod
 
 from kubeacc.crds.resources import Accelerator, as_dict, install_crds
+from kubeacc.extender.schedconfig import scheduler_entry
+from kubeacc.extender.wants import MEMORY
 from kubeacc.synthetic import profiles
 from kubeacc.testbed.kubelet import KubeletOptions
 from kubeacc.testbed.procs import free_port
@@ -100,18 +102,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kacc-tp-"))
     port = free_port()
-    extenders = [
-        {
-            "urlPrefix": f"http://127.0.0.1:{port}",
-            "filterVerb": "filter",
-            "prioritizeVerb": "prioritize",
-            "bindVerb": "bind",
-            "weight": 1,
-            "nodeCacheCapable": True,
-            "httpTimeout": "10s",
-            "managedResources": [{"name": "kubeacc.io/gpu-memory"}],
-        }
-    ]
+    extenders = [scheduler_entry(f"http://127.0.0.1:{port}", [MEMORY])]
     procs: list[subprocess.Popen[bytes]] = []
     tb = Testbed.start(
         work / "tb",

@@ -3,8 +3,9 @@
 Prints one JSON object: the runtime build (a cache hit after the first run), the start of a
 one-node testbed on containerd to a Ready node, the time from creating a busybox pod to its
 container running (sandbox with CNI network, container, as containerd reports it to the kubelet)
-for ``pods`` pods one after another, and the stop. No target: DESIGN.md sets none; the numbers
-go to docs/testing.md.
+for ``pods`` pods one after another, the kube-acc image (made or reused, then imported into
+the node's containerd: what the chart test does before ``helm install``), and the stop. No
+target: DESIGN.md sets none; the numbers go to docs/testing.md.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lightkube.resources.core_v1 import Pod
 
 from kubeacc.testbed import KubeletOptions, Testbed
 from kubeacc.testbed.images import WORKLOAD_IMAGE
+from kubeacc.testbed.kubeacc_image import ensure_image
 from kubeacc.testbed.runtime import ensure_runtime
 
 
@@ -73,6 +75,13 @@ def main(pods: int = 5) -> dict[str, object]:
             client.create(_pod(f"p{i}"))
             _running(client, f"p{i}")
             starts.append(time.monotonic() - t1)
+        t1 = time.monotonic()
+        image = ensure_image(out=sys.stderr)
+        image_s = time.monotonic() - t1
+        assert tb.kubelet.containerd is not None
+        t1 = time.monotonic()
+        tb.kubelet.containerd.import_image(image)
+        import_s = time.monotonic() - t1
         memory = {k: round(v / 2**20, 1) for k, v in tb.memory().items() if "containerd" in k}
     finally:
         t2 = time.monotonic()
@@ -89,6 +98,9 @@ def main(pods: int = 5) -> dict[str, object]:
             "max": round(max(starts), 2),
             "all": [round(s, 2) for s in starts],
         },
+        "kubeacc_image_make_or_reuse_s": round(image_s, 2),
+        "kubeacc_image_mib": round(image.tarball.stat().st_size / 2**20, 1),
+        "kubeacc_image_import_s": round(import_s, 2),
         "containerd_rss_mib": memory,
         "testbed_stop_s": round(stop_s, 2),
     }

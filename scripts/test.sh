@@ -12,6 +12,9 @@ bash scripts/bootstrap.sh
 # The real container runtime (containerd, its shim, ctr, CNI bridge/host-local/loopback) from
 # tools/containerd, cached in ~/.cache/kubeacc/containerd-*; ~2-3 min cold, seconds warm.
 .venv/bin/python -m kubeacc.testbed runtime
+# The kube-acc image for the chart's pods on the real runtime, made from this Python and the
+# source tree (no registry, no Debian mirror), cached in ~/.cache/kubeacc/kubeacc-image-*; ~3 s.
+.venv/bin/python -m kubeacc.testbed image
 # kube-scheduler's allocator as a small Go program (tools/allocator) for the differential tests;
 # cached in ~/.cache/kubeacc/allocator-<hash>, seconds when the module cache is warm.
 .venv/bin/python -m kubeacc.differential.build

@@ -156,6 +156,23 @@ def node_stack(
             t.join(10)
 
 
+def resource_claim(
+    name: str, ns: str, requests: list[dict[str, Any]], config: list[dict[str, Any]] | None = None
+) -> Any:
+    """A ResourceClaim of these device requests (and opaque configs)."""
+    devices: dict[str, Any] = {"requests": requests}
+    if config:
+        devices["config"] = config
+    return from_dict(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"devices": devices},
+        }
+    )
+
+
 def claim(name: str, ns: str, device_class: str, selector: str | None = None) -> Any:
     exactly: dict[str, Any] = {"deviceClassName": device_class}
     if selector:

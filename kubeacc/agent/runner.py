@@ -33,7 +33,9 @@ from kubeacc.agent.accelerators import AcceleratorSync
 from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
 from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy
 from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.dra.applied import AppliedSharing
 from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
+from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
@@ -42,7 +44,8 @@ from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.mig import MigPartitions, Published, device_infos, nvml_for
 from kubeacc.agent.dra.mig import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
-from kubeacc.agent.dra.sharing import ShareSelector
+from kubeacc.agent.dra.policyshare import PolicyShares
+from kubeacc.agent.dra.sharing import Selector, ShareSelector
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices
 from kubeacc.agent.nodelabels import NodeLabeler, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
@@ -181,6 +184,8 @@ class Agent:
                 self.prepare_client, options.node_name, on_change=self._users_changed
             )
         self._index: dict[str, DeviceInfo] = {}
+        #: Memory-sharing AcceleratorPolicies, read at each pass of the publishing loop.
+        self.policy_shares = PolicyShares(self._list_policies)
         #: MIG GPUs as partitionable devices (kubeacc.agent.dra.mig).
         self.partitions = MigPartitions(
             nvml_for(options.host_root, options.nvml), options.state_dir, options.host_root
@@ -197,6 +202,7 @@ class Agent:
             compact_after=options.compact_after,
             on_change=self._users_changed,
             metrics=self.metrics,
+            sharing=_applied_sharing(options),
             partitions=self.partitions,
         )
         self.plugin: PluginServer | None = None
@@ -232,6 +238,11 @@ class Agent:
             kernel,
         )
         return programmer.ensure
+
+    def _list_policies(self) -> list[dict[str, Any]]:
+        from kubeacc.crds.resources import AcceleratorPolicy, as_dict
+
+        return [as_dict(p) for p in self.client.list(AcceleratorPolicy)]
 
     def add_plugin(self, plugin: NodePlugin) -> None:
         self._plugins.append(plugin)
@@ -411,8 +422,9 @@ class Agent:
                     classes_done = True
                 now = time.monotonic()
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
+                shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
                 devices = with_cordon_taints(
-                    self._mig.apply(slice_devices(self.dra_inventory, self.opts.memory_shared)),
+                    self._mig.apply(slice_devices(self.dra_inventory, shared)),
                     self._cordoned(),
                 )
                 if self.publisher.publish(
@@ -460,3 +472,18 @@ class Agent:
                 plugin_inv = self._plugin_inventory()
                 for p in self._plugins:
                     p.update(plugin_inv)
+
+
+def _applied_sharing(options: AgentOptions) -> AppliedSharing:
+    """GPU sharing strategies applied through the host's NVML and driver tools."""
+    from kubeacc.agent.dra.mps import MpsDaemons
+    from kubeacc.agent.dra.timeslice import GpuControl
+
+    try:
+        return AppliedSharing(
+            options.state_dir,
+            GpuControl(options.host_root),
+            MpsDaemons(options.host_root, options.state_dir / "mps"),
+        )
+    except ValueError as exc:
+        raise StateError(str(exc)) from None

@@ -10,7 +10,13 @@ import typer
 
 from kubeacc.cli.errors import FAILURE, fail
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import DeviceRootOption, HostRootOption, KubeconfigOption
+from kubeacc.cli.options import (
+    DeviceRootOption,
+    HostRootOption,
+    KubeconfigOption,
+    UnitsTableOption,
+    use_units_table,
+)
 from kubeacc.discovery.nvml import NvmlMode
 from kubeacc.model import DeviceType
 
@@ -98,14 +104,16 @@ def agent_command(
             help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)."
         ),
     ] = None,
+    units_table: UnitsTableOption = None,
     memory_shared: Annotated[
         list[str] | None,
         typer.Option(
             "--memory-shared",
             metavar="SELECTOR",
-            help="Publish the GPUs this selects as memory-shared (DRA consumable capacity "
-            "kubeacc.io/memory and kubeacc.io/cores): all, model=GLOB, pci=BUS-ID or "
-            "name=DEVICE (repeatable; GPUs in MIG mode are never shared).",
+            help="Publish the devices this selects as memory-shared (DRA consumable capacity "
+            "kubeacc.io/memory and kubeacc.io/cores): all, type=TYPE, model=GLOB, pci=BUS-ID "
+            "or name=DEVICE (repeatable; GPUs and KunLun XPUs, an FPGA only when named; GPUs "
+            "in MIG mode never). AcceleratorPolicies with mode MemoryShared or MPS add to it.",
         ),
     ] = None,
 ) -> None:
@@ -130,6 +138,7 @@ def agent_command(
         dp_config = _device_plugin_config(device_plugin_types or [], device_plugin_config)
     except ValueError as err:  # the config errors and MetricsAddressError
         fail(str(err))
+    use_units_table(units_table)
     if nvml_library is not None:
         from kubeacc.discovery.nvml import use_nvml_library
 

@@ -10,7 +10,7 @@ import typer
 
 from kubeacc.cli.errors import fail
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import KubeconfigOption
+from kubeacc.cli.options import KubeconfigOption, UnitsTableOption, use_units_table
 from kubeacc.cli.signals import stop_on_signals
 
 
@@ -34,6 +34,7 @@ def extender_command(
     lease_duration: Annotated[
         int, typer.Option(min=2, help="Seconds a Lease holds without renewal.")
     ] = 15,
+    units_table: UnitsTableOption = None,
     log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
     """Run the scheduler extender: GPU placement and memory sharing for device-plugin clusters.
@@ -46,6 +47,7 @@ def extender_command(
     from kubeacc.extender.runner import ExtenderRunner, check_api
 
     host, port = _address(address)
+    use_units_table(units_table)
     setup_logging(log_level)
     client = make_client(kubeconfig, FIELD_MANAGER, timeout=30)
     check_api(client)

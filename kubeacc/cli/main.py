@@ -6,6 +6,7 @@ import typer
 
 from kubeacc import __version__
 from kubeacc.cli.agent import agent_command, cleanup_command, install_classes_command
+from kubeacc.cli.claim import claim_command
 from kubeacc.cli.demo import demo_command
 from kubeacc.cli.deviceplugin import device_plugin_command
 from kubeacc.cli.discover import discover_command
@@ -32,6 +33,7 @@ def _root(ctx: typer.Context) -> None:
 app.command("discover")(discover_command)
 app.command("demo")(demo_command)
 app.command("plan")(plan)
+app.command("claim")(claim_command)
 app.command("agent")(agent_command)
 app.command("install-classes")(install_classes_command)
 app.command("cleanup")(cleanup_command)

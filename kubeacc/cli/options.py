@@ -28,3 +28,25 @@ DeviceRootOption = Annotated[
         "containers and written to CDI specs as hostPath): / on a real node.",
     ),
 ]
+UnitsTableOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--units-table",
+        dir_okay=False,
+        help="Model -> normalized units (a UnitTable YAML, or a ConfigMap with units.yaml); "
+        "default: the built-in table (docs/extender.md, 'Normalized units').",
+    ),
+]
+
+
+def use_units_table(path: Path | None) -> None:
+    """Load ``--units-table`` into this process (one-line error and exit 2 when it is bad)."""
+    if path is None:
+        return
+    from kubeacc.cli.errors import fail
+    from kubeacc.units.table import UnitTableError, load, use_table
+
+    try:
+        use_table(load(path))
+    except UnitTableError as err:
+        fail(str(err))

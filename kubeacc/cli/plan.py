@@ -20,9 +20,10 @@ import typer
 import yaml
 
 from kubeacc.cli.errors import fail
-from kubeacc.cli.options import KubeconfigOption
+from kubeacc.cli.options import KubeconfigOption, UnitsTableOption, use_units_table
 from kubeacc.cli.output import Format, OutputOption, dump, print_table
 from kubeacc.engine.engine import Engine, Placement
+from kubeacc.units.explain import preference_lines, why_not
 
 
 def load_objects(folder: Path) -> list[dict[str, Any]]:
@@ -65,6 +66,11 @@ def cluster_objects(kubeconfig: Path | None, namespace: str | None = None) -> li
 
 
 def run_plan(objs: list[dict[str, Any]]) -> list[Placement]:
+    return [p for p, _ in run_plan_explained(objs)]
+
+
+def run_plan_explained(objs: list[dict[str, Any]]) -> list[tuple[Placement, list[str]]]:
+    """Placements, each with the lines explaining its model preference (firstAvailable)."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for o in objs:
         by_kind.setdefault(str(o.get("kind", "")), []).append(o)
@@ -78,7 +84,12 @@ def run_plan(objs: list[dict[str, Any]]) -> list[Placement]:
         existing,
         nodes if nodes else None,
     )
-    return engine.plan(pending)
+    out: list[tuple[Placement, list[str]]] = []
+    for claim in pending:  # as Engine.plan, one after another
+        tried = why_not(engine, claim)
+        placement = engine.allocate(claim)
+        out.append((placement, preference_lines(tried, placement) if tried else []))
+    return out
 
 
 def plan(
@@ -95,12 +106,15 @@ def plan(
         str | None, typer.Option(help="With a cluster: only claims of this namespace.")
     ] = None,
     output: OutputOption = Format.TABLE,
+    units_table: UnitsTableOption = None,
 ) -> None:
     """Show where each ResourceClaim would be allocated, or why it cannot be."""
+    use_units_table(units_table)
     if folder is not None and kubeconfig is not None:
         fail("give a folder or --kubeconfig, not both")
     objs = load_objects(folder) if folder is not None else cluster_objects(kubeconfig, namespace)
-    placements = run_plan(objs)
+    explained = run_plan_explained(objs)
+    placements = [p for p, _ in explained]
     if output is Format.TABLE:
         print_table(
             ("CLAIM", "NODE", "DEVICES", "WHY NOT"),
@@ -108,8 +122,18 @@ def plan(
             title="kubeacc plan",
             wrap=("DEVICES", "WHY NOT"),
         )
+        notes = [(p.claim, lines) for p, lines in explained if lines]
+        if notes:
+            typer.echo("\nModel preferences (firstAvailable):")
+            for claim, lines in notes:
+                typer.echo(f"{claim}:")
+                for line in lines:
+                    typer.echo(f"  {line}")
     else:
-        sys.stdout.write(dump([p.to_dict() for p in placements], output))
+        docs = [
+            {**p.to_dict(), **({"preference": lines} if lines else {})} for p, lines in explained
+        ]
+        sys.stdout.write(dump(docs, output))
     if any(not p.ok for p in placements):
         raise typer.Exit(code=1)
 

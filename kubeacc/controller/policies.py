@@ -5,7 +5,11 @@ A policy named ``P`` generates the DeviceClass ``spec.deviceClass.name`` or, by 
 ``gpu.kubeacc.io``). The class selects devices of the one DRA driver ``kubeacc.io`` with a CEL
 expression over the attributes the driver publishes (``type``, ``vendor``, ``model``), and passes
 the sharing settings to the driver as opaque configuration (a ``SharingConfig``, defined once in
-:mod:`kubeacc.crds.opaque` for this generator and the agent that validates it).
+:mod:`kubeacc.crds.opaque` for this generator and the agent that validates it). A policy that
+selects GPUs alone and time-slices them or serves them with MPS adds a ``GpuConfig`` the agent
+applies on the GPU; a memory-shared or MPS policy's class selects only devices published as
+memory-shared (``device.allowMultipleAllocations``), which the agents do for the devices the
+policy selects (:mod:`kubeacc.agent.dra.policyshare`).
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ import hashlib
 import json
 from typing import Any
 
-from kubeacc.crds.opaque import sharing_parameters
+from kubeacc.crds.opaque import policy_gpu_parameters, sharing_parameters
 from kubeacc.crds.types import (
     API_VERSION,
+    MEMORY_SHARED_MODES,
     POLICY_CLASS_SUFFIX,
     POLICY_LABEL,
     AcceleratorPolicySpec,
     PolicySelector,
 )
+from kubeacc.model import DeviceType
 
 DRIVER = "kubeacc.io"
 SPEC_HASH_ANNOTATION = "kubeacc.io/spec-hash"
@@ -52,16 +58,18 @@ def device_class(policy: dict[str, Any]) -> dict[str, Any]:
     """The DeviceClass manifest a policy object generates (owned by the policy)."""
     meta = policy["metadata"]
     spec = AcceleratorPolicySpec.model_validate(policy.get("spec") or {})
+    expression = cel_selector(spec.selector)
+    if spec.sharing.mode in MEMORY_SHARED_MODES:
+        # Only devices the agents publish as memory-shared for this policy: a claim of this
+        # class gets a share, never a whole device of a node that does not share it (yet).
+        expression += " && device.allowMultipleAllocations"
+    configs = [sharing_parameters(meta["name"], spec.sharing)]
+    gpu = policy_gpu_parameters(spec.sharing, spec.selector.types == [DeviceType.GPU])
+    if gpu is not None:
+        configs.append(gpu)
     body: dict[str, Any] = {
-        "selectors": [{"cel": {"expression": cel_selector(spec.selector)}}],
-        "config": [
-            {
-                "opaque": {
-                    "driver": DRIVER,
-                    "parameters": sharing_parameters(meta["name"], spec.sharing),
-                }
-            }
-        ],
+        "selectors": [{"cel": {"expression": expression}}],
+        "config": [{"opaque": {"driver": DRIVER, "parameters": p}} for p in configs],
     }
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
     return {

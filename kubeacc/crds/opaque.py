@@ -13,9 +13,17 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from kubeacc.crds.types import API_VERSION, Sharing, SharingMode
+from kubeacc.crds.types import API_VERSION, Sharing, SharingMode, TimeSlice
 
 _MIB = 1 << 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -49,15 +57,12 @@ class _Config(BaseModel):
 
 
 class SharingStrategy(StrEnum):
+    #: The device as it is (nothing changed on it).
     EXCLUSIVE = "Exclusive"
+    #: Compute mode DEFAULT and the time slice set on the GPU (kubeacc.agent.dra.applied).
     TIME_SLICING = "TimeSlicing"
-
-
-class TimeSlice(StrEnum):
-    DEFAULT = "Default"
-    SHORT = "Short"
-    MEDIUM = "Medium"
-    LONG = "Long"
+    #: Compute mode EXCLUSIVE_PROCESS and the GPU's MPS control daemon started.
+    MPS = "MPS"
 
 
 class GpuSharing(BaseModel):
@@ -66,9 +71,17 @@ class GpuSharing(BaseModel):
     strategy: SharingStrategy = SharingStrategy.EXCLUSIVE
     time_slice: TimeSlice = Field(default=TimeSlice.DEFAULT, alias="timeSlice")
 
+    @model_validator(mode="after")
+    def _slice_needs_time_slicing(self) -> GpuSharing:
+        if self.time_slice is not TimeSlice.DEFAULT and self.strategy is not (
+            SharingStrategy.TIME_SLICING
+        ):
+            raise ValueError(f"timeSlice {self.time_slice.value} needs strategy TimeSlicing")
+        return self
+
 
 class GpuConfig(_Config):
-    """GPU settings: sharing (time-slicing) and environment."""
+    """GPU settings: sharing (time-slicing or MPS, applied on the GPU) and environment."""
 
     kind: Literal["GpuConfig"]
     sharing: GpuSharing | None = None
@@ -128,6 +141,28 @@ def sharing_parameters(policy: str, sharing: Sharing) -> dict[str, Any]:
         max_consumers=sharing.max_consumers,
         memory_per_consumer_bytes=sharing.memory_per_consumer_bytes,
     )
+    return cfg.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"env"})
+
+
+def policy_gpu_parameters(sharing: Sharing, gpus_only: bool) -> dict[str, Any] | None:
+    """The ``opaque.parameters`` of the GpuConfig a policy's DeviceClass carries so that the
+    agent applies the policy's strategy on the GPU, or None when the mode changes no device.
+
+    ``gpus_only``: the policy selects GPUs alone (a GpuConfig refuses other device types).
+    MIG profiles are a mode of their own (issue 16, item 2) and would be added here.
+    """
+    if not gpus_only:
+        return None
+    if sharing.mode is SharingMode.TIME_SLICED:
+        gpu = GpuSharing(
+            strategy=SharingStrategy.TIME_SLICING,
+            time_slice=sharing.time_slice or TimeSlice.DEFAULT,
+        )
+    elif sharing.mode is SharingMode.MPS:
+        gpu = GpuSharing(strategy=SharingStrategy.MPS)
+    else:
+        return None
+    cfg = GpuConfig(api_version=API_VERSION, kind="GpuConfig", sharing=gpu)
     return cfg.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"env"})
 
 

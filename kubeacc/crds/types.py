@@ -134,9 +134,30 @@ class PolicySelector(_Model):
 
 
 class SharingMode(StrEnum):
+    #: Whole devices, one claim each.
     EXCLUSIVE = "Exclusive"
+    #: GPUs: compute mode DEFAULT and the time slice applied on the device; a claim can be
+    #: shared by several pods.
     TIME_SLICED = "TimeSliced"
+    #: Published as memory-shared: several claims each take a part of a device's memory.
     MEMORY_SHARED = "MemoryShared"
+    #: GPUs: memory-shared, and served by the GPU's CUDA MPS control daemon.
+    MPS = "MPS"
+
+
+class TimeSlice(StrEnum):
+    """The time slice of time-sliced GPU scheduling (``nvidia-smi compute-policy``)."""
+
+    DEFAULT = "Default"
+    SHORT = "Short"
+    MEDIUM = "Medium"
+    LONG = "Long"
+
+
+#: Modes whose devices are published as memory-shared (consumable ``kubeacc.io/memory``).
+MEMORY_SHARED_MODES = frozenset({SharingMode.MEMORY_SHARED, SharingMode.MPS})
+#: Modes that change the GPU itself: only for policies that select GPUs alone.
+GPU_ONLY_MODES = frozenset({SharingMode.MPS})
 
 
 class Sharing(_Model):
@@ -150,12 +171,19 @@ class Sharing(_Model):
                 "self.mode == 'MemoryShared' || !has(self.memoryPerConsumerBytes)",
                 "memoryPerConsumerBytes is only valid with mode MemoryShared",
             ),
+            (
+                "self.mode == 'TimeSliced' || !has(self.timeSlice)",
+                "timeSlice is only valid with mode TimeSliced",
+            ),
         )
     )
 
     mode: SharingMode = SharingMode.EXCLUSIVE
     max_consumers: int = Field(default=1, ge=1, le=64)
     memory_per_consumer_bytes: int | None = Field(default=None, ge=1)
+    time_slice: TimeSlice | None = Field(
+        default=None, description="TimeSliced GPUs: the time slice set on the device"
+    )
 
 
 class Bitstream(_Model):
@@ -189,6 +217,18 @@ class AcceleratorPolicySpec(_Model):
                 "!has(self.selector.types) || size(self.selector.types) == 0 || "
                 "'fpga' in self.selector.types",
                 "allowedBitstreams only make sense for a policy that selects FPGAs",
+            ),
+            (
+                "!has(self.sharing) || !has(self.sharing.mode) || self.sharing.mode != 'MPS' || "
+                "(has(self.selector) && has(self.selector.types) && "
+                "self.selector.types == ['gpu'])",
+                "sharing mode MPS needs a selector of types [gpu] alone",
+            ),
+            (
+                "!has(self.sharing) || !has(self.sharing.timeSlice) || "
+                "(has(self.selector) && has(self.selector.types) && "
+                "self.selector.types == ['gpu'])",
+                "sharing.timeSlice needs a selector of types [gpu] alone",
             ),
         )
     )

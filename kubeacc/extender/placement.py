@@ -17,6 +17,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kubeacc.extender import unitsfit
 from kubeacc.extender.state import GpuUse, NodeView
 from kubeacc.extender.wants import MAX_CORES, Assigned, ContainerWant, Decision, PodWant
 from kubeacc.topology.bestset import preferred_allocation
@@ -34,13 +35,13 @@ class Fit:
 
 
 def _rank(want: PodWant, model: str) -> int:
-    return want.models.index(model) if model in want.models else 0
+    return want.rank(model) or 0
 
 
 def _allowed(want: PodWant, c: ContainerWant, model: str) -> bool:
     if c.model is not None:
         return model == c.model
-    return not want.models or model in want.models
+    return want.rank(model) is not None
 
 
 Match = Callable[[NodeView], tuple[int, str]]
@@ -61,7 +62,11 @@ MEMO_SIZE = 32
 
 
 def _memoized(want: PodWant, match: Match) -> Match:
-    key = (tuple((c.whole, c.model, c.memory, c.cores) for c in want.containers), want.models)
+    key = (
+        tuple((c.whole, c.model, c.memory, c.cores, c.units) for c in want.containers),
+        want.models,
+        want.mix,
+    )
 
     def cached(view: NodeView) -> tuple[int, str]:
         memo = view.memo
@@ -82,7 +87,9 @@ def _matcher(want: PodWant) -> Match:
     c = want.containers[0]
     if c.shared:
         return _share_matcher(want, c)
-    if c.model is None and want.models:
+    if c.units and not want.mix:
+        return _units_matcher(want, c)
+    if c.units or (c.model is None and want.models):
         return lambda view: _from_fit(place(view, want)) if view.gpus else (0, NO_GPUS)
     return _whole_matcher(c)
 
@@ -97,6 +104,8 @@ def exact_gate(want: PodWant) -> tuple[int, int] | None:
     if len(want.containers) != 1 or want.models:
         return None
     c = want.containers[0]
+    if c.units:
+        return None
     if c.shared and not c.cores:
         return c.memory, 0
     if not c.shared and c.model is None:
@@ -110,7 +119,7 @@ def _from_fit(f: Fit) -> tuple[int, str]:
 
 def _share_matcher(want: PodWant, c: ContainerWant) -> Match:
     memory, cores, models = c.memory, c.cores, want.models
-    rank = {m: i for i, m in enumerate(models)}
+    rank = want.rank
 
     def match(view: NodeView) -> tuple[int, str]:
         fs = view.free_sorted
@@ -126,7 +135,7 @@ def _share_matcher(want: PodWant, c: ContainerWant) -> Match:
             if free_cores < cores:
                 continue
             if models:
-                r = rank.get(model)
+                r = rank(model)
                 if r is None:
                     continue
             else:
@@ -156,6 +165,24 @@ def _whole_matcher(c: ContainerWant) -> Match:
             what = f" of model {model}" if model else ""
             return 0, f"{k} whole GPU(s){what} wanted, {free} free"
         return (MAX_SCORE if view.whole_one_numa >= k else MAX_SCORE // 2), ""
+
+    return match
+
+
+def _units_matcher(want: PodWant, c: ContainerWant) -> Match:
+    asked = c.units
+
+    def match(view: NodeView) -> tuple[int, str]:
+        if not view.gpus:
+            return 0, NO_GPUS
+        free, units = view.whole_by_model, view.units_by_model
+        got = unitsfit.choose(asked, free, units, want)
+        if got is None:
+            return 0, unitsfit.refusal(asked, free, units, want)
+        numa = view.whole_numa_by_model
+        one_numa = len(got.counts) == 1 and numa.get(got.counts[0][0], 0) >= got.gpus
+        score = unitsfit.score(got, asked, one_numa)
+        return (_ranked(score, got.rank) if want.models else score), ""
 
     return match
 
@@ -190,22 +217,40 @@ def place(view: NodeView, want: PodWant) -> Fit:
     for c in wholes:
         free = [b for b, g in gpus.items() if use[b].untouched and _allowed(want, c, g.model)]
         if c.model is None and want.models:
-            by_model = [[b for b in free if gpus[b].model == m] for m in want.models]
-            enough = [i for i, group in enumerate(by_model) if len(group) >= c.whole]
+            ranks = sorted({_rank(want, gpus[b].model) for b in free})
+            by_rank = [[b for b in free if _rank(want, gpus[b].model) == r] for r in ranks]
+            enough = [i for i, group in enumerate(by_rank) if len(group) >= c.whole]
             if enough:
-                free = by_model[enough[0]]
-                worst_rank = max(worst_rank, enough[0])
+                free = by_rank[enough[0]]
+                worst_rank = max(worst_rank, ranks[enough[0]])
         if len(free) < c.whole:
             what = f" of model {c.model}" if c.model else ""
             return Fit(None, 0, f"{c.whole} whole GPU(s){what} wanted, {len(free)} free")
-        chosen = (
-            preferred_allocation(view.graph(), free, [], c.whole) if len(free) > c.whole else free
-        )
+        chosen = _best_set(view, free, c.whole)
         for b in chosen:
             use[b].whole = True
         out.append(Assigned(c.name, tuple(chosen), whole=True))
         numas = len({gpus[b].numa for b in chosen})
         scores.append(MAX_SCORE if numas <= 1 else MAX_SCORE // numas)
+    for c in (c for c in want.containers if c.units):
+        untouched: dict[str, list[str]] = {}
+        for b, g in gpus.items():
+            if use[b].untouched:
+                untouched.setdefault(g.model, []).append(b)
+        free_n = {m: len(bs) for m, bs in untouched.items()}
+        units = {g.model: g.units for g in gpus.values()}
+        got = unitsfit.choose(c.units, free_n, units, want)
+        if got is None:
+            return Fit(None, 0, unitsfit.refusal(c.units, free_n, units, want))
+        chosen = []
+        for model, k in got.counts:
+            group = untouched[model]
+            chosen += _best_set(view, group, k)
+        for b in chosen:
+            use[b].whole = True
+        worst_rank = max(worst_rank, got.rank)
+        out.append(Assigned(c.name, tuple(chosen), whole=True, units=c.units))
+        scores.append(unitsfit.score(got, c.units, len({gpus[b].numa for b in chosen}) == 1))
     for c in shares:
         best: tuple[int, int, str] | None = None
         for b, g in gpus.items():
@@ -234,6 +279,15 @@ def place(view: NodeView, want: PodWant) -> Fit:
     if want.models:
         base = _ranked(base, worst_rank)
     return Fit(Decision(view.name, tuple(out)), base)
+
+
+def _best_set(view: NodeView, free: list[str], k: int) -> list[str]:
+    """The topology-best ``k`` of ``free`` (GetPreferredAllocation's code)."""
+    if len(free) <= k:
+        return free
+    if any(view.gpus[b].device is None for b in free):  # no topology known: in order
+        return sorted(free)[:k]
+    return preferred_allocation(view.graph(), free, [], k)
 
 
 def _share_reason(view: NodeView, want: PodWant, c: ContainerWant) -> str:

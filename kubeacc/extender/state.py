@@ -23,6 +23,7 @@ from kubeacc.agent.deviceplugin.config import model_slug
 from kubeacc.extender.wants import MAX_CORES, Decision, decision_of
 from kubeacc.model import Device, DeviceType, Inventory
 from kubeacc.topology.graph import TopologyGraph
+from kubeacc.units.table import UnitTable, active_table
 
 MIB = 1 << 20
 #: Seconds a reservation outlives its bind call without a pod event (see State.pending).
@@ -39,6 +40,8 @@ class Gpu:
     numa: int
     available: bool  # healthy and not cordoned
     device: Device | None = None
+    #: Normalized units of this GPU (the unit table; 0: no entry).
+    units: int = 0
 
 
 @dataclass
@@ -69,6 +72,10 @@ class NodeView:
     whole_one_numa: int = 0
     #: Untouched GPUs per model.
     whole_by_model: dict[str, int] = field(default_factory=dict)
+    #: Most untouched GPUs of one model on one NUMA node, per model.
+    whole_numa_by_model: dict[str, int] = field(default_factory=dict)
+    #: Units of one GPU, per model (the unit table).
+    units_by_model: dict[str, int] = field(default_factory=dict)
     models: frozenset[str] = frozenset()
     biggest: int = 1
     #: Answers for the wants seen since the last change (pods of one Deployment ask alike).
@@ -82,6 +89,8 @@ class NodeView:
         whole = 0
         per_numa: dict[int, int] = {}
         by_model: dict[str, int] = {}
+        numa_model: dict[tuple[str, int], int] = {}
+        units: dict[str, int] = {}
         for bdf, g in self.gpus.items():
             if not g.available:
                 continue
@@ -93,6 +102,13 @@ class NodeView:
                 whole += 1
                 per_numa[g.numa] = per_numa.get(g.numa, 0) + 1
                 by_model[g.model] = by_model.get(g.model, 0) + 1
+                numa_model[g.model, g.numa] = numa_model.get((g.model, g.numa), 0) + 1
+                units[g.model] = max(units.get(g.model, 0), g.units)
+        by_numa: dict[str, int] = {}
+        for (model, _), n in numa_model.items():
+            by_numa[model] = max(by_numa.get(model, 0), n)
+        self.whole_numa_by_model = by_numa
+        self.units_by_model = units
         slots.sort()
         self.slots = tuple(slots)
         self.free_sorted = tuple(s[0] for s in slots)
@@ -113,7 +129,7 @@ class NodeView:
         return self._graph
 
 
-def gpu_of(device: Device, cordoned: bool = False) -> Gpu | None:
+def gpu_of(device: Device, cordoned: bool = False, table: UnitTable | None = None) -> Gpu | None:
     if device.type is not DeviceType.GPU or device.pci is None:
         return None
     return Gpu(
@@ -124,6 +140,7 @@ def gpu_of(device: Device, cordoned: bool = False) -> Gpu | None:
         numa=device.numa_node,
         available=device.health.healthy and not cordoned,
         device=device,
+        units=(table or active_table()).units_for(device.model),
     )
 
 
@@ -306,6 +323,7 @@ class State:
                         b: {
                             "model": g.model,
                             "memory": g.memory,
+                            "units": g.units,
                             "available": g.available,
                             "used": vars(view.use.get(b) or GpuUse()),
                         }

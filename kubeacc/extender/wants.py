@@ -7,8 +7,13 @@ Resources (device-plugin mode, see DESIGN.md "Sharing contract"):
 * ``kubeacc.io/gpu-memory``: MiB of one GPU's memory; ``kubeacc.io/gpu-cores``: percent of one
   GPU's compute. A container with either gets a share of exactly one GPU.
 
-A pod may rank models for its shares with the annotation ``kubeacc.io/gpu-models``
-(``h100-80gb-hbm3,a100-sxm4-40gb``): only those models, the first one preferred.
+* ``kubeacc.io/gpu-units``: normalized units (kubeacc.units): whole GPUs of one model whose
+  units add up to at least the number asked (of several models only with the annotation
+  ``kubeacc.io/mix-models: "true"``).
+
+A pod may rank models with the annotation ``kubeacc.io/prefer-models`` (``H100,A100,*``; the
+older ``kubeacc.io/gpu-models`` means the same): only those models (``*``: any other, last),
+the first one preferred. Names match models by tokens (kubeacc.units.names).
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeacc.engine.quantity import parse_quantity
+from kubeacc.units.prefer import Preference, PreferenceError, parse_preference
+from kubeacc.units.table import active_table
 
 DOMAIN = "kubeacc.io"
 GPU = f"{DOMAIN}/gpu"
 MEMORY = f"{DOMAIN}/gpu-memory"
 CORES = f"{DOMAIN}/gpu-cores"
+UNITS = f"{DOMAIN}/gpu-units"
 MODEL_PREFIX = f"{DOMAIN}/gpu-"
 #: Resources the extender manages (KubeSchedulerConfiguration ``managedResources``); per-model
 #: whole-GPU resources are matched by prefix.
@@ -31,6 +39,8 @@ SHARED_RESOURCES = (MEMORY, CORES)
 #: ``kubeacc.io/gpu-<x>`` names that are not models.
 NOT_MODELS = frozenset({"memory", "cores", "units"})
 MODELS_ANNOTATION = f"{DOMAIN}/gpu-models"
+PREFER_ANNOTATION = f"{DOMAIN}/prefer-models"
+MIX_ANNOTATION = f"{DOMAIN}/mix-models"
 #: The extender's decision, written on the pod at bind (JSON, see :class:`Decision`).
 DECISION_ANNOTATION = f"{DOMAIN}/devices"
 MAX_CORES = 100
@@ -47,6 +57,7 @@ class ContainerWant:
     model: str | None = None
     memory: int = 0  # MiB
     cores: int = 0  # percent
+    units: int = 0  # normalized units (whole GPUs whose units add up)
 
     @property
     def shared(self) -> bool:
@@ -56,12 +67,23 @@ class ContainerWant:
 @dataclass(frozen=True)
 class PodWant:
     containers: tuple[ContainerWant, ...]
-    #: Ranked model slugs for shares (and whole GPUs without a per-model resource); empty: any.
-    models: tuple[str, ...] = ()
+    #: Ranked models (for everything but per-model resources); empty: any model, no ranking.
+    prefer: Preference = field(default_factory=Preference)
+    #: A units request may be served by GPUs of several models.
+    mix: bool = False
 
     @property
     def empty(self) -> bool:
         return not self.containers
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The ranking as text (empty: none); part of the memo keys."""
+        return () if self.prefer.empty else (str(self.prefer),)
+
+    def rank(self, model: str) -> int | None:
+        """The model's rank in the pod's wish (0 without one); None: not wanted."""
+        return self.prefer.rank(model)
 
     @property
     def whole(self) -> int:
@@ -88,9 +110,11 @@ def container_want(name: str, resources: Mapping[str, Any] | None) -> ContainerW
     asked: dict[str, Any] = {**(res.get("requests") or {}), **(res.get("limits") or {})}
     whole = 0
     model: str | None = None
-    memory = cores = 0
+    memory = cores = units = 0
     for key, value in asked.items():
-        if key == MEMORY:
+        if key == UNITS:
+            units = _count(key, value, name)
+        elif key == MEMORY:
             memory = _count(key, value, name)
         elif key == CORES:
             cores = _count(key, value, name)
@@ -111,9 +135,14 @@ def container_want(name: str, resources: Mapping[str, Any] | None) -> ContainerW
         )
     if model is not None and asked.get(GPU):
         raise WantError(f"container {name}: both {GPU} and {MODEL_PREFIX}{model}")
-    if not (whole or memory or cores):
+    if units and (whole or memory or cores):
+        raise WantError(
+            f"container {name}: asks for {UNITS} and other GPU resources at once; "
+            "units are served as whole GPUs"
+        )
+    if not (whole or memory or cores or units):
         return None
-    return ContainerWant(name, whole, model, memory, cores)
+    return ContainerWant(name, whole, model, memory, cores, units)
 
 
 def pod_want(pod: Mapping[str, Any]) -> PodWant:
@@ -130,10 +159,19 @@ def pod_want(pod: Mapping[str, Any]) -> PodWant:
         w = container_want(str(c.get("name", "")), c.get("resources"))
         if w is not None:
             wants.append(w)
-    meta = pod.get("metadata") or {}
-    ranked = str((meta.get("annotations") or {}).get(MODELS_ANNOTATION, ""))
-    models = tuple(m.strip().lower() for m in ranked.split(",") if m.strip())
-    return PodWant(tuple(wants), models)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    key = PREFER_ANNOTATION if PREFER_ANNOTATION in annotations else MODELS_ANNOTATION
+    if key in annotations:
+        try:
+            prefer = parse_preference(str(annotations[key]))
+        except PreferenceError as err:
+            raise WantError(f"annotation {key}: {err}") from err
+    else:  # the cluster's default ranking (unit table preferModels), if any
+        prefer = active_table().prefer
+    mix = str(annotations.get(MIX_ANNOTATION, "")).strip().lower()
+    if mix not in ("", "true", "false"):
+        raise WantError(f'annotation {MIX_ANNOTATION}: "true" or "false", not {mix!r}')
+    return PodWant(tuple(wants), prefer, mix == "true")
 
 
 # -- the decision ---------------------------------------------------------------------------
@@ -148,11 +186,15 @@ class Assigned:
     memory: int = 0
     cores: int = 0
     whole: bool = False
+    #: Units asked (a units request: ``devices`` are whole GPUs whose units add up to more).
+    units: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.container, "devices": list(self.devices)}
         if self.whole:
             out["whole"] = True
+            if self.units:
+                out["units"] = self.units
         else:
             out["memory"] = self.memory
             out["cores"] = self.cores
@@ -186,6 +228,7 @@ class Decision:
                     memory=int(c.get("memory", 0)),
                     cores=int(c.get("cores", 0)),
                     whole=bool(c.get("whole", False)),
+                    units=int(c.get("units", 0)),
                 )
                 for c in data["containers"]
             )

@@ -313,11 +313,10 @@ def edge_mixed(b: HostBuilder) -> None:
     b.pci_ids()
 
 
-def l4_pair(b: HostBuilder) -> None:
-    """Inference node: 2 NVIDIA L4 on one NUMA node (the smallest multi-GPU host that
-    memory sharing can spread over), onboard NIC."""
+def _one_numa_gpus(b: HostBuilder, hostname: str, cpu: str, models: list[NvidiaModel]) -> None:
+    """One NUMA node, an onboard NIC, one GPU per root port (buses 01, 02, ...)."""
     b.numa(["0-15"], [[10]])
-    b.identity("infer-01", "Intel(R) Xeon(R) Silver 4410Y")
+    b.identity(hostname, cpu)
     b.nvidia_version(DRIVER_VERSION)
     board.host_bridge(b, numa=0)
     board.onboard_nic(
@@ -331,11 +330,23 @@ def l4_pair(b: HostBuilder) -> None:
     )
     root = b.root_complex(0, 0x00)
     gpus = []
-    for n, dev in enumerate((0x01, 0x03)):
-        port = b.bridge(root, bdf(0, dev), *board.INTEL_ROOT_PORT, link=GEN4_X16)
-        gpus.append(nvidia_gpu(b, port, bdf(0x01 + n), L4, index=n, numa=0))
+    for n, model in enumerate(models):
+        port = b.bridge(root, bdf(0, 0x01 + 2 * n), *board.INTEL_ROOT_PORT, link=model.link)
+        gpus.append(nvidia_gpu(b, port, bdf(0x01 + n), model, index=n, numa=0))
     b.nvml(gpus)
     b.pci_ids()
+
+
+def l4_pair(b: HostBuilder) -> None:
+    """Inference node: 2 NVIDIA L4 on one NUMA node (the smallest multi-GPU host that
+    memory sharing can spread over), onboard NIC."""
+    _one_numa_gpus(b, "infer-01", "Intel(R) Xeon(R) Silver 4410Y", [L4, L4])
+
+
+def h100_l4(b: HostBuilder) -> None:
+    """Mixed-generation node: 2 NVIDIA H100 SXM and 1 L4 on one NUMA node, onboard NIC
+    (normalized units and model preferences)."""
+    _one_numa_gpus(b, "mixed-01", "Intel(R) Xeon(R) Gold 6430", [H100_SXM, H100_SXM, L4])
 
 
 def alveo_u250(b: HostBuilder, port: Parent, bus: int, card: int, render: int) -> None:

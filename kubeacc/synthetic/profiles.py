@@ -16,6 +16,7 @@ profile                   contents
 ``amd-gpu``               4 AMD Instinct MI210 + 1 Intel Data Center GPU Flex 170; 2 NUMA
 ``edge-mixed``            1 L4, 1 E810 with 4 VFs, 1 Alveo U250, 1 unknown accelerator; 1 NUMA
 ``l4-pair``               2 L4 (24 GB) and an onboard NIC; 1 NUMA (GPU memory sharing tests)
+``h100-l4``               2 H100 SXM + 1 L4 and an onboard NIC; 1 NUMA (units, preferences)
 ``mig-pair``              1 H100 80GB + 1 A100 80GB, both in MIG mode without instances (MIG)
 ========================  ================================================================
 """
@@ -26,7 +27,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kubeacc.synthetic.hosts_fpga import aws_f1, intel_fpga_dfl, intel_fpga_opae
-from kubeacc.synthetic.hosts_gpu import amd_gpu, dgx_h100, edge_mixed, l4_pair, large_mixed
+from kubeacc.synthetic.hosts_gpu import (
+    amd_gpu,
+    dgx_h100,
+    edge_mixed,
+    h100_l4,
+    l4_pair,
+    large_mixed,
+)
 from kubeacc.synthetic.hosts_mig import mig_pair
 from kubeacc.synthetic.hosts_xpu import kunlun_xpu
 from kubeacc.synthetic.tree import HostBuilder
@@ -43,6 +51,7 @@ PROFILES: dict[str, Profile] = {
     "amd-gpu": amd_gpu,
     "edge-mixed": edge_mixed,
     "l4-pair": l4_pair,
+    "h100-l4": h100_l4,
     "mig-pair": mig_pair,
 }
 

@@ -301,6 +301,9 @@ class HostBuilder:
         """Write ``/.synthetic/nvml.json`` (the NVML stand-in's data)."""
         ver = driver_version or self._nvidia_version or "550.90.07"
         nvml.write_nvml(self.w, ver, gpus)
+        from kubeacc.synthetic import tools  # the driver's host tools come with it
+
+        tools.install(self.root)
 
     # -- FPGA ---------------------------------------------------------------------------------
 

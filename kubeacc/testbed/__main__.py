@@ -1,4 +1,4 @@
-"""``python -m kubeacc.testbed build|runtime|helm|up|bin-dir``."""
+"""``python -m kubeacc.testbed build|runtime|image|helm|up|bin-dir``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         help="build (or reuse) containerd, its shim, ctr and the CNI plugins from "
         "tools/containerd; check runc and busybox-static; print the bin directory",
     )
+    sub.add_parser(
+        "image",
+        help="make (or reuse) the kube-acc image for the real runtime from this Python and "
+        "source tree; print the tarball",
+    )
     up = sub.add_parser("up", help="start a cluster with a kubelet; stop it with Ctrl-C")
     up.add_argument("--workdir", type=Path, help="work directory (default: new dir under /tmp)")
     up.add_argument("--keep", action="store_true", help="keep the work directory after stopping")
@@ -62,6 +67,15 @@ def main(argv: list[str] | None = None) -> int:
             print(ensure_helm())
         except BuildError as exc:
             print(f"helm build failed: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    if args.cmd == "image":
+        from kubeacc.testbed.kubeacc_image import KubeaccImageError, ensure_image
+
+        try:
+            print(ensure_image().tarball)
+        except (KubeaccImageError, OSError) as exc:
+            print(f"kube-acc image failed: {exc}", file=sys.stderr)
             return 1
         return 0
     if args.cmd == "runtime":

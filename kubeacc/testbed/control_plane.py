@@ -203,6 +203,9 @@ class ControlPlane:
                 f"--kubelet-client-certificate={pki.apiserver_kubelet_client.cert}",
                 f"--kubelet-client-key={pki.apiserver_kubelet_client.key}",
                 f"--kubelet-certificate-authority={pki.ca.cert_path}",
+                # Dial kubelets by address, never by looking their names up in DNS (a real-
+                # runtime node's address is reachable: kubectl logs/exec work there).
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 f"--service-account-key-file={pki.service_account.cert}",
                 f"--service-account-signing-key-file={pki.service_account.key}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -114,16 +114,30 @@ def busybox_layer(busybox: Path = BUSYBOX) -> bytes:
 
 
 def write_image(
-    name: str, command: list[str], layer: bytes, target: Path, arch: str | None = None
+    name: str,
+    command: list[str],
+    layer: bytes | Path,
+    target: Path,
+    arch: str | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Image:
-    """Write ``name`` (one layer, default command ``command``) as an OCI layout tarball."""
+    """Write ``name`` (one layer, default command ``command``) as an OCI layout tarball.
+
+    ``layer`` is the layer tar itself or a file holding it (large layers are streamed);
+    ``config`` replaces entries of the image configuration's ``config`` (Env, User, ...).
+    """
     arch = arch or oci_arch()
-    layer_digest = _digest(layer)
-    config = _json(
+    if isinstance(layer, Path):
+        layer_digest, layer_size = _file_digest(layer), layer.stat().st_size
+    else:
+        layer_digest, layer_size = _digest(layer), len(layer)
+    image_config: dict[str, Any] = {"Cmd": command, "Env": ["PATH=/bin"], "WorkingDir": "/"}
+    image_config.update(config or {})
+    config_blob = _json(
         {
             "architecture": arch,
             "os": "linux",
-            "config": {"Cmd": command, "Env": ["PATH=/bin"], "WorkingDir": "/"},
+            "config": image_config,
             "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
         }
     )
@@ -131,8 +145,12 @@ def write_image(
         {
             "schemaVersion": 2,
             "mediaType": _MEDIA_MANIFEST,
-            "config": {"mediaType": _MEDIA_CONFIG, "digest": _digest(config), "size": len(config)},
-            "layers": [{"mediaType": _MEDIA_LAYER, "digest": layer_digest, "size": len(layer)}],
+            "config": {
+                "mediaType": _MEDIA_CONFIG,
+                "digest": _digest(config_blob),
+                "size": len(config_blob),
+            },
+            "layers": [{"mediaType": _MEDIA_LAYER, "digest": layer_digest, "size": layer_size}],
         }
     )
     index = _json(
@@ -158,9 +176,24 @@ def write_image(
         _tar_add(tar, "index.json", index, mode=0o644)
         _tar_add(tar, "blobs/", type=tarfile.DIRTYPE, mode=0o755)
         _tar_add(tar, "blobs/sha256/", type=tarfile.DIRTYPE, mode=0o755)
-        for blob in (layer, config, manifest):
+        if isinstance(layer, Path):
+            info = tarfile.TarInfo(f"blobs/sha256/{layer_digest[7:]}")
+            info.size, info.mode = layer_size, 0o644
+            with layer.open("rb") as fh:
+                tar.addfile(info, fh)
+        else:
+            _tar_add(tar, f"blobs/sha256/{layer_digest[7:]}", layer, mode=0o644)
+        for blob in (config_blob, manifest):
             _tar_add(tar, f"blobs/sha256/{_digest(blob)[7:]}", blob, mode=0o644)
     return Image(name, target, _digest(manifest))
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest()
 
 
 def build_images(directory: Path, busybox: Path = BUSYBOX) -> list[Image]:

@@ -15,6 +15,12 @@ With the real runtime the node directory also has ``containerd/`` (the runtime's
 ``cdi/`` (the CDI spec directory containerd reads; agents under test write there) and
 ``devices/`` (a device root: real device nodes the tests create, see :meth:`Kubelet.mknod`).
 
+On the real runtime the kubelet runs in the node's network namespace (kubeacc.testbed.nodenet:
+its API and healthz listen on the node's address, it reaches the API server through the
+``kubernetes`` Service's ClusterIP, kubeacc.testbed.apiproxy) and in the node's mount
+namespace, which containerd shares (kubeacc.testbed.mountns), so the volumes it mounts are the
+ones containerd hands to containers.
+
 The kubelet hard-codes its device-plugin socket as ``/var/lib/kubelet/device-plugins/kubelet.sock``
 whatever ``--root-dir`` says. So that several testbeds can coexist and nothing touches the host's
 real directory, the kubelet runs in a private mount namespace in which
@@ -27,6 +33,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +41,11 @@ from typing import Any, Literal
 
 import yaml
 
+from kubeacc.testbed.apiproxy import READY as APIPROXY_READY
 from kubeacc.testbed.certs import CertificateAuthority, CertPair
+from kubeacc.testbed.control_plane import SERVICE_IP
 from kubeacc.testbed.kubeconfig import http_ok, write_kubeconfig
+from kubeacc.testbed.mountns import MountNamespace
 from kubeacc.testbed.procs import Process, free_port, wait_for
 from kubeacc.testbed.records import ContainerRecord, read_records
 from kubeacc.testbed.runtime import Containerd
@@ -99,11 +109,23 @@ class Kubelet:
         self.logs = workdir / "logs"
         self.cri: Process | None = None
         self.containerd: Containerd | None = None
+        self.mount_ns: MountNamespace | None = None
+        #: The ``kubernetes`` Service inside the node (real runtime only).
+        self.apiproxy: Process | None = None
         if self.options.runtime == "containerd":
             if runtime_bin_dir is None:
                 raise ValueError("the containerd runtime needs its binaries (runtime_bin_dir)")
+            self.mount_ns = MountNamespace(
+                workdir / "ns" / "mnt",
+                {HOST_DEVICE_PLUGIN_DIR: self.root_dir / "device-plugins"},
+            )
             self.containerd = Containerd(
-                workdir, runtime_bin_dir, [self.cdi_dir], self.logs, f"containerd {self.node_name}"
+                workdir,
+                runtime_bin_dir,
+                [self.cdi_dir],
+                self.logs,
+                f"containerd {self.node_name}",
+                mount_ns=self.mount_ns,
             )
         self.process: Process | None = None
         self.port = 0
@@ -114,6 +136,14 @@ class Kubelet:
         self._starts = 0
 
     # -- paths tests use -------------------------------------------------------------------
+    @property
+    def address(self) -> str:
+        """Where the kubelet's API and healthz listen: 127.0.0.1, or on the real runtime the
+        node's own address (its network namespace's end of the link to the machine)."""
+        if self.containerd is not None:
+            return self.containerd.network.node_ip
+        return "127.0.0.1"
+
     @property
     def node_name(self) -> str:
         return self.options.node_name
@@ -158,20 +188,9 @@ class Kubelet:
         return self.workdir / "devices"
 
     def mknod(self, paths: list[str]) -> list[Path]:
-        """Create character device nodes ``<device_root>/<path>`` for ``/dev/...`` paths.
-
-        Each gets the numbers of the host's ``/dev/null`` (harmless to open and write), so a
-        container they are injected into sees a real device node of that name.
-        """
-        null = os.stat("/dev/null")
-        made = []
-        for path in paths:
-            node = self.device_root / path.lstrip("/")
-            node.parent.mkdir(parents=True, exist_ok=True)
-            if not node.exists():
-                os.mknod(node, stat.S_IFCHR | 0o666, null.st_rdev)
-            made.append(node)
-        return made
+        """Create character device nodes ``<device_root>/<path>`` for ``/dev/...`` paths
+        (see :func:`make_device_nodes`)."""
+        return make_device_nodes(self.device_root, paths)
 
     def container_log(self, namespace: str, pod: str, container: str, attempt: int = 0) -> str:
         """What a container printed (real runtime), without the CRI log line prefixes."""
@@ -250,12 +269,14 @@ class Kubelet:
                 f"system:node:{name}",
                 organizations=("system:nodes",),
                 dns_names=(name, "localhost"),
-                ip_addresses=("127.0.0.1",),
+                ip_addresses=tuple(dict.fromkeys(("127.0.0.1", self.address))),
                 server=True,
             )
+            # On the real runtime the kubelet reaches the API server as pods do.
+            server = f"https://{SERVICE_IP}:443" if self.containerd is not None else self.server
             self._kubeconfig = write_kubeconfig(
                 self.root_dir / "kubeconfig",
-                self.server,
+                server,
                 self.ca.cert_path,
                 self._client,
                 f"system:node:{name}",
@@ -267,6 +288,8 @@ class Kubelet:
         if self.containerd is not None:
             self.containerd.start(timeout)
             self.cri = self.containerd.process
+            if self.apiproxy is None or not self.apiproxy.running():
+                self._start_apiproxy(timeout)
             return
         self.cri = Process(
             "fake-cri",
@@ -279,6 +302,22 @@ class Kubelet:
         ).start()
         wait_for("fake CRI socket", self.cri_socket.exists, timeout, [self.cri])
 
+    def _start_apiproxy(self, timeout: float) -> None:
+        assert self.containerd is not None
+        upstream = self.server.removeprefix("https://").rstrip("/")
+        argv = [
+            sys.executable,
+            "-m",
+            "kubeacc.testbed.apiproxy",
+            f"--netns={self.containerd.network.path}",
+            f"--listen={SERVICE_IP}:443",
+            f"--upstream={upstream}",
+        ]
+        log = self.logs / f"apiproxy {self.node_name}.log"
+        self.apiproxy = Process(f"apiproxy {self.node_name}", argv, log).start()
+        proxy = self.apiproxy
+        wait_for("the API server proxy", lambda: APIPROXY_READY in proxy.tail(5), timeout, [proxy])
+
     def kubelet_config(self) -> dict[str, Any]:
         """The KubeletConfiguration the kubelet runs with."""
         o = self.options
@@ -287,10 +326,10 @@ class Kubelet:
         cfg: dict[str, Any] = {
             "apiVersion": "kubelet.config.k8s.io/v1beta1",
             "kind": "KubeletConfiguration",
-            "address": "127.0.0.1",
+            "address": self.address,
             "port": self.port,
             "readOnlyPort": 0,
-            "healthzBindAddress": "127.0.0.1",
+            "healthzBindAddress": self.address,
             "healthzPort": self.healthz_port,
             "tlsCertFile": str(self._serving.cert),
             "tlsPrivateKeyFile": str(self._serving.key),
@@ -360,7 +399,15 @@ class Kubelet:
         if o.labels:
             argv.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in o.labels.items()))
         env = None
-        if o.private_device_plugin_dir and shutil.which("unshare"):
+        if self.containerd is not None:
+            assert self.mount_ns is not None
+            argv = [
+                *self.containerd.network.enter(),
+                *self.mount_ns.enter(),
+                *argv,
+                f"--node-ip={self.address}",
+            ]
+        elif o.private_device_plugin_dir and shutil.which("unshare"):
             env = dict(os.environ)
             env["KUBEACC_DP_DIR"] = str(self.root_dir / "device-plugins")
             env["KUBEACC_HOST_DP_DIR"] = str(HOST_DEVICE_PLUGIN_DIR)
@@ -385,7 +432,7 @@ class Kubelet:
         assert self.process is not None
         wait_for(
             f"kubelet /healthz of {self.node_name}",
-            lambda: http_ok(f"http://127.0.0.1:{self.healthz_port}/healthz"),
+            lambda: http_ok(f"http://{self.address}:{self.healthz_port}/healthz"),
             timeout,
             watch=[self.process],
         )
@@ -435,6 +482,30 @@ class Kubelet:
             self.containerd.shutdown()
         elif self.cri is not None:
             self.cri.stop()
+        if self.apiproxy is not None:
+            self.apiproxy.stop()
+        if self.mount_ns is not None:
+            self.mount_ns.delete()
+
+
+def make_device_nodes(root: Path, paths: list[str]) -> list[Path]:
+    """Create character device nodes ``<root>/<path>`` for ``/dev/...`` paths.
+
+    Each gets the numbers of the host's ``/dev/null`` (harmless to open and write), so a
+    container they are injected into sees a real device node of that name. Whatever else is
+    at a path (a synthetic host's placeholder file) is replaced.
+    """
+    null = os.stat("/dev/null")
+    made = []
+    for path in paths:
+        node = root / path.lstrip("/")
+        node.parent.mkdir(parents=True, exist_ok=True)
+        if node.is_symlink() or (node.exists() and not stat.S_ISCHR(node.stat().st_mode)):
+            node.unlink()
+        if not node.exists():
+            os.mknod(node, stat.S_IFCHR | 0o666, null.st_rdev)
+        made.append(node)
+    return made
 
 
 def _mtime(path: Path) -> float | None:

@@ -16,11 +16,12 @@ One :class:`Containerd` per node, everything under ``<node dir>/containerd``::
     cni-data/        host-local's address leases
     images/          the OCI tarballs imported at every start (see kubeacc.testbed.images)
 
-containerd runs in a network namespace the testbed creates for the node (``ip netns add
-kubeacc-<id>``, loopback only): the CNI bridge and the pods' veth ends live there, so no pod
-traffic reaches the machine's network. The namespace outlives containerd restarts (pods keep
-their network); it is deleted, and every mount containerd made under its directory is
-unmounted, when the testbed stops.
+containerd runs in the node's network namespace (kubeacc.testbed.nodenet: ``ip netns add
+kubeacc-<id>``, linked to the machine by one veth and nothing else): the CNI bridge and the
+pods' veth ends live there, so no pod traffic reaches the machine's network. With a node mount
+namespace (kubeacc.testbed.mountns) it runs in that one too, next to the kubelet. The namespaces
+outlive containerd restarts (pods keep their network and volumes); they are deleted, and every
+mount containerd made under its directory is unmounted, when the testbed stops.
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ from pathlib import Path
 from typing import TextIO
 
 from kubeacc.testbed.build import BuildError, _fmt, _lock, _run_logged, _tail, cache_root, go_env
+from kubeacc.testbed.control_plane import SERVICE_IP
 from kubeacc.testbed.images import PAUSE_IMAGE, Image, build_images
+from kubeacc.testbed.mountns import MountNamespace
+from kubeacc.testbed.nodenet import NodeNetwork
 from kubeacc.testbed.procs import Process, wait_for
 
 #: Go packages built from tools/containerd, by binary name.
@@ -171,6 +175,7 @@ class Containerd:
         cdi_dirs: list[Path],
         logs: Path,
         name: str = "containerd",
+        mount_ns: MountNamespace | None = None,
     ) -> None:
         self.dir = node_dir / "containerd"
         self.bin_dir = bin_dir
@@ -180,8 +185,15 @@ class Containerd:
         self.process: Process | None = None
         self.images: list[Image] = []
         digest = hashlib.sha256(str(self.dir.resolve()).encode()).hexdigest()[:10]
-        #: The node's network namespace (``ip netns``), created at the first start.
-        self.netns = f"kubeacc-{digest}"
+        #: The node's network namespace and its link to the machine, made at the first start.
+        self.network = NodeNetwork(digest, SERVICE_IP)
+        #: The node's mount namespace (shared with its kubelet), if it has one.
+        self.mount_ns = mount_ns
+
+    @property
+    def netns(self) -> str:
+        """The node's network namespace (``ip netns`` name)."""
+        return self.network.netns
 
     @property
     def socket(self) -> Path:
@@ -266,6 +278,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
       "type": "bridge",
       "bridge": "kbr0",
       "isGateway": true,
+      "isDefaultGateway": true,
       "ipMasq": false,
       "ipam": {{
         "type": "host-local",
@@ -288,28 +301,35 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
         if not self.images:
             self.images = build_images(self.dir / "images")
         self.socket.unlink(missing_ok=True)
-        self._ensure_netns()
+        self.network.ensure()
+        if self.mount_ns is not None:
+            self.mount_ns.ensure()
         env = dict(os.environ)
         # The shim and runc are found on PATH (containerd starts containerd-shim-runc-v2).
         env["PATH"] = f"{self.bin_dir}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
         argv = [
-            "nsenter",
-            f"--net=/run/netns/{self.netns}",
-            "--",
+            *self.network.enter(),
+            *(self.mount_ns.enter() if self.mount_ns else []),
             str(self.bin_dir / "containerd"),
             f"--config={self.config_path}",
         ]
         self.process = Process(self.name, argv, self.log_path, env=env).start()
         wait_for(f"{self.name} socket", self._answers, timeout, [self.process], interval=0.1)
         for image in self.images:
-            self.ctr("images", "import", "--local", str(image.tarball))
+            self.import_image(image)
+
+    def import_image(self, image: Image) -> None:
+        """Import an OCI tarball into the CRI's image store (kept across restarts)."""
+        self.ctr("images", "import", "--local", str(image.tarball), timeout=300)
 
     def _answers(self) -> bool:
         if not self.socket.exists():
             return False
         return self.ctr("version", check=False).returncode == 0
 
-    def ctr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def ctr(
+        self, *args: str, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``ctr`` against this containerd, namespace ``k8s.io`` (the CRI's)."""
         argv = [
             str(self.bin_dir / "ctr"),
@@ -317,7 +337,7 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
             "--namespace=k8s.io",
             *args,
         ]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
         if check and done.returncode != 0:
             raise RuntimeError(f"ctr {' '.join(args)} failed: {done.stderr.strip()}")
         return done
@@ -333,18 +353,11 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
     def restart(self, timeout: float = 60) -> None:
         """Stop and start containerd again.
 
-        A new containerd runs in *new* network and mount namespaces; containers already
-        running keep the namespaces they were started in (their shims outlive containerd).
+        It runs again in the node's network (and mount) namespace; containers already running
+        stay (their shims outlive containerd) and keep their network and volumes.
         """
         self.stop()
         self.start(timeout)
-
-    def _ensure_netns(self) -> None:
-        if not Path("/run/netns", self.netns).exists():
-            subprocess.run(["ip", "netns", "add", self.netns], check=True, capture_output=True)
-        subprocess.run(
-            ["ip", "-n", self.netns, "link", "set", "lo", "up"], check=True, capture_output=True
-        )
 
     def shim_pids(self) -> list[int]:
         """This containerd's shims (their command line names its socket)."""
@@ -379,9 +392,11 @@ disabled_plugins = ['io.containerd.snapshotter.v1.btrfs', 'io.containerd.snapsho
             for cgroup in Path("/sys/fs/cgroup").glob(f"*/k8s.io/{task}"):
                 with contextlib.suppress(OSError):
                     cgroup.rmdir()
+        if self.mount_ns is not None:
+            self.mount_ns.unmount(self.mount_ns.mounts_under(self.dir))
         for mount in reversed(self._mounts()):
             subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
-        subprocess.run(["ip", "netns", "delete", self.netns], check=False, capture_output=True)
+        self.network.delete()
 
     def _mounts(self) -> list[str]:
         """Mount points under this containerd's directory, in mount order."""

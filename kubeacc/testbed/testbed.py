@@ -193,7 +193,7 @@ class Testbed:
         pki = self.control_plane.pki
         assert pki is not None
         kubelet = self.node(node) if node else self.kubelet
-        url = f"https://127.0.0.1:{kubelet.port}/configz"
+        url = f"https://{kubelet.address}:{kubelet.port}/configz"
         data = https_get_json(url, pki.ca.cert_path, pki.admin)
         return dict(data["kubeletconfig"])
 

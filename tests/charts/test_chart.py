@@ -78,8 +78,10 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("nvidia.nvml=maybe", "at '/nvidia/nvml': value must be one of 'auto', 'on', 'off'"),
         ("metrics.agentPort=0", "at '/metrics/agentPort': minimum: got 0, want 1"),
         ("agent.stateDir=relative", "at '/agent/stateDir'"),
+        ("agent.hostRoot=relative", "at '/agent/hostRoot'"),
         ("logLevel=LOUD", "at '/logLevel'"),
         ("agent.memoryShared={half}", "at '/agent/memoryShared/0'"),
+        ("agent.memoryShared={type=tpu}", "at '/agent/memoryShared/0'"),
     ],
 )
 def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
@@ -99,14 +101,33 @@ def test_memory_shared_selectors_reach_the_agent(helm: Helm) -> None:
         str(CHART),
         K8S,
         "--set-json",
-        'agent.memoryShared=["model=*H100*","pci=0000:1b:00.0"]',
+        'agent.memoryShared=["model=*H100*","pci=0000:1b:00.0","type=xpu"]',
     ).stdout
     (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
     args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
     assert [a for a in args if a.startswith("--memory-shared")] == [
         "--memory-shared=model=*H100*",
         "--memory-shared=pci=0000:1b:00.0",
+        "--memory-shared=type=xpu",
     ]
+
+
+def test_host_root_moves_the_host_paths_and_the_device_root(helm: Helm) -> None:
+    def agent(*settings: str) -> tuple[list[str], dict[str, str]]:
+        out = helm("template", "t", str(CHART), K8S, *settings).stdout
+        (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
+        spec = ds["spec"]["template"]["spec"]
+        paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        return spec["containers"][0]["args"], paths
+
+    args, paths = agent()
+    assert not [a for a in args if a.startswith("--device-root")]
+    assert (paths["host-sys"], paths["host-dev"]) == ("/sys", "/dev")
+    args, paths = agent("--set", "agent.hostRoot=/srv/node-a/")
+    assert "--device-root=/srv/node-a" in args and "--host-root=/host" in args
+    assert paths["host-sys"] == "/srv/node-a/sys"
+    assert paths["host-dev"] == "/srv/node-a/dev"
+    assert paths["host-proc-driver"] == "/srv/node-a/proc/driver"
 
 
 def test_dashboard_and_config_maps_render(helm: Helm) -> None:
@@ -363,3 +384,32 @@ def test_extender_renders_only_when_enabled(helm: Helm) -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "kubeacc-extender", "namespace": NS}
     ]
+
+
+def test_units_table_reaches_the_agent_and_the_extender(helm: Helm) -> None:
+    from kubeacc.units.table import parse
+
+    base = ["template", "t", str(CHART), K8S, "-n", NS, "--set", "extender.enabled=true"]
+    off = _docs(helm(*base).stdout)
+    assert not [d for d in off if d["metadata"]["name"] == "kubeacc-units"]
+    on = _docs(
+        helm(
+            *base,
+            "--set-json",
+            'units={"models": {"A10G": 70}, "preferModels": "H100,A100"}',
+        ).stdout
+    )
+    by = {(d["kind"], d["metadata"]["name"]): d for d in on}
+    table = parse(yaml.safe_load(by[("ConfigMap", "kubeacc-units")]["data"]["units.yaml"]))
+    assert table.units_for("NVIDIA A10G") == 70 and table.units_for("NVIDIA H100 PCIe") == 756
+    assert table.prefer.rank("a100-sxm4-40gb") == 1
+    for kind, name, container in (
+        ("DaemonSet", "kubeacc-agent", "agent"),
+        ("Deployment", "kubeacc-extender", "extender"),
+    ):
+        spec = by[(kind, name)]["spec"]["template"]["spec"]
+        (c,) = [c for c in spec["containers"] if c["name"] == container]
+        assert "--units-table=/etc/kubeacc-units/units.yaml" in c["args"]
+        assert {"name": "units", "configMap": {"name": "kubeacc-units"}} in spec["volumes"]
+    bad = helm(*base, "--set-json", 'units={"models": {"H100": 0}}', check=False)
+    assert bad.returncode != 0 and "minimum" in bad.stderr

@@ -69,7 +69,10 @@ def test_every_policy_shape_prepares_on_the_kubelet(
                     },
                     "deviceClass": {"name": "shared-anything.example.com"},
                 },
-                {"KUBEACC_SHARING_MODE": "MemoryShared", "KUBEACC_DEVICE_MEMORY_LIMIT": "4096"},
+                # the class selects only memory-shared devices, which the agent publishes for
+                # this policy: the claim names no memory, so its share is a whole H100's (the
+                # request policy's default), and a share's limit wins over the policy's
+                {"KUBEACC_SHARING_MODE": "MemoryShared", "KUBEACC_DEVICE_MEMORY_LIMIT": "81559"},
             ),
         }
         classes = {

@@ -114,3 +114,58 @@ def test_accelerator_and_policy_rules(kubeacc_crds: None, kube_client: Client) -
         spec={"selector": {"types": ["quantum"]}},
     )
     assert "spec.selector.types" in _refused(kube_client, pol)
+
+
+def _policy(name: str, spec: dict[str, Any]) -> Any:
+    return AcceleratorPolicy(
+        {"apiVersion": "kubeacc.io/v1alpha1", "kind": "AcceleratorPolicy"},
+        metadata={"name": name},
+        spec=spec,
+    )
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"sharing": {"mode": "MPS"}}, "sharing mode MPS needs a selector of types [gpu] alone"),
+        (
+            {"selector": {"types": ["gpu", "xpu"]}, "sharing": {"mode": "MPS"}},
+            "sharing mode MPS needs a selector of types [gpu] alone",
+        ),
+        (
+            {
+                "selector": {"types": ["gpu"]},
+                "sharing": {"mode": "MemoryShared", "timeSlice": "Short"},
+            },
+            "timeSlice is only valid with mode TimeSliced",
+        ),
+        (
+            {
+                "selector": {"types": ["fpga"]},
+                "sharing": {"mode": "TimeSliced", "timeSlice": "Long"},
+            },
+            "sharing.timeSlice needs a selector of types [gpu] alone",
+        ),
+        ({"selector": {"types": ["gpu"]}, "sharing": {"mode": "Spatial"}}, "spec.sharing.mode"),
+        (
+            {
+                "selector": {"types": ["gpu"]},
+                "sharing": {"mode": "TimeSliced", "timeSlice": "Tiny"},
+            },
+            "spec.sharing.timeSlice",
+        ),
+    ],
+)
+def test_sharing_mode_rules(
+    kubeacc_crds: None, kube_client: Client, spec: dict[str, Any], message: str
+) -> None:
+    assert message in _refused(kube_client, _policy("bad-sharing-mode", spec))
+
+
+def test_gpu_sharing_modes_are_accepted(kubeacc_crds: None, kube_client: Client) -> None:
+    for name, sharing in (
+        ("mps-gpus", {"mode": "MPS"}),
+        ("sliced-gpus", {"mode": "TimeSliced", "timeSlice": "Medium"}),
+    ):
+        kube_client.create(_policy(name, {"selector": {"types": ["gpu"]}, "sharing": sharing}))
+        kube_client.delete(AcceleratorPolicy, name)

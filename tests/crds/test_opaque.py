@@ -95,3 +95,50 @@ def test_every_policy_class_config_is_accepted(sharing: dict[str, object]) -> No
 def test_device_kinds_apply_to_their_type_only() -> None:
     cfg = parse_config({"apiVersion": V, "kind": "NicConfig", "vlan": 1})
     assert applies_to(cfg, "nic") and not applies_to(cfg, "gpu")
+
+
+def test_gpu_sharing_strategies_and_their_time_slice() -> None:
+    base = {"apiVersion": "kubeacc.io/v1alpha1", "kind": "GpuConfig"}
+    mps = parse_config({**base, "sharing": {"strategy": "MPS"}})
+    assert config_env(mps)["KUBEACC_GPU_SHARING"] == "MPS"
+    with pytest.raises(ConfigError, match="timeSlice Short needs strategy TimeSlicing"):
+        parse_config({**base, "sharing": {"strategy": "MPS", "timeSlice": "Short"}})
+    with pytest.raises(ConfigError, match=r"sharing\.strategy"):
+        parse_config({**base, "sharing": {"strategy": "Spatial"}})
+
+
+@pytest.mark.parametrize(
+    ("sharing", "strategy", "time_slice", "shared_only"),
+    [
+        ({"mode": "TimeSliced", "timeSlice": "Short"}, "TimeSlicing", "Short", False),
+        ({"mode": "TimeSliced"}, "TimeSlicing", "Default", False),
+        ({"mode": "MPS"}, "MPS", "Default", True),
+        ({"mode": "MemoryShared"}, None, None, True),
+        ({"mode": "Exclusive"}, None, None, False),
+    ],
+)
+def test_gpu_policy_classes_carry_the_strategy(
+    sharing: dict[str, object], strategy: str | None, time_slice: str | None, shared_only: bool
+) -> None:
+    policy = {"metadata": {"name": "p", "uid": "u"}, "spec": {"selector": {"types": ["gpu"]}}}
+    policy["spec"]["sharing"] = sharing  # type: ignore[index]
+    cls = device_class(policy)
+    configs = [parse_config(e["opaque"]["parameters"]) for e in cls["spec"]["config"]]
+    assert isinstance(configs[0], SharingConfig)
+    gpu = [c for c in configs if isinstance(c, GpuConfig)]
+    if strategy is None:
+        assert gpu == []
+    else:
+        assert gpu[0].sharing is not None
+        assert (gpu[0].sharing.strategy, gpu[0].sharing.time_slice) == (strategy, time_slice)
+    (selector,) = cls["spec"]["selectors"]
+    assert selector["cel"]["expression"].endswith("&& device.allowMultipleAllocations") == (
+        shared_only
+    )
+
+
+def test_a_time_sliced_policy_over_any_type_adds_no_gpu_config() -> None:
+    cls = device_class(
+        {"metadata": {"name": "p", "uid": "u"}, "spec": {"sharing": {"mode": "TimeSliced"}}}
+    )
+    assert [e["opaque"]["parameters"]["kind"] for e in cls["spec"]["config"]] == ["SharingConfig"]

@@ -11,40 +11,23 @@ their pods.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.codecs import from_dict
-from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Node, Pod
 
-from kubeacc.agent.lifecycle.agent import LifecycleAgent
-from kubeacc.crds.deploy import apply_manifest, manifests
-from kubeacc.crds.resources import Accelerator, as_dict, install_crds
+from kubeacc.crds.deploy import manifests
+from kubeacc.crds.resources import as_dict
 from kubeacc.extender.wants import DECISION_ANNOTATION, MEMORY, Decision
-from kubeacc.synthetic import profiles
-from kubeacc.synthetic.kernel import SyntheticKernel
-from kubeacc.testbed.identities import _stem, agent_kubeconfig, install_agent_access, token_client
-from kubeacc.testbed.kubelet import KubeletOptions
-from kubeacc.testbed.procs import free_port
-from kubeacc.testbed.testbed import Testbed
-from tests.agent.dra.agentproc import AgentProcess
+from tests.extender.clusterlib import Cluster, extender_cluster
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster
@@ -56,201 +39,27 @@ L4_MIB = 23034
 NS = "shares"
 
 
-class Extender:
-    """``kubeacc extender`` as a process."""
-
-    def __init__(self, kubeconfig: Path, port: int, log: Path) -> None:
-        self.kubeconfig = kubeconfig
-        self.port = port
-        self.log_path = log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        self.starts += 1
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kubeacc.cli",
-                "extender",
-                f"--kubeconfig={self.kubeconfig}",
-                f"--address=127.0.0.1:{self.port}",
-                f"--identity=extender-{self.starts}",
-                "--lease-duration=3",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        log.close()
-        eventually(self.ready, 60, "extender /readyz")
-
-    def ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"extender exited:\n{self.log()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=5) as r:
-                return bool(r.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def holders(self, node: str) -> list[Any]:
-        """The pods the extender counts on ``node`` (its /state view)."""
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.port}/state?node={node}", timeout=5
-        ) as r:
-            return list((json.loads(r.read()).get("node") or {}).get("holders") or [])
-
-    def post(self, verb: str, body: dict[str, Any]) -> dict[str, Any]:
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/{verb}", data=json.dumps(body).encode(), method="POST"
-        )
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return dict(json.loads(r.read()))
-
-
-@dataclass
-class Cluster:
-    testbed: Testbed
-    client: Client
-    extender: Extender
-    agents: list[AgentProcess]
-
-
-def _extender_kubeconfig(tb: Testbed, client: Client, tmp: Path) -> Path:
-    """A kubeconfig with a token of kube-system/kubeacc-extender (deploy/extender.yaml)."""
-    apply_manifest(client, "rbac/extender.yaml")
-    for doc in manifests("extender.yaml"):
-        if doc["kind"] == "ServiceAccount":
-            client.apply(from_dict(doc), field_manager="kubeacc", force=True)
-    token_client(tb, tmp, namespace="kube-system", account="kubeacc-extender")
-    return tmp / f"{_stem('kube-system', 'kubeacc-extender', '', '')}.kubeconfig"
-
-
 @pytest.fixture(scope="module")
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Cluster]:
-    tmp = tmp_path_factory.mktemp("extender")
-    port = free_port()
-    extenders = [
-        {
-            "urlPrefix": f"http://127.0.0.1:{port}",
-            "filterVerb": "filter",
-            "prioritizeVerb": "prioritize",
-            "bindVerb": "bind",
-            "weight": 1,
-            "nodeCacheCapable": True,
-            "httpTimeout": "10s",
-            "managedResources": [
-                {"name": "kubeacc.io/gpu-memory"},
-                {"name": "kubeacc.io/gpu-cores"},
-                {"name": "kubeacc.io/gpu"},
-            ],
-        }
-    ]
-    # a short path of our own (unix sockets), kept when a test fails: logs for the report
-    workdir = Path(tempfile.mkdtemp(prefix="kacc-ext-"))
-    tb = Testbed.start(
-        workdir,
-        nodes=[KubeletOptions(node_name=n) for n in NODES],
-        scheduler_extenders=extenders,
-    )
-    failed = request.session.testsfailed
-    agents: list[AgentProcess] = []
-    threads: list[threading.Thread] = []
-    stop = threading.Event()
-    extender: Extender | None = None
-    try:
-        client = tb.client(field_manager="kubeacc-test")
-        install_crds(client)
-        install_agent_access(client)
-        config = tmp / "dp.yaml"
-        config.write_text("types:\n  gpu: {shared: true}\n")
-        for node in NODES:
-            work = tmp / node
-            work.mkdir()
-            host = profiles.build(PROFILES[node], work / "host", seed=node)
-            agent = AgentProcess(
-                node, host, agent_kubeconfig(tb, node, work), tb.node(node).root_dir, work
-            )
-            agent.start(extra=[f"--device-plugin-config={config}"], apply_classes=False)
-            agents.append(agent)
-            # the life-cycle agent publishes the node's Accelerators: the extender's inventory
-            lifecycle = LifecycleAgent(
-                Client(KubeConfig.from_file(agent_kubeconfig(tb, node, work))),
-                node_name=node,
-                host_root=host,
-                bitstream_dir=work,
-                kernel=SyntheticKernel(host),
-                interval=1.0,
-            )
-            threads.append(threading.Thread(target=lifecycle.run, args=(stop,), daemon=True))
-            threads[-1].start()
-        for agent in agents:
-            agent.wait_registered()
+    with extender_cluster(
+        tmp_path_factory.mktemp("extender"),
+        request,
+        plugin_nodes=PROFILES,
+        dp_config="types:\n  gpu: {shared: true}\n",
+        gpus=GPUS,
+        namespace=NS,
+    ) as cluster:
         for node in NODES:
             mib = L4_MIB * (2 if PROFILES[node] == "l4-pair" else 1)
             eventually(
-                lambda n=node, m=mib: _allocatable(client, n).get(MEMORY) == str(m),  # type: ignore[misc]
+                lambda n=node, m=mib: _allocatable(cluster.client, n).get(MEMORY) == str(m),  # type: ignore[misc]
                 90,
                 f"{MEMORY} on {node}",
             )
-        eventually(
-            lambda: (
-                sum(
-                    (as_dict(a).get("status") or {}).get("device", {}).get("type") == "gpu"
-                    for a in client.list(Accelerator)
-                )
-                == GPUS
-            ),
-            90,
-            "GPU Accelerators",
-        )
-        extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log")
-        extender.start()
-        _EXTENDER_URL[0] = f"http://127.0.0.1:{port}"
-        with contextlib.suppress(ApiError):
-            client.create(
-                from_dict({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-            )
-        tb.wait_service_account(NS)
-        yield Cluster(tb, client, extender, agents)
-    except BaseException:
-        tb.keep = True
-        raise
-    finally:
-        if extender is not None:
-            extender.stop()
-        for agent in agents:
-            agent.stop()
-        stop.set()
-        for t in threads:
-            t.join(10)
-        tb.stop()
-        if request.session.testsfailed == failed:
-            shutil.rmtree(workdir, ignore_errors=True)
-        else:
-            print(f"\nextender testbed kept in {workdir}, extender log {tmp / 'extender.log'}")
+        _EXTENDER_URL[0] = f"http://127.0.0.1:{cluster.extender.port}"
+        yield cluster
 
 
 @pytest.fixture

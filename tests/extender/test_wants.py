@@ -31,7 +31,8 @@ def test_shares_whole_and_models_are_read_per_container() -> None:
         ContainerWant("c0", memory=4096, cores=30),
         ContainerWant("c1", whole=2, model="h100-80gb-hbm3"),
     )
-    assert want.models == ("h100-80gb-hbm3", "l4")
+    assert want.prefer.names == ("H100-80gb-hbm3", "l4")
+    assert (want.rank("h100-80gb-hbm3"), want.rank("l4"), want.rank("a100")) == (0, 1, None)
     assert want.whole == 2 and want.largest_share == 4096
 
 

@@ -9,6 +9,7 @@ Example (YAML)::
       nic: {}                         # kubeacc.io/nic (generic, the default)
       fpga: {replicas: 4, strategy: packed}
     # or, with kubeacc extender: gpu: {shared: true}  (kubeacc.io/gpu + gpu-memory + gpu-cores)
+    #                            gpu: {shared: true, units: true}  (+ kubeacc.io/gpu-units)
     cdi: false
 
 A type left out is not served through the device plugin (it stays with DRA): per type, a
@@ -55,6 +56,11 @@ class TypeConfig(BaseModel):
         description="GPUs only: also serve kubeacc.io/gpu-memory (MiB) and kubeacc.io/gpu-cores "
         "(percent); kubeacc extender decides which GPU every container gets",
     )
+    units: bool = Field(
+        default=False,
+        description="GPUs only, with shared: also serve kubeacc.io/gpu-units (normalized "
+        "units of the unit table); kubeacc extender picks whole GPUs whose units add up",
+    )
 
     @model_validator(mode="after")
     def _one_resource(self) -> TypeConfig:
@@ -68,6 +74,11 @@ class TypeConfig(BaseModel):
             )
         if not self.generic and not self.per_model:
             raise ValueError("generic and perModel both false: the type would serve nothing")
+        if self.units and not self.shared:
+            raise ValueError(
+                "units without shared: kubeacc.io/gpu-units is served through kubeacc "
+                "extender's decisions; set shared: true"
+            )
         if self.shared and self.replicas > 1:
             raise ValueError("shared and replicas > 1: choose one way of sharing")
         return self

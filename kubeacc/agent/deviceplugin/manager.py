@@ -20,6 +20,7 @@ from kubeacc.agent.deviceplugin.server import RegistrationError, ResourceServer,
 from kubeacc.agent.deviceplugin.shared import (
     CORES_RESOURCE,
     MEMORY_RESOURCE,
+    UNITS_RESOURCE,
     DecisionLookup,
     Kind,
 )
@@ -82,6 +83,8 @@ class DevicePluginManager:
             if cfg is None or dev.pci is None:
                 continue
             shared = [(MEMORY_RESOURCE, Kind.MEMORY), (CORES_RESOURCE, Kind.CORES)]
+            if cfg.units:
+                shared.append((UNITS_RESOURCE, Kind.UNITS))
             names = [(n, Kind.WHOLE) for n in resource_names(dev, cfg)]
             for name, kind in [*names, *shared] if cfg.shared else names:
                 grouped.setdefault(name, {})[dev.pci.bus_id] = dev

@@ -27,11 +27,15 @@ from typing import Any
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
 from kubeacc.model import Device
+from kubeacc.units.table import active_table
 
 log = logging.getLogger(__name__)
 
 MEMORY_RESOURCE = "kubeacc.io/gpu-memory"
 CORES_RESOURCE = "kubeacc.io/gpu-cores"
+UNITS_RESOURCE = "kubeacc.io/gpu-units"
+#: Units advertised per node at most (the same 4 MiB limit; 8 B200s are 18,000).
+MAX_UNIT_IDS = 100_000
 #: MiB advertised per node (the kubelet's 4 MiB message limit, with room to spare).
 MAX_MEMORY_UNITS = 192 * 1024
 CORES_PER_GPU = 100
@@ -47,35 +51,46 @@ class Kind(StrEnum):
     WHOLE = "whole"
     MEMORY = "memory"
     CORES = "cores"
+    UNITS = "units"
 
 
 def memory_mib(dev: Device) -> int:
     return (dev.memory_bytes or 0) // MIB
 
 
+def _units(dev: Device) -> int:
+    return active_table().units_for(dev.model)
+
+
+#: Per counted kind: IDs of one GPU, the most a node advertises, the ID prefix, the resource.
+_COUNTED: dict[Kind, tuple[Callable[[Device], int], int, str, str]] = {
+    Kind.MEMORY: (memory_mib, MAX_MEMORY_UNITS, "m", MEMORY_RESOURCE),
+    Kind.UNITS: (_units, MAX_UNIT_IDS, "u", UNITS_RESOURCE),
+}
+
+
 def unit_ids(kind: Kind, devices: Sequence[Device]) -> list[tuple[str, Device]]:
     """(ID, GPU) of every unit advertised for ``kind``; IDs are short (the 4 MiB limit)."""
+    if kind is Kind.WHOLE:
+        return [(f"g{n}", dev) for n, dev in enumerate(devices)]
+    if kind is Kind.CORES:
+        return [(f"c{n}-{i}", dev) for n, dev in enumerate(devices) for i in range(CORES_PER_GPU)]
+    per_gpu, cap, prefix, resource = _COUNTED[kind]
     out: list[tuple[str, Device]] = []
     total = 0
     for n, dev in enumerate(devices):
-        if kind is Kind.WHOLE:
-            out.append((f"g{n}", dev))
-        elif kind is Kind.CORES:
-            out += [(f"c{n}-{i}", dev) for i in range(CORES_PER_GPU)]
-        else:
-            mib = memory_mib(dev)
-            if total + mib > MAX_MEMORY_UNITS:
-                log.warning(
-                    "%s: %d MiB would exceed the %d MiB a node can advertise as %s; "
-                    "not shared by memory",
-                    dev.name,
-                    mib,
-                    MAX_MEMORY_UNITS,
-                    MEMORY_RESOURCE,
-                )
-                continue
-            total += mib
-            out += [(f"m{n}-{i:x}", dev) for i in range(mib)]
+        count = per_gpu(dev)
+        if total + count > cap:
+            log.warning(
+                "%s: %d more would exceed the %d a node can advertise as %s; left out",
+                dev.name,
+                count,
+                cap,
+                resource,
+            )
+            continue
+        total += count
+        out += [(f"{prefix}{n}-{i:x}", dev) for i in range(count)]
     return out
 
 
@@ -153,9 +168,11 @@ class DecisionLookup:
                         continue
                     if want is None:
                         continue
-                    amount = {Kind.MEMORY: want.memory, Kind.CORES: want.cores}.get(
-                        kind, want.whole
-                    )
+                    amount = {
+                        Kind.MEMORY: want.memory,
+                        Kind.CORES: want.cores,
+                        Kind.UNITS: want.units,
+                    }.get(kind, want.whole)
                     if amount != count:
                         continue
                     if kind is Kind.WHOLE and resource != _whole_resource(want.model):

@@ -35,6 +35,8 @@ class CDIDevice:
     env: Mapping[str, str] = field(default_factory=dict)
     #: The allocation's shareID when the claim has a share of a memory-shared device.
     share_id: str = ""
+    #: Bind mounts, ``(host path, container path)`` (the MPS pipe directory).
+    mounts: tuple[tuple[str, str], ...] = ()
 
     def cdi_name(self, claim_uid: str) -> str:
         return cdi_name(claim_uid, self.name, self.share_id)
@@ -69,6 +71,11 @@ def build_spec(
         env = [f"KUBEACC_DEVICE_{_env_suffix(d.name)}={d.bus_id}"]
         env += [f"{k}={v}" for k, v in sorted(d.env.items())]
         edits["env"] = env
+        if d.mounts:
+            edits["mounts"] = [
+                {"hostPath": h, "containerPath": c, "options": ["rw", "nosuid", "nodev", "bind"]}
+                for h, c in d.mounts
+            ]
         cdi_devices.append({"name": d.cdi_name(claim_uid), "containerEdits": edits})
     return {
         "cdiVersion": CDI_VERSION,

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubeacc.agent.dra.mig import Partition
-from kubeacc.agent.dra.sharing import ShareSelector, is_memory_shared, shared_capacity
+from kubeacc.agent.dra.sharing import Selector, is_memory_shared, shared_capacity
 from kubeacc.model import Device, HealthState, Inventory, PartitionKind
+from kubeacc.units.table import active_table
 
 #: Taint key put on devices that discovery reports as not healthy.
 UNHEALTHY_TAINT = "kubeacc.io/unhealthy"
@@ -61,6 +62,9 @@ def device_entry(dev: Device, shared: bool = False) -> dict[str, Any]:
     if dev.uuid:
         attrs["uuid"] = _s(dev.uuid)
     attrs["productName"] = _s(dev.model)
+    units = active_table().units_for(dev.model)  # normalized units (kubeacc.units)
+    if units:
+        attrs["units"] = _int(units)
     if dev.driver_version:
         attrs["driverVersion"] = _s(dev.driver_version)
     if dev.fpga is not None:
@@ -109,7 +113,7 @@ def vf_entries(pf: Device) -> list[dict[str, Any]]:
     return out
 
 
-def slice_devices(inv: Inventory, shared: Sequence[ShareSelector] = ()) -> list[dict[str, Any]]:
+def slice_devices(inv: Inventory, shared: Sequence[Selector] = ()) -> list[dict[str, Any]]:
     """Every device of the node as slice entries, sorted by name (stable slice contents);
     GPUs that ``shared`` selects as memory-shared ones."""
     out: list[dict[str, Any]] = []

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra import DRIVER_NAME, cdi
+from kubeacc.agent.dra.applied import AppliedSharing, GpuWant, SharingError, want_of
 from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
@@ -49,7 +50,14 @@ from kubeacc.agent.dra.hooks import pause_point
 from kubeacc.agent.dra.mig import MigError, MigPartitions
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
-from kubeacc.crds.opaque import ConfigError, FpgaConfig, applies_to, config_env, parse_config
+from kubeacc.crds.opaque import (
+    ConfigError,
+    FpgaConfig,
+    GpuConfig,
+    applies_to,
+    config_env,
+    parse_config,
+)
 from kubeacc.metrics.agent import AgentMetrics
 
 log = logging.getLogger(__name__)
@@ -88,11 +96,14 @@ class Driver:
         api_budget: float = API_BUDGET_S,
         on_change: Callable[[], None] | None = None,
         metrics: AgentMetrics | None = None,
+        sharing: AppliedSharing | None = None,
         partitions: MigPartitions | None = None,
     ) -> None:
         self.node = node
         self.metrics = metrics or AgentMetrics()
         self.fpga = fpga
+        #: Applies GpuConfig sharing strategies on the GPUs (None: such configs are refused).
+        self.sharing = sharing
         #: Creates and destroys MIG instances of partition devices (None: no MIG here).
         self.partitions = partitions
         #: Called (outside the lock) after claims were prepared or unprepared.
@@ -129,6 +140,9 @@ class Driver:
             ) from None
         if removed or rewritten:
             log.info("reconciled CDI specs: removed %s, rewrote %s", removed, rewritten)
+        if self.sharing is not None:
+            with self.lock:
+                self.sharing.reconcile(set(self.checkpoint.claims))
         if self.partitions is not None:
             try:
                 self.partitions.reconcile(set(self.checkpoint.claims))
@@ -210,9 +224,10 @@ class Driver:
                     else:
                         out[uid] = PrepareResult(devices=done.devices)
             built: dict[str, PreparedClaim] = {}
+            wants: dict[str, list[GpuWant]] = {}
             for ref in fresh:  # API server and FPGA programming: not under the driver lock
                 try:
-                    built[ref.uid] = self._prepare_one(ref, deadline)
+                    built[ref.uid] = self._prepare_one(ref, deadline, wants)
                 except ClaimError as exc:
                     log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
                     out[ref.uid] = PrepareResult(error=str(exc))
@@ -224,7 +239,7 @@ class Driver:
                     self._release(ref.uid)
             if built:
                 with self.lock:
-                    self._commit(built, out)
+                    self._commit(built, out, wants)
         return out
 
     def _release(self, uid: str) -> None:
@@ -236,13 +251,30 @@ class Driver:
         except MigError as exc:
             log.error("claim %s: %s", uid, exc)
 
-    def _commit(self, built: dict[str, PreparedClaim], out: dict[str, PrepareResult]) -> None:
-        """CDI specs, then one checkpoint record for all of them; errors per claim."""
+    def _commit(
+        self,
+        built: dict[str, PreparedClaim],
+        out: dict[str, PrepareResult],
+        wants: dict[str, list[GpuWant]],
+    ) -> None:
+        """GPU settings, CDI specs, then one checkpoint record for all of them; errors per
+        claim (a claim that fails after its GPU settings were applied gives them back)."""
         written: dict[str, PreparedClaim] = {}
         for uid, claim in built.items():
+            if wants.get(uid) and self.sharing is not None:
+                try:
+                    self.sharing.acquire(uid, wants[uid])
+                except SharingError as exc:
+                    log.warning("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, exc)
+                    out[uid] = PrepareResult(
+                        error=f"ResourceClaim {claim.namespace}/{claim.name}: {exc}"
+                    )
+                    self._release(uid)
+                    continue
             try:
                 cdi.write_spec(self.cdi_dir, uid, claim.cdi_spec)
             except OSError as exc:
+                self._give_back([uid])
                 msg = f"writing the CDI spec failed: {exc.strerror or exc}"
                 log.error("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, msg)
                 out[uid] = PrepareResult(error=msg)
@@ -262,6 +294,7 @@ class Driver:
                     cdi.remove_spec(self.cdi_dir, uid)
                 out[uid] = PrepareResult(error=msg)
                 self._release(uid)
+            self._give_back(list(written))
             return
         for uid, claim in written.items():
             out[uid] = PrepareResult(devices=claim.devices)
@@ -273,7 +306,15 @@ class Driver:
             )
             log.info("prepared claim %s/%s: %s", claim.namespace, claim.name, devices)
 
-    def _prepare_one(self, ref: ClaimRef, deadline: float) -> PreparedClaim:
+    def _give_back(self, uids: list[str]) -> None:
+        """Undo the GPU settings of claims that were not prepared after all."""
+        if self.sharing is not None:
+            with contextlib.suppress(OSError):  # reconcile finishes it at the next start
+                self.sharing.release(uids)
+
+    def _prepare_one(
+        self, ref: ClaimRef, deadline: float, wants: dict[str, list[GpuWant]]
+    ) -> PreparedClaim:
         """Read and check the claim and build its CDI spec (written later, by _commit)."""
         where = f"ResourceClaim {ref.namespace}/{ref.name}"
         if time.monotonic() >= deadline:
@@ -312,6 +353,7 @@ class Driver:
             if info is None:
                 raise ClaimError(f"{where}: device {dev_name} is not published by this node")
             env: dict[str, str] = {}
+            gpu_cfg: GpuConfig | None = None
             nodes = info.device_nodes
             if info.mig is not None:
                 nodes, env = self._partition(where, ref.uid, info)
@@ -329,8 +371,22 @@ class Driver:
                     )
                 if isinstance(cfg, FpgaConfig) and cfg.bitstream is not None:
                     self._program(where, dev_name, cfg.bitstream.name, cfg.bitstream.digest)
+                if isinstance(cfg, GpuConfig) and cfg.sharing is not None:
+                    gpu_cfg = cfg  # the claim's own config wins over its class's
                 env.update(config_env(cfg))
                 recorded[dev_name] = cfg.model_dump(mode="json", by_alias=True)
+            if info.mig is not None and gpu_cfg is not None:
+                raise ClaimError(
+                    f"{where}: device {dev_name} is a MIG partition: a GpuConfig sharing "
+                    "strategy would change the whole GPU"
+                )
+            try:  # a sharing strategy to apply on the GPU (at commit), and its CDI edits
+                more_env, mounts = want_of(
+                    self.sharing, gpu_cfg, dev_name, info.bus_id, wants.setdefault(ref.uid, [])
+                )
+            except SharingError as exc:
+                raise ClaimError(f"{where}: {exc}") from None
+            env.update(more_env)
             share_id = r.get("shareID") or ""
             share: ShareLimits | None = None
             if share_id:
@@ -344,7 +400,7 @@ class Driver:
                     raise ClaimError(f"{where}: device {dev_name}: {exc}") from None
             if info.bus_id:
                 units.append(UnitLimits(info.vendor, share, info.memory_bytes))
-            cdi_devices.append(cdi.CDIDevice(dev_name, info.bus_id, nodes, env, share_id))
+            cdi_devices.append(cdi.CDIDevice(dev_name, info.bus_id, nodes, env, share_id, mounts))
             prepared.append(
                 PreparedDevice(
                     request_names=[r["request"]],
@@ -442,6 +498,7 @@ class Driver:
                     cdi.put_back(self.cdi_dir, uid)
             raise
         pause_point("unprepare-after-checkpoint", self.state_dir)
+        self._give_back(uids)  # the last claim of a GPU undoes its sharing strategy
         for uid in aside:
             with contextlib.suppress(OSError):  # the claim is unprepared; reconcile cleans up
                 cdi.discard(self.cdi_dir, uid)

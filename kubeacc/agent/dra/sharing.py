@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol
 
 from kubeacc.engine.quantity import QuantityError, parse_quantity
 from kubeacc.model import Device, DeviceType, PartitionKind
@@ -39,7 +40,10 @@ ENV_CORES = "KUBEACC_DEVICE_CORES_LIMIT"
 ENV_MPS_MEMORY = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 ENV_MPS_CORES = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 
-_KEYS = ("model", "pci", "name")
+_KEYS = ("type", "model", "pci", "name")
+#: Types a broad selector (``all``, ``model=``) shares; others only when named explicitly
+#: (``type=fpga``, ``pci=``/``name=`` of the device, or a policy that lists the type).
+SHAREABLE_TYPES = frozenset({DeviceType.GPU, DeviceType.XPU})
 _SHARE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 
 
@@ -49,7 +53,8 @@ class SelectorError(ValueError):
 
 @dataclass(frozen=True)
 class ShareSelector:
-    """``all``, ``model=GLOB`` (case-insensitive), ``pci=BUS-ID`` or ``name=DEVICE``."""
+    """``all``, ``type=TYPE``, ``model=GLOB`` (case-insensitive), ``pci=BUS-ID`` or
+    ``name=DEVICE``."""
 
     key: str
     value: str = ""
@@ -61,10 +66,11 @@ class ShareSelector:
             return cls("all")
         key, sep, value = text.partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or key not in _KEYS or not value:
+        types = {t.value for t in DeviceType}
+        if not sep or key not in _KEYS or not value or (key == "type" and value not in types):
             raise SelectorError(
-                f"memory-shared selector {text!r}: expected all, model=GLOB, pci=BUS-ID "
-                "or name=DEVICE"
+                f"memory-shared selector {text!r}: expected all, type=TYPE, model=GLOB, "
+                "pci=BUS-ID or name=DEVICE"
             )
         return cls(key, value)
 
@@ -73,9 +79,15 @@ class ShareSelector:
             return True
         if self.key == "model":
             return fnmatch.fnmatchcase(dev.model.lower(), self.value.lower())
+        if self.key == "type":
+            return dev.type.value == self.value
         if self.key == "pci":
             return dev.pci is not None and dev.pci.bus_id.lower() == self.value.lower()
         return dev.name == self.value
+
+    def explicit(self, dev: Device) -> bool:
+        """Whether the selector names this device or its type (not only ``all``/``model=``)."""
+        return self.key in ("type", "pci", "name") and self.matches(dev)
 
     def __str__(self) -> str:
         return self.key if self.key == "all" else f"{self.key}={self.value}"
@@ -85,19 +97,28 @@ def parse_selectors(texts: Iterable[str]) -> tuple[ShareSelector, ...]:
     return tuple(ShareSelector.parse(t) for t in texts)
 
 
-def shareable(dev: Device) -> bool:
-    """A GPU with more memory than the smallest share, not in MIG mode (its MIG instances are
-    its partitions)."""
+class Selector(Protocol):
+    """What chooses memory-shared devices: a ``--memory-shared`` selector or a policy."""
+
+    def matches(self, dev: Device) -> bool: ...
+
+    def explicit(self, dev: Device) -> bool: ...
+
+
+def shareable(dev: Device, explicit: bool = False) -> bool:
+    """A device with known memory, more than the smallest share, not in MIG mode (its MIG
+    instances are its partitions), of a type in :data:`SHAREABLE_TYPES` or, when ``explicit``,
+    of any type but a NIC (an FPGA is shared only when a selector or policy names it)."""
     return (
-        dev.type is DeviceType.GPU
+        (dev.type in SHAREABLE_TYPES or (explicit and dev.type is not DeviceType.NIC))
         and (dev.memory_bytes or 0) >= (MEMORY_MIN_MIB + 1) * MIB
         and not any(p.kind is PartitionKind.MIG for p in dev.partitions)
         and dev.attributes.get("migMode") != "enabled"
     )
 
 
-def is_memory_shared(dev: Device, selectors: Sequence[ShareSelector]) -> bool:
-    return shareable(dev) and any(s.matches(dev) for s in selectors)
+def is_memory_shared(dev: Device, selectors: Sequence[Selector]) -> bool:
+    return any(s.matches(dev) and shareable(dev, s.explicit(dev)) for s in selectors)
 
 
 def shared_capacity(memory_bytes: int) -> dict[str, dict[str, object]]:

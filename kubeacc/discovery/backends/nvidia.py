@@ -73,10 +73,10 @@ def select_nvml(host: HostRoot, mode: str = "auto") -> Any | None:
     if mode == "off":
         return None
     if host.exists(SYNTHETIC_NVML):
-        from kubeacc.synthetic.nvmllib import SyntheticNVML
+        from kubeacc.synthetic.nvml_control import ControlledNVML
 
         try:
-            return SyntheticNVML.from_file(host.real(SYNTHETIC_NVML))
+            return ControlledNVML.from_file(host.real(SYNTHETIC_NVML))
         except (OSError, ValueError, KeyError, TypeError) as err:
             host.sink.add(SYNTHETIC_NVML, f"NVML description unusable: {err}")
             return None

@@ -10,6 +10,9 @@ VENDOR = "0x1d22"
 PF_IDS = {"0x3684"}
 VF_IDS = {"0x3685"}
 MODEL = "KunLun XPU"
+#: Device memory by PCI device id; the kunlun driver exposes none in sysfs. The R200 carries
+#: 16 GB of GDDR6.
+MEMORY_BYTES = {"0x3684": 16 << 30}
 
 
 class KunlunBackend:
@@ -34,6 +37,7 @@ class KunlunBackend:
         name = ctx.claim(fn, DeviceType.XPU)
         model = ctx.names.device_name(fn.vendor, fn.device)
         dev = ctx.pci_device(fn, DeviceType.XPU, name, source="kunlun", model=model or MODEL)
+        dev.memory_bytes = MEMORY_BYTES.get(fn.device)
         dev.device_nodes = ctx.dev_nodes(f"/dev/xpu{ordinal}", device=name)
         dev.device_nodes += [p for p in ("/dev/xpuctrl",) if ctx.host.exists(p)]
         for i, vf in enumerate(fn.virtfns):

@@ -146,3 +146,52 @@ def test_a_decided_gpu_that_is_gone_is_an_error(edge: Inventory) -> None:
     found = DecisionLookup("node-a", lambda: pods).find(MEMORY, Kind.MEMORY, 10)
     with pytest.raises(AllocationError, match=r"0000:99:00.0 not on this node"):
         shared_allocate(Kind.MEMORY, found, _gpus(edge), None)
+
+
+UNITS = "kubeacc.io/gpu-units"
+
+
+def test_units_are_served_from_the_unit_table(tmp_path: Any, hosts: HostFactory) -> None:
+    from kubeacc.units.table import build, use_table
+
+    inv = discover(hosts.pristine("l4-pair"), nvml="on")
+    cfg = DevicePluginConfig.model_validate({"types": {"gpu": {"shared": True, "units": True}}})
+    states = DevicePluginManager(tmp_path, cfg).states(inv)
+    assert sorted(states) == ["kubeacc.io/gpu", CORES, MEMORY, UNITS]
+    ids = [d.ID for d in states[UNITS].listing()]
+    assert len(ids) == 2 * 121 and len(set(ids)) == len(ids)  # L4: 121 units each
+    try:
+        use_table(build({"L4": 5}, defaults=False))
+        assert len(states[UNITS].listing()) == 10
+        use_table(build({"T4": 5}, defaults=False))  # no entry for L4: nothing to advertise
+        assert states[UNITS].listing() == []
+    finally:
+        use_table(None)
+
+
+def test_units_need_shared(tmp_path: Any) -> None:
+    import yaml
+
+    from kubeacc.agent.deviceplugin.config import load_config
+
+    f = tmp_path / "dp.yaml"
+    f.write_text(yaml.safe_dump({"types": {"gpu": {"units": True}}}))
+    with pytest.raises(DevicePluginConfigError, match="units without shared"):
+        load_config(f)
+
+
+def test_allocate_hands_a_units_container_its_decided_gpus(hosts: HostFactory) -> None:
+    gpus = _gpus(discover(hosts.pristine("l4-pair"), nvml="on"))
+    both = tuple(sorted(gpus))
+    decided = Decision("node-a", (Assigned("main", both, whole=True, units=200),), 1.0)
+    pods = [
+        _pod("units", {UNITS: "200"}, decided, "2026-01-01T00:00:00Z"),
+        _pod("shares", {MEMORY: "200"}, None, "2026-01-01T00:00:00Z"),
+    ]
+    lookup = DecisionLookup("node-a", lambda: pods)
+    found = lookup.find(UNITS, Kind.UNITS, 200)
+    got = shared_allocate(Kind.UNITS, found, gpus, None)
+    assert got.envs["ACCELERATOR_UNITS"] == ",".join(both)
+    assert "KUBEACC_DEVICE_MEMORY_LIMIT" not in got.envs
+    with pytest.raises(AllocationError, match="no kubeacc extender decision"):
+        lookup.find(UNITS, Kind.UNITS, 200)

@@ -23,6 +23,7 @@ from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
 from kubeacc.agent.kubeletapi import dra_v1beta1_pb2 as v1beta1
 from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2 as hpb
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.tools.hoststate import read_calls
 from kubeacc.testbed import Testbed
 from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
 from tests.kubeletclient import dra_v1beta1_pb2_grpc as v1beta1_grpc
@@ -130,10 +131,18 @@ def test_pod_runs_with_our_cdi_devices_and_unprepares(
     assert "ACCELERATOR_UNITS=0000:" in spec
     assert "KUBEACC_GPU_TIMESLICE=Short" in spec
     assert "MY_SETTING=on" in spec
+    # time-slicing applied on the GPU (docs/sharing.md): compute mode DEFAULT, time slice 1
+    applied = [(c["tool"], c["args"]) for c in read_calls(agent.host_root)]
+    assert applied == [("nvml", [0]), ("nvidia-smi", [1])]
 
     kube_client.delete(Pod, "app", namespace=namespace)
     eventually(lambda: gone(kube_client, "app", namespace), 90, "pod deleted")
     eventually(lambda: not agent.spec_uids() and not agent.checkpoint_claims(), 30, "unprepared")
+    # ... and undone with the claim: the time slice and compute mode found before
+    assert [(c["tool"], c["args"]) for c in read_calls(agent.host_root)][2:] == [
+        ("nvidia-smi", [0]),
+        ("nvml", [0]),
+    ]
 
 
 def _call_prepare(agent: AgentProcess, claims: list[tuple[str, str, str]], beta: bool = False):  # type: ignore[no-untyped-def]

@@ -57,10 +57,30 @@ def test_selectors_pick_gpus_by_model_pci_and_name(dgx: Inventory) -> None:
     assert str(ShareSelector.parse(" model = H100* ")) == "model=H100*"
 
 
-@pytest.mark.parametrize("text", ["", "some", "model=", "vendor=nvidia", "=x", "pci"])
+@pytest.mark.parametrize(
+    "text", ["", "some", "model=", "vendor=nvidia", "=x", "pci", "type=", "type=tpu"]
+)
 def test_bad_selectors_are_refused(text: str) -> None:
-    with pytest.raises(SelectorError, match="expected all, model=GLOB"):
+    with pytest.raises(SelectorError, match="expected all, type=TYPE, model=GLOB"):
         ShareSelector.parse(text)
+
+
+def test_xpus_and_amd_gpus_are_shareable_fpgas_only_when_named(make_inventory: Any) -> None:
+    def chosen(profile: str, *texts: str) -> set[str]:
+        sel = parse_selectors(texts)
+        return {d.name for d in make_inventory(profile).devices if is_memory_shared(d, sel)}
+
+    xpus = {d.name for d in make_inventory("kunlun-xpu").devices if d.type.value == "xpu"}
+    assert len(xpus) == 8 and chosen("kunlun-xpu", "all") == xpus  # 16 GiB R200s
+    assert chosen("kunlun-xpu", "type=xpu") == xpus
+    amd = chosen("amd-gpu", "all")
+    assert len(amd) == 4  # the MI210s; the Flex 170 reports no memory
+    fpgas = {d.name for d in make_inventory("large-mixed").devices if d.type.value == "fpga"}
+    assert chosen("large-mixed", "all") & fpgas == set()
+    with_memory = {
+        d.name for d in make_inventory("large-mixed").devices if d.name in fpgas and d.memory_bytes
+    }
+    assert chosen("large-mixed", "type=fpga") == with_memory
 
 
 # -- what the slice says ----------------------------------------------------------------------
@@ -288,3 +308,22 @@ def test_the_kubelet_gets_the_share_id(tmp_path: Path, claims: Claims, dgx: Inve
 
 def test_limits_round_down_to_whole_mib() -> None:
     assert ShareLimits.from_consumed({MEMORY: str(3 * 2**20 - 1)}, H100).memory_mib == 2
+
+
+def test_a_kunlun_share_gets_the_generic_limits_only(
+    tmp_path: Path, claims: Claims, make_inventory: Any
+) -> None:
+    inv = make_inventory("kunlun-xpu")
+    xpu = next(d for d in inv.devices if d.type.value == "xpu")
+    index = device_index(inv)
+    driver = Driver(
+        NODE, claims, lambda: index, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state"
+    )
+    entry = {d["name"]: d for d in slice_devices(inv, parse_selectors(["type=xpu"]))}[xpu.name]
+    assert entry["capacity"][MEMORY]["requestPolicy"]["default"] == "16384Mi"
+    claims.add("x", "u1", [share(xpu.name, "s-x", "4Gi", "50")])
+    (res,) = driver.prepare([ClaimRef("ns", "x", "u1")]).values()
+    assert res.error == ""
+    env = spec_env(tmp_path, "u1", f"u1-{xpu.name}-s-x")
+    assert (env["KUBEACC_DEVICE_MEMORY_LIMIT"], env["KUBEACC_DEVICE_CORES_LIMIT"]) == ("4096", "50")
+    assert not [k for k in env if k.startswith("CUDA_MPS")]

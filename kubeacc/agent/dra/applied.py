@@ -1,0 +1,278 @@
+"""GPU sharing strategies applied on the device for the claims that ask for them.
+
+A ``GpuConfig`` with ``sharing.strategy`` ``TimeSlicing`` or ``MPS`` (from the claim or its
+DeviceClass) changes the GPU itself at prepare:
+
+============  =====================================  ===========================================
+strategy      compute mode (NVML)                    besides
+============  =====================================  ===========================================
+TimeSlicing   ``DEFAULT`` (processes time-slice)     the time slice, when not ``Default``
+MPS           ``EXCLUSIVE_PROCESS`` (the MPS server) the GPU's MPS control daemon started
+============  =====================================  ===========================================
+
+The first claim that uses a GPU this way applies the settings, later ones (shares of a
+memory-shared GPU, or other claims of the same GPU) must ask for the same strategy and time
+slice or are refused with the reason, and the last one to go undoes them: daemon stopped, time
+slice and compute mode back to what they were before.
+
+What is applied is recorded in ``<state-dir>/gpu-sharing.json`` (per GPU: strategy, time slice,
+the compute mode and time slice found before, the claims using it), durably and *before* the
+device is changed, so an agent killed at any point finds it: :meth:`AppliedSharing.reconcile`
+at start drops the claims the checkpoint does not hold (killed between apply and checkpoint, or
+between checkpoint and undo), undoes GPUs left without claims, restarts a missing MPS daemon of
+a GPU still in use and stops daemons nobody records. Every undo step can be repeated, so a
+crash halfway through one is finished by the next start.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pynvml
+
+from kubeacc.agent.dra.atomic import write_atomic
+from kubeacc.agent.dra.mps import CONTAINER_PIPE_DIR, ENV_PIPE, MpsDaemons, MpsError
+from kubeacc.agent.dra.timeslice import TIMESLICES, ControlError, GpuControl
+from kubeacc.crds.opaque import GpuConfig, SharingStrategy
+from kubeacc.crds.types import TimeSlice
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "gpu-sharing.json"
+MODES = {
+    SharingStrategy.TIME_SLICING: pynvml.NVML_COMPUTEMODE_DEFAULT,
+    SharingStrategy.MPS: pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
+}
+
+
+class SharingError(Exception):
+    """The claim's sharing strategy cannot be applied (the message goes to the kubelet)."""
+
+
+@dataclass(frozen=True)
+class GpuWant:
+    """What one claim asks of one GPU."""
+
+    device: str
+    bus_id: str
+    strategy: SharingStrategy
+    time_slice: TimeSlice = TimeSlice.DEFAULT
+
+    @classmethod
+    def of(cls, cfg: GpuConfig, device: str, bus_id: str) -> GpuWant | None:
+        """The want of a GpuConfig, or None when it changes nothing on the device."""
+        sharing = cfg.sharing
+        if sharing is None or sharing.strategy not in MODES or not bus_id:
+            return None
+        return cls(device, bus_id, sharing.strategy, sharing.time_slice)
+
+    def describe(self) -> str:
+        if self.strategy is SharingStrategy.TIME_SLICING:
+            return f"{self.strategy.value} (time slice {self.time_slice.value})"
+        return self.strategy.value
+
+
+def want_of(
+    sharing: AppliedSharing | None,
+    cfg: GpuConfig | None,
+    device: str,
+    bus_id: str,
+    wants: list[GpuWant],
+) -> tuple[dict[str, str], tuple[tuple[str, str], ...]]:
+    """Add what ``cfg`` asks of the GPU to the claim's ``wants``; the CDI edits (env, mounts as
+    (host path, container path)) the device gets for it. SharingError when it cannot be had."""
+    want = GpuWant.of(cfg, device, bus_id) if cfg is not None else None
+    if want is None:
+        return {}, ()
+    if sharing is None:
+        raise SharingError(
+            f"device {device}: this agent does not apply GPU sharing strategies ({want.describe()})"
+        )
+    if want.strategy is SharingStrategy.MPS and any(
+        w.strategy is SharingStrategy.MPS and w.bus_id != bus_id for w in wants
+    ):
+        raise SharingError(
+            "MPS on more than one GPU in one claim is not supported "
+            "(a container has one MPS pipe directory)"
+        )
+    wants.append(want)
+    if want.strategy is not SharingStrategy.MPS:
+        return {}, ()
+    pipe = str(sharing.daemons.pipe_dir(bus_id))
+    return {ENV_PIPE: CONTAINER_PIPE_DIR}, ((pipe, CONTAINER_PIPE_DIR),)
+
+
+class AppliedSharing:
+    """Applies, records and undoes the GPU sharing strategies of prepared claims."""
+
+    def __init__(self, state_dir: Path, control: GpuControl, daemons: MpsDaemons) -> None:
+        self.path = state_dir / STATE_FILE
+        self.control = control
+        self.daemons = daemons
+        self.gpus: dict[str, dict[str, Any]] = self._load()
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise ValueError(f"{self.path}: not JSON: {exc}") from None
+        gpus = data.get("gpus", {}) if isinstance(data, dict) else None
+        if not isinstance(gpus, dict):
+            raise ValueError(f"{self.path}: no 'gpus' object")
+        return gpus
+
+    def _save(self) -> None:
+        body = json.dumps({"gpus": self.gpus}, indent=1, sort_keys=True).encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.path, body)
+
+    # -- prepare / unprepare --------------------------------------------------------------------
+    def acquire(self, uid: str, wants: Sequence[GpuWant]) -> None:
+        """Apply each want for claim ``uid``; all or nothing (SharingError names the reason)."""
+        done: list[str] = []
+        try:
+            for want in wants:
+                self._acquire_one(uid, want)
+                done.append(want.bus_id)
+        except (SharingError, OSError) as exc:
+            with contextlib.suppress(OSError):
+                self._release([uid], done)
+            if isinstance(exc, OSError):
+                raise SharingError(f"recording the GPU settings failed: {exc}") from None
+            raise
+
+    def _acquire_one(self, uid: str, want: GpuWant) -> None:
+        entry = self.gpus.get(want.bus_id)
+        if entry is not None and not entry["claims"]:
+            self._undo(want.bus_id, entry)  # left by an undo that failed: finish it first
+            entry = self.gpus.get(want.bus_id)
+        if entry is not None:
+            if (entry["strategy"], entry["timeSlice"]) != (want.strategy, want.time_slice):
+                users = ", ".join(entry["claims"])
+                raise SharingError(
+                    f"GPU {want.device} is set up for {_describe(entry)} by claim(s) {users}; "
+                    f"this claim asks for {want.describe()}"
+                )
+            if uid not in entry["claims"]:
+                entry["claims"].append(uid)
+                self._save()
+            return
+        try:
+            uuid = self.control.uuid(want.bus_id)
+            previous = self.control.compute_mode(want.bus_id)
+        except ControlError as exc:
+            raise SharingError(f"{want.describe()} on GPU {want.device}: {exc}") from None
+        entry = {
+            "device": want.device,
+            "uuid": uuid,
+            "strategy": want.strategy.value,
+            "timeSlice": want.time_slice.value,
+            "previousComputeMode": previous,
+            "claims": [uid],
+        }
+        if want.time_slice != TimeSlice.DEFAULT:
+            # what to put back; a GPU that cannot say has the driver's default, 0
+            entry["previousTimeSlice"] = self.control.timeslice(want.bus_id, uuid) or 0
+        self.gpus[want.bus_id] = entry
+        self._save()  # before the device changes: a crash from here on is undone at start
+        try:
+            self._apply(want, uuid)
+        except (ControlError, MpsError) as exc:
+            entry["claims"] = []
+            self._undo(want.bus_id, entry)
+            raise SharingError(f"GPU {want.device} cannot do {want.describe()}: {exc}") from None
+        log.info("GPU %s: %s applied for claim %s", want.device, want.describe(), uid)
+
+    def _apply(self, want: GpuWant, uuid: str) -> None:
+        self.control.set_compute_mode(want.bus_id, MODES[want.strategy])
+        if want.strategy is SharingStrategy.TIME_SLICING and want.time_slice != TimeSlice.DEFAULT:
+            self.control.set_timeslice(want.bus_id, uuid, TIMESLICES[want.time_slice])
+        if want.strategy is SharingStrategy.MPS:
+            self.daemons.start(want.bus_id, uuid)
+
+    def release(self, uids: Iterable[str]) -> None:
+        """The claims are gone: undo the GPUs they were the last users of."""
+        self._release(list(uids), list(self.gpus))
+
+    def _release(self, uids: list[str], bus_ids: Iterable[str]) -> None:
+        changed = False
+        for bus_id in list(bus_ids):
+            entry = self.gpus.get(bus_id)
+            if entry is None:
+                continue
+            left = [c for c in entry["claims"] if c not in uids]
+            if left != entry["claims"]:
+                entry["claims"] = left
+                changed = True
+                if not left:
+                    self._undo(bus_id, entry)
+        if changed:
+            self._save()
+
+    def _undo(self, bus_id: str, entry: dict[str, Any]) -> None:
+        """Back to how the GPU was; the entry goes when every step worked (else: retried)."""
+        strategy = SharingStrategy(entry["strategy"])
+        try:
+            if strategy is SharingStrategy.MPS:
+                self.daemons.stop(bus_id, entry["uuid"])
+            if entry["timeSlice"] != TimeSlice.DEFAULT:
+                try:
+                    previous = int(entry.get("previousTimeSlice", 0))
+                    self.control.set_timeslice(bus_id, entry["uuid"], previous)
+                except ControlError as exc:
+                    if not exc.not_supported:  # else it was never set: nothing to undo
+                        raise
+            self.control.set_compute_mode(bus_id, int(entry["previousComputeMode"]))
+        except (ControlError, MpsError) as exc:
+            log.error("GPU %s: undoing %s failed (retried later): %s", bus_id, strategy, exc)
+            self._save()
+            return
+        del self.gpus[bus_id]
+        self._save()
+        log.info("GPU %s: %s undone", entry["device"], _describe(entry))
+
+    # -- start-up -------------------------------------------------------------------------------
+    def reconcile(self, prepared: set[str]) -> list[str]:
+        """Make the GPUs agree with the prepared claims (module docstring); what was done."""
+        done: list[str] = []
+        for bus_id, entry in list(self.gpus.items()):
+            stale = [c for c in entry["claims"] if c not in prepared]
+            if stale:
+                done.append(f"GPU {bus_id}: dropped claims {stale} the checkpoint does not hold")
+            entry["claims"] = [c for c in entry["claims"] if c in prepared]
+            if not entry["claims"]:
+                self._undo(bus_id, entry)
+                done.append(f"GPU {bus_id}: {_describe(entry)} undone")
+            elif entry["strategy"] == SharingStrategy.MPS and self.daemons.pid(bus_id) is None:
+                try:
+                    self.daemons.start(bus_id, entry["uuid"])
+                    done.append(f"GPU {bus_id}: MPS control daemon restarted")
+                except MpsError as exc:
+                    log.error("%s", exc)
+        mps_gpus = {b for b, e in self.gpus.items() if e["strategy"] == SharingStrategy.MPS}
+        for bus_id in self.daemons.running():
+            if bus_id not in mps_gpus:
+                try:
+                    self.daemons.stop(bus_id, "")
+                    done.append(f"GPU {bus_id}: stray MPS control daemon stopped")
+                except MpsError as exc:
+                    log.error("%s", exc)
+        if done:
+            self._save()
+        for line in done:
+            log.info("reconciled GPU settings: %s", line)
+        return done
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    if entry["strategy"] == SharingStrategy.TIME_SLICING:
+        return f"{entry['strategy']} (time slice {entry['timeSlice']})"
+    return str(entry["strategy"])

@@ -1,0 +1,108 @@
+"""The CUDA MPS control daemon of one GPU, run through the host's ``nvidia-cuda-mps-control``.
+
+One daemon per GPU, with its own pipe and log directory under the agent's state directory
+(``<state-dir>/mps/<bus-id>/pipe`` and ``.../log``, host paths the CDI spec can mount). It is
+started as NVIDIA documents: ``nvidia-cuda-mps-control -d`` with ``CUDA_VISIBLE_DEVICES=<uuid>``,
+``CUDA_MPS_PIPE_DIRECTORY`` and ``CUDA_MPS_LOG_DIRECTORY`` set, and stopped with ``quit`` on the
+control tool's standard input. Whether it runs is read from the pid file the daemon keeps in its
+pipe directory (``nvidia-cuda-mps-control.pid``), so a restarted agent finds the daemons its
+predecessor started.
+
+A container of a claim that uses MPS gets the pipe directory mounted at MPS's default place,
+``/tmp/nvidia-mps``, and ``CUDA_MPS_PIPE_DIRECTORY`` pointing there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kubeacc.agent.dra import hosttools
+
+TOOL = "nvidia-cuda-mps-control"
+PID_FILE = "nvidia-cuda-mps-control.pid"
+#: Where a container finds the pipes (MPS clients look there when the variable is unset, too).
+CONTAINER_PIPE_DIR = "/tmp/nvidia-mps"
+ENV_PIPE = "CUDA_MPS_PIPE_DIRECTORY"
+
+
+class MpsError(Exception):
+    """The daemon could not be started or stopped (the message says why)."""
+
+
+def alive(pid: int) -> bool:
+    """A process that runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+class MpsDaemons:
+    """Start, stop and find the MPS control daemons of this node's GPUs."""
+
+    def __init__(self, host_root: Path, base: Path) -> None:
+        self.host_root = host_root
+        self.base = base
+
+    def pipe_dir(self, bus_id: str) -> Path:
+        return self.base / bus_id / "pipe"
+
+    def log_dir(self, bus_id: str) -> Path:
+        return self.base / bus_id / "log"
+
+    def pid(self, bus_id: str) -> int | None:
+        """The pid of the GPU's daemon when it runs."""
+        try:
+            pid = int((self.pipe_dir(bus_id) / PID_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if alive(pid) else None
+
+    def running(self) -> dict[str, int]:
+        """Bus id -> pid of every daemon that runs under ``base``."""
+        out: dict[str, int] = {}
+        if self.base.is_dir():
+            for entry in sorted(self.base.iterdir()):
+                pid = self.pid(entry.name)
+                if pid is not None:
+                    out[entry.name] = pid
+        return out
+
+    def _run(self, what: str, bus_id: str, uuid: str, args: list[str], stdin: str) -> None:
+        env = {
+            "CUDA_VISIBLE_DEVICES": uuid,
+            ENV_PIPE: str(self.pipe_dir(bus_id)),
+            "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir(bus_id)),
+        }
+        try:
+            hosttools.run(self.host_root, TOOL, args, env=env, stdin=stdin)
+        except hosttools.ToolError as exc:
+            raise MpsError(f"GPU {bus_id}: {what} the MPS control daemon: {exc}") from None
+
+    def start(self, bus_id: str, uuid: str) -> int:
+        """Start the GPU's daemon unless it runs; its pid."""
+        pid = self.pid(bus_id)
+        if pid is not None:
+            return pid
+        self.pipe_dir(bus_id).mkdir(parents=True, exist_ok=True)
+        self.log_dir(bus_id).mkdir(parents=True, exist_ok=True)
+        self._run("starting", bus_id, uuid, ["-d"], "")
+        pid = self.pid(bus_id)
+        if pid is None:
+            raise MpsError(f"GPU {bus_id}: the MPS control daemon exited right after its start")
+        return pid
+
+    def stop(self, bus_id: str, uuid: str) -> bool:
+        """Stop the GPU's daemon if it runs; True if it ran."""
+        if self.pid(bus_id) is None:
+            return False
+        self._run("stopping", bus_id, uuid, [], "quit\n")
+        return True

@@ -1,0 +1,337 @@
+"""GPU sharing strategies applied on the device: compute mode and time slice through the
+synthetic NVML and nvidia-smi, the MPS control daemon through the synthetic
+nvidia-cuda-mps-control, undone with the last claim, refused with a reason, recovered after a
+crash (in memory; the testbed run is in test_applied_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubeacc.agent.dra import cdi
+from kubeacc.agent.dra.applied import STATE_FILE, AppliedSharing, GpuWant
+from kubeacc.agent.dra.checkpoint import read_claims
+from kubeacc.agent.dra.devices import device_index
+from kubeacc.agent.dra.driver import ClaimRef, Driver
+from kubeacc.agent.dra.mps import MpsDaemons
+from kubeacc.agent.dra.sharing import CORES, MEMORY
+from kubeacc.agent.dra.timeslice import GpuControl
+from kubeacc.crds.opaque import SharingStrategy
+from kubeacc.discovery import discover
+from kubeacc.synthetic import profiles
+from kubeacc.synthetic.tools.hoststate import gpu_state, locked_state, read_calls, read_state
+
+NODE = "n1"
+GPU0, GPU1 = "gpu-0000-01-00-0", "gpu-0000-02-00-0"
+BUS0 = "0000:01:00.0"
+
+
+class Host:
+    def __init__(self, root: Path, state: Path) -> None:
+        self.root = root
+        self.state = state
+        self.cdi = state.parent / "cdi"
+        self.index = device_index(discover(root))
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.daemons = MpsDaemons(root, state / "mps")
+
+    def gpu(self, n: int) -> dict[str, Any]:
+        doc = json.loads((self.root / ".synthetic/nvml.json").read_text())
+        return dict(doc["gpus"][n])
+
+    def describe(self, n: int, **fields: Any) -> None:
+        """Change GPU ``n`` of the NVML description."""
+        path = self.root / ".synthetic/nvml.json"
+        doc = json.loads(path.read_text())
+        doc["gpus"][n].update(fields)
+        path.write_text(json.dumps(doc))
+
+    def driver(self) -> Driver:
+        sharing = AppliedSharing(self.state, GpuControl(self.root), self.daemons)
+        return Driver(
+            NODE,
+            self,
+            lambda: self.index,
+            cdi_dir=self.cdi,
+            state_dir=self.state,
+            sharing=sharing,
+        )
+
+    def get(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        return self.claims.get((namespace, name))
+
+    def claim(self, name: str, uid: str, results: list[dict[str, Any]], **sharing: str) -> ClaimRef:
+        full = [{"request": "gpu", "driver": "kubeacc.io", "pool": NODE, **r} for r in results]
+        config = [
+            {
+                "source": "FromClaim",
+                "requests": [],
+                "opaque": {
+                    "driver": "kubeacc.io",
+                    "parameters": {
+                        "apiVersion": "kubeacc.io/v1alpha1",
+                        "kind": "GpuConfig",
+                        "sharing": sharing,
+                    },
+                },
+            }
+        ]
+        self.claims[("ns", name)] = {
+            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "status": {"allocation": {"devices": {"results": full, "config": config}}},
+        }
+        return ClaimRef("ns", name, uid)
+
+    def calls(self) -> list[tuple[str, str, list[Any], str]]:
+        """(tool, call, args, result) of the synthetic host's record, oldest first."""
+        return [(c["tool"], c["call"], c["args"], c["result"]) for c in read_calls(self.root)]
+
+    def compute_mode(self, n: int) -> int:
+        uuid = self.gpu(n)["uuid"]
+        entry = read_state(self.root).get("gpus", {}).get(uuid, {})
+        return int(entry.get("computeMode", self.gpu(n).get("computeMode", 0)))
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Iterator[Host]:
+    root = profiles.build("l4-pair", tmp_path / "host")
+    h = Host(root, tmp_path / "state")
+    yield h
+    for bus_id, pid in h.daemons.running().items():  # never leave a daemon behind
+        try:
+            h.daemons.stop(bus_id, "")
+        except Exception:
+            os.kill(pid, signal.SIGKILL)
+
+
+def share(device: str, share_id: str, memory: str = "4Gi") -> dict[str, Any]:
+    return {"device": device, "shareID": share_id, "consumedCapacity": {MEMORY: memory, CORES: "0"}}
+
+
+def mps_calls(host: Host) -> list[str]:
+    return [c[1] for c in host.calls() if c[0] == "mps"]
+
+
+# -- time-slicing -----------------------------------------------------------------------------
+def test_time_slicing_is_applied_and_undone_with_the_last_claim(host: Host) -> None:
+    host.describe(0, computeMode=2)  # PROHIBITED before: that is what comes back
+    with locked_state(host.root) as state:  # and a medium time slice
+        gpu_state(state, host.gpu(0)["uuid"])["timeslice"] = 2
+    driver = host.driver()
+    a = host.claim("a", "u1", [share(GPU0, "s1")], strategy="TimeSlicing", timeSlice="Short")
+    b = host.claim("b", "u2", [share(GPU0, "s2")], strategy="TimeSlicing", timeSlice="Short")
+    out = driver.prepare([a, b])
+    assert {u: r.error for u, r in out.items()} == {"u1": "", "u2": ""}
+    assert host.calls() == [  # applied once, for the first claim
+        ("nvml", "nvmlDeviceSetComputeMode", [0], "ok"),
+        ("nvidia-smi", "set-timeslice", [1], "ok"),
+    ]
+    assert host.compute_mode(0) == 0
+    state = json.loads((host.state / STATE_FILE).read_text())["gpus"][BUS0]
+    assert state["previousComputeMode"] == 2
+    assert state["claims"] == ["u1", "u2"]
+
+    assert driver.unprepare([a]) == {"u1": ""}
+    assert len(host.calls()) == 2  # u2 still uses the GPU
+    assert driver.unprepare([b]) == {"u2": ""}
+    assert host.calls()[2:] == [
+        ("nvidia-smi", "set-timeslice", [2], "ok"),
+        ("nvml", "nvmlDeviceSetComputeMode", [2], "ok"),
+    ]
+    assert host.compute_mode(0) == 2
+    assert json.loads((host.state / STATE_FILE).read_text()) == {"gpus": {}}
+
+
+def test_default_time_slice_leaves_the_slice_alone(host: Host) -> None:
+    host.describe(0, timeslice=False)  # the GPU cannot change its time slice
+    driver = host.driver()
+    a = host.claim("a", "u1", [{"device": GPU0}], strategy="TimeSlicing")
+    assert driver.prepare([a])["u1"].error == ""
+    assert host.calls() == [("nvml", "nvmlDeviceSetComputeMode", [0], "ok")]
+
+
+def test_a_strategy_the_gpu_cannot_do_fails_the_claim_and_changes_nothing(host: Host) -> None:
+    host.describe(0, computeModes=[0])  # no EXCLUSIVE_PROCESS: no MPS
+    host.describe(1, timeslice=False)
+    driver = host.driver()
+    mps = host.claim("m", "u1", [{"device": GPU0}], strategy="MPS")
+    short = host.claim("s", "u2", [{"device": GPU1}], strategy="TimeSlicing", timeSlice="Long")
+    out = driver.prepare([mps, short])
+    assert out["u1"].error == (
+        f"ResourceClaim ns/m: GPU {GPU0} cannot do MPS: GPU {BUS0}: compute mode "
+        "EXCLUSIVE_PROCESS: NVML nvmlDeviceSetComputeMode: Not Supported"
+    )
+    assert out["u2"].error.startswith(
+        f"ResourceClaim ns/s: GPU {GPU1} cannot do TimeSlicing (time slice Long): "
+        "GPU 0000:02:00.0: time slice 3: nvidia-smi compute-policy failed (exit status 3): "
+        "Setting the time slice is not supported"
+    )
+    assert driver.prepared() == {}
+    assert cdi.spec_uids(host.cdi) == set()
+    assert mps_calls(host) == []  # no daemon for a GPU that refused the mode
+    assert host.compute_mode(0) == 0 and host.compute_mode(1) == 0  # GPU1: set and put back
+    assert host.calls()[-1] == ("nvml", "nvmlDeviceSetComputeMode", [0], "ok")
+    assert json.loads((host.state / STATE_FILE).read_text()) == {"gpus": {}}
+
+
+def test_claims_asking_different_strategies_of_one_gpu(host: Host) -> None:
+    driver = host.driver()
+    a = host.claim("a", "u1", [share(GPU0, "s1")], strategy="TimeSlicing", timeSlice="Medium")
+    b = host.claim("b", "u2", [share(GPU0, "s2")], strategy="MPS")
+    assert driver.prepare([a])["u1"].error == ""
+    assert driver.prepare([b])["u2"].error == (
+        f"ResourceClaim ns/b: GPU {GPU0} is set up for TimeSlicing (time slice Medium) by "
+        "claim(s) u1; this claim asks for MPS"
+    )
+    assert set(driver.prepared()) == {"u1"}
+    assert driver.unprepare([a]) == {"u1": ""}
+    assert driver.prepare([b])["u2"].error == ""  # the GPU is free again
+
+
+def test_an_agent_without_sharing_control_refuses_the_config(host: Host) -> None:
+    driver = Driver(NODE, host, lambda: host.index, cdi_dir=host.cdi, state_dir=host.state)
+    a = host.claim("a", "u1", [{"device": GPU0}], strategy="MPS")
+    assert (
+        "this agent does not apply GPU sharing strategies (MPS)" in driver.prepare([a])["u1"].error
+    )
+
+
+# -- MPS --------------------------------------------------------------------------------------
+def test_mps_daemon_starts_with_the_first_share_and_stops_with_the_last(host: Host) -> None:
+    driver = host.driver()
+    a = host.claim("a", "u1", [share(GPU0, "s1", "8Gi")], strategy="MPS")
+    b = host.claim("b", "u2", [share(GPU0, "s2", "4Gi")], strategy="MPS")
+    assert driver.prepare([a])["u1"].error == ""
+    pid = host.daemons.pid(BUS0)
+    assert pid is not None
+    assert host.compute_mode(0) == 3  # EXCLUSIVE_PROCESS: only the MPS server
+    assert driver.prepare([b])["u2"].error == ""
+    assert host.daemons.pid(BUS0) == pid
+    assert mps_calls(host) == ["start"]
+    (start,) = [c for c in read_calls(host.root) if c["tool"] == "mps"]
+    assert start["gpu"] == host.gpu(0)["uuid"]  # CUDA_VISIBLE_DEVICES
+    assert start["args"] == [str(host.state / "mps" / BUS0 / "pipe"), pid]
+
+    spec = json.loads(cdi.spec_path(host.cdi, "u2").read_text())
+    (dev,) = spec["devices"]
+    assert dev["containerEdits"]["mounts"] == [
+        {
+            "hostPath": str(host.state / "mps" / BUS0 / "pipe"),
+            "containerPath": "/tmp/nvidia-mps",
+            "options": ["rw", "nosuid", "nodev", "bind"],
+        }
+    ]
+    env = dict(e.split("=", 1) for e in dev["containerEdits"]["env"])
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
+
+    assert driver.unprepare([a]) == {"u1": ""}
+    assert host.daemons.pid(BUS0) == pid  # u2 still uses it
+    assert driver.unprepare([b]) == {"u2": ""}
+    assert host.daemons.pid(BUS0) is None
+    assert mps_calls(host) == ["start", "stop"]
+    assert host.compute_mode(0) == 0
+
+
+def test_mps_on_two_gpus_of_one_claim_is_refused(host: Host) -> None:
+    driver = host.driver()
+    a = host.claim("a", "u1", [{"device": GPU0}, {"device": GPU1}], strategy="MPS")
+    assert (
+        "MPS on more than one GPU in one claim is not supported" in driver.prepare([a])["u1"].error
+    )
+    assert host.calls() == []
+
+
+# -- crashes ----------------------------------------------------------------------------------
+def test_a_restart_undoes_what_the_checkpoint_does_not_hold(host: Host) -> None:
+    """Killed after the GPU was set up but before the checkpoint: the next start undoes it."""
+    sharing = AppliedSharing(host.state, GpuControl(host.root), host.daemons)
+    sharing.acquire("lost", [GpuWant(GPU0, BUS0, SharingStrategy.MPS)])
+    assert host.daemons.pid(BUS0) is not None
+    driver = host.driver()  # a new agent: an empty checkpoint
+    driver.reconcile()
+    assert host.daemons.pid(BUS0) is None
+    assert mps_calls(host) == ["start", "stop"]
+    assert host.compute_mode(0) == 0
+    assert json.loads((host.state / STATE_FILE).read_text()) == {"gpus": {}}
+
+
+def test_a_restart_keeps_daemons_in_use_and_restarts_dead_ones(host: Host) -> None:
+    driver = host.driver()
+    a = host.claim("a", "u1", [share(GPU0, "s1")], strategy="MPS")
+    assert driver.prepare([a])["u1"].error == ""
+    pid = host.daemons.pid(BUS0)
+    driver.checkpoint.close()
+
+    again = host.driver()
+    again.reconcile()
+    assert host.daemons.pid(BUS0) == pid  # kept: the checkpoint holds its claim
+    assert mps_calls(host) == ["start"]
+
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)  # the node rebooted, say: the daemon is gone
+    again.checkpoint.close()
+    third = host.driver()
+    third.reconcile()
+    assert host.daemons.pid(BUS0) not in (None, pid)
+    assert mps_calls(host) == ["start", "start"]
+    assert third.unprepare([a]) == {"u1": ""}
+    assert host.daemons.pid(BUS0) is None
+
+
+def test_a_stray_daemon_nobody_records_is_stopped(host: Host) -> None:
+    host.daemons.start("0000:02:00.0", host.gpu(1)["uuid"])
+    host.driver().reconcile()
+    assert host.daemons.running() == {}
+    assert mps_calls(host) == ["start", "stop"]
+
+
+def test_state_survives_in_the_checkpoint_directory(host: Host) -> None:
+    driver = host.driver()
+    a = host.claim("a", "u1", [share(GPU0, "s1")], strategy="TimeSlicing", timeSlice="Long")
+    assert driver.prepare([a])["u1"].error == ""
+    assert set(read_claims(host.state)) == {"u1"}
+    driver.checkpoint.close()
+    again = host.driver()
+    again.reconcile()
+    assert len(host.calls()) == 2  # nothing re-applied or undone
+    assert again.unprepare([a]) == {"u1": ""}
+    assert host.calls()[2:] == [
+        ("nvidia-smi", "set-timeslice", [0], "ok"),
+        ("nvml", "nvmlDeviceSetComputeMode", [0], "ok"),
+    ]
+
+
+def test_a_host_without_the_mps_tool_fails_the_claim_and_changes_nothing(host: Host) -> None:
+    (host.root / "usr/bin/nvidia-cuda-mps-control").unlink()
+    driver = host.driver()
+    a = host.claim("a", "u1", [share(GPU0, "s1")], strategy="MPS")
+    error = driver.prepare([a])["u1"].error
+    assert error.endswith(
+        f"GPU {GPU0} cannot do MPS: GPU {BUS0}: starting the MPS control daemon: "
+        "nvidia-cuda-mps-control not found"
+    )
+    assert host.compute_mode(0) == 0  # set for MPS, then set back
+    assert [c[2] for c in host.calls()] == [[3], [0]]
+
+
+def test_two_mps_shares_of_one_gpu_in_one_claim(host: Host) -> None:
+    driver = host.driver()
+    a = host.claim("a", "u1", [share(GPU0, "s1"), share(GPU0, "s2")], strategy="MPS")
+    assert driver.prepare([a])["u1"].error == ""
+    assert mps_calls(host) == ["start"]
+    assert driver.unprepare([a]) == {"u1": ""}
+    assert mps_calls(host) == ["start", "stop"]
+
+
+def test_a_damaged_record_stops_the_agent_with_its_path(host: Host) -> None:
+    host.state.mkdir(parents=True)
+    (host.state / STATE_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match=f"{STATE_FILE}: not JSON"):
+        host.driver()

@@ -1,0 +1,203 @@
+"""GPU sharing strategies on the testbed: the real kubelet prepares claims whose GpuConfig asks
+for MPS or time-slicing, the agent applies them through the (synthetic) NVML and driver tools,
+the MPS control daemon runs while a share uses the GPU, and a strategy the GPU cannot do reaches
+the pod's events as the kubelet's prepare error."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.crds.resources import as_dict
+from kubeacc.synthetic import profiles
+from kubeacc.synthetic.tools.hoststate import read_calls, read_state
+from kubeacc.testbed import Testbed
+
+from ...nodestack import claim_pod, resource_claim
+from ...testbed.helpers import eventually
+from .agentproc import AgentProcess
+from .test_sharing_e2e import cdi_env, running
+
+pytestmark = pytest.mark.cluster
+
+SHARED_BDF = "0000:1b:00.0"
+SHARED = "gpu-0000-1b-00-0"
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Path:
+    root = profiles.build("dgx-h100", tmp_path / "host")
+    path = root / ".synthetic/nvml.json"
+    doc = json.loads(path.read_text())
+    for gpu in doc["gpus"]:  # these GPUs cannot change their time slice
+        gpu["timeslice"] = False
+    path.write_text(json.dumps(doc))
+    return root
+
+
+@pytest.fixture
+def agent(testbed: Testbed, tmp_path: Path, host: Path) -> Iterator[AgentProcess]:
+    a = AgentProcess(
+        testbed.node_name, host, testbed.kubeconfig, testbed.kubelet.root_dir, tmp_path
+    )
+    a.start(extra=[f"--memory-shared=pci={SHARED_BDF}"])
+    try:
+        a.wait_registered()
+        yield a
+    finally:
+        a.stop()
+        from kubeacc.agent.dra.mps import MpsDaemons
+
+        daemons = MpsDaemons(host, a.state_dir / "mps")
+        for bus_id in daemons.running():  # never leave a daemon behind
+            daemons.stop(bus_id, "")
+
+
+def gpu_claim(name: str, ns: str, sharing: dict[str, str], memory: str | None = None) -> Any:
+    exactly: dict[str, Any] = {"deviceClassName": "gpu.kubeacc.io"}
+    if memory:
+        exactly["selectors"] = [{"cel": {"expression": "device.allowMultipleAllocations"}}]
+        exactly["capacity"] = {"requests": {"kubeacc.io/memory": memory}}
+    config = {
+        "opaque": {
+            "driver": DRIVER_NAME,
+            "parameters": {
+                "apiVersion": "kubeacc.io/v1alpha1",
+                "kind": "GpuConfig",
+                "sharing": sharing,
+            },
+        }
+    }
+    return resource_claim(name, ns, [{"name": "gpu", "exactly": exactly}], [config])
+
+
+def gone(client: Client, name: str, ns: str) -> bool:
+    return not any(p.metadata and p.metadata.name == name for p in client.list(Pod, namespace=ns))
+
+
+def mps(host: Path) -> list[tuple[str, str]]:
+    return [(c["call"], c["gpu"]) for c in read_calls(host) if c["tool"] == "mps"]
+
+
+def test_mps_daemon_lives_from_the_first_share_to_the_last(
+    testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess, host: Path
+) -> None:
+    for name in ("mps-a", "mps-b"):
+        kube_client.create(gpu_claim(name, namespace, {"strategy": "MPS"}, memory="8G"))
+        kube_client.create(claim_pod(name, namespace, name))
+    for name in ("mps-a", "mps-b"):
+        eventually(lambda n=name: running(kube_client, n, namespace), 90, f"{name} Running")
+    uuid = next(
+        g["uuid"]
+        for g in json.loads((host / ".synthetic/nvml.json").read_text())["gpus"]
+        if g["busId"].lower().endswith("1b:00.0")
+    )
+    assert mps(host) == [("start", uuid)]  # one daemon for the GPU, started by the first share
+    assert read_state(host)["gpus"][uuid]["computeMode"] == 3
+    pipe = agent.state_dir / "mps" / SHARED_BDF / "pipe"
+    assert (pipe / "nvidia-cuda-mps-control.pid").is_file()
+
+    for name in ("mps-a", "mps-b"):
+        claim = as_dict(kube_client.get(ResourceClaim, name, namespace=namespace))
+        assert claim["status"]["allocation"]["devices"]["results"][0]["device"] == SHARED
+        (rec,) = testbed.kubelet.container_records(namespace=namespace, pod=name)
+        env = cdi_env(agent.cdi_dir, rec)
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=7630M"
+        uid = claim["metadata"]["uid"]
+        spec = json.loads((agent.cdi_dir / f"kubeacc.io-claim_{uid}.json").read_text())
+        (mount,) = spec["devices"][0]["containerEdits"]["mounts"]
+        assert (mount["hostPath"], mount["containerPath"]) == (str(pipe), "/tmp/nvidia-mps")
+
+    kube_client.delete(Pod, "mps-a", namespace=namespace)
+    eventually(lambda: gone(kube_client, "mps-a", namespace), 90, "mps-a gone")
+    assert mps(host) == [("start", uuid)]  # mps-b still uses the GPU
+    kube_client.delete(Pod, "mps-b", namespace=namespace)
+    eventually(lambda: len(mps(host)) == 2, 90, "the daemon stopped with the last share")
+    assert mps(host) == [("start", uuid), ("stop", uuid)]
+    eventually(
+        lambda: read_state(host)["gpus"][uuid]["computeMode"] == 0, 30, "compute mode restored"
+    )
+
+
+def test_a_strategy_the_gpu_cannot_do_is_the_pods_event(
+    kube_client: Client, namespace: str, agent: AgentProcess, host: Path
+) -> None:
+    sharing = {"strategy": "TimeSlicing", "timeSlice": "Long"}
+    kube_client.create(gpu_claim("slices", namespace, sharing))
+    kube_client.create(claim_pod("slices", namespace, "slices"))
+
+    def event() -> str | None:
+        for e in kube_client.list(Event, namespace=namespace):
+            if e.involvedObject.name == "slices" and "time slice" in (e.message or ""):
+                return e.message
+        return None
+
+    message = eventually(event, 90, "the prepare error in the pod's events")
+    assert "cannot do TimeSlicing (time slice Long)" in message
+    assert "Setting the time slice is not supported" in message
+    assert not running(kube_client, "slices", namespace)
+    assert agent.spec_uids() == set()  # nothing prepared, nothing left on the GPU
+    assert [c["result"] for c in read_calls(host) if c["tool"] == "nvidia-smi"][:1] == [
+        "NOT_SUPPORTED"
+    ]
+
+
+def _restart(agent: AgentProcess, pause_at: str | None = None, kill: bool = True) -> None:
+    if kill:
+        agent.kill()
+    else:
+        agent.stop()
+    agent.start(pause_at=pause_at, extra=[f"--memory-shared=pci={SHARED_BDF}"])
+    agent.wait_registered(90)
+
+
+def test_agent_killed_around_the_mps_daemon_recovers_it(
+    kube_client: Client, namespace: str, agent: AgentProcess, host: Path
+) -> None:
+    from kubeacc.agent.dra.mps import MpsDaemons
+
+    daemons = MpsDaemons(host, agent.state_dir / "mps")
+    uuid = next(
+        g["uuid"]
+        for g in json.loads((host / ".synthetic/nvml.json").read_text())["gpus"]
+        if g["busId"].lower().endswith("1b:00.0")
+    )
+
+    # Killed after the daemon started and the CDI spec was written, before the checkpoint.
+    _restart(agent, "prepare-after-cdi", kill=False)
+    kube_client.create(gpu_claim("crash", namespace, {"strategy": "MPS"}, memory="8G"))
+    kube_client.create(claim_pod("crash", namespace, "crash"))
+    assert agent.wait_paused() == "prepare-after-cdi"
+    assert mps(host) == [("start", uuid)] and set(daemons.running()) == {SHARED_BDF}
+    assert agent.checkpoint_claims() == {}
+    _restart(agent)  # the restart undoes it; the kubelet's retry starts it again
+    eventually(lambda: running(kube_client, "crash", namespace), 120, "Running after restart")
+    assert mps(host) == [("start", uuid), ("stop", uuid), ("start", uuid)]
+    assert set(daemons.running()) == {SHARED_BDF}
+    (uid,) = agent.checkpoint_claims()
+
+    # A plain restart keeps the daemon of a prepared claim.
+    pid = daemons.running()[SHARED_BDF]
+    _restart(agent)
+    assert daemons.running() == {SHARED_BDF: pid}
+
+    # Killed after the checkpoint forgot the claim, before the daemon was stopped.
+    _restart(agent, "unprepare-after-checkpoint", kill=False)
+    kube_client.delete(Pod, "crash", namespace=namespace)
+    assert agent.wait_paused() == "unprepare-after-checkpoint"
+    assert daemons.running() == {SHARED_BDF: pid}
+    _restart(agent)
+    eventually(lambda: daemons.running() == {}, 60, "the daemon stopped after the restart")
+    assert mps(host)[-1] == ("stop", uuid)
+    assert read_state(host)["gpus"][uuid]["computeMode"] == 0
+    assert uid not in agent.checkpoint_claims()
+    assert "Traceback" not in agent.log()

@@ -1,0 +1,235 @@
+"""The testbed of the extender's cluster tests: real kube-scheduler configured with
+``kubeacc extender``, real kubelets, node agents (device plugin or DRA), life-cycle agents
+publishing Accelerators, and the extender as a process with its ServiceAccount's token."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.codecs import from_dict
+from lightkube.config.kubeconfig import KubeConfig
+
+from kubeacc.agent.dra.classes import apply_device_classes
+from kubeacc.agent.lifecycle.agent import LifecycleAgent
+from kubeacc.crds.deploy import apply_manifest, manifests
+from kubeacc.crds.resources import Accelerator, as_dict, install_crds
+from kubeacc.extender.schedconfig import scheduler_entry
+from kubeacc.synthetic import profiles
+from kubeacc.synthetic.kernel import SyntheticKernel
+from kubeacc.testbed.identities import _stem, agent_kubeconfig, install_agent_access, token_client
+from kubeacc.testbed.kubelet import KubeletOptions
+from kubeacc.testbed.procs import free_port
+from kubeacc.testbed.testbed import Testbed
+from tests.agent.dra.agentproc import AgentProcess
+from tests.testbed.helpers import eventually
+
+#: Resources kube-scheduler sends to the extender in test_cluster (managedResources).
+MANAGED = ("kubeacc.io/gpu-memory", "kubeacc.io/gpu-cores", "kubeacc.io/gpu")
+
+
+class Extender:
+    """``kubeacc extender`` as a process."""
+
+    def __init__(self, kubeconfig: Path, port: int, log: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.port = port
+        self.log_path = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.starts += 1
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kubeacc.cli",
+                "extender",
+                f"--kubeconfig={self.kubeconfig}",
+                f"--address=127.0.0.1:{self.port}",
+                f"--identity=extender-{self.starts}",
+                "--lease-duration=3",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        eventually(self.ready, 60, "extender /readyz")
+
+    def ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"extender exited:\n{self.log()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=5) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def holders(self, node: str) -> list[Any]:
+        """The pods the extender counts on ``node`` (its /state view)."""
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.port}/state?node={node}", timeout=5
+        ) as r:
+            return list((json.loads(r.read()).get("node") or {}).get("holders") or [])
+
+    def post(self, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.port}/{verb}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return dict(json.loads(r.read()))
+
+
+def _extender_kubeconfig(tb: Testbed, client: Client, tmp: Path) -> Path:
+    """A kubeconfig with a token of kube-system/kubeacc-extender (deploy/extender.yaml)."""
+    apply_manifest(client, "rbac/extender.yaml")
+    for doc in manifests("extender.yaml"):
+        if doc["kind"] == "ServiceAccount":
+            client.apply(from_dict(doc), field_manager="kubeacc", force=True)
+    token_client(tb, tmp, namespace="kube-system", account="kubeacc-extender")
+    return tmp / f"{_stem('kube-system', 'kubeacc-extender', '', '')}.kubeconfig"
+
+
+@dataclass
+class Cluster:
+    testbed: Testbed
+    client: Client
+    extender: Extender
+    agents: list[AgentProcess] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def extender_cluster(
+    tmp: Path,
+    request: pytest.FixtureRequest,
+    *,
+    plugin_nodes: Mapping[str, str],
+    dp_config: str,
+    gpus: int,
+    namespace: str,
+    dra_nodes: Mapping[str, str] | None = None,
+    weight: int = 1,
+    managed: Sequence[str] = MANAGED,
+) -> Iterator[Cluster]:
+    """Nodes ``plugin_nodes`` (name -> synthetic profile) serve GPUs through the device plugin
+    with ``dp_config``, ``dra_nodes`` everything through DRA; ``gpus``: the GPU Accelerators
+    the plugin nodes publish. Kept on failure (the path is printed)."""
+    port = free_port()
+    extenders = [scheduler_entry(f"http://127.0.0.1:{port}", managed, weight=weight)]
+    dra = dict(dra_nodes or {})
+    # a short path of our own (unix sockets), kept when a test fails: logs for the report
+    workdir = Path(tempfile.mkdtemp(prefix="kacc-ext-"))
+    tb = Testbed.start(
+        workdir,
+        nodes=[KubeletOptions(node_name=n) for n in [*plugin_nodes, *dra]],
+        scheduler_extenders=extenders,
+    )
+    failed = request.session.testsfailed
+    agents: list[AgentProcess] = []
+    threads: list[threading.Thread] = []
+    stop = threading.Event()
+    extender: Extender | None = None
+    try:
+        client = tb.client(field_manager="kubeacc-test")
+        install_crds(client)
+        install_agent_access(client)
+        if dra:
+            apply_device_classes(client)
+        config = tmp / "dp.yaml"
+        config.write_text(dp_config)
+        for node, profile in [*plugin_nodes.items(), *dra.items()]:
+            work = tmp / node
+            work.mkdir()
+            host = profiles.build(profile, work / "host", seed=node)
+            kubeconfig = agent_kubeconfig(tb, node, work)
+            agent = AgentProcess(node, host, kubeconfig, tb.node(node).root_dir, work)
+            agents.append(agent)
+            if node in dra:
+                agent.start(apply_classes=False)
+                continue
+            agent.start(extra=[f"--device-plugin-config={config}"], apply_classes=False)
+            # the life-cycle agent publishes the node's Accelerators: the extender's inventory
+            lifecycle = LifecycleAgent(
+                Client(KubeConfig.from_file(kubeconfig)),
+                node_name=node,
+                host_root=host,
+                bitstream_dir=work,
+                kernel=SyntheticKernel(host),
+                interval=1.0,
+            )
+            threads.append(threading.Thread(target=lifecycle.run, args=(stop,), daemon=True))
+            threads[-1].start()
+        for agent in agents:
+            agent.wait_registered(120)
+        eventually(
+            lambda: (
+                sum(
+                    (as_dict(a).get("status") or {}).get("device", {}).get("type") == "gpu"
+                    for a in client.list(Accelerator)
+                )
+                == gpus
+            ),
+            120,
+            "GPU Accelerators",
+        )
+        extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log")
+        extender.start()
+        with contextlib.suppress(ApiError):
+            client.create(
+                from_dict(
+                    {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+                )
+            )
+        tb.wait_service_account(namespace)
+        yield Cluster(tb, client, extender, agents)
+    except BaseException:
+        tb.keep = True
+        raise
+    finally:
+        if extender is not None:
+            extender.stop()
+        for agent in agents:
+            agent.stop()
+        stop.set()
+        for t in threads:
+            t.join(10)
+        tb.stop()
+        if request.session.testsfailed == failed:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print(f"\nextender testbed kept in {workdir}, extender log {tmp / 'extender.log'}")
