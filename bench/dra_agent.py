@@ -73,13 +73,18 @@ class Share:
     share_id: str
 
 
-def _claim(client: Any, share: Share | None = None, config: dict[str, Any] | None = None) -> str:
+def _claim(
+    client: Any,
+    share: Share | None = None,
+    config: dict[str, Any] | None = None,
+    device: str = DEVICE,
+) -> str:
     request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}
     result: dict[str, Any] = {
         "request": "gpu",
         "driver": "kubeacc.io",
         "pool": NODE,
-        "device": DEVICE,
+        "device": device,
     }
     if share is not None:
         capacity = {"kubeacc.io/memory": share.memory, "kubeacc.io/cores": share.cores}
@@ -117,12 +122,15 @@ def bench_agent(
     args: Sequence[str] = (),
     config: dict[str, Any] | None = None,
     host_dir: list[Path] | None = None,
+    profile: str = "dgx-h100",
+    device: str = DEVICE,
 ) -> Iterator[BenchAgent]:
     """The agent, serving its DRA socket; stopped (SIGTERM) on exit.
 
     ``share``: the claim holds a share of the GPU; ``args``: more ``kubeacc agent`` options;
     ``config``: the claim's opaque config (``GpuConfig``...); ``host_dir``: gets the synthetic
-    host root and the agent's state directory appended.
+    host root and the agent's state directory appended; ``profile``: the synthetic host;
+    ``device``: the one the claim is allocated.
     """
     with (
         tempfile.TemporaryDirectory(prefix="kubeacc-bench-") as tmp,
@@ -132,8 +140,8 @@ def bench_agent(
         client = tb.client()
         client.create(Node(metadata=ObjectMeta(name=NODE)))
         client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
-        uid = _claim(client, share, config)
-        host = profiles.build("dgx-h100", work / "host")
+        uid = _claim(client, share, config, device)
+        host = profiles.build(profile, work / "host")
         if host_dir is not None:
             host_dir.extend([host, work / "state"])
         kubelet_root = work / "kubelet"

@@ -20,6 +20,9 @@ CORDON_TAINT = "kubeacc.io/cordoned"
 def _cordoned_name(device: str, cordoned: Mapping[str, str]) -> bool:
     if device in cordoned:
         return True
+    gpu, mig, _ = device.partition("-mig-")  # a MIG partition of a cordoned GPU
+    if mig and gpu in cordoned:
+        return True
     pf, sep, vf = device.rpartition("-vf")
     return bool(sep) and vf.isdigit() and pf in cordoned
 

@@ -41,6 +41,8 @@ from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
+from kubeacc.agent.dra.mig import MigPartitions, Published, device_infos, nvml_for
+from kubeacc.agent.dra.mig import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.policyshare import PolicyShares
 from kubeacc.agent.dra.sharing import Selector, ShareSelector
@@ -184,6 +186,11 @@ class Agent:
         self._index: dict[str, DeviceInfo] = {}
         #: Memory-sharing AcceleratorPolicies, read at each pass of the publishing loop.
         self.policy_shares = PolicyShares(self._list_policies)
+        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.mig).
+        self.partitions = MigPartitions(
+            nvml_for(options.host_root, options.nvml), options.state_dir, options.host_root
+        )
+        self._mig = Published()
         self.driver = Driver(
             options.node_name,
             claims or WatchingClaimSource(self.prepare_client, options.node_name),
@@ -196,6 +203,7 @@ class Agent:
             on_change=self._users_changed,
             metrics=self.metrics,
             sharing=_applied_sharing(options),
+            partitions=self.partitions,
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None
@@ -384,7 +392,20 @@ class Agent:
         self.inventory = inv
         self.metrics.observe_inventory(inv)
         self.dra_inventory = dra_part(inv, self.opts.device_plugin_types)
-        self._index = device_index(self.dra_inventory)
+        gpus, uuids = self.partitions.read(self.dra_inventory)
+        self._mig = mig_publish(
+            self.dra_inventory,
+            slice_devices(self.dra_inventory, self.opts.memory_shared),
+            gpus,
+            self.partitions.ours(),
+            uuids,
+        )
+        self._index = {
+            **device_index(self.dra_inventory),
+            **device_infos(self.dra_inventory, self._mig),
+        }
+        for name in [n for n, e in self._mig.whole.items() if e is None]:
+            self._index.pop(name, None)  # a MIG GPU with fixed instances is not whole
         self.board.update({n: (i.healthy, i.message) for n, i in self._index.items()})
         return changed
 
@@ -403,9 +424,12 @@ class Agent:
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
                 shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
                 devices = with_cordon_taints(
-                    slice_devices(self.dra_inventory, shared), self._cordoned()
+                    self._mig.apply(slice_devices(self.dra_inventory, shared)),
+                    self._cordoned(),
                 )
-                if self.publisher.publish(devices, force=force):
+                if self.publisher.publish(
+                    devices, force=force, counter_sets=self._mig.counter_sets
+                ):
                     self.metrics.slice_publishes.inc()
                 self.metrics.resource_slices.set(len(chunk_devices(devices)))
                 self.metrics.published_devices.set(len(devices))

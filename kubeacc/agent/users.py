@@ -29,11 +29,13 @@ ClaimLookup = Callable[[str, str, str], dict[str, Any] | None]
 MAX_CONSUMERS = 64
 RESOURCE_DOMAIN = "kubeacc.io/"
 _VF = re.compile(r"^(?P<pf>.+)-vf\d+$")
+_MIG = re.compile(r"^(?P<pf>.+?)-mig-.+$")
 
 
 def accelerator_device(device: str, known: Iterable[str]) -> str:
-    """The Accelerator's device a slice device belongs to (a VF belongs to its PF)."""
-    m = _VF.match(device)
+    """The Accelerator's device a slice device belongs to (a VF belongs to its PF, a MIG
+    partition to its GPU)."""
+    m = _VF.match(device) or _MIG.match(device)
     if m and m.group("pf") in set(known):
         return m.group("pf")
     return device

@@ -87,6 +87,10 @@ def validate(
                 )
         if spec.action not in CONTROLLER_ACTIONS and dev.pci is None:
             return Refusal("NotAPCIDevice", f"{name}: {spec.action.value} needs a PCI device")
+        if spec.action is Action.MIG_MODE and (
+            dev.type is not DeviceType.GPU or dev.vendor.lower() != "nvidia"
+        ):
+            return Refusal("NotAnNvidiaGPU", f"{name}: MigMode needs an NVIDIA GPU")
         if spec.action is Action.PROGRAM:
             refusal = _check_program(name, dev, spec, names, policies)
             if refusal:

@@ -269,6 +269,7 @@ class Action(StrEnum):
     DETACH = "Detach"
     DRAIN = "Drain"
     UNCORDON = "Uncordon"
+    MIG_MODE = "MigMode"
 
 
 #: Actions the controller carries out itself, on the Accelerator objects (no hardware touched).
@@ -292,6 +293,10 @@ class PowerState(StrEnum):
 
 class PowerSpec(_Model):
     state: PowerState
+
+
+class MigModeSpec(_Model):
+    enabled: bool = Field(description="MIG mode wanted on the GPU (applied with a GPU reset)")
 
 
 class DetachSpec(_Model):
@@ -319,6 +324,10 @@ class AcceleratorOperationSpec(_Model):
                 "self.action == 'Detach' || !has(self.detach)",
                 "spec.detach is only allowed for action Detach",
             ),
+            (
+                "self.action == 'MigMode' ? has(self.migMode) : !has(self.migMode)",
+                "spec.migMode is required for action MigMode and not allowed otherwise",
+            ),
         )
     )
 
@@ -332,6 +341,7 @@ class AcceleratorOperationSpec(_Model):
     program: ProgramSpec | None = None
     power: PowerSpec | None = None
     detach: DetachSpec | None = None
+    mig_mode: MigModeSpec | None = None
     drain_first: bool = Field(
         default=False,
         description="Cordon the targets and wait until nobody uses them instead of refusing",

@@ -106,10 +106,11 @@ def enable_mig(b: HostBuilder, gpu: NvmlGpu) -> None:
             memory_total=mem,
             gpu_instance_id=[2, 3, 5][i],
             compute_instance_id=0,
+            placement=[(4, 4), (0, 2), (2, 2)][i],
         )
         for i, (profile, mem) in enumerate(layout)
     ]
-    b.mig_caps(gpu.minor_number, len(layout))
+    b.mig_caps(gpu.minor_number, [m.gpu_instance_id for m in gpu.mig_devices])
 
 
 def connectx7(b: HostBuilder, parent: Parent, addr: str, index: int, vfs: int) -> None:

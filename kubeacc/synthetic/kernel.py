@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 
 from kubeacc.agent.lifecycle.host import FpgaImage, FpgaPort, HostError, host_path
+from kubeacc.synthetic.nvml_mig import reset_gpu_at
 
 PCI = "/sys/bus/pci"
 
@@ -50,6 +51,8 @@ class SyntheticKernel:
             text = value.strip()
             target.write_text((text or "(null)") + "\n")
             return
+        if parts[-1] == "reset" and path.startswith(f"{PCI}/devices/"):
+            reset_gpu_at(self.root, parts[-2])  # a GPU's pending MIG mode takes effect
         target.write_text(value)
 
     def _bind_unbind(self, driver: str, op: str, bdf: str) -> None:

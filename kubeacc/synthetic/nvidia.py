@@ -8,6 +8,7 @@ The ``information`` file follows the driver's own layout (label, tabs, value), f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kubeacc.synthetic.fsw import TreeWriter
@@ -79,26 +80,24 @@ def write_version(
     control_nodes(w)
 
 
-def write_mig_caps(w: TreeWriter, minor: int, gpu_instances: int) -> None:
-    """MIG capability files and nodes: ``/proc/driver/nvidia/capabilities/gpu<m>/mig/gi<n>``.
+def write_mig_caps(w: TreeWriter, minor: int, gpu_instances: Sequence[int]) -> None:
+    """MIG capability files and nodes of existing GPU instances (by id, each with compute
+    instance 0): ``/proc/driver/nvidia/capabilities/gpu<m>/mig/gi<id>[/ci0]/access``.
 
     Each ``access`` file names the minor of the ``/dev/nvidia-caps/nvidia-cap<N>`` node that
-    grants it, as the driver does.
+    grants it, numbered as the driver numbers them (:func:`kubeacc.synthetic.nvml_mig.cap_minor`).
     """
+    from kubeacc.synthetic.nvml_mig import cap_minor
+
     base = f"{PROC}/capabilities"
     w.write(f"{base}/mig/config", "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
     w.write(f"{base}/mig/monitor", "DeviceFileMinor: 2\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
     w.dev_node("/dev/nvidia-caps/nvidia-cap1")
     w.dev_node("/dev/nvidia-caps/nvidia-cap2")
-    for gi in range(gpu_instances):
-        cap = 3 + minor * 64 + gi * 2
-        w.write(
-            f"{base}/gpu{minor}/mig/gi{gi}/access",
-            f"DeviceFileMinor: {cap}\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
-        )
-        w.write(
-            f"{base}/gpu{minor}/mig/gi{gi}/ci0/access",
-            f"DeviceFileMinor: {cap + 1}\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
-        )
-        w.dev_node(f"/dev/nvidia-caps/nvidia-cap{cap}")
-        w.dev_node(f"/dev/nvidia-caps/nvidia-cap{cap + 1}")
+    for gi in gpu_instances:
+        for sub, cap in (("", cap_minor(minor, gi)), ("/ci0", cap_minor(minor, gi, 0))):
+            w.write(
+                f"{base}/gpu{minor}/mig/gi{gi}{sub}/access",
+                f"DeviceFileMinor: {cap}\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+            )
+            w.dev_node(f"/dev/nvidia-caps/nvidia-cap{cap}")

@@ -28,9 +28,11 @@ class MigDevice:
     memory_total: int
     gpu_instance_id: int = 0
     compute_instance_id: int = 0
+    #: (start, size) in memory slices, as nvmlGpuInstanceGetInfo reports it.
+    placement: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "index": self.index,
             "uuid": self.uuid,
             "profile": self.profile,
@@ -38,6 +40,9 @@ class MigDevice:
             "gpuInstanceId": self.gpu_instance_id,
             "computeInstanceId": self.compute_instance_id,
         }
+        if self.placement is not None:
+            out["placement"] = list(self.placement)
+        return out
 
 
 @dataclass(frozen=True)

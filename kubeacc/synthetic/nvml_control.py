@@ -40,7 +40,8 @@ class ControlledNVML(SyntheticNVML):
     """A synthetic NVML whose GPUs' compute mode can be read and set (module docstring)."""
 
     def __init__(self, description: dict[str, Any], root: Path | None = None):
-        super().__init__(description)
+        # MIG state (kubeacc.synthetic.nvml_mig) lives beside the description, in /.synthetic.
+        super().__init__(description, root / ".synthetic" if root is not None else None)
         #: The host root; None: state kept in memory only (a description without a host).
         self.root = root
         self._memory: dict[str, Any] = {}

@@ -16,11 +16,13 @@ import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pynvml
 
 from kubeacc.discovery.host import read_regular
+from kubeacc.synthetic.nvml_mig import MigCalls, MigState
 
 #: The description of an 8-GPU host is a few tens of KB.
 DESCRIPTION_LIMIT = 4 << 20
@@ -76,12 +78,13 @@ def injectable(call: Callable[..., R]) -> Callable[..., R]:
     return checked
 
 
-class SyntheticNVML:
-    """Answers NVML calls from a description (see the module docstring)."""
+class SyntheticNVML(MigCalls):
+    """Answers NVML calls from a description (see the module docstring); MIG calls from the
+    host's MIG state when the description came from a host (:mod:`.nvml_mig`)."""
 
     NVMLError = pynvml.NVMLError
 
-    def __init__(self, description: dict[str, Any]):
+    def __init__(self, description: dict[str, Any], synthetic_dir: Path | None = None):
         self.driver_version = str(description["driverVersion"])
         self.cuda_version = int(description.get("cudaDriverVersion", 12000))
         self.gpus: list[dict[str, Any]] = list(description["gpus"])
@@ -96,13 +99,25 @@ class SyntheticNVML:
                 if not callable(getattr(self, call, None)):
                     raise ValueError(f"'errors' names an unknown NVML call {call!r}")
                 error_code(str(name))
+        self.mig_state = MigState(synthetic_dir, self.gpus) if synthetic_dir else None
 
     @classmethod
     def from_file(cls, path: str) -> SyntheticNVML:
         data = json.loads(read_regular(path, DESCRIPTION_LIMIT))
         if not isinstance(data, dict):
             raise ValueError("NVML description must be a JSON object")
-        return cls(data)
+        return cls(data, Path(path).parent)
+
+    def _check_fault(self, call: str, gpu: int) -> None:
+        if 0 <= gpu < len(self.gpus):
+            name = self.gpus[gpu].get("errors", {}).get(call)
+            if name is not None:
+                raise _err(error_code(name))
+
+    def _gpu_index(self, handle: Any) -> int:
+        if not isinstance(handle, _Handle) or handle.mig is not None:
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return handle.gpu
 
     # -- library --------------------------------------------------------------------------
 
@@ -136,7 +151,10 @@ class SyntheticNVML:
 
     def _mig(self, handle: _Handle) -> dict[str, Any]:
         assert handle.mig is not None
-        return dict(self._gpu(handle)["migDevices"][handle.mig])
+        migs = self.mig_view(handle.gpu)[1]
+        if handle.mig >= len(migs):
+            raise _err(pynvml.NVML_ERROR_NOT_FOUND)  # destroyed since the handle was taken
+        return dict(migs[handle.mig])
 
     @injectable
     def nvmlDeviceGetPciInfo(self, handle: _Handle) -> _PciInfo:
@@ -200,20 +218,12 @@ class SyntheticNVML:
         )
 
     @injectable
-    def nvmlDeviceGetMigMode(self, handle: _Handle) -> list[int]:
-        gpu = self._gpu(handle)
-        if "migMode" not in gpu:
-            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        mode = int(gpu["migMode"])
-        return [mode, mode]
-
-    @injectable
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: _Handle) -> int:
-        return 7 if self._gpu(handle).get("migMode") else 0
+        return 7 if self.mig_view(handle.gpu)[0] else 0
 
     @injectable
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _Handle, index: int) -> _Handle:
-        migs = self._gpu(handle).get("migDevices", [])
+        migs = self.mig_view(handle.gpu)[1]
         if not 0 <= index < len(migs):
             raise _err(pynvml.NVML_ERROR_NOT_FOUND)
         return _Handle(handle.gpu, index)

@@ -45,6 +45,7 @@ CATALOG: Catalog = {
         {
             0x22A3: ("GH100 [H100 NVSwitch]", {}),
             0x2330: ("GH100 [H100 SXM5 80GB]", {(0x10DE, 0x16C1): "H100 SXM5 80GB HBM3"}),
+            0x20B2: ("GA100 [A100 SXM4 80GB]", {(0x10DE, 0x1463): "A100 SXM4 80GB"}),
             0x27B8: ("AD104GL [L4]", {(0x10DE, 0x16CA): "L4 24GB"}),
         },
     ),

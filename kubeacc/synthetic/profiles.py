@@ -17,6 +17,7 @@ profile                   contents
 ``edge-mixed``            1 L4, 1 E810 with 4 VFs, 1 Alveo U250, 1 unknown accelerator; 1 NUMA
 ``l4-pair``               2 L4 (24 GB) and an onboard NIC; 1 NUMA (GPU memory sharing tests)
 ``h100-l4``               2 H100 SXM + 1 L4 and an onboard NIC; 1 NUMA (units, preferences)
+``mig-pair``              1 H100 80GB + 1 A100 80GB, both in MIG mode without instances (MIG)
 ========================  ================================================================
 """
 
@@ -34,6 +35,7 @@ from kubeacc.synthetic.hosts_gpu import (
     l4_pair,
     large_mixed,
 )
+from kubeacc.synthetic.hosts_mig import mig_pair
 from kubeacc.synthetic.hosts_xpu import kunlun_xpu
 from kubeacc.synthetic.tree import HostBuilder
 
@@ -50,6 +52,7 @@ PROFILES: dict[str, Profile] = {
     "edge-mixed": edge_mixed,
     "l4-pair": l4_pair,
     "h100-l4": h100_l4,
+    "mig-pair": mig_pair,
 }
 
 NAMES: tuple[str, ...] = tuple(PROFILES)

@@ -15,6 +15,7 @@ place on disk. Functions take PCI addresses as ``"dddd:bb:dd.f"`` strings (or :c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from kubeacc.synthetic import amd, classes, fpga, ids, nvidia, nvml, pciids, system
@@ -293,7 +294,7 @@ class HostBuilder:
             ),
         )
 
-    def mig_caps(self, minor: int, gpu_instances: int) -> None:
+    def mig_caps(self, minor: int, gpu_instances: Sequence[int]) -> None:
         nvidia.write_mig_caps(self.w, minor, gpu_instances)
 
     def nvml(self, gpus: list[nvml.NvmlGpu], driver_version: str | None = None) -> None:

@@ -66,4 +66,5 @@ def test_operation_rules_are_in_the_schema() -> None:
         "Detach",
         "Drain",
         "Uncordon",
+        "MigMode",
     ]

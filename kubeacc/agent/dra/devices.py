@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubeacc.agent.dra.mig import Partition
 from kubeacc.agent.dra.sharing import Selector, is_memory_shared, shared_capacity
 from kubeacc.model import Device, HealthState, Inventory, PartitionKind
 from kubeacc.units.table import active_table
@@ -164,3 +165,5 @@ class DeviceInfo:
     message: str
     vendor: str = ""
     memory_bytes: int = 0
+    #: A MIG partition (:mod:`kubeacc.agent.dra.mig`): its instance is made on prepare.
+    mig: Partition | None = None

@@ -21,6 +21,11 @@ Unprepare needs no API server and is all or nothing per call: the specs are rena
 checkpoint entry removed, then the specs deleted; when the checkpoint write fails the specs go
 back, so a failure leaves the claims prepared and the kubelet retries.
 On start, :meth:`Driver.reconcile` makes the CDI directory agree with the checkpoint.
+
+A MIG partition (:mod:`kubeacc.agent.dra.mig`) gets its GPU and compute instance on prepare,
+before the CDI spec is written (the intent is on disk before the instance exists); a claim that
+fails afterwards has them destroyed again. Unprepare destroys them before the checkpoint forgets
+the claim; reconcile destroys those of claims the checkpoint does not hold.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
+from kubeacc.agent.dra.mig import MigError, MigPartitions
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
 from kubeacc.crds.opaque import (
@@ -91,12 +97,15 @@ class Driver:
         on_change: Callable[[], None] | None = None,
         metrics: AgentMetrics | None = None,
         sharing: AppliedSharing | None = None,
+        partitions: MigPartitions | None = None,
     ) -> None:
         self.node = node
         self.metrics = metrics or AgentMetrics()
         self.fpga = fpga
         #: Applies GpuConfig sharing strategies on the GPUs (None: such configs are refused).
         self.sharing = sharing
+        #: Creates and destroys MIG instances of partition devices (None: no MIG here).
+        self.partitions = partitions
         #: Called (outside the lock) after claims were prepared or unprepared.
         self.on_change = on_change
         self.claims = claims
@@ -134,6 +143,11 @@ class Driver:
         if self.sharing is not None:
             with self.lock:
                 self.sharing.reconcile(set(self.checkpoint.claims))
+        if self.partitions is not None:
+            try:
+                self.partitions.reconcile(set(self.checkpoint.claims))
+            except MigError as exc:  # NVML away: the next start (or unprepare) tries again
+                log.error("MIG instances not reconciled: %s", exc)
         return removed, rewritten
 
     def _reconcile(self) -> tuple[list[str], list[str]]:
@@ -217,14 +231,25 @@ class Driver:
                 except ClaimError as exc:
                     log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
                     out[ref.uid] = PrepareResult(error=str(exc))
+                    self._release(ref.uid)
                 except Exception as exc:  # API server away or slow, ...
                     msg = f"prepare failed: {exc.__class__.__name__}: {exc}".splitlines()[0]
                     log.error("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, msg)
                     out[ref.uid] = PrepareResult(error=msg)
+                    self._release(ref.uid)
             if built:
                 with self.lock:
                     self._commit(built, out, wants)
         return out
+
+    def _release(self, uid: str) -> None:
+        """Destroy the MIG instances a failed prepare of ``uid`` made (reconcile retries)."""
+        if self.partitions is None:
+            return
+        try:
+            self.partitions.release({uid})
+        except MigError as exc:
+            log.error("claim %s: %s", uid, exc)
 
     def _commit(
         self,
@@ -244,6 +269,7 @@ class Driver:
                     out[uid] = PrepareResult(
                         error=f"ResourceClaim {claim.namespace}/{claim.name}: {exc}"
                     )
+                    self._release(uid)
                     continue
             try:
                 cdi.write_spec(self.cdi_dir, uid, claim.cdi_spec)
@@ -252,6 +278,7 @@ class Driver:
                 msg = f"writing the CDI spec failed: {exc.strerror or exc}"
                 log.error("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, msg)
                 out[uid] = PrepareResult(error=msg)
+                self._release(uid)
                 continue
             written[uid] = claim
         if not written:
@@ -266,6 +293,7 @@ class Driver:
                 with contextlib.suppress(OSError):  # reconcile removes it at the next start
                     cdi.remove_spec(self.cdi_dir, uid)
                 out[uid] = PrepareResult(error=msg)
+                self._release(uid)
             self._give_back(list(written))
             return
         for uid, claim in written.items():
@@ -326,6 +354,9 @@ class Driver:
                 raise ClaimError(f"{where}: device {dev_name} is not published by this node")
             env: dict[str, str] = {}
             gpu_cfg: GpuConfig | None = None
+            nodes = info.device_nodes
+            if info.mig is not None:
+                nodes, env = self._partition(where, ref.uid, info)
             for requests, params in configs:
                 if requests and not _applies(r["request"], requests):
                     continue
@@ -344,6 +375,11 @@ class Driver:
                     gpu_cfg = cfg  # the claim's own config wins over its class's
                 env.update(config_env(cfg))
                 recorded[dev_name] = cfg.model_dump(mode="json", by_alias=True)
+            if info.mig is not None and gpu_cfg is not None:
+                raise ClaimError(
+                    f"{where}: device {dev_name} is a MIG partition: a GpuConfig sharing "
+                    "strategy would change the whole GPU"
+                )
             try:  # a sharing strategy to apply on the GPU (at commit), and its CDI edits
                 more_env, mounts = want_of(
                     self.sharing, gpu_cfg, dev_name, info.bus_id, wants.setdefault(ref.uid, [])
@@ -364,9 +400,7 @@ class Driver:
                     raise ClaimError(f"{where}: device {dev_name}: {exc}") from None
             if info.bus_id:
                 units.append(UnitLimits(info.vendor, share, info.memory_bytes))
-            cdi_devices.append(
-                cdi.CDIDevice(dev_name, info.bus_id, info.device_nodes, env, share_id, mounts)
-            )
+            cdi_devices.append(cdi.CDIDevice(dev_name, info.bus_id, nodes, env, share_id, mounts))
             prepared.append(
                 PreparedDevice(
                     request_names=[r["request"]],
@@ -383,6 +417,21 @@ class Driver:
             ]
         spec = cdi.build_spec(ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.device_root)
         return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
+
+    def _partition(
+        self, where: str, uid: str, info: DeviceInfo
+    ) -> tuple[tuple[str, ...], dict[str, str]]:
+        """Create the MIG instance of a partition device: its device nodes and environment."""
+        assert info.mig is not None
+        if self.partitions is None:
+            raise ClaimError(f"{where}: device {info.name} is a MIG partition; NVML is off here")
+        try:
+            nodes, mig_uuid = self.partitions.create(uid, info.name, info.mig)
+        except MigError as exc:
+            raise ClaimError(f"{where}: device {info.name}: {exc}") from None
+        pause_point("prepare-after-mig", self.state_dir)
+        env = {"NVIDIA_VISIBLE_DEVICES": mig_uuid, "KUBEACC_MIG_PROFILE": info.mig.profile}
+        return tuple(nodes), env
 
     def _program(self, where: str, device: str, bitstream: str, digest: str) -> None:
         """Load the claim's bitstream before the container may use the FPGA."""
@@ -420,8 +469,8 @@ class Driver:
                     present.append(uid)
             try:
                 self._unprepare(present)
-            except OSError as exc:
-                msg = f"unprepare failed: {exc.strerror or exc}"
+            except (OSError, MigError) as exc:
+                msg = f"unprepare failed: {getattr(exc, 'strerror', None) or exc}"
                 log.error("unprepare %s: %s", present, msg)
                 out.update(dict.fromkeys(present, msg))
             else:
@@ -438,10 +487,12 @@ class Driver:
             for uid in uids:
                 if cdi.set_aside(self.cdi_dir, uid):
                     aside.append(uid)
+            if self.partitions is not None:  # instances go before the claim is forgotten
+                self.partitions.release(set(uids))
             recorded = [u for u in uids if u in self.checkpoint.claims]
             if recorded:
                 self.checkpoint.record_unprepare(recorded)
-        except OSError:
+        except (OSError, MigError):
             for uid in aside:
                 with contextlib.suppress(OSError):  # reconcile rewrites it at the next start
                     cdi.put_back(self.cdi_dir, uid)

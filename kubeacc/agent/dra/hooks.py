@@ -5,6 +5,7 @@ that point, create the file ``KUBEACC_AGENT_PAUSE_FILE`` (default ``<state-dir>/
 containing the point's name and then block forever, so a test can SIGKILL the agent at exactly
 that moment. Points:
 
+* ``prepare-after-mig``        a MIG partition's GPU and compute instance made, no CDI spec yet
 * ``prepare-after-cdi``        CDI spec written, checkpoint not yet
 * ``prepare-after-checkpoint`` spec and checkpoint written, kubelet not yet answered
 * ``unprepare-after-checkpoint`` claim gone from the checkpoint, CDI spec still on disk
@@ -20,6 +21,7 @@ import threading
 from pathlib import Path
 
 POINTS = (
+    "prepare-after-mig",
     "prepare-after-cdi",
     "prepare-after-checkpoint",
     "unprepare-after-checkpoint",

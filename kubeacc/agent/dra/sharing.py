@@ -113,6 +113,7 @@ def shareable(dev: Device, explicit: bool = False) -> bool:
         (dev.type in SHAREABLE_TYPES or (explicit and dev.type is not DeviceType.NIC))
         and (dev.memory_bytes or 0) >= (MEMORY_MIN_MIB + 1) * MIB
         and not any(p.kind is PartitionKind.MIG for p in dev.partitions)
+        and dev.attributes.get("migMode") != "enabled"
     )
 
 

@@ -32,6 +32,8 @@ MAX_DEVICES_PER_SLICE_ADVANCED = 64
 GENERATION_STEP = 64
 #: Label on every slice the agent writes, to find them again.
 NODE_LABEL = "kubeacc.io/node"
+#: ResourceSliceMaxCounterSets: counter sets (MIG GPUs) in one slice.
+MAX_COUNTER_SETS_PER_SLICE = 8
 
 
 def slice_name(node: str, index: int) -> str:
@@ -42,7 +44,7 @@ def chunk_devices(
     devices: Sequence[dict[str, Any]], max_per_slice: int = MAX_DEVICES_PER_SLICE
 ) -> list[list[dict[str, Any]]]:
     """Split ``devices`` into slices that respect the per-slice limit (never zero slices)."""
-    if any(d.get("taints") for d in devices):
+    if any(d.get("taints") or d.get("consumesCounters") for d in devices):
         max_per_slice = min(max_per_slice, MAX_DEVICES_PER_SLICE_ADVANCED)
     chunks = [list(devices[i : i + max_per_slice]) for i in range(0, len(devices), max_per_slice)]
     return chunks or [[]]
@@ -52,17 +54,27 @@ def devices_digest(devices: Sequence[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(devices, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def chunk_counters(counter_sets: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Counter sets in slices of their own (a slice has ``sharedCounters`` or ``devices``)."""
+    n = MAX_COUNTER_SETS_PER_SLICE
+    return [list(counter_sets[i : i + n]) for i in range(0, len(counter_sets), n)]
+
+
 def build_slices(
     node: str,
     node_uid: str | None,
     devices: Sequence[dict[str, Any]],
     generation: int,
     max_per_slice: int = MAX_DEVICES_PER_SLICE,
+    counter_sets: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
-    """The complete set of slice objects for the node's pool at ``generation``."""
-    chunks = chunk_devices(devices, max_per_slice)
+    """The complete set of slice objects for the node's pool at ``generation``: the devices'
+    slices, then those of the counter sets they consume (partitionable devices)."""
+    chunks: list[list[dict[str, Any]]] = chunk_devices(devices, max_per_slice)
+    counter_chunks = chunk_counters(counter_sets)
+    total = len(chunks) + len(counter_chunks)
     out = []
-    for i, chunk in enumerate(chunks):
+    for i, chunk in enumerate([*chunks, *counter_chunks]):
         meta: dict[str, Any] = {
             "name": slice_name(node, i),
             "labels": {NODE_LABEL: node},
@@ -82,9 +94,9 @@ def build_slices(
                     "pool": {
                         "name": node,
                         "generation": generation,
-                        "resourceSliceCount": len(chunks),
+                        "resourceSliceCount": total,
                     },
-                    "devices": chunk,
+                    **({"devices": chunk} if i < len(chunks) else {"sharedCounters": chunk}),
                 },
             }
         )
@@ -135,23 +147,34 @@ class SlicePublisher:
             self._node_uid = node.metadata.uid if node.metadata else None
         return self._node_uid
 
-    def publish(self, devices: Sequence[dict[str, Any]], *, force: bool = False) -> bool:
-        """Make the server's slices match ``devices``; True if anything was written."""
-        digest = devices_digest(devices)
+    def publish(
+        self,
+        devices: Sequence[dict[str, Any]],
+        *,
+        force: bool = False,
+        counter_sets: Sequence[dict[str, Any]] = (),
+    ) -> bool:
+        """Make the server's slices match ``devices`` (and the ``counter_sets`` they consume);
+        True if anything was written."""
+        digest = devices_digest([*devices, *counter_sets])
         if digest == self._digest and not force:
             return False
         existing = self._existing()
         server_gen = max(
             (s.spec.pool.generation for s in existing if s.spec and s.spec.pool), default=0
         )
-        desired_count = len(chunk_devices(devices, self.max_per_slice))
+        desired_count = len(chunk_devices(devices, self.max_per_slice)) + len(
+            chunk_counters(counter_sets)
+        )
         if digest == self._digest and self._matches(existing, devices, desired_count):
             return False
         # Adopted only once every slice is written: a failed attempt must not push the next
         # one further ahead (the admission policy lets a slice's generation move forward by at
         # most GENERATION_STEP per write; a partial write is caught up by server_gen).
         generation = max(self.generation, server_gen) + 1
-        desired = build_slices(self.node, self._uid(), devices, generation, self.max_per_slice)
+        desired = build_slices(
+            self.node, self._uid(), devices, generation, self.max_per_slice, counter_sets
+        )
         for obj in desired:
             self.client.apply(
                 cast(ResourceSlice, ResourceSlice.from_dict(obj)),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.host import FpgaPort, HostError, HostKernel, host_path
+from kubeacc.agent.lifecycle.migmode import set_mig_mode
 from kubeacc.crds.types import AcceleratorOperationSpec, Action, PowerState
 from kubeacc.model import Device, DeviceType
 
@@ -74,6 +75,9 @@ class Executor:
                     return self.program(
                         device, spec.program.bitstream, spec.program.sha256, allowed_digests
                     )
+                case Action.MIG_MODE:
+                    assert spec.mig_mode is not None
+                    return set_mig_mode(self, device, spec.mig_mode.enabled)
                 case Action.DRAIN | Action.UNCORDON:
                     return Outcome(True, "Nothing", "the controller's action; nothing on the node")
         except HostError as exc:

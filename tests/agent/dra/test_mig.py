@@ -1,0 +1,275 @@
+"""MIG GPUs as partitionable devices: what NVML offers becomes slice entries and counter sets,
+prepare creates the GPU/compute instance, unprepare and reconcile destroy it (the synthetic
+NVML's call log shows the calls); the slices pass the API server's validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from lightkube import Client
+from lightkube.resources.resource_v1 import ResourceSlice
+
+from kubeacc.agent.dra import cdi
+from kubeacc.agent.dra.checkpoint import read_claims
+from kubeacc.agent.dra.devices import device_index, slice_devices
+from kubeacc.agent.dra.driver import ClaimRef, Driver
+from kubeacc.agent.dra.mig import (
+    MigPartitions,
+    Published,
+    counter_set,
+    device_infos,
+    nvml_for,
+    partition_name,
+    publish,
+)
+from kubeacc.agent.dra.slices import build_slices, chunk_devices
+from kubeacc.discovery import discover
+from kubeacc.synthetic import profiles
+from kubeacc.synthetic.nvml_mig import read_calls
+
+NODE = "n1"
+H100, A100 = "gpu-0000-01-00-0", "gpu-0000-02-00-0"
+
+
+class Host:
+    def __init__(self, tmp: Path, profile: str = "mig-pair") -> None:
+        self.root = profiles.build(profile, tmp / profile)
+        self.state = tmp / "state"
+        self.state.mkdir(exist_ok=True)
+        self.inv = discover(self.root)
+        self.parts = MigPartitions(nvml_for(self.root, "auto"), self.state, self.root)
+
+    def published(self) -> Published:
+        gpus, uuids = self.parts.read(self.inv)
+        return publish(self.inv, slice_devices(self.inv), gpus, self.parts.ours(), uuids)
+
+    def calls(self) -> list[tuple[str, Any]]:
+        return [(c["call"], c.get("gpuInstanceId")) for c in read_calls(self.root / ".synthetic")]
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Host:
+    return Host(tmp_path)
+
+
+def test_every_placement_is_a_device_consuming_the_gpus_counters(host: Host) -> None:
+    pub = host.published()
+    entries = {e["name"]: e for e in pub.apply(slice_devices(host.inv))}
+    for gpu in (H100, A100):
+        parts = [n for n in entries if n.startswith(f"{gpu}-mig-")]
+        assert len(parts) == 7 + 4 + 3 + 2 + 1 + 1
+        whole = entries[gpu]
+        (use,) = whole["consumesCounters"]
+        assert use["counterSet"] == counter_set(gpu)
+        assert len(use["counters"]) == 9 and use["counters"]["compute-slices"] == {"value": "7"}
+    three = entries[partition_name(H100, "3g.40gb", 4)]
+    assert three["attributes"]["migProfile"] == {"string": "3g.40gb"}
+    assert three["attributes"]["parentPciBusID"] == {"string": "0000:01:00.0"}
+    assert three["capacity"]["kubeacc.io/memory"]["value"] == str(40448 << 20)
+    assert set(three["consumesCounters"][0]["counters"]) == {
+        "memory-slice-4", "memory-slice-5", "memory-slice-6", "memory-slice-7", "compute-slices"
+    }  # fmt: skip
+    assert [c["name"] for c in pub.counter_sets] == [counter_set(H100), counter_set(A100)]
+    index = device_infos(host.inv, pub)
+    assert index[partition_name(A100, "1g.10gb", 6)].mig is not None
+    # the partitions and whole GPUs (38) consume counters: at most 64 per slice
+    assert all(len(c) <= 64 for c in chunk_devices(list(entries.values())))
+
+
+def test_fixed_instances_are_published_as_they_are(tmp_path: Path) -> None:
+    dgx = Host(tmp_path, "dgx-h100")
+    gpu7 = "gpu-0000-bf-00-0"
+    entries = {e["name"]: e for e in dgx.published().apply(slice_devices(dgx.inv))}
+    mine = sorted(n for n in entries if n.startswith(gpu7))
+    # every memory slice is taken by the three boot-time instances: no whole GPU, no placement
+    assert mine == [f"{gpu7}-mig-gi2", f"{gpu7}-mig-gi3", f"{gpu7}-mig-gi5"]
+    assert entries[f"{gpu7}-mig-gi2"]["attributes"]["migProfile"] == {"string": "3g.40gb"}
+    assert "consumesCounters" not in entries[f"{gpu7}-mig-gi2"]
+    assert "gpu-0000-1b-00-0" in entries  # the other GPUs stay plain
+
+
+def test_slices_with_counter_sets_pass_the_api_server(
+    host: Host, kube_client: Client, api_node: str
+) -> None:
+    pub = host.published()
+    devices = pub.apply(slice_devices(host.inv))
+    objs = build_slices(api_node, None, devices, 1, counter_sets=pub.counter_sets)
+    assert [("sharedCounters" in o["spec"], "devices" in o["spec"]) for o in objs] == [
+        (False, True),
+        (True, False),
+    ]
+    try:
+        for o in objs:
+            kube_client.create(cast(ResourceSlice, ResourceSlice.from_dict(o)))
+        got = kube_client.get(ResourceSlice, objs[1]["metadata"]["name"])
+        assert got.spec.sharedCounters is not None and len(got.spec.sharedCounters) == 2
+    finally:
+        for o in objs:
+            kube_client.delete(ResourceSlice, o["metadata"]["name"])
+
+
+# -- prepare / unprepare ----------------------------------------------------------------------
+
+
+class Claims:
+    def __init__(self) -> None:
+        self.objs: dict[str, dict[str, Any]] = {}
+
+    def add(self, name: str, uid: str, devices: list[str]) -> None:
+        results = [
+            {"request": "gpu", "driver": "kubeacc.io", "pool": NODE, "device": d} for d in devices
+        ]
+        self.objs[name] = {
+            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+            "status": {"allocation": {"devices": {"results": results}}},
+        }
+
+    def get(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        return self.objs.get(name)
+
+
+def make_driver(host: Host, claims: Claims) -> Driver:
+    index = {**device_index(host.inv), **device_infos(host.inv, host.published())}
+    return Driver(
+        NODE,
+        claims,
+        lambda: index,
+        cdi_dir=host.state.parent / "cdi",
+        state_dir=host.state,
+        device_root=host.root,
+        partitions=host.parts,
+    )
+
+
+def spec_edits(host: Host, uid: str) -> dict[str, Any]:
+    spec = json.loads(cdi.spec_path(host.state.parent / "cdi", uid).read_text())
+    (dev,) = spec["devices"]
+    edits: dict[str, Any] = dev["containerEdits"]
+    return edits
+
+
+def test_prepare_creates_the_instance_and_unprepare_destroys_it(host: Host) -> None:
+    claims = Claims()
+    driver = make_driver(host, claims)
+    dev = partition_name(H100, "3g.40gb", 4)
+    claims.add("a", "u1", [dev])
+    (res,) = driver.prepare([ClaimRef("ns", "a", "u1")]).values()
+    assert not res.error, res.error
+    edits = spec_edits(host, "u1")
+    env = dict(kv.split("=", 1) for kv in edits["env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert env["KUBEACC_MIG_PROFILE"] == "3g.40gb"
+    paths = [n["path"] for n in edits["deviceNodes"]]
+    assert paths == [
+        "/dev/nvidia0",
+        "/dev/nvidia-caps/nvidia-cap12",
+        "/dev/nvidia-caps/nvidia-cap13",
+    ]
+    assert host.calls() == [
+        ("nvmlDeviceCreateGpuInstanceWithPlacement", 1),
+        ("nvmlGpuInstanceCreateComputeInstance", 1),
+    ]
+    # the instance is ours: the slice does not change
+    assert host.published().apply(slice_devices(host.inv)) == Host.published(host).apply(
+        slice_devices(host.inv)
+    )
+    assert partition_name(H100, "3g.40gb", 4) in host.published().index
+    # a repeated prepare answers from the checkpoint, creates nothing
+    driver.prepare([ClaimRef("ns", "a", "u1")])
+    assert len(host.calls()) == 2
+    assert driver.unprepare([ClaimRef("ns", "a", "u1")]) == {"u1": ""}
+    assert host.calls()[2:] == [("nvmlComputeInstanceDestroy", 1), ("nvmlGpuInstanceDestroy", 1)]
+    assert host.parts.records == [] and read_claims(host.state) == {}
+
+
+def test_a_failing_claim_leaves_no_instance(host: Host) -> None:
+    claims = Claims()
+    driver = make_driver(host, claims)
+    claims.add("a", "u1", [partition_name(A100, "7g.80gb", 0), "gpu-unknown"])
+    (res,) = driver.prepare([ClaimRef("ns", "a", "u1")]).values()
+    assert "not published" in res.error
+    assert [c for c, _ in host.calls()] == [
+        "nvmlDeviceCreateGpuInstanceWithPlacement",
+        "nvmlGpuInstanceCreateComputeInstance",
+        "nvmlComputeInstanceDestroy",
+        "nvmlGpuInstanceDestroy",
+    ]
+    # an instance someone else made where the claim's placement is: a clear error, no change
+    lib = host.parts.nvml()
+    import pynvml
+
+    h = lib.nvmlDeviceGetHandleByIndex(0)
+    lib.nvmlDeviceCreateGpuInstanceWithPlacement(h, 0, pynvml.c_nvmlGpuInstancePlacement_t(0, 8))
+    claims.add("b", "u2", [partition_name(H100, "1g.10gb", 3)])
+    (res,) = driver.prepare([ClaimRef("ns", "b", "u2")]).values()
+    assert "creating MIG 1g.10gb at memory slice 3" in res.error
+    assert host.parts.records == []
+
+
+@pytest.mark.parametrize("learnt_id", [True, False])
+def test_restart_destroys_instances_of_claims_not_checkpointed(host: Host, learnt_id: bool) -> None:
+    claims = Claims()
+    driver = make_driver(host, claims)
+    kept, lost = partition_name(H100, "2g.20gb", 0), partition_name(H100, "1g.20gb", 6)
+    claims.add("a", "u1", [kept])
+    assert not driver.prepare([ClaimRef("ns", "a", "u1")])["u1"].error
+    # the agent dies after creating u2's instance, before its checkpoint entry
+    part = device_infos(host.inv, host.published())[lost].mig
+    assert part is not None
+    host.parts.create("u2", lost, part)
+    if not learnt_id:  # ... or even before it recorded the instance's id
+        host.parts.records[-1].gi = None
+        host.parts.records[-1].ci = None
+        host.parts._save()
+    driver.checkpoint.close()
+    again = Host.__new__(Host)
+    again.__dict__.update(host.__dict__)
+    again.parts = MigPartitions(nvml_for(host.root, "auto"), host.state, host.root)
+    restarted = make_driver(again, claims)
+    restarted.reconcile()
+    assert [r.claim for r in again.parts.records] == ["u1"]
+    tail = [c for c, _ in again.calls()][-2:]
+    assert tail == ["nvmlComputeInstanceDestroy", "nvmlGpuInstanceDestroy"]
+    lib = again.parts.nvml()
+    assert lib.nvmlDeviceGetMaxMigDeviceCount(lib.nvmlDeviceGetHandleByIndex(0)) == 7
+    assert len(lib.mig_view(0)[1]) == 1  # u1's instance stays
+    # the kubelet's retry of u2 now creates it again, and it is checkpointed
+    claims.add("b", "u2", [lost])
+    assert not restarted.prepare([ClaimRef("ns", "b", "u2")])["u2"].error
+    assert set(read_claims(host.state)) == {"u1", "u2"}
+    assert len(lib.mig_view(0)[1]) == 2
+
+
+def test_a_fixed_instance_is_handed_out_as_it_is(tmp_path: Path) -> None:
+    dgx = Host(tmp_path, "dgx-h100")
+    gpu7 = "gpu-0000-bf-00-0"
+    claims = Claims()
+    driver = make_driver(dgx, claims)
+    claims.add("a", "u1", [f"{gpu7}-mig-gi3"])
+    (res,) = driver.prepare([ClaimRef("ns", "a", "u1")]).values()
+    assert not res.error, res.error
+    edits = spec_edits(dgx, "u1")
+    env = dict(kv.split("=", 1) for kv in edits["env"])
+    lib = dgx.parts.nvml()
+    (mig,) = [m for m in lib.mig_view(7)[1] if m["gpuInstanceId"] == 3]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == mig["uuid"]
+    paths = [n["path"] for n in edits["deviceNodes"]]
+    assert paths == [
+        "/dev/nvidia7",
+        "/dev/nvidia-caps/nvidia-cap975",
+        "/dev/nvidia-caps/nvidia-cap976",
+    ]
+    assert driver.unprepare([ClaimRef("ns", "a", "u1")]) == {"u1": ""}
+    assert dgx.calls() == [] and len(lib.mig_view(7)[1]) == 3  # never created or destroyed
+    assert dgx.published().whole[gpu7] is None  # not whole: not published, not prepared
+
+
+def test_damaged_records_stop_the_agent_with_one_line(host: Host) -> None:
+    from kubeacc.agent.dra.checkpoint import StateError
+
+    (host.state / "mig.json").write_text('{"records": [{"claim": 1}]}')
+    with pytest.raises(StateError, match=r"MIG instance records .* unreadable"):
+        MigPartitions(nvml_for(host.root, "auto"), host.state, host.root)
