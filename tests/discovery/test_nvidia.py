@@ -170,3 +170,34 @@ def test_an_error_injection_naming_no_nvml_call_is_an_unusable_description(
     inv = discover(root)
     assert {g.source for g in inv.by_type(DeviceType.GPU)} == {"nvidia-sysfs"}
     assert any("nvmlNoSuchCall" in w.message for w in inv.warnings)
+
+
+# /proc/driver/nvidia/gpus/<bdf>/information as a real H100 80GB HBM3 with driver 580.159.04
+# wrote it (read on the GPU machine lent to issue 16's session; Bus Location is set per test).
+REAL_H100_INFORMATION = (
+    "Model: \t\t NVIDIA H100 80GB HBM3\n"
+    "IRQ:   \t\t 41\n"
+    "GPU UUID: \t GPU-20d63320-934b-2315-cfb4-8c165faaba76\n"
+    "Video BIOS: \t 96.00.da.00.0c\n"
+    "Bus Type: \t PCIe\n"
+    "DMA Size: \t 52 bits\n"
+    "DMA Mask: \t 0xfffffffffffff\n"
+    "Bus Location: \t {bdf}\n"
+    "Device Minor: \t {minor}\n"
+    "GPU Firmware: \t 580.159.04\n"
+    "GPU Excluded:\t No\n"
+)
+
+
+def test_the_information_file_as_a_real_driver_writes_it(hosts: HostFactory) -> None:
+    root = hosts.copy("dgx-h100")
+    first = discover(root, nvml="off").by_type(DeviceType.GPU)[0]
+    assert first.pci
+    minor = next(n for n in first.device_nodes if n[11:].isdigit())[11:]
+    info = root / "proc/driver/nvidia/gpus" / first.pci.bus_id / "information"
+    info.write_text(REAL_H100_INFORMATION.format(bdf=first.pci.bus_id, minor=minor))
+    gpu = discover(root, nvml="off").by_type(DeviceType.GPU)[0]
+    assert gpu.uuid == "GPU-20d63320-934b-2315-cfb4-8c165faaba76"
+    assert gpu.model == "NVIDIA H100 80GB HBM3"
+    assert f"/dev/nvidia{minor}" in gpu.device_nodes
+    assert gpu.health.state is HealthState.HEALTHY
