@@ -220,7 +220,8 @@ def test_chart_pods_run_in_real_containers(
 
     # The agent's container killed outright: the kubelet restarts it, the workload keeps its
     # container and its claim, and the restarted agent serves a new claim.
-    workload_container = running_container(client, "app", "work")
+    # The log can come before the pod's status says Running: wait for the status.
+    workload_container = wait_running(client, "app", "work")
     agent_cid = _container_id(client, agent_name, "agent")
     containerd = tb.kubelet.containerd
     assert containerd is not None
