@@ -272,7 +272,7 @@ class Agent:
                 "MigPolicyNotApplied",
                 f"node {self.opts.node_name}: {message}",
                 warning=True,
-                component="kubeacc-agent",
+                component=f"kubeacc-agent-{self.opts.node_name}",  # the admission rule
             )
         return filters
 
