@@ -100,6 +100,9 @@ def tool_env(host_root: Path) -> dict[str, str]:
         env = dict(os.environ)
     if (links := driver_tools().library_links) is not None:
         env["LD_LIBRARY_PATH"] = str(links)
+    if (bin_dir := driver_tools().bin_dir) is not None:
+        # the MPS control daemon starts nvidia-cuda-mps-server, found on its PATH
+        env["PATH"] = os.pathsep.join(filter(None, [str(bin_dir), env.get("PATH", "")]))
     return env
 
 

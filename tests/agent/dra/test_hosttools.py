@@ -41,6 +41,7 @@ def test_the_driver_tools_dir_comes_first_and_libraries_are_linked(tmp_path: Pat
     hosttools.use_driver_tools(bin_dir, lib_dir, links)
     assert hosttools.find(host, "nvidia-smi") == tool
     assert hosttools.run(host, "nvidia-smi", []) == f"driver {links}\n"
+    assert hosttools.tool_env(host)["PATH"].split(os.pathsep)[0] == str(bin_dir)
     assert sorted(p.name for p in links.iterdir()) == ["libcuda.so.1", "libnvidia-ml.so.1"]
     assert (links / "libcuda.so.1").resolve() == lib_dir / "libcuda.so.1"
     # a tool the tools dir lacks: the host root's, then PATH
