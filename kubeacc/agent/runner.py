@@ -44,7 +44,7 @@ from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.mig import MigPartitions, Published, device_infos, nvml_for
 from kubeacc.agent.dra.mig import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
-from kubeacc.agent.dra.policyshare import PolicyShares
+from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.sharing import Selector, ShareSelector
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices
 from kubeacc.agent.nodelabels import NodeLabeler, node_labels
@@ -53,6 +53,8 @@ from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
 from kubeacc.clientconfig import make_client
+from kubeacc.crds.status import emit_event
+from kubeacc.crds.types import API_VERSION
 from kubeacc.discovery import DiscoveryConfig, discover
 from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.metrics.http import ProbeServer
@@ -191,6 +193,8 @@ class Agent:
             nvml_for(options.host_root, options.nvml), options.state_dir, options.host_root
         )
         self._mig = Published()
+        #: (policy uid, message) of the MIG policy problems already reported as events.
+        self._mig_warned: set[tuple[str, str]] = set()
         self.driver = Driver(
             options.node_name,
             claims or WatchingClaimSource(self.prepare_client, options.node_name),
@@ -243,6 +247,34 @@ class Agent:
         from kubeacc.crds.resources import AcceleratorPolicy, as_dict
 
         return [as_dict(p) for p in self.client.list(AcceleratorPolicy)]
+
+    def _mig_filters(self) -> dict[str, MigFilter]:
+        """What the MIG policies let each MIG GPU publish; a selected GPU that cannot follow
+        its policy gets one Warning event on the policy (per policy and message)."""
+        offered: dict[str, set[str]] = {gpu: set() for gpu in self._mig.whole}
+        for name, part in self._mig.index.items():
+            if part.fixed_gi is None and (gpu := self._mig.owner.get(name)) in offered:
+                offered[gpu].add(part.profile)
+        filters, problems = mig_filters(
+            self.policy_shares.migs, self.dra_inventory.devices, offered
+        )
+        for policy, message in problems:
+            if (policy.uid, message) in self._mig_warned:
+                continue
+            self._mig_warned.add((policy.uid, message))
+            emit_event(
+                self.client,
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": "AcceleratorPolicy",
+                    "metadata": {"name": policy.policy, "uid": policy.uid},
+                },
+                "MigPolicyNotApplied",
+                f"node {self.opts.node_name}: {message}",
+                warning=True,
+                component=f"kubeacc-agent-{self.opts.node_name}",  # the admission rule
+            )
+        return filters
 
     def add_plugin(self, plugin: NodePlugin) -> None:
         self._plugins.append(plugin)
@@ -424,7 +456,7 @@ class Agent:
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
                 shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
                 devices = with_cordon_taints(
-                    self._mig.apply(slice_devices(self.dra_inventory, shared)),
+                    self._mig.apply(slice_devices(self.dra_inventory, shared), self._mig_filters()),
                     self._cordoned(),
                 )
                 if self.publisher.publish(

@@ -85,6 +85,20 @@ def agent_command(
         Path | None,
         typer.Option(help="NVML library file (the host driver's libnvidia-ml.so.1, mounted)."),
     ] = None,
+    driver_tools_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="The host NVIDIA driver's tools (nvidia-smi, nvidia-cuda-mps-control), mounted; "
+            "looked up before <host-root>/usr/bin and PATH."
+        ),
+    ] = None,
+    driver_library_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="The host NVIDIA driver's libraries, mounted: the driver tools run with its "
+            "libnvidia-*/libcuda* (linked into <state-dir>/driver-libs) on LD_LIBRARY_PATH."
+        ),
+    ] = None,
     discovery_config: Annotated[
         Path | None, typer.Option(help="Admin-defined devices (DiscoveryConfig YAML).")
     ] = None,
@@ -149,6 +163,13 @@ def agent_command(
     if not host_root.is_dir():
         fail(f"host root {host_root} is not a directory")
     setup_logging(log_level)
+    if driver_tools_dir is not None or driver_library_dir is not None:
+        from kubeacc.agent.dra.hosttools import use_driver_tools
+
+        try:
+            use_driver_tools(driver_tools_dir, driver_library_dir, state_dir / "driver-libs")
+        except (ValueError, OSError) as err:
+            fail(str(err))
     try:
         agent = Agent(
             AgentOptions(

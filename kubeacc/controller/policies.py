@@ -9,7 +9,9 @@ the sharing settings to the driver as opaque configuration (a ``SharingConfig``,
 selects GPUs alone and time-slices them or serves them with MPS adds a ``GpuConfig`` the agent
 applies on the GPU; a memory-shared or MPS policy's class selects only devices published as
 memory-shared (``device.allowMultipleAllocations``), which the agents do for the devices the
-policy selects (:mod:`kubeacc.agent.dra.policyshare`).
+policy selects (:mod:`kubeacc.agent.dra.policyshare`). A ``MIG`` policy's class selects only the
+MIG partitions of its ``migProfiles`` (attribute ``migProfile``), which the agents publish for
+the MIG-mode GPUs the policy selects.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import hashlib
 import json
 from typing import Any
 
+from kubeacc.agent.dra.mig import PROFILE_ATTR
 from kubeacc.crds.opaque import policy_gpu_parameters, sharing_parameters
 from kubeacc.crds.types import (
     API_VERSION,
@@ -26,6 +29,7 @@ from kubeacc.crds.types import (
     POLICY_LABEL,
     AcceleratorPolicySpec,
     PolicySelector,
+    SharingMode,
 )
 from kubeacc.model import DeviceType
 
@@ -54,6 +58,13 @@ def cel_selector(selector: PolicySelector) -> str:
     return " && ".join(terms)
 
 
+def mig_selector(profiles: list[str]) -> str:
+    """CEL for the MIG partitions of ``profiles``: ``has()`` first, since a device without the
+    attribute (a whole GPU) would otherwise fail the claim's scheduling with *no such key*."""
+    attr = f'device.attributes["{DRIVER}"].{PROFILE_ATTR}'
+    return f"has({attr}) && {attr} in {_cel_list(sorted(set(profiles)))}"
+
+
 def device_class(policy: dict[str, Any]) -> dict[str, Any]:
     """The DeviceClass manifest a policy object generates (owned by the policy)."""
     meta = policy["metadata"]
@@ -63,6 +74,8 @@ def device_class(policy: dict[str, Any]) -> dict[str, Any]:
         # Only devices the agents publish as memory-shared for this policy: a claim of this
         # class gets a share, never a whole device of a node that does not share it (yet).
         expression += " && device.allowMultipleAllocations"
+    elif spec.sharing.mode is SharingMode.MIG:
+        expression += " && " + mig_selector(spec.sharing.mig_profiles)
     configs = [sharing_parameters(meta["name"], spec.sharing)]
     gpu = policy_gpu_parameters(spec.sharing, spec.selector.types == [DeviceType.GPU])
     if gpu is not None:

@@ -149,7 +149,7 @@ def policy_gpu_parameters(sharing: Sharing, gpus_only: bool) -> dict[str, Any] |
     agent applies the policy's strategy on the GPU, or None when the mode changes no device.
 
     ``gpus_only``: the policy selects GPUs alone (a GpuConfig refuses other device types).
-    MIG profiles are a mode of their own (issue 16, item 2) and would be added here.
+    A ``MIG`` policy adds none: its partitions are made at prepare, nothing is set on the GPU.
     """
     if not gpus_only:
         return None

@@ -143,6 +143,9 @@ class SharingMode(StrEnum):
     MEMORY_SHARED = "MemoryShared"
     #: GPUs: memory-shared, and served by the GPU's CUDA MPS control daemon.
     MPS = "MPS"
+    #: GPUs in MIG mode: the partitions of the profiles in ``migProfiles`` (and the whole GPU
+    #: unless ``migWholeGpu`` is false) are published; the class selects those partitions.
+    MIG = "MIG"
 
 
 class TimeSlice(StrEnum):
@@ -157,7 +160,10 @@ class TimeSlice(StrEnum):
 #: Modes whose devices are published as memory-shared (consumable ``kubeacc.io/memory``).
 MEMORY_SHARED_MODES = frozenset({SharingMode.MEMORY_SHARED, SharingMode.MPS})
 #: Modes that change the GPU itself: only for policies that select GPUs alone.
-GPU_ONLY_MODES = frozenset({SharingMode.MPS})
+GPU_ONLY_MODES = frozenset({SharingMode.MPS, SharingMode.MIG})
+#: A MIG profile name as NVML spells it (``3g.40gb``, ``1g.10gb``); variants (``+me``) are not
+#: published, so a policy cannot name them.
+MIG_PROFILE_PATTERN = r"^[1-9][0-9]?g\.[1-9][0-9]{0,3}gb$"
 
 
 class Sharing(_Model):
@@ -175,6 +181,15 @@ class Sharing(_Model):
                 "self.mode == 'TimeSliced' || !has(self.timeSlice)",
                 "timeSlice is only valid with mode TimeSliced",
             ),
+            (
+                "self.mode == 'MIG' ? has(self.migProfiles) && size(self.migProfiles) > 0 : "
+                "!has(self.migProfiles) || size(self.migProfiles) == 0",
+                "mode MIG needs a non-empty migProfiles, and migProfiles is only valid with it",
+            ),
+            (
+                "self.mode == 'MIG' || !has(self.migWholeGpu)",
+                "migWholeGpu is only valid with mode MIG",
+            ),
         )
     )
 
@@ -183,6 +198,15 @@ class Sharing(_Model):
     memory_per_consumer_bytes: int | None = Field(default=None, ge=1)
     time_slice: TimeSlice | None = Field(
         default=None, description="TimeSliced GPUs: the time slice set on the device"
+    )
+    mig_profiles: list[Annotated[str, Field(pattern=MIG_PROFILE_PATTERN, max_length=16)]] = Field(
+        default_factory=list,
+        max_length=16,
+        description="MIG GPUs: the profiles whose partitions are published (e.g. 3g.40gb)",
+    )
+    mig_whole_gpu: bool | None = Field(
+        default=None,
+        description="MIG GPUs: also publish the whole GPU (default true)",
     )
 
 
@@ -223,6 +247,12 @@ class AcceleratorPolicySpec(_Model):
                 "(has(self.selector) && has(self.selector.types) && "
                 "self.selector.types == ['gpu'])",
                 "sharing mode MPS needs a selector of types [gpu] alone",
+            ),
+            (
+                "!has(self.sharing) || !has(self.sharing.mode) || self.sharing.mode != 'MIG' || "
+                "(has(self.selector) && has(self.selector.types) && "
+                "self.selector.types == ['gpu'])",
+                "sharing mode MIG needs a selector of types [gpu] alone",
             ),
             (
                 "!has(self.sharing) || !has(self.sharing.timeSlice) || "

@@ -82,6 +82,8 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("logLevel=LOUD", "at '/logLevel'"),
         ("agent.memoryShared={half}", "at '/agent/memoryShared/0'"),
         ("agent.memoryShared={type=tpu}", "at '/agent/memoryShared/0'"),
+        ("nvidia.toolsDir=bin", "at '/nvidia/toolsDir'"),
+        ("nvidia.driverTools=maybe", "at '/nvidia/driverTools'"),
     ],
 )
 def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
@@ -128,6 +130,33 @@ def test_host_root_moves_the_host_paths_and_the_device_root(helm: Helm) -> None:
     assert paths["host-sys"] == "/srv/node-a/sys"
     assert paths["host-dev"] == "/srv/node-a/dev"
     assert paths["host-proc-driver"] == "/srv/node-a/proc/driver"
+
+
+def test_driver_tools_are_mounted_from_the_driver_root(helm: Helm) -> None:
+    def agent(*settings: str) -> tuple[list[str], dict[str, str], dict[str, dict[str, Any]]]:
+        out = helm("template", "t", str(CHART), K8S, *settings).stdout
+        (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
+        spec = ds["spec"]["template"]["spec"]
+        paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        return spec["containers"][0]["args"], paths, mounts
+
+    args, paths, mounts = agent()
+    assert "--driver-tools-dir=/run/kubeacc/nvidia-bin" in args
+    assert "--driver-library-dir=/run/kubeacc/nvidia" in args
+    assert paths["nvidia-bin"] == "/usr/bin"
+    assert mounts["nvidia-bin"] == {
+        "name": "nvidia-bin", "mountPath": "/run/kubeacc/nvidia-bin", "readOnly": True
+    }  # fmt: skip
+    args, paths, _ = agent("--set", "nvidia.driverRoot=/run/nvidia/driver")
+    assert paths["nvidia-bin"] == "/run/nvidia/driver/usr/bin"
+    assert paths["nvidia-lib"] == "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"
+    args, _, mounts = agent("--set", "nvidia.nvml=off")  # tools without the driver's libraries
+    assert "--driver-tools-dir=/run/kubeacc/nvidia-bin" in args
+    assert not [a for a in args if a.startswith("--driver-library-dir")]
+    args, paths, mounts = agent("--set", "nvidia.driverTools=false")
+    assert not [a for a in args if a.startswith("--driver-")]
+    assert "nvidia-bin" not in paths and "nvidia-bin" not in mounts
 
 
 def test_dashboard_and_config_maps_render(helm: Helm) -> None:

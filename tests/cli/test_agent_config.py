@@ -31,10 +31,12 @@ def test_config_types_plus_flag_types(tmp_path: Path) -> None:
         ("--device-plugin-config", "types: {tpu: {}}", "types.tpu"),
         ("--discovery-config", "devices: [{vendor: xyz, type: gpu}]", "devices.0.vendor"),
         ("--metrics-address", None, "is not HOST:PORT or :PORT"),
+        ("--driver-tools-dir", None, "driver tools directory /nonexistent/bin is not a directory"),
+        ("--driver-library-dir", None, "driver library directory /nonexistent/bin is not a"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, flag: str, text: str | None, message: str) -> None:
-    arg = "9400"
+    arg = "/nonexistent/bin" if flag.startswith("--driver-") else "9400"
     if text is not None:
         (tmp_path / "c.yaml").write_text(text)
         arg = str(tmp_path / "c.yaml")

@@ -154,6 +154,47 @@ def _policy(name: str, spec: dict[str, Any]) -> Any:
             },
             "spec.sharing.timeSlice",
         ),
+        (
+            {
+                "selector": {"types": ["fpga"]},
+                "sharing": {"mode": "MIG", "migProfiles": ["3g.40gb"]},
+            },
+            "sharing mode MIG needs a selector of types [gpu] alone",
+        ),
+        (
+            {"sharing": {"mode": "MIG", "migProfiles": ["3g.40gb"]}},
+            "sharing mode MIG needs a selector of types [gpu] alone",
+        ),
+        (
+            {"selector": {"types": ["gpu"]}, "sharing": {"mode": "MIG"}},
+            "mode MIG needs a non-empty migProfiles",
+        ),
+        (
+            {"selector": {"types": ["gpu"]}, "sharing": {"mode": "MIG", "migProfiles": []}},
+            "mode MIG needs a non-empty migProfiles",
+        ),
+        (
+            {"selector": {"types": ["gpu"]}, "sharing": {"mode": "MIG", "migProfiles": ["3g"]}},
+            "spec.sharing.migProfiles[0]",
+        ),
+        (
+            {
+                "selector": {"types": ["gpu"]},
+                "sharing": {"mode": "MIG", "migProfiles": ["1g.10gb", "1g.10gb+me"]},
+            },
+            "spec.sharing.migProfiles[1]",
+        ),
+        (
+            {
+                "selector": {"types": ["gpu"]},
+                "sharing": {"mode": "MPS", "migProfiles": ["3g.40gb"]},
+            },
+            "migProfiles is only valid with it",
+        ),
+        (
+            {"selector": {"types": ["gpu"]}, "sharing": {"mode": "MPS", "migWholeGpu": False}},
+            "migWholeGpu is only valid with mode MIG",
+        ),
     ],
 )
 def test_sharing_mode_rules(
@@ -166,6 +207,8 @@ def test_gpu_sharing_modes_are_accepted(kubeacc_crds: None, kube_client: Client)
     for name, sharing in (
         ("mps-gpus", {"mode": "MPS"}),
         ("sliced-gpus", {"mode": "TimeSliced", "timeSlice": "Medium"}),
+        ("mig-gpus", {"mode": "MIG", "migProfiles": ["3g.40gb", "1g.10gb"]}),
+        ("mig-parts", {"mode": "MIG", "migProfiles": ["7g.80gb"], "migWholeGpu": False}),
     ):
         kube_client.create(_policy(name, {"selector": {"types": ["gpu"]}, "sharing": sharing}))
         kube_client.delete(AcceleratorPolicy, name)

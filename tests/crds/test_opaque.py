@@ -142,3 +142,24 @@ def test_a_time_sliced_policy_over_any_type_adds_no_gpu_config() -> None:
         {"metadata": {"name": "p", "uid": "u"}, "spec": {"sharing": {"mode": "TimeSliced"}}}
     )
     assert [e["opaque"]["parameters"]["kind"] for e in cls["spec"]["config"]] == ["SharingConfig"]
+
+
+def test_a_mig_policy_class_selects_only_partitions_of_its_profiles() -> None:
+    cls = device_class(
+        {
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {
+                "selector": {"types": ["gpu"]},
+                "sharing": {"mode": "MIG", "migProfiles": ["3g.40gb", "1g.10gb", "3g.40gb"]},
+            },
+        }
+    )
+    (selector,) = cls["spec"]["selectors"]
+    attr = 'device.attributes["kubeacc.io"].migProfile'
+    assert selector["cel"]["expression"].endswith(
+        f' && has({attr}) && {attr} in ["1g.10gb", "3g.40gb"]'
+    )
+    # no GpuConfig: the partition is made at prepare, nothing to apply on the GPU
+    configs = [parse_config(e["opaque"]["parameters"]) for e in cls["spec"]["config"]]
+    assert [type(c) for c in configs] == [SharingConfig]
+    assert configs[0].mode == "MIG"

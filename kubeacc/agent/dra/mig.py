@@ -44,6 +44,7 @@ import pynvml
 
 from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.checkpoint import StateError
+from kubeacc.agent.dra.policyshare import MigFilter
 from kubeacc.model import Device, DeviceType, Inventory
 
 log = logging.getLogger(__name__)
@@ -244,17 +245,37 @@ class Published:
     partitions: list[dict[str, Any]] = field(default_factory=list)
     counter_sets: list[dict[str, Any]] = field(default_factory=list)
     index: dict[str, Partition] = field(default_factory=dict)
+    #: Partition device name -> its GPU's slice device name.
+    owner: dict[str, str] = field(default_factory=dict)
 
-    def apply(self, entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``entries`` (the plain slice devices) with the MIG GPUs and their partitions."""
+    def apply(
+        self,
+        entries: Sequence[dict[str, Any]],
+        filters: Mapping[str, MigFilter] | None = None,
+    ) -> list[dict[str, Any]]:
+        """``entries`` (the plain slice devices) with the MIG GPUs and their partitions.
+
+        ``filters`` (by GPU slice name, from the ``MIG`` policies) keeps of a GPU only the
+        placements of the listed profiles, and the whole GPU only when the filter says so;
+        fixed instances (made outside the agent) are always published: they exist."""
+        filters = filters or {}
         out = []
         for e in entries:
             name = str(e["name"])
             if name not in self.whole:
                 out.append(e)
-            elif (replaced := self.whole[name]) is not None:
+            elif (replaced := self.whole[name]) is not None and (
+                name not in filters or filters[name].whole
+            ):
                 out.append(replaced)
-        out.extend(self.partitions)
+        for e in self.partitions:
+            name = str(e["name"])
+            part = self.index.get(name)
+            rule = filters.get(self.owner.get(name, ""))
+            # fixed instances exist: they are published whatever the policy lists
+            fixed = part is None or part.fixed_gi is not None
+            if rule is None or fixed or (part is not None and part.profile in rule.profiles):
+                out.append(e)
         out.sort(key=lambda d: str(d["name"]))
         return out
 
@@ -326,6 +347,7 @@ def publish(
             entry = _partition_entry(dev, base, part)
             out.partitions.append(entry)
             out.index[entry["name"]] = part
+            out.owner[entry["name"]] = dev.name
         consuming = not taken
         if taken:
             out.whole[dev.name] = None
@@ -352,6 +374,7 @@ def publish(
                 entry = _partition_entry(dev, base, part)
                 out.partitions.append(entry)
                 out.index[entry["name"]] = part
+                out.owner[entry["name"]] = dev.name
                 consuming = True
         if consuming:  # a GPU whose fixed instances take it all has no counters to share
             out.counter_sets.extend(counter_sets({dev.name: mig}))

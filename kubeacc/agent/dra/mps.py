@@ -45,6 +45,15 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
+def is_mps_control(pid: int) -> bool:
+    """The process runs ``nvidia-cuda-mps-control`` (its command line names the tool)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return TOOL.encode() in cmdline
+
+
 class MpsDaemons:
     """Start, stop and find the MPS control daemons of this node's GPUs."""
 
@@ -59,12 +68,17 @@ class MpsDaemons:
         return self.base / bus_id / "log"
 
     def pid(self, bus_id: str) -> int | None:
-        """The pid of the GPU's daemon when it runs."""
+        """The pid of the GPU's daemon when it runs.
+
+        The pid file outlives the daemon when the agent's container restarts (the daemon ends
+        with the container, the state dir is the host's): the pid then may name another
+        process of the new container, so it counts only when that process is an MPS control
+        daemon."""
         try:
             pid = int((self.pipe_dir(bus_id) / PID_FILE).read_text().strip())
         except (OSError, ValueError):
             return None
-        return pid if alive(pid) else None
+        return pid if alive(pid) and is_mps_control(pid) else None
 
     def running(self) -> dict[str, int]:
         """Bus id -> pid of every daemon that runs under ``base``."""

@@ -1,10 +1,13 @@
-"""AcceleratorPolicies that make devices memory-shared on this node.
+"""AcceleratorPolicies that make devices memory-shared, or choose MIG profiles, on this node.
 
 A policy whose ``sharing.mode`` is ``MemoryShared`` or ``MPS`` selects devices by type, vendor
 and model (the same rule as the CEL selector of the DeviceClass it generates: empty lists match
 everything, values match exactly); the agent publishes the devices it selects as memory-shared,
 as it does for ``--memory-shared`` selectors. GPUs and KunLun XPUs are shareable; any other type
 (an FPGA, say) only when the policy lists the type in ``selector.types``.
+
+A ``MIG`` policy (:class:`PolicyMig`) selects GPUs the same way and names the MIG profiles whose
+partitions the agent publishes for the selected GPUs in MIG mode (:func:`mig_filters`).
 
 :class:`PolicyShares` keeps the selectors of the policies it last read; a failed read keeps the
 previous ones (the API server away must not un-share devices that claims use).
@@ -13,14 +16,14 @@ previous ones (the API server away must not un-share devices that claims use).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from kubeacc.crds.types import MEMORY_SHARED_MODES, AcceleratorPolicySpec
-from kubeacc.model import Device
+from kubeacc.crds.types import MEMORY_SHARED_MODES, AcceleratorPolicySpec, SharingMode
+from kubeacc.model import Device, DeviceType
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +52,32 @@ class PolicyShare:
         return f"policy {self.policy}"
 
 
-def policy_shares(policies: Iterable[dict[str, Any]]) -> tuple[PolicyShare, ...]:
-    """The selectors of the memory-sharing policies among ``policies`` (API objects)."""
-    out = []
+@dataclass(frozen=True)
+class PolicyMig(PolicyShare):
+    """A ``MIG`` policy: the profiles it publishes on the GPUs it selects."""
+
+    profiles: frozenset[str] = frozenset()
+    whole: bool = True
+    #: The policy object's identity (for events about it).
+    uid: str = ""
+
+
+def _specs(policies: Iterable[dict[str, Any]]) -> Iterable[tuple[str, str, AcceleratorPolicySpec]]:
     for obj in policies:
-        name = str((obj.get("metadata") or {}).get("name", "?"))
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", "?"))
         try:
             spec = AcceleratorPolicySpec.model_validate(obj.get("spec") or {})
         except ValidationError as exc:
             log.warning("AcceleratorPolicy %s ignored: %s", name, str(exc).splitlines()[0])
             continue
+        yield name, str(meta.get("uid", "")), spec
+
+
+def policy_shares(policies: Iterable[dict[str, Any]]) -> tuple[PolicyShare, ...]:
+    """The selectors of the memory-sharing policies among ``policies`` (API objects)."""
+    out = []
+    for name, _, spec in _specs(policies):
         if spec.sharing.mode not in MEMORY_SHARED_MODES:
             continue
         sel = spec.selector
@@ -73,23 +92,107 @@ def policy_shares(policies: Iterable[dict[str, Any]]) -> tuple[PolicyShare, ...]
     return tuple(sorted(out, key=lambda p: p.policy))
 
 
+def policy_migs(policies: Iterable[dict[str, Any]]) -> tuple[PolicyMig, ...]:
+    """The ``MIG`` policies among ``policies`` (API objects)."""
+    out = []
+    for name, uid, spec in _specs(policies):
+        if spec.sharing.mode is not SharingMode.MIG or not spec.sharing.mig_profiles:
+            continue
+        sel = spec.selector
+        out.append(
+            PolicyMig(
+                name,
+                frozenset(t.value for t in sel.types),
+                frozenset(sel.vendors),
+                frozenset(sel.models),
+                profiles=frozenset(spec.sharing.mig_profiles),
+                whole=spec.sharing.mig_whole_gpu is not False,
+                uid=uid,
+            )
+        )
+    return tuple(sorted(out, key=lambda p: p.policy))
+
+
+@dataclass(frozen=True)
+class MigFilter:
+    """What the MIG policies let one MIG GPU publish: placements of ``profiles`` and, when
+    ``whole``, the GPU itself (the union over the policies that select it)."""
+
+    profiles: frozenset[str]
+    whole: bool
+
+
+def mig_filters(
+    migs: Iterable[PolicyMig], gpus: Iterable[Device], offered: Mapping[str, Collection[str]]
+) -> tuple[dict[str, MigFilter], list[tuple[PolicyMig, str]]]:
+    """The filter of every MIG-mode GPU (by slice device name) some MIG policy selects, and
+    (policy, message) for each selected GPU that is not in MIG mode (it publishes nothing
+    extra) or offers none of the policy's profiles.
+
+    ``offered``: the MIG-mode GPUs (by slice device name) and the profiles they offer."""
+    in_mig = offered
+    migs = tuple(migs)
+    filters: dict[str, MigFilter] = {}
+    problems: list[tuple[PolicyMig, str]] = []
+    for dev in gpus:
+        if dev.type is not DeviceType.GPU:
+            continue
+        selecting = [m for m in migs if m.matches(dev)]
+        if not selecting:
+            continue
+        if dev.name not in in_mig:
+            problems.extend(
+                (
+                    m,
+                    f"GPU {dev.name} ({dev.model}) is not in MIG mode: no partitions published "
+                    "for it (turn MIG mode on with an AcceleratorOperation MigMode)",
+                )
+                for m in selecting
+            )
+            continue
+        problems.extend(
+            (
+                m,
+                f"GPU {dev.name} ({dev.model}) offers none of the MIG profiles "
+                f"{', '.join(sorted(m.profiles))} "
+                f"(it offers {', '.join(sorted(in_mig[dev.name])) or 'no free placement'})",
+            )
+            for m in selecting
+            if not m.profiles & set(in_mig[dev.name])
+        )
+        filters[dev.name] = MigFilter(
+            frozenset().union(*(m.profiles for m in selecting)),
+            any(m.whole for m in selecting),
+        )
+    return filters, problems
+
+
 class PolicyShares:
-    """The memory-sharing policies as last read through ``list_policies``."""
+    """The memory-sharing and MIG policies as last read through ``list_policies``."""
 
     def __init__(self, list_policies: Callable[[], list[dict[str, Any]]]) -> None:
         self.list_policies = list_policies
         self.current: tuple[PolicyShare, ...] = ()
+        #: The MIG policies of the last successful read.
+        self.migs: tuple[PolicyMig, ...] = ()
         self._error = ""
 
     def refresh(self) -> tuple[PolicyShare, ...]:
+        """Read the policies; the memory-sharing ones are returned, the MIG ones kept in
+        :attr:`migs`."""
         try:
-            found = policy_shares(self.list_policies())
+            listed = self.list_policies()
+            found = policy_shares(listed)
+            migs = policy_migs(listed)
         except Exception as exc:  # API server away, or no RBAC to list policies
             if str(exc) != self._error:
                 log.warning("cannot read AcceleratorPolicies (keeping the last): %s", exc)
             self._error = str(exc)
             return self.current
         self._error = ""
+        if migs != self.migs:
+            log.info("MIG policies: %s", ", ".join(map(str, migs)) or "none")
+        self.migs = migs
         if found != self.current:
             log.info("memory-sharing policies: %s", ", ".join(map(str, found)) or "none")
         self.current = found

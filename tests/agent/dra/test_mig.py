@@ -25,6 +25,7 @@ from kubeacc.agent.dra.mig import (
     partition_name,
     publish,
 )
+from kubeacc.agent.dra.policyshare import MigFilter
 from kubeacc.agent.dra.slices import build_slices, chunk_devices
 from kubeacc.discovery import discover
 from kubeacc.synthetic import profiles
@@ -273,3 +274,33 @@ def test_damaged_records_stop_the_agent_with_one_line(host: Host) -> None:
     (host.state / "mig.json").write_text('{"records": [{"claim": 1}]}')
     with pytest.raises(StateError, match=r"MIG instance records .* unreadable"):
         MigPartitions(nvml_for(host.root, "auto"), host.state, host.root)
+
+
+def test_policy_filters_keep_only_the_listed_profiles(host: Host) -> None:
+    pub = host.published()
+    filters = {
+        H100: MigFilter(frozenset({"3g.40gb"}), True),
+        A100: MigFilter(frozenset({"7g.80gb", "1g.20gb"}), False),
+    }
+    names = {e["name"] for e in pub.apply(slice_devices(host.inv), filters)}
+    assert {n for n in names if n.startswith(H100)} == {
+        H100, partition_name(H100, "3g.40gb", 0), partition_name(H100, "3g.40gb", 4)
+    }  # fmt: skip
+    a100 = {n for n in names if n.startswith(A100)}
+    assert A100 not in a100  # migWholeGpu false
+    assert a100 == {partition_name(A100, "7g.80gb", 0)} | {
+        partition_name(A100, "1g.20gb", s) for s in (0, 2, 4, 6)
+    }
+    assert len(pub.counter_sets) == 2  # counters stay: the published devices consume them
+    # without filters, everything (as before)
+    assert len(pub.apply(slice_devices(host.inv))) == len(pub.apply(slice_devices(host.inv), {}))
+
+
+def test_policy_filters_never_hide_fixed_instances(tmp_path: Path) -> None:
+    dgx = Host(tmp_path, "dgx-h100")
+    gpu7 = "gpu-0000-bf-00-0"
+    filters = {gpu7: MigFilter(frozenset({"1g.10gb"}), True)}
+    entries = {e["name"] for e in dgx.published().apply(slice_devices(dgx.inv), filters)}
+    assert sorted(n for n in entries if n.startswith(gpu7)) == [
+        f"{gpu7}-mig-gi2", f"{gpu7}-mig-gi3", f"{gpu7}-mig-gi5"
+    ]  # fmt: skip

@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from kubeacc.agent.dra.devices import slice_devices
-from kubeacc.agent.dra.policyshare import PolicyShare, PolicyShares, policy_shares
+from kubeacc.agent.dra.policyshare import (
+    MigFilter,
+    PolicyShare,
+    PolicyShares,
+    mig_filters,
+    policy_migs,
+    policy_shares,
+)
 from kubeacc.agent.dra.sharing import is_memory_shared
 
 
@@ -72,3 +79,64 @@ def test_a_failed_read_keeps_the_last_policies() -> None:
     assert [p.policy for p in first] == ["m"]
     assert shares.refresh() == first
     assert shares.refresh() == ()
+
+
+def mig_policy(name: str, profiles: list[str], whole: bool | None = None, **sel: Any) -> Any:
+    sharing: dict[str, Any] = {"mode": "MIG", "migProfiles": profiles}
+    if whole is not None:
+        sharing["migWholeGpu"] = whole
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}"},
+        "spec": {"selector": sel, "sharing": sharing},
+    }
+
+
+def test_mig_policies_filter_the_mig_gpus_they_select(make_inventory: Any) -> None:
+    inv = make_inventory("mig-pair")
+    h100, a100 = sorted(d.name for d in inv.devices if d.type.value == "gpu")
+    model = {d.name: d.model for d in inv.devices}
+    migs = policy_migs(
+        [
+            mig_policy("a", ["3g.40gb"], types=["gpu"], models=[model[h100]]),
+            mig_policy("b", ["1g.10gb"], False, types=["gpu"], models=[model[h100]]),
+            mig_policy("c", ["7g.80gb"], False, types=["gpu"], models=[model[a100]]),
+            policy("not-mig", "MPS", types=["gpu"]),
+        ]
+    )
+    assert [m.policy for m in migs] == ["a", "b", "c"]
+    assert policy_shares([mig_policy("a", ["3g.40gb"], types=["gpu"])]) == ()
+    offered = {h100: {"3g.40gb", "1g.10gb"}, a100: {"7g.80gb"}}
+    filters, problems = mig_filters(migs, inv.devices, offered)
+    # the union of the policies on the H100; the whole GPU when any of them wants it
+    assert filters[h100] == MigFilter(frozenset({"3g.40gb", "1g.10gb"}), True)
+    assert filters[a100] == MigFilter(frozenset({"7g.80gb"}), False)
+    assert problems == []
+
+
+def test_a_mig_policy_on_a_gpu_not_in_mig_mode_says_why(make_inventory: Any) -> None:
+    inv = make_inventory("mig-pair")
+    h100, a100 = sorted(d.name for d in inv.devices if d.type.value == "gpu")
+    migs = policy_migs([mig_policy("p", ["1g.5gb"], types=["gpu"])])
+    filters, problems = mig_filters(migs, inv.devices, {a100: {"1g.10gb", "7g.80gb"}})
+    assert set(filters) == {a100}  # the H100 (as if not in MIG mode) gets no filter
+    messages = sorted(m for _, m in problems)
+    assert len(messages) == 2
+    assert messages[0].startswith(f"GPU {h100} (") and "is not in MIG mode" in messages[0]
+    assert f"GPU {a100}" in messages[1]
+    assert "offers none of the MIG profiles 1g.5gb (it offers 1g.10gb, 7g.80gb)" in messages[1]
+
+
+def test_a_failed_read_keeps_the_mig_policies() -> None:
+    answers: list[Any] = [[mig_policy("p", ["3g.40gb"], types=["gpu"])], RuntimeError("away")]
+
+    def listing() -> list[dict[str, Any]]:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return list(answer)
+
+    shares = PolicyShares(listing)
+    shares.refresh()
+    assert [m.profiles for m in shares.migs] == [frozenset({"3g.40gb"})]
+    shares.refresh()
+    assert [m.policy for m in shares.migs] == ["p"]
