@@ -100,6 +100,8 @@ class Answers:
             host = b'{"Host":' + _encode(node) + b',"Score":'
             got = tuple(host + b"%d}" % s for s in range(MAX_SCORE + 1))
             if node in self.state.nodes:  # names the scheduler made up are not kept
+                if len(self._pieces) > 2 * len(self.state.nodes) + 1024:
+                    self._pieces = {}  # mostly nodes gone since
                 self._pieces[node] = got
         return got
 
