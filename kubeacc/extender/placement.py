@@ -57,16 +57,26 @@ def matcher(want: PodWant) -> Match:
     return _memoized(want, _matcher(want))
 
 
+def plain_matcher(want: PodWant) -> Match:
+    """:func:`matcher` without the per-node memo (for callers that keep answers themselves)."""
+    return _matcher(want)
+
+
 #: Wants a node remembers answers for, at most (the memo is emptied when the node changes).
 MEMO_SIZE = 32
 
 
-def _memoized(want: PodWant, match: Match) -> Match:
-    key = (
+def want_key(want: PodWant) -> tuple[object, ...]:
+    """What a node's answer for ``want`` depends on (pods alike share their answers)."""
+    return (
         tuple((c.whole, c.model, c.memory, c.cores, c.units) for c in want.containers),
         want.models,
         want.mix,
     )
+
+
+def _memoized(want: PodWant, match: Match) -> Match:
+    key = want_key(want)
 
     def cached(view: NodeView) -> tuple[int, str]:
         memo = view.memo
@@ -96,21 +106,6 @@ def _matcher(want: PodWant) -> Match:
 
 NO_GPUS = "no kubeacc GPUs on this node"
 NO_SHARES = "no GPU takes shares (all held whole or unhealthy)"
-
-
-def exact_gate(want: PodWant) -> tuple[int, int] | None:
-    """(memory, whole GPUs) such that a node fits ``want`` exactly when its largest free
-    memory and its untouched GPUs reach them; None when the answer needs :func:`matcher`."""
-    if len(want.containers) != 1 or want.models:
-        return None
-    c = want.containers[0]
-    if c.units:
-        return None
-    if c.shared and not c.cores:
-        return c.memory, 0
-    if not c.shared and c.model is None:
-        return 0, c.whole
-    return None
 
 
 def _from_fit(f: Fit) -> tuple[int, str]:

@@ -77,7 +77,7 @@ class ExtenderServer:
                 verb = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
                 handler = {
                     "filter": outer.extender.filter,
-                    "prioritize": outer.extender.prioritize,
+                    "prioritize": outer.extender.prioritize_json,
                     "bind": outer.extender.bind,
                 }.get(verb)
                 length = int(self.headers.get("Content-Length") or 0)
@@ -105,7 +105,7 @@ class ExtenderServer:
                     log.exception("%s failed", verb)
                     self._send(500, _encoder.encode({"Error": f"{verb}: internal error: {err}"}))
                     return
-                self._send(200, _encoder.encode(result))
+                self._send(200, result if isinstance(result, bytes) else _encoder.encode(result))
 
         self.httpd = ThreadingHTTPServer((host, port), Handler)
         self.httpd.daemon_threads = True

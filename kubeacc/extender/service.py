@@ -21,7 +21,10 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from kubeacc.extender.placement import NO_GPUS, exact_gate, matcher, place
+import msgspec
+
+from kubeacc.extender.answers import Answers, Kind
+from kubeacc.extender.placement import NO_GPUS, place, plain_matcher, want_key
 from kubeacc.extender.state import State
 from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
 
@@ -52,6 +55,7 @@ class Extender:
     def __init__(self, state: State, binder: Binder | None = None) -> None:
         self.state = state
         self.binder = binder
+        self.answers = Answers(state)
         self._locks_lock = threading.Lock()
         self.counts = {"filter": 0, "prioritize": 0, "bind": 0, "bind_refused": 0}
         self._node_locks: dict[str, threading.Lock] = {}
@@ -71,33 +75,24 @@ class Extender:
             return self._filtered(nodes, [], failed, unresolvable)
         if want.empty:
             return self._filtered(nodes, names, failed, unresolvable)
-        match = matcher(want)
-        gate = exact_gate(want)
-        state = self.state
-        with state.lock:
-            views = state.nodes
-            if gate is not None:  # the common pods: two comparisons per node, scores later
-                memory, whole = gate
+        with self.state.lock:
+            kind = self._kind(want)
+            fits, fails = kind.fits, kind.fails
+            passed = [name for name in names if name in fits]
+            if len(passed) < len(names):
                 for name in names:
-                    view = views.get(name)
-                    if view is None:
+                    if name in fits:
+                        continue
+                    reason = fails.get(name)
+                    if reason is None:
                         unresolvable[name] = NO_GPUS
-                    elif view.max_free >= memory and view.free_whole >= whole:
-                        passed.append(name)
                     else:
-                        failed[name] = match(view)[1]
-                return self._filtered(nodes, passed, failed, unresolvable)
-            for name in names:
-                view = views.get(name)
-                if view is None:
-                    unresolvable[name] = NO_GPUS
-                    continue
-                reason = match(view)[1]
-                if reason:
-                    failed[name] = reason
-                else:
-                    passed.append(name)
+                        failed[name] = reason
         return self._filtered(nodes, passed, failed, unresolvable)
+
+    def _kind(self, want: PodWant) -> Kind:
+        """Every node's current answer for ``want`` (call with the state lock held)."""
+        return self.answers.kind(want_key(want), lambda: plain_matcher(want))
 
     @staticmethod
     def _filtered(
@@ -124,27 +119,23 @@ class Extender:
 
     # -- prioritize -------------------------------------------------------------------------
     def prioritize(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """HostPriorityList as objects; :meth:`prioritize_json` is the same, encoded."""
+        return list(msgspec.json.decode(self.prioritize_json(args)))
+
+    def prioritize_json(self, args: Mapping[str, Any]) -> bytes:
+        """The HostPriorityList for ``args``, JSON-encoded: a node that does not fit (or is
+        unknown) scores 0."""
         self.counts["prioritize"] += 1
         pod = args.get("Pod") or {}
         names, _ = _names(args)
         try:
             want = pod_want(pod)
         except WantError:
-            return [{"Host": n, "Score": 0} for n in names]
-        if want.empty:
-            return [{"Host": n, "Score": 0} for n in names]
-        match = matcher(want)  # memoized per node: filter's answers are reused here
-        out = []
+            want = None
         with self.state.lock:
-            views = self.state.nodes
-            for name in names:
-                view = views.get(name)
-                if view is None:
-                    out.append({"Host": name, "Score": 0})
-                    continue
-                score, reason = match(view)
-                out.append({"Host": name, "Score": 0 if reason else score})
-        return out
+            if want is None or want.empty:
+                return self.answers.priorities(None, names)
+            return self.answers.priorities(self._kind(want), names)
 
     # -- bind -------------------------------------------------------------------------------
     def bind(self, args: Mapping[str, Any]) -> dict[str, Any]:

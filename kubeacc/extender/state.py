@@ -166,6 +166,30 @@ class State:
         #: after its bind ended.
         self.pending: dict[str, float | None] = {}
         self._by_node: dict[str, set[str]] = {}
+        #: Names of the nodes changed (inventory or holdings), in order; with
+        #: :attr:`changes_base` (how many older entries were dropped) a reader that saw
+        #: ``epoch`` entries knows which nodes changed since (see :mod:`.answers`).
+        self.changes: list[str] = []
+        self.changes_base = 0
+
+    @property
+    def epoch(self) -> int:
+        """How many node changes happened so far (grows with every change)."""
+        return self.changes_base + len(self.changes)
+
+    def changed_since(self, epoch: int) -> list[str] | None:
+        """The nodes changed since ``epoch`` (repeats possible); None: too old to tell."""
+        start = epoch - self.changes_base
+        if start < 0:
+            return None
+        return self.changes[start:]
+
+    def _changed(self, node: str) -> None:
+        changes = self.changes
+        changes.append(node)
+        if len(changes) > 4 * len(self.nodes) + 1024:  # readers that far behind start over
+            self.changes_base += len(changes)
+            self.changes = []
 
     # -- inventory --------------------------------------------------------------------------
     def set_node(self, node: str, gpus: Iterable[Gpu]) -> None:
@@ -181,7 +205,8 @@ class State:
 
     def remove_node(self, node: str) -> None:
         with self.lock:
-            self.nodes.pop(node, None)
+            if self.nodes.pop(node, None) is not None:
+                self._changed(node)
 
     def set_inventory(self, per_node: Mapping[str, list[Gpu]]) -> None:
         with self.lock:
@@ -211,6 +236,7 @@ class State:
                         u.shares += 1
         view.use = use
         view.refresh()
+        self._changed(node)
 
     def _set(self, uid: str, decision: Decision | None) -> None:
         old = self.allocs.get(uid)

@@ -1,0 +1,119 @@
+"""Every node's answer (score, reason) for one kind of pod, kept current between requests.
+
+kube-scheduler asks the extender about one pod twice (filter, then prioritize) and about the
+replicas of a Deployment again and again, each time with every candidate node: at 5,000 nodes
+a walk over the nodes per call was most of a verb's time. :class:`Answers` holds, per kind of
+request (:func:`~kubeacc.extender.placement.want_key`), the answer of every node of the state,
+computed once; a later call first re-answers only the nodes the state logged as changed since
+(:meth:`State.changed_since`), so a node's change shows in the very next answer. Filter then
+keeps the candidates that fit with one set lookup each, and prioritize joins pre-encoded JSON
+pieces (``{"Host":"node-1","Score":7}``) instead of building and encoding a dict per node.
+
+All methods must be called with ``state.lock`` held.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+import msgspec
+
+from kubeacc.extender.placement import MAX_SCORE, Match
+from kubeacc.extender.state import State
+
+#: Kinds of request whose answers are kept (the least recently used are dropped).
+KINDS = 16
+
+_encode = msgspec.json.encode
+
+
+class Kind:
+    """The answers of every node of the state for one kind of request."""
+
+    def __init__(self, match: Match) -> None:
+        self.match = match
+        self.epoch = -1
+        #: Score of every node that fits.
+        self.fits: dict[str, int] = {}
+        #: Reason of every node that does not.
+        self.fails: dict[str, str] = {}
+
+    def _answer(self, state: State, node: str) -> None:
+        view = state.nodes.get(node)
+        self.fits.pop(node, None)
+        self.fails.pop(node, None)
+        if view is None:
+            return
+        score, reason = self.match(view)
+        if reason:
+            self.fails[node] = reason
+        else:
+            self.fits[node] = score
+
+    def update(self, state: State) -> None:
+        """Bring the answers up to the state's current epoch."""
+        epoch = state.epoch
+        if epoch == self.epoch:
+            return
+        changed = state.changed_since(self.epoch) if self.epoch >= 0 else None
+        if changed is None or len(changed) > len(state.nodes):
+            self.fits, self.fails = {}, {}
+            match, fits, fails = self.match, self.fits, self.fails
+            for node, view in state.nodes.items():
+                score, reason = match(view)
+                if reason:
+                    fails[node] = reason
+                else:
+                    fits[node] = score
+        else:
+            for node in set(changed):
+                self._answer(state, node)
+        self.epoch = epoch
+
+
+class Answers:
+    """Per kind of request, every node's answer; see the module's text."""
+
+    def __init__(self, state: State, kinds: int = KINDS) -> None:
+        self.state = state
+        self.kinds = kinds
+        self._kinds: OrderedDict[object, Kind] = OrderedDict()
+        #: Per node, its prioritize pieces for the scores 0..MAX_SCORE.
+        self._pieces: dict[str, tuple[bytes, ...]] = {}
+
+    def kind(self, key: object, make: Callable[[], Match]) -> Kind:
+        """The current answers for ``key`` (``make`` builds its matcher when new)."""
+        got = self._kinds.get(key)
+        if got is None:
+            got = self._kinds[key] = Kind(make())
+            if len(self._kinds) > self.kinds:
+                self._kinds.popitem(last=False)
+        else:
+            self._kinds.move_to_end(key)
+        got.update(self.state)
+        return got
+
+    def pieces(self, node: str) -> tuple[bytes, ...]:
+        got = self._pieces.get(node)
+        if got is None:
+            host = b'{"Host":' + _encode(node) + b',"Score":'
+            got = tuple(host + b"%d}" % s for s in range(MAX_SCORE + 1))
+            if node in self.state.nodes:  # names the scheduler made up are not kept
+                if len(self._pieces) > 2 * len(self.state.nodes) + 1024:
+                    self._pieces = {}  # mostly nodes gone since
+                self._pieces[node] = got
+        return got
+
+    def priorities(self, kind: Kind | None, names: list[str]) -> bytes:
+        """The JSON HostPriorityList for ``names``: 0 for nodes that do not fit or are
+        unknown (for every node without ``kind``); byte for byte what encoding
+        ``[{"Host": n, "Score": s}, ...]`` gives."""
+        fits: dict[str, int] = {} if kind is None else kind.fits
+        pieces, get = self._pieces, self.pieces
+        out = []
+        for name in names:
+            p = pieces.get(name) or get(name)
+            s = fits.get(name, 0)
+            out.append(p[s] if 0 <= s <= MAX_SCORE else _encode({"Host": name, "Score": s}))
+        return b"[" + b",".join(out) + b"]"
