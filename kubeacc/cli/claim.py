@@ -20,7 +20,9 @@ def claim_command(
             "--prefer", help="Models, most wanted first: 'H100,A100,KunLun R200' ('*' last: any)."
         ),
     ],
-    count: Annotated[int, typer.Option(min=1, help="Devices of the chosen model.")] = 1,
+    count: Annotated[
+        int | None, typer.Option(min=1, help="Devices of the chosen model (default 1).")
+    ] = None,
     units: Annotated[
         int | None,
         typer.Option(
@@ -39,10 +41,12 @@ def claim_command(
     from kubeacc.units.claims import ClaimSpecError, preference_claim
     from kubeacc.units.prefer import PreferenceError
 
+    if count is not None and units is not None:
+        fail("--count and --units ask the same thing two ways: give one of them")
     use_units_table(units_table)
     try:
         doc = preference_claim(
-            name, prefer, count=count, units=units, namespace=namespace, template=template
+            name, prefer, count=count or 1, units=units, namespace=namespace, template=template
         )
     except (ClaimSpecError, PreferenceError) as err:
         fail(str(err))
