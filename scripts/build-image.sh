@@ -51,6 +51,7 @@ mmdebstrap --quiet --mode=root --variant=minbase \
   --customize-hook="$in_root /opt/kubeacc/bin/pip uninstall -q -y setuptools pip" \
   --customize-hook="$in_root apt-get purge -qq -y --autoremove python3-venv python3.11-venv python3-pip-whl python3-setuptools-whl >/dev/null" \
   --customize-hook='find "$1/opt/kubeacc" -name __pycache__ -prune -exec rm -rf {} +' \
+  --customize-hook="$in_root /opt/kubeacc/bin/python3 -m compileall -q --invalidation-mode unchecked-hash /opt/kubeacc/lib" \
   --customize-hook='rm -rf "$1"/tmp/wheels "$1"/var/lib/apt/lists/* "$1"/var/cache/* "$1"/var/log/*' \
   --customize-hook='echo "kubeacc:x:65532:65532:kube-acc:/nonexistent:/usr/sbin/nologin" >> "$1/etc/passwd"; echo "kubeacc:x:65532:" >> "$1/etc/group"' \
   bookworm "$work/rootfs.tar" "$mirror"
