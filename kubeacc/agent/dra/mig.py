@@ -248,6 +248,13 @@ class Published:
     #: Partition device name -> its GPU's slice device name.
     owner: dict[str, str] = field(default_factory=dict)
 
+    def add(self, dev: Device, base: Mapping[str, Any], part: Partition) -> None:
+        """Publish ``part`` of ``dev`` (whose plain slice entry is ``base``)."""
+        entry = _partition_entry(dev, base, part)
+        self.partitions.append(entry)
+        self.index[entry["name"]] = part
+        self.owner[entry["name"]] = dev.name
+
     def apply(
         self,
         entries: Sequence[dict[str, Any]],
@@ -308,6 +315,30 @@ def _partition_entry(dev: Device, base: Mapping[str, Any], p: Partition) -> dict
     return entry
 
 
+def _partition(
+    dev: Device,
+    mig: GpuMig,
+    prof: Profile,
+    start: int,
+    size: int,
+    fixed_gi: int | None = None,
+    fixed_uuid: str = "",
+) -> Partition:
+    return Partition(
+        dev.pci.bus_id if dev.pci else "",
+        mig.uuid,
+        mig.minor,
+        prof.name,
+        prof.id,
+        prof.slices,
+        start,
+        size,
+        fixed_gi=fixed_gi,
+        fixed_uuid=fixed_uuid,
+        memory_mib=prof.memory_mib,
+    )
+
+
 def publish(
     inv: Inventory,
     entries: Sequence[dict[str, Any]],
@@ -331,23 +362,10 @@ def publish(
             prof = profiles.get(inst.profile_id)
             if prof is None:
                 continue
-            part = Partition(
-                dev.pci.bus_id if dev.pci else "",
-                mig.uuid,
-                mig.minor,
-                prof.name,
-                prof.id,
-                prof.slices,
-                inst.start,
-                inst.size,
-                fixed_gi=inst.gi,
-                fixed_uuid=(fixed_uuids or {}).get(dev.name, {}).get(inst.gi, ""),
-                memory_mib=prof.memory_mib,
+            fixed_uuid = (fixed_uuids or {}).get(dev.name, {}).get(inst.gi, "")
+            out.add(
+                dev, base, _partition(dev, mig, prof, inst.start, inst.size, inst.gi, fixed_uuid)
             )
-            entry = _partition_entry(dev, base, part)
-            out.partitions.append(entry)
-            out.index[entry["name"]] = part
-            out.owner[entry["name"]] = dev.name
         consuming = not taken
         if taken:
             out.whole[dev.name] = None
@@ -360,21 +378,7 @@ def publish(
             for start, size in prof.placements:
                 if taken & set(range(start, start + size)):
                     continue
-                part = Partition(
-                    dev.pci.bus_id if dev.pci else "",
-                    mig.uuid,
-                    mig.minor,
-                    prof.name,
-                    prof.id,
-                    prof.slices,
-                    start,
-                    size,
-                    memory_mib=prof.memory_mib,
-                )
-                entry = _partition_entry(dev, base, part)
-                out.partitions.append(entry)
-                out.index[entry["name"]] = part
-                out.owner[entry["name"]] = dev.name
+                out.add(dev, base, _partition(dev, mig, prof, start, size))
                 consuming = True
         if consuming:  # a GPU whose fixed instances take it all has no counters to share
             out.counter_sets.extend(counter_sets({dev.name: mig}))

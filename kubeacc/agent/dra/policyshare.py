@@ -74,21 +74,21 @@ def _specs(policies: Iterable[dict[str, Any]]) -> Iterable[tuple[str, str, Accel
         yield name, str(meta.get("uid", "")), spec
 
 
+def _selector(
+    spec: AcceleratorPolicySpec,
+) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """The policy selector's types, vendors and models (the fields of :class:`PolicyShare`)."""
+    sel = spec.selector
+    return frozenset(t.value for t in sel.types), frozenset(sel.vendors), frozenset(sel.models)
+
+
 def policy_shares(policies: Iterable[dict[str, Any]]) -> tuple[PolicyShare, ...]:
     """The selectors of the memory-sharing policies among ``policies`` (API objects)."""
     out = []
     for name, _, spec in _specs(policies):
         if spec.sharing.mode not in MEMORY_SHARED_MODES:
             continue
-        sel = spec.selector
-        out.append(
-            PolicyShare(
-                name,
-                frozenset(t.value for t in sel.types),
-                frozenset(sel.vendors),
-                frozenset(sel.models),
-            )
-        )
+        out.append(PolicyShare(name, *_selector(spec)))
     return tuple(sorted(out, key=lambda p: p.policy))
 
 
@@ -98,13 +98,10 @@ def policy_migs(policies: Iterable[dict[str, Any]]) -> tuple[PolicyMig, ...]:
     for name, uid, spec in _specs(policies):
         if spec.sharing.mode is not SharingMode.MIG or not spec.sharing.mig_profiles:
             continue
-        sel = spec.selector
         out.append(
             PolicyMig(
                 name,
-                frozenset(t.value for t in sel.types),
-                frozenset(sel.vendors),
-                frozenset(sel.models),
+                *_selector(spec),
                 profiles=frozenset(spec.sharing.mig_profiles),
                 whole=spec.sharing.mig_whole_gpu is not False,
                 uid=uid,
