@@ -7,11 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import read_claims
+from kubeacc.testbed import Testbed
 
 
 class AgentProcess:
@@ -118,3 +121,36 @@ class AgentProcess:
     def stray_files(self) -> list[str]:
         """Temporary files left behind by interrupted atomic writes (after a clean restart)."""
         return [p.name for d in (self.cdi_dir, self.state_dir) for p in d.glob(".*.tmp")]
+
+
+@contextmanager
+def registered_agent(testbed: Testbed, host_root: Path, workdir: Path) -> Iterator[AgentProcess]:
+    """``kubeacc agent`` for the testbed's node on ``host_root``, registered with the kubelet;
+    stopped on the way out."""
+    a = AgentProcess(
+        testbed.node_name, host_root, testbed.kubeconfig, testbed.kubelet.root_dir, workdir
+    )
+    a.start()
+    try:
+        a.wait_registered()
+        yield a
+    finally:
+        a.stop()
+
+
+def plan_json(testbed: Testbed, namespace: str) -> subprocess.CompletedProcess[str]:
+    """``kubeacc plan -o json`` of ``namespace`` on the testbed, as a user runs it."""
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "kubeacc"),
+            "plan",
+            f"--kubeconfig={testbed.kubeconfig}",
+            f"--namespace={namespace}",
+            "-o",
+            "json",
+        ],
+        capture_output=True,
+        check=False,
+        text=True,
+        timeout=120,
+    )

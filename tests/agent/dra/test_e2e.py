@@ -31,7 +31,7 @@ from tests.kubeletclient import drahealth_v1alpha1_pb2_grpc as hpb_grpc
 
 from ...nodestack import claim_pod as pod_obj
 from ...testbed.helpers import eventually
-from .agentproc import AgentProcess
+from .agentproc import AgentProcess, registered_agent
 
 pytestmark = pytest.mark.cluster
 
@@ -39,16 +39,8 @@ pytestmark = pytest.mark.cluster
 @pytest.fixture
 def agent(testbed: Testbed, tmp_path: Path) -> Iterator[AgentProcess]:
     """``kubeacc agent`` for the kubelet's node, on a synthetic 8-GPU server."""
-    host = profiles.build("dgx-h100", tmp_path / "host")
-    a = AgentProcess(
-        testbed.node_name, host, testbed.kubeconfig, testbed.kubelet.root_dir, tmp_path
-    )
-    a.start()
-    try:
-        a.wait_registered()
+    with registered_agent(testbed, profiles.build("dgx-h100", tmp_path / "host"), tmp_path) as a:
         yield a
-    finally:
-        a.stop()
 
 
 def claim_obj(name: str, ns: str, spec: dict[str, Any]) -> Any:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +33,7 @@ from tests.crdfixtures import create_operation, running, wait_for
 
 from ...nodestack import claim_pod, unschedulable
 from ...testbed.helpers import eventually
-from .agentproc import AgentProcess
+from .agentproc import AgentProcess, plan_json, registered_agent
 from .test_sharing_e2e import cdi_env
 from .test_sharing_e2e import running as running_pod
 
@@ -56,16 +54,8 @@ DESTROY_GI = "nvmlGpuInstanceDestroy"
 
 @pytest.fixture
 def agent(testbed: Testbed, tmp_path: Path) -> Iterator[AgentProcess]:
-    host = profiles.build("mig-pair", tmp_path / "host")
-    a = AgentProcess(
-        testbed.node_name, host, testbed.kubeconfig, testbed.kubelet.root_dir, tmp_path
-    )
-    a.start()
-    try:
-        a.wait_registered()
+    with registered_agent(testbed, profiles.build("mig-pair", tmp_path / "host"), tmp_path) as a:
         yield a
-    finally:
-        a.stop()
 
 
 def gpu_claim(name: str, ns: str, cel: str) -> Any:
@@ -150,20 +140,7 @@ def test_partition_and_whole_gpu_never_share_a_gpu_and_nvml_calls_in_order(
     kube_client.create(gpu_claim("whole-2", namespace, WHOLE))
     kube_client.create(claim_pod("whole-2", namespace, "whole-2"))
     eventually(lambda: unschedulable(kube_client, "whole-2", namespace), 60, "whole-2 refused")
-    plan = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "kubeacc"),
-            "plan",
-            f"--kubeconfig={testbed.kubeconfig}",
-            f"--namespace={namespace}",
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=120,
-    )
+    plan = plan_json(testbed, namespace)
     (verdict,) = [p for p in json.loads(plan.stdout) if p["claim"].endswith("whole-2")]
     assert not verdict["allocated"]  # the planner agrees, and says which counter ran out
     assert "shared counter" in json.dumps(verdict["explanation"]), verdict

@@ -5,8 +5,6 @@ the share's limits in its environment, and deleting one pod unprepares only its 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from kubeacc.testbed.records import ContainerRecord
 
 from ...nodestack import claim_pod, unschedulable
 from ...testbed.helpers import eventually
-from .agentproc import AgentProcess
+from .agentproc import AgentProcess, plan_json
 
 pytestmark = pytest.mark.cluster
 
@@ -167,20 +165,7 @@ def test_four_shares_on_one_gpu_fifth_pending_unprepare_one_leaves_three(
     kube_client.create(shared_claim("share-4", namespace))
     kube_client.create(claim_pod("share-4", namespace, "share-4"))
     eventually(lambda: unschedulable(kube_client, "share-4", namespace), 60, "share-4 refused")
-    plan = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "kubeacc"),
-            "plan",
-            f"--kubeconfig={testbed.kubeconfig}",
-            f"--namespace={namespace}",
-            "-o",
-            "json",
-        ],
-        capture_output=True,
-        check=False,
-        text=True,
-        timeout=120,
-    )
+    plan = plan_json(testbed, namespace)
     assert plan.returncode == 1, plan.stderr
     (verdict,) = [p for p in json.loads(plan.stdout) if p["claim"].endswith("share-4")]
     assert not verdict["allocated"]
