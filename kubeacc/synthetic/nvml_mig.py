@@ -195,6 +195,17 @@ def _fill(array: Any, count_ref: Any, items: list[Any]) -> None:
     _set_count(count_ref, len(items))
 
 
+def _profile_info(version: int, v1: type[Any], v2: type[Any], name: str) -> Any:
+    """An empty profile-info struct of the version asked (v2 carries the profile's name)."""
+    if version == 2:
+        info = v2()
+        info.name = name.encode()
+        return info
+    if version == 1:
+        return v1()
+    raise _err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+
 def _err(code: int) -> pynvml.NVMLError:
     return pynvml.NVMLError(code)
 
@@ -448,14 +459,12 @@ class MigCalls:
                 break
         else:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        info: Any
-        if version == 2:
-            info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
-            info.name = f"MIG {p.name}".encode()
-        elif version == 1:
-            info = pynvml.c_nvmlGpuInstanceProfileInfo_t()
-        else:
-            raise _err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        info = _profile_info(
+            version,
+            pynvml.c_nvmlGpuInstanceProfileInfo_t,
+            pynvml.c_nvmlGpuInstanceProfileInfo_v2_t,
+            f"MIG {p.name}",
+        )
         info.id = p.id
         info.isP2pSupported = 0
         info.sliceCount = p.slices
@@ -609,14 +618,12 @@ class MigCalls:
         slices = self._slices_of(index, str(inst["profile"]))
         if profile != _ci_profile(slices) or engProfile != 0:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        info: Any
-        if version == 2:
-            info = pynvml.c_nvmlComputeInstanceProfileInfo_v2_t()
-            info.name = f"MIG {inst['profile']}".encode()
-        elif version == 1:
-            info = pynvml.c_nvmlComputeInstanceProfileInfo_t()
-        else:
-            raise _err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        info = _profile_info(
+            version,
+            pynvml.c_nvmlComputeInstanceProfileInfo_t,
+            pynvml.c_nvmlComputeInstanceProfileInfo_v2_t,
+            f"MIG {inst['profile']}",
+        )
         info.id = profile
         info.sliceCount = slices
         info.instanceCount = 1
