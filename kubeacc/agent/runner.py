@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,6 +56,8 @@ from kubeacc.clientconfig import make_client
 from kubeacc.crds.status import emit_event
 from kubeacc.crds.types import API_VERSION
 from kubeacc.discovery import DiscoveryConfig, discover
+from kubeacc.host import Host
+from kubeacc.host.real import RealHost
 from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
@@ -105,7 +107,8 @@ class NodePlugin(Protocol):
 @dataclass
 class AgentOptions:
     node_name: str
-    host_root: Path = Path("/")
+    #: The node (kubeacc.host): its files, NVML, kernel and driver tools.
+    host: Host = field(default_factory=RealHost)
     #: Where the device nodes are on the host (CDI ``hostPath``): ``/`` on a real node, a
     #: directory of real device nodes on a test node whose host root is synthetic.
     device_root: Path = Path("/")
@@ -123,8 +126,6 @@ class AgentOptions:
     device_plugin_types: frozenset[DeviceType] = frozenset()
     #: Node-local bitstream library: claims with an FpgaConfig bitstream get it programmed.
     bitstream_dir: Path | None = None
-    #: Synthetic host: emulate the kernel's sysfs/ioctl effects of programming an FPGA.
-    simulate_kernel: bool = False
     #: Fold the DRA checkpoint journal into a new snapshot after this many calls.
     compact_after: int = 1000
     #: Keep the node's Accelerators' users (status.allocatedTo) and honour their cordons.
@@ -190,7 +191,7 @@ class Agent:
         self.policy_shares = PolicyShares(self._list_policies)
         #: MIG GPUs as partitionable devices (kubeacc.agent.dra.mig).
         self.partitions = MigPartitions(
-            nvml_for(options.host_root, options.nvml), options.state_dir, options.host_root
+            nvml_for(options.host, options.nvml), options.state_dir, options.host
         )
         self._mig = Published()
         #: (policy uid, message) of the MIG policy problems already reported as events.
@@ -227,19 +228,12 @@ class Agent:
         if self.opts.bitstream_dir is None:
             return None
         from kubeacc.agent.fpga_claims import ClaimProgrammer
-        from kubeacc.agent.lifecycle.host import HostKernel
         from kubeacc.crds.resources import AcceleratorPolicy, as_dict
 
-        kernel: HostKernel | None = None
-        if self.opts.simulate_kernel:
-            from kubeacc.synthetic.kernel import SyntheticKernel
-
-            kernel = SyntheticKernel(self.opts.host_root)
         programmer = ClaimProgrammer(
-            self.opts.host_root,
+            self.opts.host,
             self.opts.bitstream_dir,
             lambda: [as_dict(p) for p in self.prepare_client.list(AcceleratorPolicy)],
-            kernel,
         )
         return programmer.ensure
 
@@ -326,7 +320,7 @@ class Agent:
             self.probes.start()
         prime_decoders()
         self._observe(
-            discover(self.opts.host_root, config=self.opts.discovery_config, nvml=self.opts.nvml)
+            discover(self.opts.host, config=self.opts.discovery_config, nvml=self.opts.nvml)
         )
         self.driver.reconcile()
         if self._watch is not None:
@@ -494,7 +488,7 @@ class Agent:
                 next_trim = time.monotonic() + TRIM_INTERVAL
             try:
                 inv = discover(
-                    self.opts.host_root, config=self.opts.discovery_config, nvml=self.opts.nvml
+                    self.opts.host, config=self.opts.discovery_config, nvml=self.opts.nvml
                 )
             except Exception:
                 log.exception("discovery failed; keeping the last inventory")
@@ -514,8 +508,8 @@ def _applied_sharing(options: AgentOptions) -> AppliedSharing:
     try:
         return AppliedSharing(
             options.state_dir,
-            GpuControl(options.host_root),
-            MpsDaemons(options.host_root, options.state_dir / "mps"),
+            GpuControl(options.host),
+            MpsDaemons(options.host, options.state_dir / "mps"),
         )
     except ValueError as exc:
         raise StateError(str(exc)) from None

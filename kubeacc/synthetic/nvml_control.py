@@ -18,7 +18,7 @@ from typing import Any
 
 import pynvml
 
-from kubeacc.discovery.host import read_regular
+from kubeacc.host.files import read_regular
 from kubeacc.synthetic.nvmllib import DESCRIPTION_LIMIT, SyntheticNVML, _err, _Handle, injectable
 from kubeacc.synthetic.tools import hoststate
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from kubeacc.discovery.host import read_regular
+from kubeacc.host.files import read_regular
 from kubeacc.synthetic.nvml_mig import MigCalls, MigState
 
 #: The description of an 8-GPU host is a few tens of KB.

@@ -45,6 +45,8 @@ import pynvml
 from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.policyshare import MigFilter
+from kubeacc.host import Host, select_nvml
+from kubeacc.host.files import WarningSink
 from kubeacc.model import Device, DeviceType, Inventory
 
 log = logging.getLogger(__name__)
@@ -385,16 +387,11 @@ def publish(
     return out
 
 
-def nvml_for(host_root: Path, mode: str) -> Callable[[], Any | None]:
-    """The NVML library of the node (synthetic for a synthetic host root), looked up per use."""
+def nvml_for(host: Host, mode: str) -> Callable[[], Any | None]:
+    """The NVML library of the node, looked up per use."""
 
     def lib() -> Any | None:
-        if mode == "off":
-            return None
-        from kubeacc.discovery.backends.nvidia import select_nvml
-        from kubeacc.discovery.host import HostRoot
-
-        return select_nvml(HostRoot(host_root), mode)
+        return select_nvml(host, WarningSink(), mode)
 
     return lib
 
@@ -446,10 +443,10 @@ class Record:
 class MigPartitions:
     """Creates and destroys the GPU/compute instances of claims; knows which are ours."""
 
-    def __init__(self, nvml: Callable[[], Any | None], state_dir: Path, host_root: Path) -> None:
+    def __init__(self, nvml: Callable[[], Any | None], state_dir: Path, host: Host) -> None:
         self._nvml = nvml
         self.path = state_dir / STATE_FILE
-        self.host_root = host_root
+        self.host = host
         self.lock = threading.Lock()
         self.records: list[Record] = self._load()
 
@@ -557,16 +554,16 @@ class MigPartitions:
                 ) from None
 
     def _nodes(self, minor: int, gi: int, ci: int) -> list[str]:
-        base = f"proc/driver/nvidia/capabilities/gpu{minor}/mig/gi{gi}"
+        base = f"/proc/driver/nvidia/capabilities/gpu{minor}/mig/gi{gi}"
         nodes = [f"/dev/nvidia{minor}"]
         for rel in (f"{base}/access", f"{base}/ci{ci}/access"):
             try:
-                text = (self.host_root / rel).read_text()
+                text = self.host.path(rel).read_text()
             except OSError as exc:
-                raise MigError(f"/{rel}: {exc.strerror or exc}") from None
+                raise MigError(f"{rel}: {exc.strerror or exc}") from None
             m = _CAP_MINOR.search(text)
             if m is None:
-                raise MigError(f"/{rel}: no DeviceFileMinor")
+                raise MigError(f"{rel}: no DeviceFileMinor")
             nodes.append(f"/dev/nvidia-caps/nvidia-cap{m.group(1)}")
         return nodes
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
-from kubeacc.agent.lifecycle.host import FpgaPort, HostError, HostKernel, host_path
 from kubeacc.agent.lifecycle.migmode import set_mig_mode
 from kubeacc.crds.types import AcceleratorOperationSpec, Action, PowerState
+from kubeacc.host import Host
+from kubeacc.host.kernel import FpgaPort, HostError, HostKernel, host_path
 from kubeacc.model import Device, DeviceType
 
 log = logging.getLogger(__name__)
@@ -38,17 +39,21 @@ class Outcome:
 class Executor:
     def __init__(
         self,
-        kernel: HostKernel,
+        host: Host,
         library: BitstreamLibrary,
         rediscover: Callable[[str], Device | None],
     ) -> None:
-        self.kernel = kernel
+        self.host = host
         self.library = library
         self.rediscover = rediscover
 
     @property
     def root(self) -> Path:
-        return self.kernel.root
+        return self.host.root
+
+    @property
+    def kernel(self) -> HostKernel:
+        return self.host.kernel
 
     def run(
         self,

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pynvml
 
-from kubeacc.agent.lifecycle.host import HostError
+from kubeacc.host import NvmlUnavailable
+from kubeacc.host.kernel import HostError
 from kubeacc.model import Device, DeviceType
 
 if TYPE_CHECKING:
@@ -22,13 +23,10 @@ if TYPE_CHECKING:
 
 
 def _nvml(executor: Executor) -> Any:
-    from kubeacc.discovery.backends.nvidia import select_nvml
-    from kubeacc.discovery.host import HostRoot
-
-    lib = select_nvml(HostRoot(executor.root), "on")
-    if lib is None:
-        raise HostError("NVMLUnavailable", "NVML is not available on this node")
-    return lib
+    try:
+        return executor.host.nvml()
+    except NvmlUnavailable:
+        raise HostError("NVMLUnavailable", "NVML is not available on this node") from None
 
 
 def _handle(nvml: Any, bus_id: str) -> Any:

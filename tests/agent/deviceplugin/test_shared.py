@@ -16,10 +16,9 @@ from kubeacc.agent.deviceplugin.shared import (
     shared_allocate,
     unit_ids,
 )
-from kubeacc.discovery import discover
 from kubeacc.extender.wants import DECISION_ANNOTATION, Assigned, Decision
 from kubeacc.model import Device, DeviceType, Inventory
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 MEMORY = "kubeacc.io/gpu-memory"
 CORES = "kubeacc.io/gpu-cores"
