@@ -97,11 +97,12 @@ from kubeacc.crds.types import (
 from kubeacc.crds.watch import WatchCache, ignoring, membership
 from kubeacc.metrics.controller import ControllerMetrics
 from kubeacc.model import HealthState
+from kubeacc.model.names import CORDONED_BY_ANNOTATION
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "kubeacc-controller"
-CORDONED_BY = "kubeacc.io/cordoned-by"
+CORDONED_BY = CORDONED_BY_ANNOTATION
 #: ``kubeacc.io/cordoned-by`` of a cordon set for an unhealthy device.
 POLICY_CORDON = "policy"
 DRA_DRIVER = "kubeacc.io"

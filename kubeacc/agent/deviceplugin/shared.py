@@ -27,13 +27,14 @@ from typing import Any
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
 from kubeacc.model import Device
+from kubeacc.model.names import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_UNITS_RESOURCE
 from kubeacc.units.table import active_table
 
 log = logging.getLogger(__name__)
 
-MEMORY_RESOURCE = "kubeacc.io/gpu-memory"
-CORES_RESOURCE = "kubeacc.io/gpu-cores"
-UNITS_RESOURCE = "kubeacc.io/gpu-units"
+MEMORY_RESOURCE = GPU_MEMORY_RESOURCE
+CORES_RESOURCE = GPU_CORES_RESOURCE
+UNITS_RESOURCE = GPU_UNITS_RESOURCE
 #: Units advertised per node at most (the same 4 MiB limit; 8 B200s are 18,000).
 MAX_UNIT_IDS = 100_000
 #: MiB advertised per node (the kubelet's 4 MiB message limit, with room to spare).

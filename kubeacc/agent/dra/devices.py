@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubeacc.agent.dra.mig import Partition
+from kubeacc.agent.dra.migmodel import Partition
 from kubeacc.agent.dra.sharing import Selector, is_memory_shared, shared_capacity
 from kubeacc.model import Device, HealthState, Inventory, PartitionKind
 from kubeacc.units.table import active_table

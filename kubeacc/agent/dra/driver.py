@@ -47,7 +47,8 @@ from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
-from kubeacc.agent.dra.mig import MigError, MigPartitions
+from kubeacc.agent.dra.mig import MigPartitions
+from kubeacc.agent.dra.migmodel import MigError
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
 from kubeacc.crds.opaque import (

@@ -44,80 +44,38 @@ import pynvml
 
 from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.checkpoint import StateError
+from kubeacc.agent.dra.devices import DeviceInfo
+from kubeacc.agent.dra.migmodel import (
+    GpuMig,
+    Instance,
+    MigError,
+    Partition,
+    Profile,
+    counter_set,
+    partition_name,
+)
 from kubeacc.agent.dra.policyshare import MigFilter
 from kubeacc.host import Host, select_nvml
 from kubeacc.host.files import WarningSink
 from kubeacc.model import Device, DeviceType, Inventory
+from kubeacc.model.names import (
+    MIG_COMPUTE_SLICES_ATTR,
+    MIG_ENABLED_ATTR,
+    MIG_PARENT_BUS_ATTR,
+    MIG_PARENT_UUID_ATTR,
+    MIG_PROFILE_ATTR,
+    MIG_START_ATTR,
+)
 
 log = logging.getLogger(__name__)
 
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
 COMPUTE_COUNTER = "compute-slices"
-PROFILE_ATTR = "migProfile"
 STATE_FILE = "mig.json"
 MIB = 1 << 20
 _CAP_MINOR = re.compile(r"DeviceFileMinor:\s*(\d+)")
 _CI_PROFILES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}  # compute slices -> NVML_COMPUTE_INSTANCE_PROFILE_*
-
-
-class MigError(Exception):
-    """A partition could not be created or destroyed; the message says which and why."""
-
-
-@dataclass(frozen=True)
-class Profile:
-    profile: int  # NVML_GPU_INSTANCE_PROFILE_*
-    id: int
-    name: str  # "3g.40gb"
-    slices: int
-    memory_mib: int
-    placements: tuple[tuple[int, int], ...]  # (start, size)
-
-
-@dataclass(frozen=True)
-class Instance:
-    gi: int
-    profile_id: int
-    start: int
-    size: int
-
-
-@dataclass(frozen=True)
-class GpuMig:
-    """One MIG-mode GPU as NVML describes it."""
-
-    bus_id: str  # sysfs form, lower case
-    uuid: str
-    minor: int
-    profiles: tuple[Profile, ...]
-    instances: tuple[Instance, ...]
-
-
-@dataclass(frozen=True)
-class Partition:
-    """What prepare needs to create (or hand out) one partition device."""
-
-    gpu_bus_id: str
-    gpu_uuid: str
-    gpu_minor: int
-    profile: str
-    profile_id: int
-    slices: int
-    start: int
-    size: int
-    #: A fixed instance's GPU instance id (prepared as is); None: created on prepare.
-    fixed_gi: int | None = None
-    fixed_uuid: str = ""
-    memory_mib: int = 0
-
-
-def counter_set(gpu: str) -> str:
-    return f"{gpu}-mig"
-
-
-def partition_name(gpu: str, profile: str, start: int) -> str:
-    return f"{gpu}-mig-{profile.replace('.', '-')}-{start}"
 
 
 def _bus(bus_id: str) -> str:
@@ -294,12 +252,12 @@ def _partition_entry(dev: Device, base: Mapping[str, Any], p: Partition) -> dict
     # GPUs must not meet a device without the attribute (a CEL error fails the whole claim).
     attrs = dict(base["attributes"])
     attrs["productName"] = {"string": f"{dev.model} MIG {p.profile}"[:64]}
-    attrs[PROFILE_ATTR] = {"string": p.profile}
-    attrs["migStart"] = {"int": p.start}
-    attrs["migComputeSlices"] = {"int": p.slices}
-    attrs["parentUUID"] = {"string": p.gpu_uuid[:64]}
+    attrs[MIG_PROFILE_ATTR] = {"string": p.profile}
+    attrs[MIG_START_ATTR] = {"int": p.start}
+    attrs[MIG_COMPUTE_SLICES_ATTR] = {"int": p.slices}
+    attrs[MIG_PARENT_UUID_ATTR] = {"string": p.gpu_uuid[:64]}
     if dev.pci:
-        attrs["parentPciBusID"] = {"string": dev.pci.bus_id}
+        attrs[MIG_PARENT_BUS_ATTR] = {"string": dev.pci.bus_id}
     name = (
         f"{dev.name}-mig-gi{p.fixed_gi}"
         if p.fixed_gi is not None
@@ -373,7 +331,7 @@ def publish(
             out.whole[dev.name] = None
         else:
             whole = dict(base)
-            whole["attributes"] = {**base["attributes"], "migEnabled": {"bool": True}}
+            whole["attributes"] = {**base["attributes"], MIG_ENABLED_ATTR: {"bool": True}}
             whole["consumesCounters"] = _consumes(dev.name, 0, MEMORY_SLICES, COMPUTE_SLICES)
             out.whole[dev.name] = whole
         for prof in mig.profiles:
@@ -398,8 +356,6 @@ def nvml_for(host: Host, mode: str) -> Callable[[], Any | None]:
 
 def device_infos(inv: Inventory, published: Published) -> dict[str, Any]:
     """DeviceInfo of every partition device (what prepare needs), by slice name."""
-    from kubeacc.agent.dra.devices import DeviceInfo
-
     by_bus = {d.pci.bus_id: d for d in inv.devices if d.pci}
     out: dict[str, Any] = {}
     for name, part in published.index.items():

@@ -37,7 +37,8 @@ from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
-from kubeacc.agent.lifecycle.executor import VFIO, Executor, Outcome
+from kubeacc.agent.lifecycle.executor import VFIO, Executor
+from kubeacc.agent.lifecycle.outcome import Outcome
 from kubeacc.apiclient import prime_decoders
 from kubeacc.crds.resources import (
     Accelerator,

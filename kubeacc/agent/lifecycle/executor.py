@@ -10,11 +10,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.migmode import set_mig_mode
+from kubeacc.agent.lifecycle.outcome import Outcome
 from kubeacc.crds.types import AcceleratorOperationSpec, Action, PowerState
 from kubeacc.host import Host
 from kubeacc.host.kernel import FpgaPort, HostError, HostKernel, host_path
@@ -25,15 +25,6 @@ log = logging.getLogger(__name__)
 VFIO = "vfio-pci"
 PCI_DEVICES = "/sys/bus/pci/devices"
 PCI_DRIVERS = "/sys/bus/pci/drivers"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    ok: bool
-    reason: str
-    message: str
-    afu_id: str | None = None
-    driver: str | None = None
 
 
 class Executor:
@@ -82,7 +73,7 @@ class Executor:
                     )
                 case Action.MIG_MODE:
                     assert spec.mig_mode is not None
-                    return set_mig_mode(self, device, spec.mig_mode.enabled)
+                    return set_mig_mode(self.host, device, spec.mig_mode.enabled, self.reset)
                 case Action.DRAIN | Action.UNCORDON:
                     return Outcome(True, "Nothing", "the controller's action; nothing on the node")
         except HostError as exc:

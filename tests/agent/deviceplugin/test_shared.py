@@ -16,8 +16,9 @@ from kubeacc.agent.deviceplugin.shared import (
     shared_allocate,
     unit_ids,
 )
-from kubeacc.extender.wants import DECISION_ANNOTATION, Assigned, Decision
+from kubeacc.extender.wants import Assigned, Decision
 from kubeacc.model import Device, DeviceType, Inventory
+from kubeacc.model.names import DECISION_ANNOTATION
 from tests.hosts import HostFactory, discover
 
 MEMORY = "kubeacc.io/gpu-memory"

@@ -16,15 +16,8 @@ from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index, slice_devices
 from kubeacc.agent.dra.driver import ClaimRef, Driver
-from kubeacc.agent.dra.mig import (
-    MigPartitions,
-    Published,
-    counter_set,
-    device_infos,
-    nvml_for,
-    partition_name,
-    publish,
-)
+from kubeacc.agent.dra.mig import MigPartitions, Published, device_infos, nvml_for, publish
+from kubeacc.agent.dra.migmodel import counter_set, partition_name
 from kubeacc.agent.dra.policyshare import MigFilter
 from kubeacc.agent.dra.slices import build_slices, chunk_devices
 from kubeacc.synthetic import profiles
