@@ -41,8 +41,10 @@ from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
-from kubeacc.agent.dra.mig import MigPartitions, Published, device_infos, nvml_for
-from kubeacc.agent.dra.mig import publish as mig_publish
+from kubeacc.agent.dra.mignvml import nvml_for
+from kubeacc.agent.dra.migprepare import MigPartitions
+from kubeacc.agent.dra.migpublish import Published, device_infos
+from kubeacc.agent.dra.migpublish import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.sharing import Selector, ShareSelector
@@ -189,7 +191,7 @@ class Agent:
         self._index: dict[str, DeviceInfo] = {}
         #: Memory-sharing AcceleratorPolicies, read at each pass of the publishing loop.
         self.policy_shares = PolicyShares(self._list_policies)
-        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.mig).
+        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.migpublish, migprepare).
         self.partitions = MigPartitions(
             nvml_for(options.host, options.nvml), options.state_dir, options.host
         )

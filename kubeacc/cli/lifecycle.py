@@ -45,7 +45,8 @@ def controller_command(
 ) -> None:
     """Run the controller: policies -> DeviceClasses, operations, inventory clean-up."""
     from kubeacc.clientconfig import make_client
-    from kubeacc.controller.controller import FIELD_MANAGER, Controller
+    from kubeacc.controller.controller import Controller
+    from kubeacc.controller.status import FIELD_MANAGER
     from kubeacc.crds.resources import install_crds as install
 
     setup_logging(log_level)

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from kubeacc.host.kernel import FpgaImage, FpgaPort, HostError, host_path
-from kubeacc.synthetic.nvml_mig import reset_gpu_at
+from kubeacc.synthetic.mig_state import reset_gpu_at
 
 PCI = "/sys/bus/pci"
 

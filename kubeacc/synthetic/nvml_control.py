@@ -40,7 +40,7 @@ class ControlledNVML(SyntheticNVML):
     """A synthetic NVML whose GPUs' compute mode can be read and set (module docstring)."""
 
     def __init__(self, description: dict[str, Any], root: Path | None = None):
-        # MIG state (kubeacc.synthetic.nvml_mig) lives beside the description, in /.synthetic.
+        # MIG state (kubeacc.synthetic.mig_state) lives beside the description, in /.synthetic.
         super().__init__(description, root / ".synthetic" if root is not None else None)
         #: The host root; None: state kept in memory only (a description without a host).
         self.root = root

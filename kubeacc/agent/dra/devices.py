@@ -165,5 +165,5 @@ class DeviceInfo:
     message: str
     vendor: str = ""
     memory_bytes: int = 0
-    #: A MIG partition (:mod:`kubeacc.agent.dra.mig`): its instance is made on prepare.
+    #: A MIG partition (:mod:`kubeacc.agent.dra.migprepare`): its instance is made on prepare.
     mig: Partition | None = None

@@ -22,7 +22,7 @@ checkpoint entry removed, then the specs deleted; when the checkpoint write fail
 back, so a failure leaves the claims prepared and the kubelet retries.
 On start, :meth:`Driver.reconcile` makes the CDI directory agree with the checkpoint.
 
-A MIG partition (:mod:`kubeacc.agent.dra.mig`) gets its GPU and compute instance on prepare,
+A MIG partition (:mod:`kubeacc.agent.dra.migprepare`) gets its GPU and compute instance on prepare,
 before the CDI spec is written (the intent is on disk before the instance exists); a claim that
 fails afterwards has them destroyed again. Unprepare destroys them before the checkpoint forgets
 the claim; reconcile destroys those of claims the checkpoint does not hold.
@@ -47,8 +47,8 @@ from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
-from kubeacc.agent.dra.mig import MigPartitions
 from kubeacc.agent.dra.migmodel import MigError
+from kubeacc.agent.dra.migprepare import MigPartitions
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
 from kubeacc.crds.opaque import (

@@ -1,12 +1,19 @@
 """The MIG data of the DRA driver: what NVML offers on a MIG GPU and what a partition device is.
 
-Shared by the slice publisher, prepare (:mod:`kubeacc.agent.dra.mig`) and the plugin's device
-index (:mod:`kubeacc.agent.dra.devices`).
+Shared by the NVML reads (:mod:`kubeacc.agent.dra.mignvml`), the slice publisher
+(:mod:`kubeacc.agent.dra.migpublish`), prepare (:mod:`kubeacc.agent.dra.migprepare`) and the
+plugin's device index (:mod:`kubeacc.agent.dra.devices`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+#: Memory slices of a MIG GPU (placements count in them) and its compute slices.
+MEMORY_SLICES = 8
+COMPUTE_SLICES = 7
+COMPUTE_COUNTER = "compute-slices"
+MIB = 1 << 20
 
 
 class MigError(Exception):

@@ -16,13 +16,15 @@ from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index, slice_devices
 from kubeacc.agent.dra.driver import ClaimRef, Driver
-from kubeacc.agent.dra.mig import MigPartitions, Published, device_infos, nvml_for, publish
 from kubeacc.agent.dra.migmodel import counter_set, partition_name
+from kubeacc.agent.dra.mignvml import nvml_for
+from kubeacc.agent.dra.migprepare import MigPartitions
+from kubeacc.agent.dra.migpublish import Published, device_infos, publish
 from kubeacc.agent.dra.policyshare import MigFilter
 from kubeacc.agent.dra.slices import build_slices, chunk_devices
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
-from kubeacc.synthetic.nvml_mig import read_calls
+from kubeacc.synthetic.mig_state import read_calls
 from tests.hosts import discover
 
 NODE = "n1"

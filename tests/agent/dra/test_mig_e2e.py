@@ -26,7 +26,7 @@ from kubeacc.crds.types import NODE_LABEL
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
-from kubeacc.synthetic.nvml_mig import read_calls
+from kubeacc.synthetic.mig_state import read_calls
 from kubeacc.synthetic.nvmllib import SyntheticNVML
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.identities import agent_cert_client, install_agent_access

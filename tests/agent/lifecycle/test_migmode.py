@@ -14,7 +14,7 @@ from kubeacc.crds.types import AcceleratorOperationSpec
 from kubeacc.model import Device
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
-from kubeacc.synthetic.nvml_mig import read_calls
+from kubeacc.synthetic.mig_state import read_calls
 from kubeacc.synthetic.nvmllib import SyntheticNVML
 from kubeacc.synthetic.profiles import build
 from tests.hosts import discover
