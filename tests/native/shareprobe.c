@@ -12,6 +12,7 @@
  *   info / total DEV / nvml DEV   memory queries, in MiB
  *   race THREADS MIB   THREADS threads allocate MIB chunks until refused; prints the sum
  *   fork               the rest runs in a child; the parent prints the child's exit status
+ *   pause              print "pause" and wait for a line on stdin
  * Each line: the call's name, its CUresult, and values. */
 #define _GNU_SOURCE
 #include "cuda_api.h"
@@ -153,6 +154,10 @@ int main(int argc, char **argv) {
                 printf("fork %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
                 return 0;
             }
+        } else if (!strcmp(c, "pause")) {
+            char line[8];
+            puts("pause");
+            if (!fgets(line, sizeof line, stdin)) return 3;
         } else {
             fprintf(stderr, "shareprobe: unknown command %s\n", c);
             return 2;

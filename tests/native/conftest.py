@@ -1,0 +1,70 @@
+"""Builds the share-limit library, the stand-in CUDA driver and the probe program once per run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kubeacc.native import build
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Native:
+    dir: Path
+    library: Path
+    probe: Path
+
+    def run(
+        self, *args: object, preload: bool = True, timeout: float = 30, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.probe), *map(str, args)],
+            env=self.env(preload, **env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def env(self, preload: bool = True, **env: str) -> dict[str, str]:
+        out = {"PATH": os.environ.get("PATH", ""), "LD_LIBRARY_PATH": str(self.dir), **env}
+        if preload:
+            out["LD_PRELOAD"] = str(self.library)
+        return out
+
+
+def compile_probe(source: Path, out: Path, stub_dir: Path, *extra: str) -> Path:
+    cmd = [
+        build.compiler(),
+        "-std=c11",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        f"-I{build.SRC}",
+        "-o",
+        str(out),
+        str(source),
+        f"-L{stub_dir}",
+        "-l:libcuda.so.1",
+        "-l:libnvidia-ml.so.1",
+        "-lpthread",
+        *extra,
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def native(tmp_path_factory: pytest.TempPathFactory) -> Native:
+    out = tmp_path_factory.mktemp("native")
+    library = build.build_library(out)
+    build.build_stub(out)
+    probe = compile_probe(HERE / "shareprobe.c", out / "shareprobe", out)
+    return Native(out, library, probe)
