@@ -51,6 +51,7 @@ from kubeacc.agent.nodelabels import NodeLabeler, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
+from kubeacc.agent.sharelimit import Limiter, install
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
 from kubeacc.clientconfig import make_client
 from kubeacc.crds.status import emit_event
@@ -141,6 +142,9 @@ class AgentOptions:
     discovery_config: DiscoveryConfig | None = None
     #: GPUs published as memory-shared (``--memory-shared``; kubeacc.agent.dra.sharing).
     memory_shared: tuple[ShareSelector, ...] = ()
+    #: The share-limit library to preload into memory shares (None: the image's, if any;
+    #: copied to ``<state-dir>/native``; kubeacc.agent.sharelimit).
+    sharelimit_library: Path | None = None
 
     @property
     def dra_socket(self) -> Path:
@@ -195,6 +199,8 @@ class Agent:
         self._mig = Published()
         #: (policy uid, message) of the MIG policy problems already reported as events.
         self._mig_warned: set[tuple[str, str]] = set()
+        #: What enforces memory shares here (the library copied to the host, or nothing).
+        self.limiter = Limiter(install(options.sharelimit_library, options.state_dir))
         self.driver = Driver(
             options.node_name,
             claims or WatchingClaimSource(self.prepare_client, options.node_name),
@@ -208,6 +214,7 @@ class Agent:
             metrics=self.metrics,
             sharing=_applied_sharing(options),
             partitions=self.partitions,
+            limiter=self.limiter,
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None

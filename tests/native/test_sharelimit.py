@@ -56,9 +56,20 @@ def test_each_entry_point_is_held_to_the_share_and_its_free_returns_it(
 
 def test_memory_queries_report_the_share(native: Native) -> None:
     proc = native.run(
-        "ctx", 0, "info", "total", 0, "nvml", 0, "alloc", 100, "info", "nvml", 0,
+        "ctx",
+        0,
+        "info",
+        "total",
+        0,
+        "nvml",
+        0,
+        "alloc",
+        100,
+        "info",
+        "nvml",
+        0,
         KUBEACC_DEVICE_MEMORY_LIMIT="1024",
-    )  # fmt: skip
+    )
     rows = results(proc)
     assert rows[1] == ["info", "0", "1024", "1024"]
     assert rows[2] == ["total", "0", "1024"]
@@ -66,13 +77,18 @@ def test_memory_queries_report_the_share(native: Native) -> None:
     assert rows[5] == ["info", "0", "924", "1024"]
     assert rows[6] == ["nvml", "0", "1024", "924", "1024", "924"]
     whole = results(native.run("ctx", 0, "info", "total", 0, "nvml", 0, preload=False))
-    assert whole[1:] == [["info", "0", "16384", "16384"], ["total", "0", "16384"],
-                         ["nvml", "0", "16384", "16384", "16384", "16384"]]  # fmt: skip
+    assert whole[1:] == [
+        ["info", "0", "16384", "16384"],
+        ["total", "0", "16384"],
+        ["nvml", "0", "16384", "16384", "16384", "16384"],
+    ]
 
 
 def test_racing_threads_never_exceed_the_share(native: Native) -> None:
     for _ in range(3):
-        rows = results(native.run("ctx", 0, "race", 16, 3, "info", KUBEACC_DEVICE_MEMORY_LIMIT="1000"))
+        rows = results(
+            native.run("ctx", 0, "race", 16, 3, "info", KUBEACC_DEVICE_MEMORY_LIMIT="1000")
+        )
         assert rows[1] == ["race", "0", "999"]  # 333 chunks of 3 MiB, not one more
         assert rows[2] == ["info", "0", "1", "1000"]
 
@@ -85,8 +101,13 @@ def test_a_forked_child_keeps_the_accounting(native: Native, tmp_path: Path, sha
     proc = native.run("ctx", 0, "alloc", 600, "fork", "alloc", 500, "alloc", 300, "info", **env)
     rows = results(proc)
     # The child's lines come first (the parent waits for it): 600 of the parent's still count.
-    assert rows[1:] == [["alloc", "0"], ["alloc", "2"], ["alloc", "0"], ["info", "0", "100", "1000"],
-                        ["fork", "0"]]  # fmt: skip
+    assert rows[1:] == [
+        ["alloc", "0"],
+        ["alloc", "2"],
+        ["alloc", "0"],
+        ["info", "0", "100", "1000"],
+        ["fork", "0"],
+    ]
 
 
 def test_two_devices_keep_separate_limits_matched_by_bus_id(native: Native) -> None:
@@ -96,19 +117,50 @@ def test_two_devices_keep_separate_limits_matched_by_bus_id(native: Native) -> N
         "ACCELERATOR_UNITS": f"{GPU_B},{GPU_A}",
         "KUBEACC_DEVICE_MEMORY_LIMIT": "512,1024",
     }
-    proc = native.run("ctx", 0, "alloc", 1000, "info", "ctx", 1, "alloc", 500, "alloc", 100,
-                      "info", "total", 0, "total", 1, "nvml", 0, "nvml", 1, **env)  # fmt: skip
+    proc = native.run(
+        "ctx",
+        0,
+        "alloc",
+        1000,
+        "info",
+        "ctx",
+        1,
+        "alloc",
+        500,
+        "alloc",
+        100,
+        "info",
+        "total",
+        0,
+        "total",
+        1,
+        "nvml",
+        0,
+        "nvml",
+        1,
+        **env,
+    )
     rows = results(proc)
-    assert [r[:2] for r in rows[:7]] == [["ctx", "0"], ["alloc", "0"], ["info", "0"], ["ctx", "0"],
-                                         ["alloc", "0"], ["alloc", "2"], ["info", "0"]]  # fmt: skip
+    assert [r[:2] for r in rows[:7]] == [
+        ["ctx", "0"],
+        ["alloc", "0"],
+        ["info", "0"],
+        ["ctx", "0"],
+        ["alloc", "0"],
+        ["alloc", "2"],
+        ["info", "0"],
+    ]
     assert rows[2][2:] == ["24", "1024"] and rows[6][2:] == ["12", "512"]
     assert rows[7] == ["total", "0", "1024"] and rows[8] == ["total", "0", "512"]
     assert rows[9][2] == "1024" and rows[10][2] == "512"
 
 
 def test_a_device_that_is_not_a_unit_gets_nothing(native: Native) -> None:
-    env = {"KUBEACC_STUB_GPUS": TWO_GPUS, "ACCELERATOR_UNITS": GPU_B,
-           "KUBEACC_DEVICE_MEMORY_LIMIT": "512"}  # fmt: skip
+    env = {
+        "KUBEACC_STUB_GPUS": TWO_GPUS,
+        "ACCELERATOR_UNITS": GPU_B,
+        "KUBEACC_DEVICE_MEMORY_LIMIT": "512",
+    }
     proc = native.run("ctx", 0, "alloc", 1, "ctx", 1, "alloc", 1, **env)
     assert codes(proc) == [0, OOM, 0, 0]
     assert "not one of the share's units" in proc.stderr
@@ -126,8 +178,11 @@ def test_a_device_that_is_not_a_unit_gets_nothing(native: Native) -> None:
         {"KUBEACC_DEVICE_MEMORY_LIMIT": "99999999999999999"},
         {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024", "ACCELERATOR_UNITS": f"{GPU_A},{GPU_B}"},
         {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024", "KUBEACC_SHARELIMIT_ID": "../etc"},
-        {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024", "KUBEACC_SHARELIMIT_ID": "x",
-         "KUBEACC_SHARELIMIT_DIR": "/nonexistent"},  # fmt: skip
+        {
+            "KUBEACC_DEVICE_MEMORY_LIMIT": "1024",
+            "KUBEACC_SHARELIMIT_ID": "x",
+            "KUBEACC_SHARELIMIT_DIR": "/nonexistent",
+        },
     ],
     ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()),
 )
@@ -153,14 +208,25 @@ def test_processes_of_a_container_share_one_account(native: Native, tmp_path: Pa
     )
     first = subprocess.Popen(
         [str(native.probe), "ctx", "0", "alloc", "600", "pause", "info"],
-        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert first.stdout is not None and first.stdin is not None
     try:
         assert [first.stdout.readline().split() for _ in range(3)] == [
-            ["ctx", "0"], ["alloc", "0"], ["pause"]]  # fmt: skip
-        second = subprocess.run([str(native.probe), "ctx", "0", "alloc", "500", "alloc", "400",
-                                 "info"], env=env, capture_output=True, text=True, check=False)  # fmt: skip
+            ["ctx", "0"],
+            ["alloc", "0"],
+            ["pause"],
+        ]
+        second = subprocess.run(
+            [str(native.probe), "ctx", "0", "alloc", "500", "alloc", "400", "info"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert results(second)[1:] == [["alloc", "2"], ["alloc", "0"], ["info", "0", "0", "1000"]]
         # The second process has ended: its 400 MiB are back.
         first.stdin.write("\n")
@@ -179,8 +245,13 @@ def test_a_killed_process_gives_its_share_back(native: Native, tmp_path: Path) -
         KUBEACC_SHARELIMIT_ID="claim-2",
         KUBEACC_SHARELIMIT_DIR=str(tmp_path),
     )
-    victim = subprocess.Popen([str(native.probe), "ctx", "0", "alloc", "900", "pause"], env=env,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    victim = subprocess.Popen(
+        [str(native.probe), "ctx", "0", "alloc", "900", "pause"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert victim.stdout is not None
     try:
         assert victim.stdout.readline().split() == ["ctx", "0"]

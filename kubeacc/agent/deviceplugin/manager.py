@@ -24,6 +24,7 @@ from kubeacc.agent.deviceplugin.shared import (
     DecisionLookup,
     Kind,
 )
+from kubeacc.agent.sharelimit import Limiter
 from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import Device, Inventory
 
@@ -52,8 +53,11 @@ class DevicePluginManager:
         device_root: Path = Path("/"),
         metrics: DevicePluginMetrics | None = None,
         decisions: DecisionLookup | None = None,
+        limiter: Limiter | None = None,
     ):
         self.metrics = metrics
+        #: Enforces kubeacc.io/gpu-memory shares in their containers.
+        self.limiter = limiter
         #: Where shared resources learn the extender's decisions (None: Allocate refuses them).
         self.decisions = decisions
         self.plugin_dir = plugin_dir
@@ -77,7 +81,7 @@ class DevicePluginManager:
     def states(self, inv: Inventory) -> dict[str, ResourceState]:
         """Resource name -> its devices, for every type the config serves."""
         grouped: dict[str, dict[str, Device]] = {}
-        settings: dict[str, tuple[int, str, str]] = {}
+        settings: dict[str, tuple[int, str, str, bool]] = {}
         for dev in inv.devices:
             cfg = self.config.types.get(dev.type)
             if cfg is None or dev.pci is None:
@@ -92,6 +96,7 @@ class DevicePluginManager:
                     cfg.replicas,
                     cfg.strategy.value,
                     kind.value if cfg.shared else "",
+                    cfg.enforce,
                 )
         numa = {n.id: list(n.distances) for n in inv.numa_nodes}
         return {name: ResourceState(devs, numa, *settings[name]) for name, devs in grouped.items()}
@@ -127,6 +132,7 @@ class DevicePluginManager:
                         self.metrics,
                         device_root=self.device_root,
                         decisions=self.decisions,
+                        limiter=self.limiter,
                     )
                     self.servers[name] = server
                     self._serve(server)

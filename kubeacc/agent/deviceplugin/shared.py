@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
+from kubeacc.agent.sharelimit import Limiter
 from kubeacc.model import Device
 from kubeacc.units.table import active_table
 
@@ -216,8 +217,11 @@ def shared_allocate(
     found: Found,
     devices: Mapping[str, Device],
     cdi_kind: str | None,
+    limiter: Limiter | None = None,
 ) -> ContainerDevices:
-    """What the container gets: the decided GPU(s) and, for shares, the limits as env."""
+    """What the container gets: the decided GPU(s) and, for shares, the limits as env and,
+    for a memory share, what enforces them (``limiter``; None: the type's limits are advisory).
+    The container's processes keep one account, named after the pod and container."""
     missing = [b for b in found.devices if b not in devices]
     if missing:
         raise AllocationError(
@@ -230,6 +234,14 @@ def shared_allocate(
         out.envs[MPS_MEMORY_ENV] = ",".join(
             f"{i}={found.memory}M" for i in range(len(found.devices))
         )
+        vendor = devices[found.devices[0]].vendor
+        how = (limiter or Limiter()).enforcement(vendor, mps=False, enforce=limiter is not None)
+        env, mount = (limiter or Limiter()).edits(
+            how, f"{found.pod.replace('/', '.')}.{found.container}"
+        )
+        out.envs.update(env)
+        if mount:
+            out.read_only_mounts.append(mount)
     if kind is Kind.CORES and found.cores:
         out.envs[CORES_LIMIT_ENV] = str(found.cores)
         out.envs[MPS_CORES_ENV] = str(found.cores)
