@@ -200,19 +200,28 @@ def test_no_limit_is_no_change(native: Native) -> None:
     assert proc.stderr == ""
 
 
-def test_processes_of_a_container_share_one_account(native: Native, tmp_path: Path) -> None:
-    env = native.env(
+def account(native: Native, tmp_path: Path, name: str) -> dict[str, str]:
+    """A process environment whose processes keep one account (a file in ``tmp_path``)."""
+    return native.env(
         KUBEACC_DEVICE_MEMORY_LIMIT="1000",
-        KUBEACC_SHARELIMIT_ID="claim-1",
+        KUBEACC_SHARELIMIT_ID=name,
         KUBEACC_SHARELIMIT_DIR=str(tmp_path),
     )
-    first = subprocess.Popen(
-        [str(native.probe), "ctx", "0", "alloc", "600", "pause", "info"],
+
+
+def start(native: Native, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(native.probe), *args],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+def test_processes_of_a_container_share_one_account(native: Native, tmp_path: Path) -> None:
+    env = account(native, tmp_path, "claim-1")
+    first = start(native, env, "ctx", "0", "alloc", "600", "pause", "info")
     assert first.stdout is not None and first.stdin is not None
     try:
         assert [first.stdout.readline().split() for _ in range(3)] == [
@@ -240,18 +249,8 @@ def test_processes_of_a_container_share_one_account(native: Native, tmp_path: Pa
 
 
 def test_a_killed_process_gives_its_share_back(native: Native, tmp_path: Path) -> None:
-    env = native.env(
-        KUBEACC_DEVICE_MEMORY_LIMIT="1000",
-        KUBEACC_SHARELIMIT_ID="claim-2",
-        KUBEACC_SHARELIMIT_DIR=str(tmp_path),
-    )
-    victim = subprocess.Popen(
-        [str(native.probe), "ctx", "0", "alloc", "900", "pause"],
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    env = account(native, tmp_path, "claim-2")
+    victim = start(native, env, "ctx", "0", "alloc", "900", "pause")
     assert victim.stdout is not None
     try:
         assert victim.stdout.readline().split() == ["ctx", "0"]

@@ -12,12 +12,11 @@ import pytest
 
 from kubeacc.agent.deviceplugin.shared import Found, Kind, shared_allocate
 from kubeacc.agent.dra import cdi
-from kubeacc.agent.dra.devices import device_index
-from kubeacc.agent.dra.driver import ClaimRef, Driver
+from kubeacc.agent.dra.driver import ClaimRef
 from kubeacc.agent.sharelimit import CONTAINER_LIBRARY, Enforcement, Limiter, install
 from kubeacc.discovery import discover
 from kubeacc.model import DeviceType, Inventory
-from tests.agent.dra.test_sharing import GPU0, NODE, Claims, share, spec_env
+from tests.agent.dra.test_sharing import GPU0, Claims, make_driver, share, spec_env
 from tests.hosts import HostFactory
 
 LIB = Path("/var/lib/kubeacc/native/libkubeacc-sharelimit.so")
@@ -35,15 +34,7 @@ def prepare(
     result = {"device": GPU0} if whole else share(GPU0, "s1", "4Gi")
     claims.add("a", "u1", [result])
     claims.objs[("ns", "a")]["status"]["allocation"]["devices"]["config"] = list(configs)
-    index = device_index(dgx)
-    driver = Driver(
-        NODE,
-        claims,
-        lambda: index,
-        cdi_dir=tmp_path / "cdi",
-        state_dir=tmp_path / "state",
-        limiter=limiter,
-    )
+    driver = make_driver(tmp_path, claims, dgx, limiter=limiter)
     out = driver.prepare([ClaimRef("ns", "a", "u1")])
     spec = (
         json.loads(cdi.spec_path(tmp_path / "cdi", "u1").read_text()) if not out["u1"].error else {}

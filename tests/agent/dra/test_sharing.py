@@ -191,10 +191,15 @@ def claims() -> Claims:
     return Claims()
 
 
-def make_driver(tmp_path: Path, claims: Claims, dgx: Inventory) -> Driver:
+def make_driver(tmp_path: Path, claims: Claims, dgx: Inventory, **options: Any) -> Driver:
     index = device_index(dgx)
     return Driver(
-        NODE, claims, lambda: index, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state"
+        NODE,
+        claims,
+        lambda: index,
+        cdi_dir=tmp_path / "cdi",
+        state_dir=tmp_path / "state",
+        **options,
     )
 
 
