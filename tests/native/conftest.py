@@ -39,32 +39,10 @@ class Native:
         return out
 
 
-def compile_probe(source: Path, out: Path, stub_dir: Path, *extra: str) -> Path:
-    cmd = [
-        build.compiler(),
-        "-std=c11",
-        "-O2",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        f"-I{build.SRC}",
-        "-o",
-        str(out),
-        str(source),
-        f"-L{stub_dir}",
-        "-l:libcuda.so.1",
-        "-l:libnvidia-ml.so.1",
-        "-lpthread",
-        *extra,
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    return out
-
-
 @pytest.fixture(scope="session")
 def native(tmp_path_factory: pytest.TempPathFactory) -> Native:
     out = tmp_path_factory.mktemp("native")
     library = build.build_library(out)
     build.build_stub(out)
-    probe = compile_probe(HERE / "shareprobe.c", out / "shareprobe", out)
+    probe = build.build_program(HERE / "shareprobe.c", out / "shareprobe", out)
     return Native(out, library, probe)

@@ -13,6 +13,7 @@
  *   race THREADS MIB   THREADS threads allocate MIB chunks until refused; prints the sum
  *   fork               the rest runs in a child; the parent prints the child's exit status
  *   pause              print "pause" and wait for a line on stdin
+ *   bench N            N times cuMemAlloc_v2 of 1 MiB and its cuMemFree_v2; ns per pair
  * Each line: the call's name, its CUresult, and values. */
 #define _GNU_SOURCE
 #include "cuda_api.h"
@@ -23,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct CUctx_st *CUcontext;
@@ -154,6 +156,17 @@ int main(int argc, char **argv) {
                 printf("fork %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
                 return 0;
             }
+        } else if (!strcmp(c, "bench")) {
+            struct timespec t0, t1;
+            r = CUDA_SUCCESS;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (long k = 0; k < a && r == CUDA_SUCCESS; k++) {
+                r = cuMemAlloc_v2(&p, MIB);
+                if (r == CUDA_SUCCESS) r = cuMemFree_v2(p);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
+            printf("bench %d %.1f\n", r, a > 0 ? ns / (double)a : 0.0), i++;
         } else if (!strcmp(c, "pause")) {
             char line[8];
             puts("pause");
