@@ -307,7 +307,13 @@ class Agent:
                 for d in self.inventory.devices
                 if d.type in self.opts.device_plugin_types and d.pci is not None
             }
-            parts.append(device_plugin_users(client.list(), by_address))
+            from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+
+            enforcement: dict[tuple[str, str], str] = {}
+            for p in self._plugins:
+                if isinstance(p, DevicePluginManager):
+                    enforcement |= p.share_enforcement(self.inventory)
+            parts.append(device_plugin_users(client.list(), by_address, enforcement))
         return merge(*parts)
 
     def _plugin_inventory(self) -> Inventory:

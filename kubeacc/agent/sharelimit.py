@@ -27,6 +27,8 @@ from enum import StrEnum
 from pathlib import Path
 
 from kubeacc.agent.dra.atomic import write_atomic
+from kubeacc.agent.dra.cdi import cdi_name
+from kubeacc.agent.dra.checkpoint import PreparedClaim
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,22 @@ class Enforcement(StrEnum):
     LIBRARY = "library"
     MPS = "mps"
     ADVISORY = "advisory"
+
+
+def claim_enforcement(uid: str, claim: PreparedClaim) -> dict[str, str]:
+    """Device name -> how the claim's share of it is enforced, as its CDI spec says (a spec
+    written before enforcement was recorded: advisory)."""
+    envs = {
+        d.get("name"): (d.get("containerEdits") or {}).get("env") or []
+        for d in claim.cdi_spec.get("devices") or []
+    }
+    out = {}
+    for dev in claim.devices:
+        if dev.share_id:
+            env = envs.get(cdi_name(uid, dev.device, dev.share_id), [])
+            how = [e.split("=", 1)[1] for e in env if e.startswith(ENV_ENFORCED + "=")]
+            out[dev.device] = how[-1] if how else Enforcement.ADVISORY.value
+    return out
 
 
 def install(source: Path | None, state_dir: Path) -> Path | None:

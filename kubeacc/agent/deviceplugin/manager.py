@@ -26,7 +26,7 @@ from kubeacc.agent.deviceplugin.shared import (
 )
 from kubeacc.agent.sharelimit import Limiter
 from kubeacc.metrics.agent import DevicePluginMetrics
-from kubeacc.model import Device, Inventory
+from kubeacc.model import Device, DeviceType, Inventory
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,17 @@ class DevicePluginManager:
                 )
         numa = {n.id: list(n.distances) for n in inv.numa_nodes}
         return {name: ResourceState(devs, numa, *settings[name]) for name, devs in grouped.items()}
+
+    def share_enforcement(self, inv: Inventory) -> dict[tuple[str, str], str]:
+        """(kubeacc.io/gpu-memory, GPU name) -> how a memory share of it is enforced."""
+        gpu = self.config.types.get(DeviceType.GPU)
+        if gpu is None or not gpu.shared:
+            return {}
+        limiter = self.limiter or Limiter()
+        return {
+            (MEMORY_RESOURCE, d.name): limiter.enforcement(d.vendor, False, gpu.enforce).value
+            for d in inv.by_type(DeviceType.GPU)
+        }
 
     # -- life cycle -----------------------------------------------------------------------
 

@@ -50,7 +50,7 @@ from kubeacc.agent.dra.hooks import pause_point
 from kubeacc.agent.dra.mig import MigError, MigPartitions
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
-from kubeacc.agent.sharelimit import Enforcement, Limiter
+from kubeacc.agent.sharelimit import Enforcement, Limiter, claim_enforcement
 from kubeacc.crds.opaque import (
     ConfigError,
     FpgaConfig,
@@ -111,8 +111,6 @@ class Driver:
         self.partitions = partitions
         #: Enforces memory shares in their containers (kubeacc.agent.sharelimit).
         self.limiter = limiter or Limiter()
-        #: CDI device name -> how its share's limits are enforced (status, metrics).
-        self.enforcement: dict[str, Enforcement] = {}
         #: Called (outside the lock) after claims were prepared or unprepared.
         self.on_change = on_change
         self.claims = claims
@@ -130,7 +128,17 @@ class Driver:
             raise StateError(f"CDI directory {cdi_dir}: {exc.strerror or exc}") from None
         self.checkpoint = Checkpoint(state_dir, compact_after)
         self.checkpoint.load()
+        self._count()
+
+    def _count(self) -> None:
+        """The prepared claims and shares, by what enforces each share (metrics)."""
         self.metrics.prepared_claims.set(len(self.checkpoint.claims))
+        tally = dict.fromkeys((e.value for e in Enforcement), 0)
+        for uid, claim in self.checkpoint.claims.items():
+            for how in claim_enforcement(uid, claim).values():
+                tally[how] = tally.get(how, 0) + 1
+        for how, n in tally.items():
+            self.metrics.shares.labels(how).set(n)
 
     # -- start-up ---------------------------------------------------------------------------
     def reconcile(self) -> tuple[list[str], list[str]]:
@@ -206,7 +214,7 @@ class Driver:
         with self.metrics.prepare_seconds.time():
             out = self._prepare_claims(refs)
         self.metrics.prepare_errors.inc(sum(1 for r in out.values() if r.error))
-        self.metrics.prepared_claims.set(len(self.checkpoint.claims))
+        self._count()
         self._changed()
         return out
 
@@ -492,7 +500,7 @@ class Driver:
         with self.metrics.unprepare_seconds.time():
             out = self._unprepare_claims(refs)
         self.metrics.unprepare_errors.inc(sum(1 for e in out.values() if e))
-        self.metrics.prepared_claims.set(len(self.checkpoint.claims))
+        self._count()
         self._changed()
         return out
 

@@ -10,10 +10,13 @@ from typing import Any
 
 import pytest
 
+from kubeacc.agent.deviceplugin.shared import MEMORY_RESOURCE as MEMORY
 from kubeacc.agent.deviceplugin.shared import Found, Kind, shared_allocate
 from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.driver import ClaimRef
+from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.agent.sharelimit import CONTAINER_LIBRARY, Enforcement, Limiter, install
+from kubeacc.agent.users import device_plugin_users, dra_users
 from kubeacc.discovery import discover
 from kubeacc.model import DeviceType, Inventory
 from tests.agent.dra.test_sharing import GPU0, Claims, make_driver, share, spec_env
@@ -150,3 +153,57 @@ def test_a_device_plugin_memory_share_gets_the_library(edge: Inventory, enforce:
     assert got.envs["KUBEACC_SHARE_ENFORCEMENT"] == ("library" if enforce else "advisory")
     cores = shared_allocate(Kind.CORES, Found("ns/train", "main", (bdf,), 0, 30), gpus, None)
     assert "LD_PRELOAD" not in cores.envs  # the cores resource adds no library
+
+
+def test_status_and_metrics_say_how_each_share_is_enforced(tmp_path: Path, dgx: Inventory) -> None:
+    claims = Claims()
+    claims.add("a", "u1", [share(GPU0, "s1", "4Gi")])
+    claims.add("b", "u2", [share(GPU0, "s2", "4Gi")])
+    claims.objs[("ns", "b")]["status"]["allocation"]["devices"]["config"] = [
+        gpu_config("FromClass", enforce=False)
+    ]
+    driver = make_driver(tmp_path, claims, dgx, limiter=Limiter(LIB))
+    driver.prepare([ClaimRef("ns", "a", "u1"), ClaimRef("ns", "b", "u2")])
+    users = dra_users(driver.prepared(), lambda *_: None, [GPU0])
+    assert users[GPU0] == [
+        {
+            "kind": "ResourceClaim",
+            "namespace": "ns",
+            "name": "a",
+            "uid": "u1",
+            "enforcement": "library",
+        },
+        {
+            "kind": "ResourceClaim",
+            "namespace": "ns",
+            "name": "b",
+            "uid": "u2",
+            "enforcement": "advisory",
+        },
+    ]
+    registry = driver.metrics.registry
+
+    def shares(how: str) -> float | None:
+        return registry.get_sample_value("kubeacc_agent_shares", {"enforcement": how})
+
+    assert (shares("library"), shares("advisory"), shares("mps")) == (1, 1, 0)
+    driver.unprepare([ClaimRef("ns", "a", "u1")])
+    assert (shares("library"), shares("advisory")) == (0, 1)
+    driver.checkpoint.close()
+
+
+def test_device_plugin_users_say_how_memory_shares_are_enforced() -> None:
+    pod = pr.PodResources(
+        name="train",
+        namespace="ns",
+        containers=[
+            pr.ContainerResources(
+                name="main",
+                devices=[pr.ContainerDevices(resource_name=MEMORY, device_ids=["m0-1", "m0-2"])],
+            )
+        ],
+    )
+    users = device_plugin_users([pod], {"m0-1": GPU0, "m0-2": GPU0}, {(MEMORY, GPU0): "library"})
+    assert users == {
+        GPU0: [{"kind": "Pod", "namespace": "ns", "name": "train", "enforcement": "library"}]
+    }
