@@ -440,7 +440,7 @@ class Agent:
         gpus, uuids = self.partitions.read(self.dra_inventory)
         self._mig = mig_publish(
             self.dra_inventory,
-            slice_devices(self.dra_inventory, self.opts.memory_shared),
+            slice_devices(self.dra_inventory, self.opts.memory_shared, self.limiter),
             gpus,
             self.partitions.ours(),
             uuids,
@@ -469,7 +469,10 @@ class Agent:
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
                 shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
                 devices = with_cordon_taints(
-                    self._mig.apply(slice_devices(self.dra_inventory, shared), self._mig_filters()),
+                    self._mig.apply(
+                        slice_devices(self.dra_inventory, shared, self.limiter),
+                        self._mig_filters(),
+                    ),
                     self._cordoned(),
                 )
                 if self.publisher.publish(

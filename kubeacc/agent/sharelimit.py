@@ -42,6 +42,8 @@ ENV_PRELOAD = "LD_PRELOAD"
 ENV_ACCOUNT = "KUBEACC_SHARELIMIT_ID"
 #: Says in the container how its share is enforced (``library``, ``mps`` or ``advisory``).
 ENV_ENFORCED = "KUBEACC_SHARE_ENFORCEMENT"
+#: The slice attribute of a memory-shared GPU: what enforces its shares on the node.
+SHARE_ENFORCEMENT_ATTR = "shareEnforcement"
 _ACCOUNT_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 
