@@ -310,10 +310,12 @@ class Agent:
             from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 
             enforcement: dict[tuple[str, str], str] = {}
+            shared_ids: dict[tuple[str, str], str] = {}
             for p in self._plugins:
                 if isinstance(p, DevicePluginManager):
                     enforcement |= p.share_enforcement(self.inventory)
-            parts.append(device_plugin_users(client.list(), by_address, enforcement))
+                    shared_ids |= p.shared_id_devices(self.inventory)
+            parts.append(device_plugin_users(client.list(), by_address, enforcement, shared_ids))
         return merge(*parts)
 
     def _plugin_inventory(self) -> Inventory:

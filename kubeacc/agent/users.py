@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kubeacc.agent.deviceplugin.shared import id_gpu_key
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.agent.sharelimit import claim_enforcement
@@ -76,10 +77,12 @@ def device_plugin_users(
     pods: Iterable[pr.PodResources],
     by_address: Mapping[str, str],
     enforcement: Mapping[tuple[str, str], str] | None = None,
+    shared_ids: Mapping[tuple[str, str], str] | None = None,
 ) -> Users:
     """Consumers of device-plugin devices; ``by_address`` maps PCI address -> device name,
-    ``enforcement`` (share resource, device name) -> how a share's limits are enforced
-    (kubeacc.agent.sharelimit)."""
+    ``shared_ids`` (shared resource, ID key) -> device name (the unit IDs of a shared GPU,
+    kubeacc.agent.deviceplugin.shared), ``enforcement`` (share resource, device name) -> how a
+    share's limits are enforced (kubeacc.agent.sharelimit)."""
     users: Users = {}
     for pod in pods:
         consumer = {"kind": "Pod", "namespace": pod.namespace, "name": pod.name}
@@ -88,7 +91,9 @@ def device_plugin_users(
                 if not devices.resource_name.startswith(RESOURCE_DOMAIN):
                     continue
                 for device_id in devices.device_ids:
-                    name = by_address.get(device_id.split("::", 1)[0])
+                    name = by_address.get(device_id.split("::", 1)[0]) or (shared_ids or {}).get(
+                        (devices.resource_name, id_gpu_key(device_id))
+                    )
                     if name is None:
                         continue
                     how = (enforcement or {}).get((devices.resource_name, name))

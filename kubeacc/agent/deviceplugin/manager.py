@@ -23,6 +23,7 @@ from kubeacc.agent.deviceplugin.shared import (
     UNITS_RESOURCE,
     DecisionLookup,
     Kind,
+    id_gpus,
 )
 from kubeacc.agent.sharelimit import Limiter
 from kubeacc.metrics.agent import DevicePluginMetrics
@@ -100,6 +101,16 @@ class DevicePluginManager:
                 )
         numa = {n.id: list(n.distances) for n in inv.numa_nodes}
         return {name: ResourceState(devs, numa, *settings[name]) for name, devs in grouped.items()}
+
+    def shared_id_devices(self, inv: Inventory) -> dict[tuple[str, str], str]:
+        """(shared resource, ID key) -> the name of the GPU its unit IDs stand for."""
+        out: dict[tuple[str, str], str] = {}
+        for name, state in self.states(inv).items():
+            if state.shared:
+                ordered = [d for _, d in sorted(state.devices.items())]
+                for key, dev in id_gpus(Kind(state.shared), ordered).items():
+                    out[(name, key)] = dev.name
+        return out
 
     def share_enforcement(self, inv: Inventory) -> dict[tuple[str, str], str]:
         """(kubeacc.io/gpu-memory, GPU name) -> how a memory share of it is enforced."""

@@ -70,6 +70,20 @@ _COUNTED: dict[Kind, tuple[Callable[[Device], int], int, str, str]] = {
 }
 
 
+#: The first letter of a unit's ID per kind: the ID is ``<letter><GPU's position>[-<unit>]``.
+_LETTER = {Kind.WHOLE: "g", Kind.CORES: "c", Kind.MEMORY: "m", Kind.UNITS: "u"}
+
+
+def id_gpus(kind: Kind, devices: Sequence[Device]) -> dict[str, Device]:
+    """The GPU each unit ID stands for, by the ID's part before ``-`` (see :func:`unit_ids`)."""
+    return {f"{_LETTER[kind]}{n}": dev for n, dev in enumerate(devices)}
+
+
+def id_gpu_key(device_id: str) -> str:
+    """The part of a unit ID that names its GPU (the key of :func:`id_gpus`)."""
+    return device_id.split("-", 1)[0]
+
+
 def unit_ids(kind: Kind, devices: Sequence[Device]) -> list[tuple[str, Device]]:
     """(ID, GPU) of every unit advertised for ``kind``; IDs are short (the 4 MiB limit)."""
     if kind is Kind.WHOLE:

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
+from kubeacc.agent.deviceplugin.config import DevicePluginConfig
+from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 from kubeacc.agent.deviceplugin.shared import MEMORY_RESOURCE as MEMORY
-from kubeacc.agent.deviceplugin.shared import Found, Kind, shared_allocate
+from kubeacc.agent.deviceplugin.shared import Found, Kind, id_gpu_key, shared_allocate
 from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.driver import ClaimRef
 from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
@@ -203,7 +205,25 @@ def test_device_plugin_users_say_how_memory_shares_are_enforced() -> None:
             )
         ],
     )
-    users = device_plugin_users([pod], {"m0-1": GPU0, "m0-2": GPU0}, {(MEMORY, GPU0): "library"})
+    # memory unit IDs are "m<position>-<unit>": m0 is the resource's first GPU
+    users = device_plugin_users(
+        [pod], {}, {(MEMORY, GPU0): "library"}, shared_ids={(MEMORY, "m0"): GPU0}
+    )
     assert users == {
         GPU0: [{"kind": "Pod", "namespace": "ns", "name": "train", "enforcement": "library"}]
     }
+
+
+def test_every_shared_unit_id_names_its_gpu(tmp_path: Path, hosts: HostFactory) -> None:
+    inv = discover(hosts.pristine("dgx-h100"), nvml="on")
+    cfg = DevicePluginConfig.model_validate({"types": {"gpu": {"shared": True}}})
+    manager = DevicePluginManager(tmp_path, cfg, limiter=Limiter(LIB))
+    keys = manager.shared_id_devices(inv)
+    for resource, state in manager.states(inv).items():
+        for dev in state.listing():
+            owner = keys[(resource, id_gpu_key(dev.ID))]
+            assert owner in {d.name for d in state.devices.values()}
+    by_name = {d.name: d for d in inv.devices}
+    assert all(by_name[n].type is DeviceType.GPU for n in keys.values())
+    enforcement = manager.share_enforcement(inv)
+    assert set(enforcement.values()) == {"library"}
