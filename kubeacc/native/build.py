@@ -89,13 +89,15 @@ def build_stub(out: Path) -> tuple[Path, Path]:
     )
 
 
-def build_program(source: Path, out: Path, stub_dir: Path, *extra: str) -> Path:
-    """A test program (``source``) linked against the stand-in driver in ``stub_dir``;
-    ``extra``: more linker arguments."""
+def build_program(source: Path, out: Path, stub_dir: Path | None, *extra: str) -> Path:
+    """A test program (``source``) linked against the stand-in driver in ``stub_dir`` (None:
+    not linked against it, the program opens it itself); ``extra``: more linker arguments."""
     cc = compiler()
     cmd = [cc, "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{SRC}", "-o", str(out)]
-    cmd += [str(source), f"-L{stub_dir}", f"-l:{STUB_CUDA}", f"-l:{STUB_NVML}", "-lpthread"]
-    cmd += extra
+    cmd += [str(source)]
+    if stub_dir is not None:
+        cmd += [f"-L{stub_dir}", f"-l:{STUB_CUDA}", f"-l:{STUB_NVML}"]
+    cmd += ["-ldl", "-lpthread", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise BuildError(f"{' '.join(cmd)}:\n{proc.stderr.strip()}")

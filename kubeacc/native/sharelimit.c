@@ -107,20 +107,40 @@ static const char *const real_name[IDX_N] = {
 #undef X
     "cuCtxGetDevice", "cuDeviceGetPCIBusId", "nvmlDeviceGetPciInfo_v3"};
 static void *_Atomic real_fn[IDX_N];
+/* What real_fn holds for a symbol looked up and not found (cuGetProcAddress asks for each
+ * covered symbol on every call: a miss must not cost a dlsym each time). */
+static char missing_mark;
+#define MISSING ((void *)&missing_mark)
+
+/* The C library's dlsym (this library defines its own, below). glibc versions it GLIBC_2.34
+ * (x86_64 also GLIBC_2.2.5, aarch64 GLIBC_2.17). */
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn libc_dlsym(void) {
+    static dlsym_fn real;
+    dlsym_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (f) return f;
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    for (size_t i = 0; i < sizeof versions / sizeof *versions && !f; i++)
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    return f;
+}
 
 static void *resolve(int i) {
     void *p = atomic_load_explicit(&real_fn[i], memory_order_acquire);
-    if (p) return p;
-    p = dlsym(RTLD_NEXT, real_name[i]);
+    if (p) return p == MISSING ? NULL : p;
+    dlsym_fn next = libc_dlsym();
+    if (!next) return NULL;
+    p = next(RTLD_NEXT, real_name[i]);
     if (!p) {
         const char *lib = real_name[i][0] == 'n' ? "libnvidia-ml.so.1" : "libcuda.so.1";
         void *h = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD);
         if (h) {
-            p = dlsym(h, real_name[i]);
+            p = next(h, real_name[i]);
             dlclose(h);
         }
     }
-    if (p) atomic_store_explicit(&real_fn[i], p, memory_order_release);
+    atomic_store_explicit(&real_fn[i], p ? p : MISSING, memory_order_release);
     return p;
 }
 
@@ -712,14 +732,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t
 /* ---- cuGetProcAddress: hand out this library's entry points for the covered symbols ---- */
 static void *const hook_fn[] = {
 #define X(name, args) (void *)name,
-    KUBEACC_CU_FUNCS(X)
+    KUBEACC_CU_FUNCS(X) KUBEACC_NVML_FUNCS(X)
 #undef X
 };
+/* The CUDA driver's entries of hook_fn (cuGetProcAddress hands out only those). */
+#define N_CU_HOOKS IDX_nvmlDeviceGetMemoryInfo
 
 /* The hook for what the driver returned: matched by address when the real symbol is known,
  * else by name as the driver versions it (_v2 from CUDA 3.2, _ptsz for per-thread streams). */
 static void *hook_for(const char *sym, void *got, int version, cuuint64_t flags) {
-    int n = (int)(sizeof hook_fn / sizeof hook_fn[0]);
+    int n = N_CU_HOOKS;
+    for (int i = 0; i < n; i++)
+        if (hook_fn[i] == got) return got; /* already ours */
     for (int i = 0; i < n; i++)
         if (resolve(i) == got) return hook_fn[i];
     char want[96];
@@ -737,9 +761,9 @@ static void *hook_for(const char *sym, void *got, int version, cuuint64_t flags)
         snprintf(want, sizeof want, "cuGetProcAddress_v2");
     for (int i = 0; i < n; i++)
         if (!strcmp(real_name[i], want)) {
-            void *expected = NULL;
+            void *expected = MISSING; /* not found by the loader: the driver's answer is it */
             atomic_compare_exchange_strong(&real_fn[i], &expected, got);
-            return hook_fn[i];
+            return resolve(i) ? hook_fn[i] : got;
         }
     return got;
 }
@@ -758,4 +782,22 @@ EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int version, cuuin
     CUresult r = f(sym, pfn, version, flags);
     if (r == CUDA_SUCCESS && sym && pfn && *pfn) *pfn = hook_for(sym, *pfn, version, flags);
     return r;
+}
+
+/* ---- dlsym: a program (the CUDA runtime) that opens libcuda.so.1 itself and looks its symbols
+ * up on that handle gets this library's entry points for the covered ones, too ---- */
+EXPORT void *dlsym(void *handle, const char *name) {
+    dlsym_fn next = libc_dlsym();
+    if (!next) return NULL;
+    void *got = next(handle, name);
+    if (!got || !((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v')))
+        return got;
+    for (int i = 0; i < (int)(sizeof hook_fn / sizeof hook_fn[0]); i++)
+        if (!strcmp(real_name[i], name)) {
+            if (got == hook_fn[i]) return got;
+            void *known = atomic_load(&real_fn[i]);
+            if (!known || known == MISSING) atomic_compare_exchange_strong(&real_fn[i], &known, got);
+            return atomic_load(&real_fn[i]) == got ? hook_fn[i] : got;
+        }
+    return got;
 }

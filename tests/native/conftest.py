@@ -19,12 +19,19 @@ class Native:
     dir: Path
     library: Path
     probe: Path
+    #: The probe that opens the driver itself (dlopen + dlsym), as the CUDA runtime does.
+    dlprobe: Path
 
     def run(
         self, *args: object, preload: bool = True, timeout: float = 30, **env: str
     ) -> subprocess.CompletedProcess[str]:
+        return self.run_program(self.probe, *args, preload=preload, timeout=timeout, **env)
+
+    def run_program(
+        self, program: Path, *args: object, preload: bool = True, timeout: float = 30, **env: str
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(self.probe), *map(str, args)],
+            [str(program), *map(str, args)],
             env=self.env(preload, **env),
             capture_output=True,
             text=True,
@@ -45,4 +52,5 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Native:
     library = build.build_library(out)
     build.build_stub(out)
     probe = build.build_program(HERE / "shareprobe.c", out / "shareprobe", out)
-    return Native(out, library, probe)
+    dlprobe = build.build_program(HERE / "dlprobe.c", out / "dlprobe", None)
+    return Native(out, library, probe, dlprobe)

@@ -261,3 +261,22 @@ def test_a_killed_process_gives_its_share_back(native: Native, tmp_path: Path) -
     finally:
         victim.kill()
     assert codes(native.run("ctx", 0, "alloc", 1000, **env)) == [0, 0]
+
+
+def test_a_program_that_opens_the_driver_itself_is_held_too(native: Native) -> None:
+    """The CUDA runtime's way: dlopen(RTLD_LOCAL), dlsym on that handle, cuGetProcAddress."""
+    proc = native.run_program(native.dlprobe, 600, 500, 400, KUBEACC_DEVICE_MEMORY_LIMIT="1024")
+    assert results(proc) == [
+        ["alloc", "0"],
+        ["alloc", "2"],
+        ["alloc", "0"],
+        ["info", "0", "24", "1024"],
+        ["nvml", "0", "1024"],
+    ]
+    whole = native.run_program(native.dlprobe, 600, 500, preload=False)
+    assert results(whole) == [
+        ["alloc", "0"],
+        ["alloc", "0"],
+        ["info", "0", "15284", "16384"],
+        ["nvml", "0", "16384"],
+    ]
