@@ -53,6 +53,7 @@ from kubeacc.agent.nodelabels import NodeLabeler, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
+from kubeacc.agent.sharelimit import Limiter, install
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
 from kubeacc.clientconfig import make_client
 from kubeacc.crds.status import emit_event
@@ -144,6 +145,9 @@ class AgentOptions:
     discovery_config: DiscoveryConfig | None = None
     #: GPUs published as memory-shared (``--memory-shared``; kubeacc.agent.dra.sharing).
     memory_shared: tuple[ShareSelector, ...] = ()
+    #: The share-limit library to preload into memory shares (None: the image's, if any;
+    #: copied to ``<state-dir>/native``; kubeacc.agent.sharelimit).
+    sharelimit_library: Path | None = None
 
     @property
     def dra_socket(self) -> Path:
@@ -198,6 +202,8 @@ class Agent:
         self._mig = Published()
         #: (policy uid, message) of the MIG policy problems already reported as events.
         self._mig_warned: set[tuple[str, str]] = set()
+        #: What enforces memory shares here (the library copied to the host, or nothing).
+        self.limiter = Limiter(install(options.sharelimit_library, options.state_dir))
         self.driver = Driver(
             options.node_name,
             claims or WatchingClaimSource(self.prepare_client, options.node_name),
@@ -211,6 +217,7 @@ class Agent:
             metrics=self.metrics,
             sharing=_applied_sharing(options),
             partitions=self.partitions,
+            limiter=self.limiter,
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None
@@ -296,7 +303,15 @@ class Agent:
                 for d in self.inventory.devices
                 if d.type in self.opts.device_plugin_types and d.pci is not None
             }
-            parts.append(device_plugin_users(client.list(), by_address))
+            from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+
+            enforcement: dict[tuple[str, str], str] = {}
+            shared_ids: dict[tuple[str, str], str] = {}
+            for p in self._plugins:
+                if isinstance(p, DevicePluginManager):
+                    enforcement |= p.share_enforcement(self.inventory)
+                    shared_ids |= p.shared_id_devices(self.inventory)
+            parts.append(device_plugin_users(client.list(), by_address, enforcement, shared_ids))
         return merge(*parts)
 
     def _plugin_inventory(self) -> Inventory:
@@ -423,7 +438,7 @@ class Agent:
         gpus, uuids = self.partitions.read(self.dra_inventory)
         self._mig = mig_publish(
             self.dra_inventory,
-            slice_devices(self.dra_inventory, self.opts.memory_shared),
+            slice_devices(self.dra_inventory, self.opts.memory_shared, self.limiter),
             gpus,
             self.partitions.ours(),
             uuids,
@@ -452,7 +467,10 @@ class Agent:
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
                 shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
                 devices = with_cordon_taints(
-                    self._mig.apply(slice_devices(self.dra_inventory, shared), self._mig_filters()),
+                    self._mig.apply(
+                        slice_devices(self.dra_inventory, shared, self.limiter),
+                        self._mig_filters(),
+                    ),
                     self._cordoned(),
                 )
                 if self.publisher.publish(

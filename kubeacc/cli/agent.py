@@ -136,6 +136,16 @@ def agent_command(
             "in MIG mode never). AcceleratorPolicies with mode MemoryShared or MPS add to it.",
         ),
     ] = None,
+    sharelimit_library: Annotated[
+        Path | None,
+        typer.Option(
+            help="The share-limit library preloaded into the containers of GPU memory shares "
+            "(default: the image's /opt/kubeacc/native/libkubeacc-sharelimit.so when present); "
+            "copied to "
+            "<state-dir>/native, the host path the CDI specs mount. Without it shares are "
+            "advisory.",
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
     import faulthandler
@@ -200,6 +210,7 @@ def agent_command(
                 nvml=nvml.value,
                 discovery_config=discovery,
                 memory_shared=shared,
+                sharelimit_library=sharelimit_library,
             )
         )
     except StateError as exc:
@@ -215,6 +226,7 @@ def agent_command(
                 device_root,
                 agent.metrics,
                 _decisions(dp_config, agent.client, node_name, kubelet_root),
+                agent.limiter,
             )
         )
 

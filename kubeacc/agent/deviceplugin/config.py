@@ -55,6 +55,12 @@ class TypeConfig(BaseModel):
         description="GPUs only: also serve kubeacc.io/gpu-memory (MiB) and kubeacc.io/gpu-cores "
         "(percent); kubeacc extender decides which GPU every container gets",
     )
+    enforce: bool = Field(
+        default=True,
+        description="GPUs, with shared: hold each kubeacc.io/gpu-memory share to its limit in "
+        "the container with the preloaded share-limit library; false: the limit is advisory "
+        "(docs/sharing.md)",
+    )
     units: bool = Field(
         default=False,
         description="GPUs only, with shared: also serve kubeacc.io/gpu-units (normalized "

@@ -113,6 +113,7 @@ def test_mps_daemon_lives_from_the_first_share_to_the_last(
         env = cdi_env(agent.cdi_dir, rec)
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=7630M"
+        assert env["KUBEACC_SHARE_ENFORCEMENT"] == "mps" and "LD_PRELOAD" not in env
         uid = claim["metadata"]["uid"]
         spec = json.loads((agent.cdi_dir / f"kubeacc.io-claim_{uid}.json").read_text())
         (mount,) = spec["devices"][0]["containerEdits"]["mounts"]
