@@ -55,6 +55,8 @@ from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
 from kubeacc.agent.sharelimit import Limiter, install
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
+from kubeacc.agent.userspace.hook import install_hook
+from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
 from kubeacc.clientconfig import make_client
 from kubeacc.crds.resources import AcceleratorPolicy
 from kubeacc.crds.status import emit_event
@@ -154,6 +156,15 @@ class AgentOptions:
     #: The share-limit library to preload into memory shares (None: the image's, if any;
     #: copied to ``<state-dir>/native``; kubeacc.agent.sharelimit).
     sharelimit_library: Path | None = None
+    #: The NVIDIA driver's user space in NVIDIA GPU containers (kubeacc.agent.userspace):
+    #: ``cdi`` (found under ``driver_root``) or ``toolkit`` (left to the NVIDIA toolkit).
+    driver_user_space: UserSpaceMode = UserSpaceMode.CDI
+    #: The driver root, a host path (``/``; ``/run/nvidia/driver`` for a driver container).
+    driver_root: str = "/"
+    #: The driver root as the container runtime sees it (None: the agent's own path of it).
+    runtime_driver_root: Path | None = None
+    #: The CDI hook program to copy to ``<state-dir>/native`` (None: the image's).
+    cdi_hook: Path | None = None
 
     @property
     def dra_socket(self) -> Path:
@@ -219,6 +230,7 @@ class Agent:
         self._mig_warned: set[tuple[str, str]] = set()
         #: What enforces memory shares here (the library copied to the host, or nothing).
         self.limiter = Limiter(install(options.sharelimit_library, options.state_dir))
+        self.user_space = _user_space(options)
         self.driver = Driver(
             options.node_name,
             claims or WatchingClaimSource(self.prepare_client, options.node_name),
@@ -233,6 +245,7 @@ class Agent:
             sharing=_applied_sharing(options),
             partitions=self.partitions,
             limiter=self.limiter,
+            user_space=self.user_space,
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None
@@ -552,3 +565,17 @@ def _applied_sharing(options: AgentOptions) -> AppliedSharing:
         )
     except ValueError as exc:
         raise StateError(str(exc)) from None
+
+
+def _user_space(options: AgentOptions) -> DriverUserSpace:
+    """The NVIDIA driver user space of the node, checked (and logged) once at start."""
+    cdi = options.driver_user_space is UserSpaceMode.CDI
+    found = DriverUserSpace(
+        options.host,
+        options.driver_root,
+        install_hook(options.cdi_hook, options.state_dir) if cdi else None,
+        options.runtime_driver_root,
+        options.driver_user_space,
+    )
+    found.check()
+    return found

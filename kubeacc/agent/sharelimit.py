@@ -19,16 +19,15 @@ agent copies the library from its image into its state directory (a host path) a
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.cdi import cdi_name
 from kubeacc.agent.dra.checkpoint import PreparedClaim
+from kubeacc.agent.hostcopy import install as install_native
 
 log = logging.getLogger(__name__)
 
@@ -72,24 +71,7 @@ def claim_enforcement(uid: str, claim: PreparedClaim) -> dict[str, str]:
 def install(source: Path | None, state_dir: Path) -> Path | None:
     """Copy the library to ``<state-dir>/native`` (a host path); its path there, or None when
     there is no library to copy (shares are then advisory; logged once here)."""
-    src = source or IMAGE_LIBRARY
-    try:
-        data = src.read_bytes()
-    except OSError as exc:
-        level = logging.WARNING if source is not None else logging.INFO
-        log.log(level, "share-limit library %s: %s; memory shares are advisory", src, exc)
-        return None
-    target = state_dir / "native" / LIBRARY_NAME
-    try:
-        if target.read_bytes() == data:
-            return target
-    except OSError:
-        pass
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, data, durable=False)
-    target.chmod(0o755)
-    log.info("share-limit library %s (sha256 %s)", target, hashlib.sha256(data).hexdigest()[:12])
-    return target
+    return install_native(source, IMAGE_LIBRARY, state_dir, "memory shares are advisory")
 
 
 @dataclass(frozen=True)

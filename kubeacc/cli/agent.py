@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from kubeacc.agent.userspace.provider import UserSpaceMode
 from kubeacc.cli.errors import FAILURE, fail
 from kubeacc.cli.hosts import (
     HostKind,
@@ -146,6 +147,35 @@ def agent_command(
             "advisory.",
         ),
     ] = None,
+    driver_user_space: Annotated[
+        UserSpaceMode,
+        typer.Option(
+            help="NVIDIA driver user space (libcuda, NVML, nvidia-smi, firmware) in the "
+            "containers of NVIDIA GPUs: cdi (kube-acc's CDI specs carry it, found under "
+            "--driver-root) or toolkit (left to an installed NVIDIA container toolkit).",
+        ),
+    ] = UserSpaceMode.CDI,
+    driver_root: Annotated[
+        str,
+        typer.Option(
+            help="The NVIDIA driver root, a host path read under --host-root: / for a driver "
+            "installed on the host, /run/nvidia/driver for a driver container.",
+        ),
+    ] = "/",
+    runtime_driver_root: Annotated[
+        Path | None,
+        typer.Option(
+            help="The driver root as the container runtime sees it (the CDI specs' hostPath; "
+            "default: <host-root>/<driver-root>, right when the agent runs on the host).",
+        ),
+    ] = None,
+    cdi_hook: Annotated[
+        Path | None,
+        typer.Option(
+            help="kube-acc's CDI hook program (default: the image's "
+            "/opt/kubeacc/native/kubeacc-cdi-hook), copied to <state-dir>/native.",
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
     import faulthandler
@@ -211,6 +241,10 @@ def agent_command(
                 discovery_config=discovery,
                 memory_shared=shared,
                 sharelimit_library=sharelimit_library,
+                driver_user_space=driver_user_space,
+                driver_root=driver_root,
+                runtime_driver_root=runtime_driver_root,
+                cdi_hook=cdi_hook,
             )
         )
     except StateError as exc:
@@ -227,6 +261,7 @@ def agent_command(
                 agent.metrics,
                 _decisions(dp_config, agent.client, node_name, kubelet_root),
                 agent.limiter,
+                agent.user_space,
             )
         )
 

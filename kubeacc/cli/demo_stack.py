@@ -95,6 +95,7 @@ class KubeaccStack:
     def _start_node(self, name: str, profile: str) -> NodeComponents:
         from kubeacc.agent.lifecycle.agent import LifecycleAgent
         from kubeacc.agent.runner import Agent, AgentOptions
+        from kubeacc.agent.userspace.provider import UserSpaceMode
         from kubeacc.synthetic.host import SyntheticHost
         from kubeacc.synthetic.kernel import SyntheticKernel
 
@@ -119,6 +120,8 @@ class KubeaccStack:
                 device_root=device_root,
                 state_dir=self.base / "state" / name,
                 bitstream_dir=self.library,
+                # a synthetic node has no NVIDIA driver to hand to containers
+                driver_user_space=UserSpaceMode.TOOLKIT,
             )
         )
         agent.start()

@@ -22,6 +22,7 @@ SRC = Path(__file__).resolve().parent
 LIBRARY = "libkubeacc-sharelimit.so"
 STUB_CUDA = "libcuda.so.1"
 STUB_NVML = "libnvidia-ml.so.1"
+HOOK = "kubeacc-cdi-hook"
 CFLAGS = (
     "-std=c11",
     "-O2",
@@ -35,6 +36,8 @@ CFLAGS = (
     # own: a preloaded definition of the same name must not replace them.
     "-Wl,-Bsymbolic",
 )
+#: The CDI hook: one static program, so that it runs on any host it is copied to.
+PROGRAM_FLAGS = ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-static")
 
 
 class BuildError(RuntimeError):
@@ -48,9 +51,11 @@ def compiler() -> str:
     return cc
 
 
-def _build(out: Path, name: str, source: str, extra: tuple[str, ...] = ()) -> Path:
+def _build(
+    out: Path, name: str, source: str, extra: tuple[str, ...] = (), program: bool = False
+) -> Path:
     cc = compiler()
-    args = [*CFLAGS, f"-Wl,-soname,{name}", *extra]
+    args = [*PROGRAM_FLAGS] if program else [*CFLAGS, f"-Wl,-soname,{name}", *extra]
     digest = hashlib.sha256()
     for part in (cc, *args, (SRC / source).read_text(), (SRC / "cuda_api.h").read_text()):
         digest.update(part.encode() + b"\0")
@@ -89,6 +94,11 @@ def build_stub(out: Path) -> tuple[Path, Path]:
     )
 
 
+def build_hook(out: Path) -> Path:
+    """The CDI hook program, ``out/kubeacc-cdi-hook`` (kubeacc.agent.userspace.hook)."""
+    return _build(out, HOOK, "cdihook.c", program=True)
+
+
 def build_program(source: Path, out: Path, stub_dir: Path | None, *extra: str) -> Path:
     """A test program (``source``) linked against the stand-in driver in ``stub_dir`` (None:
     not linked against it, the program opens it itself); ``extra``: more linker arguments."""
@@ -110,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stub", action="store_true", help="also the stand-in CUDA driver and NVML")
     ns = ap.parse_args(argv)
     try:
-        paths = [build_library(ns.out)]
+        paths = [build_library(ns.out), build_hook(ns.out)]
         if ns.stub:
             paths += build_stub(ns.out)
     except (BuildError, OSError) as exc:

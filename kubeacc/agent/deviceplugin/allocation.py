@@ -53,6 +53,10 @@ def check_known(devices: Mapping[str, object], ids: Sequence[str]) -> None:
         raise AllocationError(f"unknown device(s): {listed(unknown)}")
 
 
+#: What NVIDIA's container images read to pick their GPUs.
+NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+
+
 @dataclass
 class ContainerDevices:
     envs: dict[str, str] = field(default_factory=dict)
@@ -89,7 +93,7 @@ def _type_env(chosen: Sequence[Device]) -> dict[str, str]:
     first = chosen[0]
     if first.type is DeviceType.GPU and first.vendor == "NVIDIA":
         return {
-            "NVIDIA_VISIBLE_DEVICES": ",".join(d.uuid or str(d.index) for d in chosen),
+            NVIDIA_VISIBLE: ",".join(d.uuid or str(d.index) for d in chosen),
         }
     if first.type is DeviceType.GPU and first.vendor == "AMD":
         return {"ROCR_VISIBLE_DEVICES": ",".join(str(d.index) for d in chosen)}

@@ -18,6 +18,8 @@ from kubeacc.model import Device
 
 CDI_KIND = "kubeacc.io/device"
 SPEC_NAME = "kubeacc.io-device.json"
+#: The CDI device of the NVIDIA driver's user space, named beside an NVIDIA GPU's own.
+DRIVER_DEVICE = "nvidia-driver"
 
 
 def build_spec(devices: Iterable[Device], device_root: Path = Path("/")) -> dict[str, Any]:

@@ -13,8 +13,10 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from kubeacc.agent.deviceplugin.cdi import CDI_KIND, build_spec, write_spec
+from kubeacc.agent.deviceplugin.allocation import AllocationError
+from kubeacc.agent.deviceplugin.cdi import CDI_KIND, DRIVER_DEVICE, build_spec, write_spec
 from kubeacc.agent.deviceplugin.config import DevicePluginConfig, resource_names
 from kubeacc.agent.deviceplugin.server import RegistrationError, ResourceServer, ResourceState
 from kubeacc.agent.deviceplugin.shared import (
@@ -26,6 +28,8 @@ from kubeacc.agent.deviceplugin.shared import (
     id_gpus,
 )
 from kubeacc.agent.sharelimit import Limiter
+from kubeacc.agent.userspace.nvidia import DriverRootError
+from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
 from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import Device, DeviceType, Inventory
 
@@ -55,8 +59,13 @@ class DevicePluginManager:
         metrics: DevicePluginMetrics | None = None,
         decisions: DecisionLookup | None = None,
         limiter: Limiter | None = None,
+        user_space: DriverUserSpace | None = None,
     ):
         self.metrics = metrics
+        #: The NVIDIA driver's user space: one more CDI device of the spec (DRIVER_DEVICE).
+        self.user_space = user_space
+        #: Why the spec has no DRIVER_DEVICE ("" when it has, or needs none).
+        self._driver_error = ""
         #: Enforces kubeacc.io/gpu-memory shares in their containers.
         self.limiter = limiter
         #: Where shared resources learn the extender's decisions (None: Allocate refuses them).
@@ -132,6 +141,29 @@ class DevicePluginManager:
         self._watcher = threading.Thread(target=self._watch, name="dp-watch", daemon=True)
         self._watcher.start()
 
+    def _add_user_space(self, spec: dict[str, Any]) -> None:
+        """The CDI device that brings the NVIDIA driver's user space, when it is found."""
+        previous, self._driver_error = self._driver_error, ""
+        if self.user_space is None:
+            return
+        try:
+            edits = self.user_space.nvidia_edits()
+        except DriverRootError as exc:
+            if previous != str(exc):
+                log.error("NVIDIA driver user space: %s", exc)
+            self._driver_error = str(exc)
+            return
+        if edits:
+            spec["devices"].append({"name": DRIVER_DEVICE, "containerEdits": edits})
+
+    def _driver_devices(self) -> list[str]:
+        """What an NVIDIA GPU's container gets beside its GPUs (Allocate)."""
+        if self._driver_error:
+            raise AllocationError(f"NVIDIA driver user space: {self._driver_error}")
+        if self.user_space is None or self.user_space.mode is UserSpaceMode.TOOLKIT:
+            return []
+        return [f"{CDI_KIND}={DRIVER_DEVICE}"]
+
     def update(self, inv: Inventory) -> None:
         """New discovery result: stream changed lists; serve resources that appeared.
 
@@ -141,7 +173,10 @@ class DevicePluginManager:
         states = self.states(inv)
         if self.cdi_dir is not None:
             served = {d.name: d for st in states.values() for d in st.devices.values()}
-            write_spec(self.cdi_dir, build_spec(served.values(), self.device_root))
+            spec = build_spec(served.values(), self.device_root)
+            if any(d.type is DeviceType.GPU and d.vendor == "NVIDIA" for d in served.values()):
+                self._add_user_space(spec)
+            write_spec(self.cdi_dir, spec)
         with self._lock:
             for name, state in states.items():
                 server = self.servers.get(name)
@@ -155,6 +190,7 @@ class DevicePluginManager:
                         device_root=self.device_root,
                         decisions=self.decisions,
                         limiter=self.limiter,
+                        driver_devices=self._driver_devices,
                     )
                     self.servers[name] = server
                     self._serve(server)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.server import Stream
 
 from kubeacc.agent.deviceplugin.allocation import (
+    NVIDIA_VISIBLE,
     AllocationError,
     ContainerDevices,
     allocate,
@@ -95,8 +97,12 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         device_root: Path = Path("/"),
         decisions: DecisionLookup | None = None,
         limiter: Limiter | None = None,
+        driver_devices: Callable[[], list[str]] | None = None,
     ):
         self.resource = resource
+        #: The CDI names that bring the NVIDIA driver's user space (raises AllocationError
+        #: when it cannot be found); None: not given.
+        self.driver_devices = driver_devices
         self.limiter = limiter or Limiter()
         #: Where the device nodes are on the host (``DeviceSpec.host_path``).
         self.device_root = device_root
@@ -227,6 +233,8 @@ class ResourceServer(pb_grpc.DevicePluginBase):
                     got = await self._shared(state, len(req.devices_ids))
                 else:
                     got = allocate(devices, list(req.devices_ids), self.cdi_kind)
+                if got.cdi_devices and NVIDIA_VISIBLE in got.envs and self.driver_devices:
+                    got.cdi_devices += self.driver_devices()
             except AllocationError as err:
                 if self.metrics is not None:
                     self.metrics.allocation_errors.labels(self.resource).inc()

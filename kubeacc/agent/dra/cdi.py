@@ -63,7 +63,10 @@ def build_spec(
     claim_ref: str,
     devices: Sequence[CDIDevice],
     device_root: Path = Path("/"),
+    claim_edits: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The claim's spec; ``claim_edits``: more claim-wide container edits (the driver's user
+    space, :mod:`kubeacc.agent.userspace`)."""
     units = ",".join(d.bus_id for d in devices if d.bus_id)
     cdi_devices = []
     for d in devices:
@@ -84,10 +87,19 @@ def build_spec(
         "cdiVersion": CDI_VERSION,
         "kind": CDI_KIND,
         "devices": cdi_devices,
-        "containerEdits": {
-            "env": [f"ACCELERATOR_UNITS={units}", f"KUBEACC_CLAIM={claim_ref}"],
-        },
+        "containerEdits": merge(
+            {"env": [f"ACCELERATOR_UNITS={units}", f"KUBEACC_CLAIM={claim_ref}"]},
+            claim_edits or {},
+        ),
     }
+
+
+def merge(base: Mapping[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    """``containerEdits`` with the lists of ``more`` appended to those of ``base``."""
+    out = dict(base)
+    for key, items in more.items():
+        out[key] = [*out.get(key, []), *items]
+    return out
 
 
 def _env_suffix(name: str) -> str:

@@ -147,6 +147,7 @@ def device_index(inv: Inventory) -> dict[str, DeviceInfo]:
             message=dev.health.reason,
             vendor=dev.vendor,
             memory_bytes=dev.memory_bytes or 0,
+            uuid=dev.uuid or "",
         )
         for part in dev.partitions:
             if part.kind is PartitionKind.SRIOV_VF:
@@ -176,3 +177,10 @@ class DeviceInfo:
     memory_bytes: int = 0
     #: A MIG partition (:mod:`kubeacc.agent.dra.migprepare`): its instance is made on prepare.
     mig: Partition | None = None
+    #: The GPU's UUID (NVIDIA: what NVIDIA_VISIBLE_DEVICES names).
+    uuid: str = ""
+
+    @property
+    def nvidia_gpu(self) -> bool:
+        """An NVIDIA GPU or a partition of one: its container needs the driver user space."""
+        return self.type == "gpu" and self.vendor.lower() == "nvidia"

@@ -52,6 +52,8 @@ from kubeacc.agent.dra.migprepare import MigPartitions
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
 from kubeacc.agent.sharelimit import Enforcement, Limiter, claim_enforcement
+from kubeacc.agent.userspace.nvidia import DriverRootError
+from kubeacc.agent.userspace.provider import DriverUserSpace
 from kubeacc.crds.opaque import (
     ConfigError,
     FpgaConfig,
@@ -67,6 +69,9 @@ log = logging.getLogger(__name__)
 
 #: (device name, bitstream name, "sha256:<hex>") -> what was done; raises when refused.
 FpgaProgrammer = Callable[[str, str, str], str]
+
+#: What the NVIDIA container images read to pick their GPUs: the claim's (MIG) UUIDs.
+NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 
 #: Time one prepare call may spend reading claims (the kubelet gives the call 45 s).
 API_BUDGET_S = 20.0
@@ -102,8 +107,11 @@ class Driver:
         sharing: AppliedSharing | None = None,
         partitions: MigPartitions | None = None,
         limiter: Limiter | None = None,
+        user_space: DriverUserSpace | None = None,
     ) -> None:
         self.node = node
+        #: The NVIDIA driver's user space for NVIDIA GPU claims (None: not injected).
+        self.user_space = user_space
         self.metrics = metrics or AgentMetrics()
         self.fpga = fpga
         #: Applies GpuConfig sharing strategies on the GPUs (None: such configs are refused).
@@ -359,6 +367,7 @@ class Driver:
         recorded: dict[str, Any] = {}
         units: list[UnitLimits] = []
         enforced: dict[str, tuple[str, bool, bool]] = {}  # share device: vendor, MPS, enforce
+        visible: dict[str, str] = {}  # NVIDIA device: its (MIG) UUID
         for r in results:
             dev_name, pool = r["device"], r["pool"]
             if pool != self.node:
@@ -375,6 +384,8 @@ class Driver:
             nodes = info.device_nodes
             if info.mig is not None:
                 nodes, env = self._partition(where, ref.uid, info)
+            if info.nvidia_gpu:
+                visible[dev_name] = env.get(NVIDIA_VISIBLE, info.uuid)
             for requests, params, from_class in configs:
                 if requests and not _applies(r["request"], requests):
                     continue
@@ -448,8 +459,25 @@ class Driver:
                 self._enforced(d, limits, ref.uid, *enforced[d.name]) if d.share_id else d
                 for d in cdi_devices
             ]
-        spec = cdi.build_spec(ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.device_root)
+        claim_edits = self._user_space(where) if visible else None
+        if uuids := ",".join(dict.fromkeys(u for u in visible.values() if u)):
+            cdi_devices = [  # the same list on each: the device injected last sets it
+                replace(d, env={**d.env, NVIDIA_VISIBLE: uuids}) if d.name in visible else d
+                for d in cdi_devices
+            ]
+        spec = cdi.build_spec(
+            ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.device_root, claim_edits
+        )
         return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
+
+    def _user_space(self, where: str) -> dict[str, Any] | None:
+        """The NVIDIA driver's user space for the claim's container (kubeacc.agent.userspace)."""
+        if self.user_space is None:
+            return None
+        try:
+            return self.user_space.nvidia_edits()
+        except DriverRootError as exc:
+            raise ClaimError(f"{where}: NVIDIA driver user space: {exc}") from None
 
     def _enforced(
         self,
@@ -479,7 +507,7 @@ class Driver:
         except MigError as exc:
             raise ClaimError(f"{where}: device {info.name}: {exc}") from None
         pause_point("prepare-after-mig", self.state_dir)
-        env = {"NVIDIA_VISIBLE_DEVICES": mig_uuid, "KUBEACC_MIG_PROFILE": info.mig.profile}
+        env = {NVIDIA_VISIBLE: mig_uuid, "KUBEACC_MIG_PROFILE": info.mig.profile}
         return tuple(nodes), env
 
     def _program(self, where: str, device: str, bitstream: str, digest: str) -> None:

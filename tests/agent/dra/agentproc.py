@@ -66,6 +66,9 @@ class AgentProcess:
             *(["--apply-classes"] if apply_classes else []),
             *(extra or []),
         ]
+        if not any(a.startswith("--driver-user-space") for a in argv):
+            # a synthetic host has no NVIDIA driver user space (tests/agent/test_userspace_runtime)
+            argv.append("--driver-user-space=toolkit")
         log = self.log_path.open("ab")
         self.starts += 1
         log.write(f"==== start {self.starts}: pause_at={pause_at}\n".encode())

@@ -16,6 +16,7 @@ from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevi
 from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
 from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
 from kubeacc.agent.runner import Agent, AgentOptions
+from kubeacc.agent.userspace.provider import UserSpaceMode
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
@@ -52,6 +53,7 @@ def test_serves_the_kubelet_while_the_api_server_is_away(
         cdi_dir=tmp_path / "cdi",
         state_dir=state,
         rediscover_interval=0.2,
+        driver_user_space=UserSpaceMode.TOOLKIT,
     )
     agent = Agent(opts)
     caplog.set_level(logging.WARNING)

@@ -1,0 +1,45 @@
+"""The CDI container edits that hand the NVIDIA driver's user space to a container.
+
+Every file is bind-mounted read-only at its own path (``hostPath``: the file under the driver
+root as the container runtime sees it). A ``createContainer`` hook (kube-acc's
+``kubeacc-cdi-hook``, :mod:`kubeacc.agent.userspace.hook`) then makes the dynamic loader find
+the libraries: it adds the library directory to the container's ``/etc/ld.so.conf.d``, makes
+the links (``libcuda.so.1``, ``libcuda.so``, ...) and runs the container's own ``ldconfig``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kubeacc.agent.userspace.nvidia import NvidiaUserSpace
+
+HOOK_NAME = "createContainer"
+READ_ONLY = ["ro", "nosuid", "nodev", "bind"]
+#: A socket is connected to, never written as a file; read-only would refuse nothing.
+SOCKET = ["nosuid", "nodev", "noexec", "bind"]
+
+
+def hook_args(us: NvidiaUserSpace) -> list[str]:
+    """The hook's command line (argv[0] included)."""
+    args = ["kubeacc-cdi-hook", "update-ldcache", "--folder", us.library_dir]
+    for link, target in us.links:
+        args += ["--link", f"{target}::{link}"]
+    return args
+
+
+def container_edits(us: NvidiaUserSpace, driver_root: Path, hook: Path) -> dict[str, Any]:
+    """``containerEdits`` of the user space ``us``; ``driver_root``: the driver root as the
+    runtime sees it, ``hook``: the hook program's host path."""
+
+    def mount(path: str, options: list[str]) -> dict[str, Any]:
+        host = driver_root / path.lstrip("/")
+        return {"hostPath": str(host), "containerPath": path, "options": options}
+
+    mounts = [mount(p, READ_ONLY) for p in us.files]
+    mounts += [mount(p, SOCKET) for p in us.sockets]
+    return {
+        "env": [f"KUBEACC_NVIDIA_DRIVER_VERSION={us.version}"],
+        "mounts": mounts,
+        "hooks": [{"hookName": HOOK_NAME, "path": str(hook), "args": hook_args(us)}],
+    }
