@@ -155,7 +155,7 @@ def test_driver_tools_are_mounted_from_the_driver_root(helm: Helm) -> None:
     assert "--driver-tools-dir=/run/kubeacc/nvidia-bin" in args
     assert not [a for a in args if a.startswith("--driver-library-dir")]
     args, paths, mounts = agent("--set", "nvidia.driverTools=false")
-    assert not [a for a in args if a.startswith("--driver-")]
+    assert not [a for a in args if a.startswith(("--driver-tools", "--driver-library"))]
     assert "nvidia-bin" not in paths and "nvidia-bin" not in mounts
 
 
@@ -442,3 +442,25 @@ def test_units_table_reaches_the_agent_and_the_extender(helm: Helm) -> None:
         assert {"name": "units", "configMap": {"name": "kubeacc-units"}} in spec["volumes"]
     bad = helm(*base, "--set-json", 'units={"models": {"H100": 0}}', check=False)
     assert bad.returncode != 0 and "minimum" in bad.stderr
+
+
+def test_the_driver_user_space_comes_from_the_driver_root_or_the_toolkit(helm: Helm) -> None:
+    def agent(*settings: str) -> tuple[list[str], dict[str, str], dict[str, dict[str, Any]]]:
+        out = helm("template", "t", str(CHART), K8S, *settings).stdout
+        (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
+        spec = ds["spec"]["template"]["spec"]
+        paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+        return spec["containers"][0]["args"], paths, mounts
+
+    args, paths, mounts = agent("--set", "nvidia.driverRoot=/run/nvidia/driver")
+    assert "--driver-user-space=cdi" in args
+    assert "--driver-root=/driver-root" in args  # read at /host/driver-root
+    assert "--runtime-driver-root=/run/nvidia/driver" in args  # the CDI specs' hostPath
+    assert paths["driver-root"] == "/run/nvidia/driver"
+    assert mounts["driver-root"]["mountPath"] == "/host/driver-root"
+    assert mounts["driver-root"]["readOnly"] is True
+    args, paths, mounts = agent("--set", "nvidia.driverUserSpace=toolkit")
+    assert "--driver-user-space=toolkit" in args
+    assert not [a for a in args if a.startswith(("--driver-root", "--runtime-driver-root"))]
+    assert "driver-root" not in paths and "driver-root" not in mounts

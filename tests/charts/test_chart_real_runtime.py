@@ -76,7 +76,7 @@ def _values(tb: Testbed, host: Path, tmp: Path) -> dict[str, Any]:
             "rediscoverInterval": 2,
         },
         "bitstreams": {"hostPath": str(tmp / "bitstreams")},
-        "nvidia": {"nvml": "off"},
+        "nvidia": {"nvml": "off", "driverUserSpace": "toolkit"},  # synthetic: no driver
         "controller": {"replicas": 1},
     }
 

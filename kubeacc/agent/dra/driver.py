@@ -508,7 +508,7 @@ class Driver:
             raise ClaimError(f"{where}: device {info.name}: {exc}") from None
         pause_point("prepare-after-mig", self.state_dir)
         env = {NVIDIA_VISIBLE: mig_uuid, "KUBEACC_MIG_PROFILE": info.mig.profile}
-        return tuple(nodes), env
+        return (*nodes, *info.device_nodes), env
 
     def _program(self, where: str, device: str, bitstream: str, digest: str) -> None:
         """Load the claim's bitstream before the container may use the FPGA."""

@@ -22,6 +22,7 @@ published (the GPU is not whole).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -215,6 +216,9 @@ def publish(
     return out
 
 
+_GPU_NODE = re.compile(r"^/dev/nvidia[0-9]+$")
+
+
 def device_infos(inv: Inventory, published: Published) -> dict[str, Any]:
     """DeviceInfo of every partition device (what prepare needs), by slice name."""
     by_bus = {d.pci.bus_id: d for d in inv.devices if d.pci}
@@ -227,7 +231,8 @@ def device_infos(inv: Inventory, published: Published) -> dict[str, Any]:
             name=name,
             type=gpu.type.value,
             bus_id=part.gpu_bus_id,
-            device_nodes=(),
+            # the driver's control and UVM nodes; the instance's own come at prepare
+            device_nodes=tuple(n for n in gpu.device_nodes if not _GPU_NODE.match(n)),
             healthy=gpu.health.state,
             message=gpu.health.reason,
             vendor=gpu.vendor,

@@ -28,6 +28,8 @@ from kubeacc.synthetic.mig_state import read_calls
 from tests.hosts import discover
 
 NODE = "n1"
+#: The driver's control and UVM nodes (every NVIDIA GPU's, a partition's too).
+CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 H100, A100 = "gpu-0000-01-00-0", "gpu-0000-02-00-0"
 
 
@@ -166,6 +168,7 @@ def test_prepare_creates_the_instance_and_unprepare_destroys_it(host: Host) -> N
         "/dev/nvidia0",
         "/dev/nvidia-caps/nvidia-cap12",
         "/dev/nvidia-caps/nvidia-cap13",
+        *CONTROL_NODES,  # the driver's control and UVM nodes come with a partition too
     ]
     assert host.calls() == [
         ("nvmlDeviceCreateGpuInstanceWithPlacement", 1),
@@ -262,6 +265,7 @@ def test_a_fixed_instance_is_handed_out_as_it_is(tmp_path: Path) -> None:
         "/dev/nvidia7",
         "/dev/nvidia-caps/nvidia-cap975",
         "/dev/nvidia-caps/nvidia-cap976",
+        *CONTROL_NODES,  # the driver's control and UVM nodes come with a partition too
     ]
     assert driver.unprepare([ClaimRef("ns", "a", "u1")]) == {"u1": ""}
     assert dgx.calls() == [] and len(lib.mig_view(7)[1]) == 3  # never created or destroyed
