@@ -25,11 +25,15 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Event, Pod
 
 from kubeacc.native import build
+from kubeacc.synthetic import profiles
+from kubeacc.synthetic.mig_hw import MAX_COMPUTE_INSTANCES, MAX_GPU_INSTANCES, cap_minor
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.images import WORKLOAD_IMAGE
 from tests.agent.dra.agentproc import AgentProcess
+from tests.agent.dra.test_mig_e2e import PROFILE_3G, gpu_claim
 from tests.agent.test_real_runtime import host, one_gpu_claim, wait_running
 from tests.driverroot import LIB_DIR, driver_version, stand_in_driver
+from tests.hosts import discover
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster
@@ -290,3 +294,41 @@ def test_a_wrong_driver_root_fails_the_claim_with_its_path(
     status = client.get(Pod, "wrong", namespace=ns).status
     statuses = (status.containerStatuses if status else None) or []
     assert not any(st.state and st.state.running for st in statuses)
+
+
+@pytest.fixture
+def mig_host(runtime_testbed: Testbed, tmp_path: Path) -> Path:
+    """Two MIG-mode GPUs; every node an instance of theirs can have exists for real."""
+    root = profiles.build("mig-pair", tmp_path / "mig-host")
+    nodes = {n for d in discover(root).devices for n in d.device_nodes}
+    nodes |= {
+        f"/dev/nvidia-caps/nvidia-cap{cap_minor(gpu, gi, ci)}"
+        for gpu in (0, 1)
+        for gi in range(MAX_GPU_INSTANCES)
+        for ci in (None, *range(MAX_COMPUTE_INSTANCES))
+    }
+    runtime_testbed.kubelet.mknod(sorted(nodes))
+    stand_in_driver(root / "driver", driver_version(root))
+    return root
+
+
+def test_a_mig_partition_loads_the_driver_through_the_cdi_spec(
+    runtime_testbed: Testbed,
+    runtime_namespace: str,
+    mig_host: Path,
+    tmp_path: Path,
+    userland: tuple[Path, Path, Path],
+) -> None:
+    tb, ns = runtime_testbed, runtime_namespace
+    client = tb.client()
+    a = start(tb, mig_host, tmp_path, userland, "--driver-root=/driver")
+    try:
+        a.wait_registered()
+        client.create(gpu_claim("part", ns, PROFILE_3G))
+        client.create(probe_pod("part", ns, userland[0], **claimed("part")))
+        wait_running(client, "part", ns)
+        env = check_probe(tb, ns, "part", driver_version(mig_host))
+        assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+        client.delete(Pod, "part", namespace=ns, grace_period=0)
+    finally:
+        a.stop()
