@@ -14,6 +14,7 @@ from kubeacc.cli.errors import run_app
 from kubeacc.cli.extender import extender_command
 from kubeacc.cli.lifecycle import controller_command, crds_command, lifecycle_agent_command
 from kubeacc.cli.plan import plan
+from kubeacc.cli.selftest import selftest_command
 
 app = typer.Typer(
     name="kubeacc",
@@ -42,6 +43,7 @@ app.command("controller")(controller_command)
 app.command("extender")(extender_command)
 app.command("lifecycle-agent")(lifecycle_agent_command)
 app.command("crds")(crds_command)
+app.command("selftest")(selftest_command)
 
 
 @app.command("schema")
