@@ -11,11 +11,8 @@ their pods.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,7 +24,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from kubeacc.crds.deploy import manifests
 from kubeacc.crds.resources import as_dict
 from kubeacc.extender.wants import DECISION_ANNOTATION, MEMORY, Decision
-from tests.extender.clusterlib import Cluster, extender_cluster
+from tests.extender.clusterlib import Cluster, Extender, extender_cluster
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster
@@ -58,7 +55,7 @@ def cluster(
                 90,
                 f"{MEMORY} on {node}",
             )
-        _EXTENDER_URL[0] = f"http://127.0.0.1:{cluster.extender.port}"
+        _EXTENDER[:] = [cluster.extender]
         yield cluster
 
 
@@ -136,8 +133,7 @@ def _running_count(client: Client, names: list[str], count: int, timeout: float 
     views = {}
     for node in NODES:
         try:
-            with urllib.request.urlopen(f"{_EXTENDER_URL[0]}/state?node={node}", timeout=5) as r:
-                views[node] = json.loads(r.read()).get("node")
+            views[node] = _EXTENDER[0].state(node) if _EXTENDER else "no extender"
         except OSError as err:
             views[node] = str(err)
     raise AssertionError(
@@ -145,8 +141,8 @@ def _running_count(client: Client, names: list[str], count: int, timeout: float 
     )
 
 
-#: The extender's base URL (set by the fixture), for failure reports.
-_EXTENDER_URL = [""]
+#: The extender (set by the fixture), for failure reports.
+_EXTENDER: list[Extender] = []
 
 
 def _decision(client: Client, name: str) -> Decision:
