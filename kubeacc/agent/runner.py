@@ -51,11 +51,13 @@ from kubeacc.agent.nodelabels import NodeLabeler, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
+from kubeacc.agent.supervise import supervised
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
 from kubeacc.clientconfig import make_client
 from kubeacc.crds.status import emit_event
 from kubeacc.crds.types import API_VERSION
 from kubeacc.discovery import DiscoveryConfig, discover
+from kubeacc.discovery.host import HostReadError
 from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
@@ -222,6 +224,9 @@ class Agent:
         self.published = threading.Event()
         self.probes: ProbeServer | None = None
         self._label_error = ""
+        #: Why the last discovery pass failed ("" when it did not): the agent then serves its
+        #: last good inventory and says so in /readyz.
+        self.discovery_error = ""
 
     def _fpga_programmer(self) -> Callable[[str, str, str], str] | None:
         if self.opts.bitstream_dir is None:
@@ -325,9 +330,7 @@ class Agent:
             )
             self.probes.start()
         prime_decoders()
-        self._observe(
-            discover(self.opts.host_root, config=self.opts.discovery_config, nvml=self.opts.nvml)
-        )
+        self._observe(self._discover())
         self.driver.reconcile()
         if self._watch is not None:
             self._watch.start()
@@ -347,8 +350,12 @@ class Agent:
             self.registration.start()
         for p in self._plugins:
             p.start(self._plugin_inventory())
-        self._thread = threading.Thread(target=self._loop, name="agent-loop", daemon=True)
-        self._thread.start()
+        self._thread = supervised(
+            "agent-loop",
+            self._loop,
+            self._stop,
+            on_restart=lambda _exc: self.metrics.loop_restarts.labels("agent").inc(),
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -381,6 +388,8 @@ class Agent:
             reasons.append(f"DRA plugin {DRIVER_NAME} not registered with the kubelet")
         if not self.published.is_set():
             reasons.append("ResourceSlices not published yet")
+        if self.discovery_error:
+            reasons.append(f"serving the last good inventory: {self.discovery_error}")
         for p in self._plugins:
             reasons += [
                 f"device plugin {r} not registered with the kubelet" for r in p.unregistered()
@@ -419,6 +428,39 @@ class Agent:
             self._label_error = str(exc)
 
     # -- loop -------------------------------------------------------------------------------
+    def _discover(self) -> Inventory:
+        """One strict pass: :class:`HostReadError` when the machine failed a read."""
+        return discover(
+            self.opts.host_root,
+            config=self.opts.discovery_config,
+            nvml=self.opts.nvml,
+            strict=True,
+        )
+
+    def _rediscover(self) -> Inventory | None:
+        """The host's inventory now, or None (the last good one stands) when the pass failed:
+        slices and labels change only on what a complete pass saw."""
+        try:
+            inv = self._discover()
+        except Exception as exc:
+            self.metrics.discovery_failures.inc()
+            message = str(exc) if isinstance(exc, HostReadError) else f"discovery failed: {exc}"
+            if not self.discovery_error:  # once per episode: log, metric and an Event
+                emit_event(
+                    self.client,
+                    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.opts.node_name}},
+                    "DiscoveryFailed",
+                    f"{message}; serving the last good inventory",
+                    warning=True,
+                    component=f"kubeacc-agent-{self.opts.node_name}",
+                )
+            self.discovery_error = message
+            return None
+        if self.discovery_error:
+            log.info("discovery works again (%s was the last failure)", self.discovery_error)
+            self.discovery_error = ""
+        return inv
+
     def _observe(self, inv: Inventory) -> bool:
         changed = inv.devices != self.inventory.devices
         self.inventory = inv
@@ -492,14 +534,10 @@ class Agent:
             if next_discovery >= next_trim:
                 release_free_memory()
                 next_trim = time.monotonic() + TRIM_INTERVAL
-            try:
-                inv = discover(
-                    self.opts.host_root, config=self.opts.discovery_config, nvml=self.opts.nvml
-                )
-            except Exception:
-                log.exception("discovery failed; keeping the last inventory")
+            found = self._rediscover()
+            if found is None:
                 continue
-            if self._observe(inv):
+            if self._observe(found):
                 log.info("inventory changed: %d devices", len(self.inventory.devices))
                 plugin_inv = self._plugin_inventory()
                 for p in self._plugins:

@@ -1,7 +1,9 @@
 """The standard library's threading HTTP server with every resource a client can hold bounded.
 
-- connections: at most ``Limits.max_connections`` served at once; more are closed at accept
-  (plain HTTP: after a one-line 503), so a flood costs neither threads nor descriptors;
+- connections: at most ``Limits.max_connections`` at once; when the port is full, a newcomer
+  takes the place of the connection that has waited longest without sending a request, and is
+  refused (plain HTTP: a one-line 503) only when every connection is at work; so a flood of
+  idle connections costs neither threads nor descriptors nor the probes' answers;
 - time: each phase of a connection has a deadline (:mod:`kubeacc.netserve.reaper`), so idle
   or byte-dribbling clients (slowloris) are cut off;
 - bytes: the request head is capped (431), the body's ``Content-Length`` is checked before a
@@ -24,6 +26,9 @@ from kubeacc.netserve.limits import Limits
 from kubeacc.netserve.reaper import Reaper
 
 log = logging.getLogger(__name__)
+
+#: Seconds the accept loop waits for an evicted connection's thread to give its slot back.
+EVICT_WAIT = 1.0
 
 
 class BodyError(Exception):
@@ -81,7 +86,7 @@ class BoundedHandler(BaseHTTPRequestHandler):
         limits = self.server.limits
         try:
             if isinstance(self.connection, ssl.SSLSocket):
-                self._due(limits.handshake_timeout)
+                self._due(limits.handshake_timeout, waiting=True)
                 try:
                     self.connection.do_handshake()
                 except (ssl.SSLError, OSError) as err:
@@ -94,9 +99,9 @@ class BoundedHandler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         limits = self.server.limits
-        self._due(limits.keepalive_timeout)
+        self._due(limits.keepalive_timeout, waiting=True)
         self._head = _HeadReader(
-            self._raw_rfile, limits.max_head, lambda: self._due(limits.head_timeout)
+            self._raw_rfile, limits.max_head, lambda: self._due(limits.head_timeout, waiting=True)
         )
         self.rfile = self._head  # type: ignore[assignment]
         try:
@@ -116,8 +121,8 @@ class BoundedHandler(BaseHTTPRequestHandler):
             return False
         return ok
 
-    def _due(self, seconds: float) -> None:
-        self.server.reaper.due_in(self.connection, seconds)
+    def _due(self, seconds: float, *, waiting: bool = False) -> None:
+        self.server.reaper.due_in(self.connection, seconds, waiting=waiting)
 
     def body_length(self, limit: int | None = None) -> int:
         """The body's length from ``Content-Length``, checked: :class:`BodyError` else."""
@@ -197,7 +202,7 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         return sock, addr
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        if not self._slots.acquire(blocking=False) and not self._evict_for_one():
             self.count("refused_busy")
             if self.tls is None:
                 _try_send(
@@ -212,6 +217,13 @@ class BoundedHTTPServer(ThreadingHTTPServer):
         except BaseException:
             self._slots.release()
             raise
+
+    def _evict_for_one(self) -> bool:
+        """Make room by evicting the longest-waiting connection; True with a slot taken."""
+        if not self.reaper.evict_oldest_waiting():
+            return False
+        self.count("evicted_waiting")
+        return self._slots.acquire(timeout=EVICT_WAIT)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:

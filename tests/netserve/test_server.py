@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -11,9 +12,14 @@ import pytest
 from kubeacc.netserve.limits import Limits
 from kubeacc.netserve.server import BodyError, BoundedHandler, BoundedHTTPServer
 
+#: Set to let /slow requests finish.
+RELEASE = threading.Event()
+
 
 class Echo(BoundedHandler):
     def do_GET(self) -> None:
+        if self.path == "/slow":
+            RELEASE.wait(10)
         self.send_body(200, b"ok\n", "text/plain")
 
     def do_POST(self) -> None:
@@ -144,31 +150,55 @@ def test_a_head_over_the_cap_is_431(server: BoundedHTTPServer) -> None:
     assert status(reply) == 431
 
 
-def test_connections_over_the_cap_are_refused_and_served_again_after(
-    server: BoundedHTTPServer,
-) -> None:
+def test_idle_connections_make_room_for_a_request(server: BoundedHTTPServer) -> None:
+    """The port full of idle connections: a newcomer takes the longest-waiting one's place."""
     idle = [connect(server) for _ in range(LIMITS.max_connections)]
     time.sleep(0.2)
     try:
-        reply = exchange(server, b"GET / HTTP/1.1\r\n\r\n")
-        assert status(reply) == 503
-        assert server.counts["refused_busy"] >= 1
+        for _ in range(3):
+            assert status(exchange(server, b"GET / HTTP/1.1\r\n\r\n")) == 200
+        assert server.counts["evicted_waiting"] >= 1
+        assert closed_within(idle[0], 1)  # the oldest went first
     finally:
         for s in idle:
+            s.close()
+
+
+def test_when_every_connection_is_at_work_newcomers_are_refused(
+    server: BoundedHTTPServer,
+) -> None:
+    RELEASE.clear()
+    busy = [connect(server) for _ in range(LIMITS.max_connections)]
+    try:
+        for s in busy:
+            s.sendall(b"GET /slow HTTP/1.1\r\n\r\n")
+        time.sleep(0.3)
+        assert status(exchange(server, b"GET / HTTP/1.1\r\n\r\n")) == 503
+        assert server.counts["refused_busy"] >= 1
+    finally:
+        RELEASE.set()
+        for s in busy:
             s.close()
     time.sleep(0.3)
     assert status(exchange(server, b"GET / HTTP/1.1\r\n\r\n")) == 200
 
 
 def test_held_connections_cost_no_more_than_the_cap(server: BoundedHTTPServer) -> None:
-    """Hundreds of idle connections: all refused or reaped, and the port serves after."""
+    """200 idle connections: the server holds descriptors for at most the cap of them."""
+    import os
+
+    before = len(os.listdir("/proc/self/fd"))
     held = []
     try:
         for _ in range(200):
             held.append(connect(server))
-        time.sleep(LIMITS.keepalive_timeout + 0.6)
-        assert server.reaper.reaped >= LIMITS.max_connections
+        deadline = time.monotonic() + 10
+        while server.reaper.evicted < 200 - LIMITS.max_connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.reaper.evicted >= 200 - LIMITS.max_connections
+        server_side = len(os.listdir("/proc/self/fd")) - before - len(held)
+        assert server_side <= LIMITS.max_connections + 1
+        assert status(exchange(server, b"GET / HTTP/1.1\r\n\r\n")) == 200
     finally:
         for s in held:
             s.close()
-    assert status(exchange(server, b"GET / HTTP/1.1\r\n\r\n")) == 200

@@ -24,6 +24,7 @@ from kubeacc.agent.deviceplugin.shared import (
     DecisionLookup,
     Kind,
 )
+from kubeacc.agent.supervise import supervised
 from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import Device, Inventory
 
@@ -102,8 +103,7 @@ class DevicePluginManager:
         self.update(inv)
         if not self.kubelet_socket.exists():
             self._warn_missing(0.0)
-        self._watcher = threading.Thread(target=self._watch, name="dp-watch", daemon=True)
-        self._watcher.start()
+        self._watcher = supervised("dp-watch", self._watch, self._stop)
 
     def update(self, inv: Inventory) -> None:
         """New discovery result: stream changed lists; serve resources that appeared.
