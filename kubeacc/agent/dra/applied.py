@@ -32,8 +32,9 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import msgspec
 import pynvml
 
 from kubeacc.agent.dra.atomic import write_atomic
@@ -41,6 +42,7 @@ from kubeacc.agent.dra.mps import CONTAINER_PIPE_DIR, ENV_PIPE, MpsDaemons, MpsE
 from kubeacc.agent.dra.timeslice import TIMESLICES, ControlError, GpuControl
 from kubeacc.crds.opaque import GpuConfig, SharingStrategy
 from kubeacc.crds.types import TimeSlice
+from kubeacc.model.accelerator import is_bdf
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,31 @@ MODES = {
     SharingStrategy.TIME_SLICING: pynvml.NVML_COMPUTEMODE_DEFAULT,
     SharingStrategy.MPS: pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
 }
+
+
+class _Entry(msgspec.Struct):
+    """The shape of one GPU's record in the state file (checked at load)."""
+
+    device: str
+    uuid: str
+    strategy: Literal["TimeSlicing", "MPS"]
+    timeSlice: Literal["Default", "Short", "Medium", "Long"]
+    previousComputeMode: int
+    claims: list[str]
+    previousTimeSlice: int | None = None
+
+
+def check_record(path: Path, gpus: dict[str, Any]) -> None:
+    """ValueError (one line, with the path) unless every key is a PCI bus id and every entry
+    has the shape :meth:`AppliedSharing._save` writes: a hand-edited or damaged record must
+    not reach the device, the MPS daemons' directories or a traceback."""
+    for bus_id, entry in gpus.items():
+        if not is_bdf(bus_id):
+            raise ValueError(f"{path}: {bus_id[:80]!r} is not a PCI bus id (dddd:bb:dd.f)")
+        try:
+            msgspec.convert(entry, _Entry)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"{path}: GPU {bus_id}: {exc}") from None
 
 
 class SharingError(Exception):
@@ -127,6 +154,7 @@ class AppliedSharing:
         gpus = data.get("gpus", {}) if isinstance(data, dict) else None
         if not isinstance(gpus, dict):
             raise ValueError(f"{self.path}: no 'gpus' object")
+        check_record(self.path, gpus)
         return gpus
 
     def _save(self) -> None:

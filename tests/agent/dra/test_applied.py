@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from kubeacc.agent.dra.applied import STATE_FILE, AppliedSharing, GpuWant
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index
 from kubeacc.agent.dra.driver import ClaimRef, Driver
-from kubeacc.agent.dra.mps import MpsDaemons
+from kubeacc.agent.dra.mps import MpsDaemons, MpsError
 from kubeacc.agent.dra.sharing import CORES, MEMORY
 from kubeacc.agent.dra.timeslice import GpuControl
 from kubeacc.crds.opaque import SharingStrategy
@@ -335,3 +336,44 @@ def test_a_damaged_record_stops_the_agent_with_its_path(host: Host) -> None:
     (host.state / STATE_FILE).write_text("{not json")
     with pytest.raises(ValueError, match=f"{STATE_FILE}: not JSON"):
         host.driver()
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"gpus": []}, "no 'gpus' object"),
+        ({"gpus": {"../x": {}}}, "'../x' is not a PCI bus id"),
+        ({"gpus": {"0000:01:00.0": []}}, "GPU 0000:01:00.0: Expected `object`"),
+        ({"gpus": {"0000:01:00.0": {"device": "g"}}}, "GPU 0000:01:00.0: Object missing"),
+        (
+            {
+                "gpus": {
+                    "0000:01:00.0": {
+                        "device": "g",
+                        "uuid": "u",
+                        "strategy": "MPS",
+                        "timeSlice": "Default",
+                        "previousComputeMode": "zero",
+                        "claims": [],
+                    }
+                }
+            },
+            "previousComputeMode",
+        ),
+    ],
+)
+def test_a_wrong_shape_record_is_one_error_with_its_path(
+    host: Host, record: dict[str, Any], message: str
+) -> None:
+    host.state.mkdir(parents=True)
+    (host.state / STATE_FILE).write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        host.driver()
+    assert STATE_FILE in str(err.value) and "\n" not in str(err.value)
+    assert not (host.state.parent / "x").exists()  # no MPS directory outside the state dir
+
+
+def test_no_mps_daemon_for_a_name_that_is_not_a_bus_id(host: Host) -> None:
+    with pytest.raises(MpsError, match="not a PCI bus id"):
+        host.daemons.start("../x", "GPU-x")
+    assert not (host.state / "x").exists() and host.daemons.pid("../x") is None
