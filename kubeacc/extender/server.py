@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from kubeacc.agent.arenas import release_free_memory
 from kubeacc.extender.service import Extender
 from kubeacc.extender.wire import ShapeError, check_shape
 from kubeacc.netserve.budget import BudgetExhausted, ByteBudget
@@ -47,6 +48,9 @@ BODY_BUDGET = MAX_BODY
 BUDGET_WAIT = 5.0
 #: A pod object is ~10 levels deep; nothing the scheduler sends is deeper than 32.
 MAX_DEPTH = 32
+#: After a body this large, freed heap pages go back to the kernel (malloc_trim): glibc keeps
+#: them mapped otherwise, and the extender's RSS stays at its peak.
+TRIM_AFTER = 1 << 20
 
 #: The scheduler keeps connections open (Go's transport closes idle ones after 90 s; the
 #: extender waits longer so that it never closes one under a request being sent) and sends
@@ -183,6 +187,8 @@ def _handler(outer: ExtenderServer) -> type[BoundedHandler]:
             except BudgetExhausted as err:
                 self.close_connection = True
                 self._error(503, f"busy: {err}")
+            if length >= TRIM_AFTER:
+                release_free_memory()
 
         def _verb(self, verb: str, handler: Callable[[Any], Any] | None, length: int) -> None:
             try:
