@@ -124,6 +124,7 @@ class AgentMetrics(DevicePluginMetrics):
             ["loop"],
             registry=r,
         )
+        self.loop_restarts.labels("agent")  # a series from the start: 0, not absent
 
     def observe_inventory(self, inventory: Inventory) -> None:
         counts = Tally(
