@@ -78,8 +78,8 @@ def extender_command(
     from kubeacc.metrics.http import MetricsAddressError
 
     host, port = _address(address)
-    tls = _tls(tls_cert_file, tls_key_file, client_ca_file, insecure_http)
     use_units_table(units_table)
+    tls = _tls(tls_cert_file, tls_key_file, client_ca_file, insecure_http)
     setup_logging(log_level)
     client = make_client(kubeconfig, FIELD_MANAGER, timeout=30)
     check_api(client)
