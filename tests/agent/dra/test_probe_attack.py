@@ -24,10 +24,8 @@ from pathlib import Path
 
 import pytest
 from lightkube import Client
-from lightkube.resources.core_v1 import Node, Pod
-from lightkube.resources.resource_v1 import ResourceSlice
+from lightkube.resources.core_v1 import Pod
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.procs import free_port
@@ -35,6 +33,7 @@ from kubeacc.testbed.procs import free_port
 from ...nodestack import claim_pod as pod_obj
 from ...testbed.helpers import eventually
 from .agentproc import AgentProcess
+from .nodeview import kubeacc_labels, published_devices
 from .test_e2e import claim_obj, one_gpu, running
 
 pytestmark = pytest.mark.cluster
@@ -81,17 +80,6 @@ def _get(port: int, path: str) -> int:
         return int(err.code)
     except OSError:
         return 0
-
-
-def _slices(client: Client, node: str) -> list[str]:
-    found = client.list(ResourceSlice, fields={"spec.nodeName": node, "spec.driver": DRIVER_NAME})
-    return sorted(d.name for s in found for d in (s.spec.devices or []))
-
-
-def _labels(client: Client, node: str) -> dict[str, str]:
-    meta = client.get(Node, node).metadata
-    labels = (meta.labels if meta is not None else None) or {}
-    return {k: v for k, v in labels.items() if k.startswith("kubeacc.io/")}
 
 
 class Attack:
@@ -154,8 +142,8 @@ def test_idle_connections_on_the_probe_port_take_nothing_down(
     agent, port = limited_agent
     node = testbed.node_name
     eventually(lambda: _get(port, "/readyz") == 200, 60, "agent ready")
-    slices = eventually(lambda: _slices(kube_client, node), 60, "slices")
-    labels = eventually(lambda: _labels(kube_client, node), 60, "kubeacc.io/ labels")
+    slices = eventually(lambda: published_devices(kube_client, node), 60, "slices")
+    labels = eventually(lambda: kubeacc_labels(kube_client, node), 60, "kubeacc.io/ labels")
     assert agent.proc is not None
     pid = agent.proc.pid
     at_rest = len(os.listdir(f"/proc/{pid}/fd"))
@@ -173,7 +161,11 @@ def test_idle_connections_on_the_probe_port_take_nothing_down(
         assert running(kube_client, "app", namespace) or eventually(
             lambda: running(kube_client, "app", namespace), 60, "pod Running (prepared)"
         )
-        during = (_slices(kube_client, node), _labels(kube_client, node), _get(port, "/readyz"))
+        during = (
+            published_devices(kube_client, node),
+            kubeacc_labels(kube_client, node),
+            _get(port, "/readyz"),
+        )
         opened = attack.opened
 
     report = {
@@ -190,5 +182,8 @@ def test_idle_connections_on_the_probe_port_take_nothing_down(
     assert most_fds < NOFILE - 10, report
     log = agent.log()
     assert "discovery of" not in log and "Too many open files" not in log, log[-3000:]
-    assert _slices(kube_client, node) == slices and _labels(kube_client, node) == labels
+    assert (
+        published_devices(kube_client, node) == slices
+        and kubeacc_labels(kube_client, node) == labels
+    )
     kube_client.delete(Pod, "app", namespace=namespace)
