@@ -38,7 +38,7 @@ from extender import PODS, build_state  # bench/extender.py (run from the reposi
 from kubeacc.extender.runner import freeze_periodically
 from kubeacc.extender.server import MAX_BODY, ExtenderServer
 from kubeacc.extender.service import Extender
-from kubeacc.extender.wants import MEMORY, PREFER_ANNOTATION, Decision
+from kubeacc.extender.wants import PREFER_ANNOTATION, Decision
 from kubeacc.netserve.tls import ReloadingContext
 from kubeacc.testbed.extendertls import ExtenderPKI, issue_extender_pki
 
@@ -247,9 +247,7 @@ def main() -> None:
         8,
     )
     big = _wide_lists(MAX_BODY)
-    scenarios["sizes_4mib_densest_json_x16_concurrent"] = _run(
-        "big", [post(ok, big)] * 32, 16
-    )
+    scenarios["sizes_4mib_densest_json_x16_concurrent"] = _run("big", [post(ok, big)] * 32, 16)
     scenarios["sizes_63mib_declared"] = _run(
         "63", [post(ok, b"{" + b" " * (1 << 20), str(63 << 20))] * 8, 8
     )
@@ -268,9 +266,19 @@ def main() -> None:
         (time.perf_counter() - t0) * 1000 / 20, 1
     )
     binds = [
-        (lambda n=n: ok.post("/bind", json.dumps(
-            {"PodName": n, "PodNamespace": "bench", "PodUID": f"uid-{n}", "Node": "node-00007"}
-        ).encode()))
+        (
+            lambda n=n: ok.post(
+                "/bind",
+                json.dumps(
+                    {
+                        "PodName": n,
+                        "PodNamespace": "bench",
+                        "PodUID": f"uid-{n}",
+                        "Node": "node-00007",
+                    }
+                ).encode(),
+            )
+        )
         for n in pods
     ]
     scenarios["concurrent_binds_64"] = _run("binds", binds, 64)
