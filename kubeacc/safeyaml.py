@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from kubeacc.discovery.host import read_regular
+from kubeacc.host.files import read_regular
 
 MAX_BYTES = 32 << 20
 #: Deeper than any Kubernetes object (~20 levels).

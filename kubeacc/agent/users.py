@@ -18,8 +18,10 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kubeacc.agent.deviceplugin.shared import id_gpu_key
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
+from kubeacc.agent.sharelimit import claim_enforcement
 
 #: device name -> its consumers (``Consumer`` objects as API dicts), in a stable order.
 Users = dict[str, list[dict[str, str]]]
@@ -62,15 +64,25 @@ def dra_users(
             for r in (obj.get("status") or {}).get("reservedFor") or []
             if r.get("resource") == "pods" and r.get("name") and r.get("uid")
         ]
+        shares = claim_enforcement(uid, claim)
         for dev in claim.devices:
             target = accelerator_device(dev.device, known)
-            for consumer in (ref, *pods):
+            how = shares.get(dev.device)
+            for consumer in ({**ref, "enforcement": how} if how else ref, *pods):
                 _add(users, target, consumer)
     return users
 
 
-def device_plugin_users(pods: Iterable[pr.PodResources], by_address: Mapping[str, str]) -> Users:
-    """Consumers of device-plugin devices; ``by_address`` maps PCI address -> device name."""
+def device_plugin_users(
+    pods: Iterable[pr.PodResources],
+    by_address: Mapping[str, str],
+    enforcement: Mapping[tuple[str, str], str] | None = None,
+    shared_ids: Mapping[tuple[str, str], str] | None = None,
+) -> Users:
+    """Consumers of device-plugin devices; ``by_address`` maps PCI address -> device name,
+    ``shared_ids`` (shared resource, ID key) -> device name (the unit IDs of a shared GPU,
+    kubeacc.agent.deviceplugin.shared), ``enforcement`` (share resource, device name) -> how a
+    share's limits are enforced (kubeacc.agent.sharelimit)."""
     users: Users = {}
     for pod in pods:
         consumer = {"kind": "Pod", "namespace": pod.namespace, "name": pod.name}
@@ -79,9 +91,13 @@ def device_plugin_users(pods: Iterable[pr.PodResources], by_address: Mapping[str
                 if not devices.resource_name.startswith(RESOURCE_DOMAIN):
                     continue
                 for device_id in devices.device_ids:
-                    name = by_address.get(device_id.split("::", 1)[0])
-                    if name is not None:
-                        _add(users, name, consumer)
+                    name = by_address.get(device_id.split("::", 1)[0]) or (shared_ids or {}).get(
+                        (devices.resource_name, id_gpu_key(device_id))
+                    )
+                    if name is None:
+                        continue
+                    how = (enforcement or {}).get((devices.resource_name, name))
+                    _add(users, name, {**consumer, "enforcement": how} if how else consumer)
     return users
 
 

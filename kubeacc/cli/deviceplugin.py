@@ -15,12 +15,13 @@ from kubeacc.agent.deviceplugin.config import (
 )
 from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 from kubeacc.cli.errors import fail
+from kubeacc.cli.hosts import HostKind, HostKindOption, check_host_root, open_host
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
 from kubeacc.cli.options import DeviceRootOption, HostRootOption
 from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 from kubeacc.discovery import discover
-from kubeacc.discovery.host import HostReadError
+from kubeacc.host.files import HostReadError
 from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import DeviceType
 
@@ -30,6 +31,7 @@ DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 
 def device_plugin_command(
     host_root: HostRootOption = Path("/"),
+    host_kind: HostKindOption = HostKind.AUTO,
     device_root: DeviceRootOption = Path("/"),
     plugin_dir: Annotated[
         Path, typer.Option(help="The kubelet's device-plugin directory (kubelet.sock).")
@@ -73,13 +75,13 @@ def device_plugin_command(
             f"{config}: shared {', '.join(shared)} needs the API server to read kubeacc "
             "extender's decisions: serve it with `kubeacc agent --device-plugin-config`"
         )
-    if not host_root.is_dir():
-        fail(f"host root {host_root} is not a directory")
+    check_host_root(host_root)
     if not plugin_dir.is_dir():
         fail(
             f"plugin dir {plugin_dir} is not a directory (the kubelet's <root-dir>/device-plugins)"
         )
     setup_logging(log_level)
+    host = open_host(host_root, host_kind)
     metrics = DevicePluginMetrics.standalone()
     manager = DevicePluginManager(plugin_dir, cfg, cdi_dir, device_root, metrics)
     probes = start_probes(
@@ -88,7 +90,7 @@ def device_plugin_command(
         ready=lambda: [f"{r} not registered with the kubelet" for r in manager.unregistered()],
     )
     stop = stop_on_signals()
-    manager.start(discover(host_root, nvml=nvml, strict=True))
+    manager.start(discover(host, nvml=nvml, strict=True))
     served = ", ".join(sorted(manager.servers)) or "no resources (no matching devices found)"
     if manager.kubelet_socket.exists():
         log.info("serving %s; registered with the kubelet at %s", served, manager.kubelet_socket)
@@ -97,7 +99,7 @@ def device_plugin_command(
     try:
         while not stop.wait(interval):
             try:  # strict: a pass the machine failed keeps the devices served as they are
-                manager.update(discover(host_root, nvml=nvml, strict=True))
+                manager.update(discover(host, nvml=nvml, strict=True))
             except HostReadError as err:
                 log.warning("%s; serving the last good inventory", err)
     finally:

@@ -30,7 +30,7 @@ def describe(exc: BaseException) -> str | None:
 
     from kubeacc.agent.sockets import SocketPathTooLong
     from kubeacc.clientconfig import KubeconfigError
-    from kubeacc.discovery.host import HostReadError
+    from kubeacc.host.files import HostReadError
 
     if isinstance(exc, KubeconfigError | SocketPathTooLong | HostReadError):
         return str(exc)

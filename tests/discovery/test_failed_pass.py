@@ -12,16 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from kubeacc.discovery import discover
-from kubeacc.discovery.host import HostReadError, HostRoot
-from tests.hosts import HostFactory
+from kubeacc.host.files import HostReadError, HostRoot
+from tests.hosts import HostFactory, discover
 
 #: Discovery with every descriptor but a few taken: what strict and lenient passes answer.
 _STARVED = textwrap.dedent(
     """
     import json, os, resource, sys
     from kubeacc.discovery import discover
-    from kubeacc.discovery.host import HostReadError
+    from kubeacc.host.files import HostReadError
+    from kubeacc.synthetic.host import SyntheticHost
+    host = SyntheticHost(sys.argv[1])
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     held = []
     try:
@@ -29,9 +30,9 @@ _STARVED = textwrap.dedent(
             held.append(os.open("/dev/null", os.O_RDONLY))
     except OSError:
         pass
-    lenient = discover(sys.argv[1], nvml="off")
+    lenient = discover(host, nvml="off")
     try:
-        discover(sys.argv[1], nvml="off", strict=True)
+        discover(host, nvml="off", strict=True)
         strict = "no error"
     except HostReadError as err:
         strict = str(err)

@@ -26,14 +26,16 @@ from enum import StrEnum
 from typing import Any
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
+from kubeacc.agent.sharelimit import Limiter
 from kubeacc.model import Device
+from kubeacc.model.names import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_UNITS_RESOURCE
 from kubeacc.units.table import active_table
 
 log = logging.getLogger(__name__)
 
-MEMORY_RESOURCE = "kubeacc.io/gpu-memory"
-CORES_RESOURCE = "kubeacc.io/gpu-cores"
-UNITS_RESOURCE = "kubeacc.io/gpu-units"
+MEMORY_RESOURCE = GPU_MEMORY_RESOURCE
+CORES_RESOURCE = GPU_CORES_RESOURCE
+UNITS_RESOURCE = GPU_UNITS_RESOURCE
 #: Units advertised per node at most (the same 4 MiB limit; 8 B200s are 18,000).
 MAX_UNIT_IDS = 100_000
 #: MiB advertised per node (the kubelet's 4 MiB message limit, with room to spare).
@@ -67,6 +69,20 @@ _COUNTED: dict[Kind, tuple[Callable[[Device], int], int, str, str]] = {
     Kind.MEMORY: (memory_mib, MAX_MEMORY_UNITS, "m", MEMORY_RESOURCE),
     Kind.UNITS: (_units, MAX_UNIT_IDS, "u", UNITS_RESOURCE),
 }
+
+
+#: The first letter of a unit's ID per kind: the ID is ``<letter><GPU's position>[-<unit>]``.
+_LETTER = {Kind.WHOLE: "g", Kind.CORES: "c", Kind.MEMORY: "m", Kind.UNITS: "u"}
+
+
+def id_gpus(kind: Kind, devices: Sequence[Device]) -> dict[str, Device]:
+    """The GPU each unit ID stands for, by the ID's part before ``-`` (see :func:`unit_ids`)."""
+    return {f"{_LETTER[kind]}{n}": dev for n, dev in enumerate(devices)}
+
+
+def id_gpu_key(device_id: str) -> str:
+    """The part of a unit ID that names its GPU (the key of :func:`id_gpus`)."""
+    return device_id.split("-", 1)[0]
 
 
 def unit_ids(kind: Kind, devices: Sequence[Device]) -> list[tuple[str, Device]]:
@@ -216,8 +232,11 @@ def shared_allocate(
     found: Found,
     devices: Mapping[str, Device],
     cdi_kind: str | None,
+    limiter: Limiter | None = None,
 ) -> ContainerDevices:
-    """What the container gets: the decided GPU(s) and, for shares, the limits as env."""
+    """What the container gets: the decided GPU(s) and, for shares, the limits as env and,
+    for a memory share, what enforces them (``limiter``; None: the type's limits are advisory).
+    The container's processes keep one account, named after the pod and container."""
     missing = [b for b in found.devices if b not in devices]
     if missing:
         raise AllocationError(
@@ -230,6 +249,14 @@ def shared_allocate(
         out.envs[MPS_MEMORY_ENV] = ",".join(
             f"{i}={found.memory}M" for i in range(len(found.devices))
         )
+        vendor = devices[found.devices[0]].vendor
+        how = (limiter or Limiter()).enforcement(vendor, mps=False, enforce=limiter is not None)
+        env, mount = (limiter or Limiter()).edits(
+            how, f"{found.pod.replace('/', '.')}.{found.container}"
+        )
+        out.envs.update(env)
+        if mount:
+            out.read_only_mounts.append(mount)
     if kind is Kind.CORES and found.cores:
         out.envs[CORES_LIMIT_ENV] = str(found.cores)
         out.envs[MPS_CORES_ENV] = str(found.cores)

@@ -14,8 +14,9 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Event
 
 from kubeacc.agent.runner import Agent, AgentOptions
-from kubeacc.discovery import host as hostmod
+from kubeacc.host import files as hostmod
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.testbed import Testbed
 
 from ...testbed.helpers import eventually
@@ -44,7 +45,7 @@ def test_a_failed_pass_withdraws_nothing(
 ) -> None:
     opts = AgentOptions(
         node_name=api_node,
-        host_root=profiles.build("dgx-h100", tmp_path / "host"),
+        host=SyntheticHost(profiles.build("dgx-h100", tmp_path / "host")),
         kubeconfig=testbed.kubeconfig,
         kubelet_root=tmp_path / "kubelet",
         cdi_dir=tmp_path / "cdi",
