@@ -49,6 +49,7 @@ def test_chart_files_are_the_deploy_manifests() -> None:
         ("rbac/controller.yaml", REPO / "deploy/rbac/controller.yaml"),
         ("rbac/extender.yaml", REPO / "deploy/rbac/extender.yaml"),
         ("agent-node-restriction.yaml", REPO / "deploy/admission/agent-node-restriction.yaml"),
+        ("extender-decisions.yaml", REPO / "deploy/admission/extender-decisions.yaml"),
         ("deviceclasses.yaml", REPO / "deploy/dra-deviceclasses.yaml"),
         ("kubeacc-dashboard.json", REPO / "deploy/grafana/kubeacc-dashboard.json"),
     ]

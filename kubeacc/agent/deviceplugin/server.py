@@ -253,7 +253,9 @@ class ResourceServer(pb_grpc.DevicePluginBase):
                 "shared GPUs need the agent's API access to read kubeacc extender decisions"
             )
         kind = Kind(state.shared)
-        found = await asyncio.to_thread(self.decisions.find, self.resource, kind, count)
+        found = await asyncio.to_thread(
+            self.decisions.find, self.resource, kind, count, state.devices
+        )
         return shared_allocate(kind, found, state.devices, self.cdi_kind)
 
     def _refused(self, number: int, err: AllocationError) -> GRPCError:
