@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -158,7 +158,7 @@ class AppliedSharing:
             if (entry["strategy"], entry["timeSlice"]) != (want.strategy, want.time_slice):
                 users = ", ".join(entry["claims"])
                 raise SharingError(
-                    f"GPU {want.device} is set up for {_describe(entry)} by claim(s) {users}; "
+                    f"GPU {want.device} is set up for {describe_entry(entry)} by claim(s) {users}; "
                     f"this claim asks for {want.describe()}"
                 )
             if uid not in entry["claims"]:
@@ -237,7 +237,7 @@ class AppliedSharing:
             return
         del self.gpus[bus_id]
         self._save()
-        log.info("GPU %s: %s undone", entry["device"], _describe(entry))
+        log.info("GPU %s: %s undone", entry["device"], describe_entry(entry))
 
     # -- start-up -------------------------------------------------------------------------------
     def reconcile(self, prepared: set[str]) -> list[str]:
@@ -250,7 +250,7 @@ class AppliedSharing:
             entry["claims"] = [c for c in entry["claims"] if c in prepared]
             if not entry["claims"]:
                 self._undo(bus_id, entry)
-                done.append(f"GPU {bus_id}: {_describe(entry)} undone")
+                done.append(f"GPU {bus_id}: {describe_entry(entry)} undone")
             elif entry["strategy"] == SharingStrategy.MPS and self.daemons.pid(bus_id) is None:
                 try:
                     self.daemons.start(bus_id, entry["uuid"])
@@ -272,7 +272,8 @@ class AppliedSharing:
         return done
 
 
-def _describe(entry: dict[str, Any]) -> str:
+def describe_entry(entry: Mapping[str, Any]) -> str:
+    """The strategy recorded for a GPU, as in messages."""
     if entry["strategy"] == SharingStrategy.TIME_SLICING:
         return f"{entry['strategy']} (time slice {entry['timeSlice']})"
     return str(entry["strategy"])

@@ -50,6 +50,7 @@ from kubeacc.agent.dra.hooks import pause_point
 from kubeacc.agent.dra.mig import MigError, MigPartitions
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
+from kubeacc.agent.dra.strategy import claim_strategy_problem, join_problem
 from kubeacc.crds.opaque import (
     ConfigError,
     FpgaConfig,
@@ -261,6 +262,15 @@ class Driver:
         claim (a claim that fails after its GPU settings were applied gives them back)."""
         written: dict[str, PreparedClaim] = {}
         for uid, claim in built.items():
+            applied = self.sharing.gpus if self.sharing is not None else {}
+            others = [*self.checkpoint.claims.items(), *written.items()]
+            if problem := join_problem(uid, claim, wants.get(uid, []), applied, others):
+                log.warning("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, problem)
+                out[uid] = PrepareResult(
+                    error=f"ResourceClaim {claim.namespace}/{claim.name}: {problem}"
+                )
+                self._release(uid)
+                continue
             if wants.get(uid) and self.sharing is not None:
                 try:
                     self.sharing.acquire(uid, wants[uid])
@@ -357,7 +367,8 @@ class Driver:
             nodes = info.device_nodes
             if info.mig is not None:
                 nodes, env = self._partition(where, ref.uid, info)
-            for requests, params in configs:
+            from_class = False
+            for requests, params, class_config in configs:
                 if requests and not _applies(r["request"], requests):
                     continue
                 try:
@@ -373,6 +384,7 @@ class Driver:
                     self._program(where, dev_name, cfg.bitstream.name, cfg.bitstream.digest)
                 if isinstance(cfg, GpuConfig) and cfg.sharing is not None:
                     gpu_cfg = cfg  # the claim's own config wins over its class's
+                    from_class = class_config
                 env.update(config_env(cfg))
                 recorded[dev_name] = cfg.model_dump(mode="json", by_alias=True)
             if info.mig is not None and gpu_cfg is not None:
@@ -380,6 +392,10 @@ class Driver:
                     f"{where}: device {dev_name} is a MIG partition: a GpuConfig sharing "
                     "strategy would change the whole GPU"
                 )
+            share_id = r.get("shareID") or ""
+            if share_id and gpu_cfg is not None and gpu_cfg.sharing and not from_class:
+                strategy = gpu_cfg.sharing.strategy.value
+                raise ClaimError(f"{where}: {claim_strategy_problem(dev_name, strategy)}")
             try:  # a sharing strategy to apply on the GPU (at commit), and its CDI edits
                 more_env, mounts = want_of(
                     self.sharing, gpu_cfg, dev_name, info.bus_id, wants.setdefault(ref.uid, [])
@@ -387,7 +403,6 @@ class Driver:
             except SharingError as exc:
                 raise ClaimError(f"{where}: {exc}") from None
             env.update(more_env)
-            share_id = r.get("shareID") or ""
             share: ShareLimits | None = None
             if share_id:
                 if err := share_id_error(share_id):
@@ -509,11 +524,15 @@ class Driver:
             return dict(self.checkpoint.claims)
 
 
-def _configs(entries: list[dict[str, Any]]) -> list[tuple[list[str], Any]]:
-    """Our opaque configs in precedence order: class configs first, then the claim's."""
+def _configs(entries: list[dict[str, Any]]) -> list[tuple[list[str], Any, bool]]:
+    """Our opaque configs in precedence order: class configs first, then the claim's;
+    (requests, parameters, whether the DeviceClass gave it)."""
     ours = [e for e in entries if (e.get("opaque") or {}).get("driver") == DRIVER_NAME]
     ours.sort(key=lambda e: 0 if e.get("source") == "FromClass" else 1)
-    return [(e.get("requests") or [], e["opaque"].get("parameters")) for e in ours]
+    return [
+        (e.get("requests") or [], e["opaque"].get("parameters"), e.get("source") == "FromClass")
+        for e in ours
+    ]
 
 
 def _applies(request: str, requests: list[str]) -> bool:
