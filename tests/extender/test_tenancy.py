@@ -9,6 +9,7 @@ victim's pods run in namespace ``victim``. See docs/security.md, "Placement deci
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.request
 from collections.abc import Iterator
@@ -199,8 +200,9 @@ def test_without_the_policy_forged_decisions_get_no_gpu(
     client.delete(ValidatingAdmissionPolicyBinding, POLICY)
     try:
         forged = {
-            # the victim's GPU, whole, for a 1 MiB request
-            "whole": ({MEMORY: "1"}, Decision("gpu-b", (Assigned("main", (victim,), whole=True),))),
+            # (amounts differ: Allocate carries no pod, the plugin matches containers by amount)
+            # the victim's GPU, whole, for a 2 MiB request
+            "whole": ({MEMORY: "2"}, Decision("gpu-b", (Assigned("main", (victim,), whole=True),))),
             # a well-formed 1 MiB share of the GPU the victim holds whole
             "share": ({MEMORY: "1"}, Decision("gpu-b", (Assigned("main", (victim,), memory=1),))),
         }
@@ -242,4 +244,5 @@ def test_without_the_policy_forged_decisions_get_no_gpu(
             assert p.metadata is not None and p.metadata.name is not None
             client.delete(Pod, p.metadata.name, namespace=TENANT, grace_period=0)
         for i in range(3):
-            client.delete(Pod, f"share-{i}", namespace=VICTIM, grace_period=0)
+            with contextlib.suppress(ApiError):
+                client.delete(Pod, f"share-{i}", namespace=VICTIM, grace_period=0)
