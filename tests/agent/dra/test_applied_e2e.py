@@ -84,6 +84,8 @@ def gpu_claim(
         }
     }
     configs = [config] if sharing else []
+    # a whole GPU: not the memory-shared one (a claim there would get a share of it)
+    exactly["selectors"] = [{"cel": {"expression": "!device.allowMultipleAllocations"}}]
     if memory:
         exactly["selectors"] = [{"cel": {"expression": "device.allowMultipleAllocations"}}]
         exactly["capacity"] = {"requests": {"kubeacc.io/memory": memory}}
