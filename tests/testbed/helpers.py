@@ -11,8 +11,14 @@ from lightkube import ApiError
 T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
-    """Call ``probe`` until it returns something truthy; return that value."""
+def eventually(
+    probe: Callable[[], T | None],
+    timeout: float = 60,
+    what: str = "condition",
+    log: Callable[[], str] | None = None,
+) -> T:
+    """Call ``probe`` until it returns something truthy; return that value. On a time-out the
+    tail of ``log()`` (a daemon's log, say) is part of the failure."""
     deadline = time.monotonic() + timeout
     last: object = None
     while time.monotonic() < deadline:
@@ -21,7 +27,8 @@ def eventually(probe: Callable[[], T | None], timeout: float = 60, what: str = "
             return value
         last = value
         time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    tail = f"\n--- log tail ---\n{log()[-3000:]}" if log is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r}){tail}")
 
 
 def eventually_refused(write: Callable[[], Any], timeout: float = 20) -> str:

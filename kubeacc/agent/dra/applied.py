@@ -18,10 +18,16 @@ slice and compute mode back to what they were before.
 What is applied is recorded in ``<state-dir>/gpu-sharing.json`` (per GPU: strategy, time slice,
 the compute mode and time slice found before, the claims using it), durably and *before* the
 device is changed, so an agent killed at any point finds it: :meth:`AppliedSharing.reconcile`
-at start drops the claims the checkpoint does not hold (killed between apply and checkpoint, or
-between checkpoint and undo), undoes GPUs left without claims, restarts a missing MPS daemon of
-a GPU still in use and stops daemons nobody records. Every undo step can be repeated, so a
-crash halfway through one is finished by the next start.
+at start drops the claims the checkpoint does not hold (killed between apply and checkpoint),
+undoes GPUs left without claims, restarts a missing MPS daemon of a GPU still in use and stops
+daemons nobody records. Every undo step can be repeated, so a crash halfway through one is
+finished by the next start.
+
+The order at unprepare is the product's guarantee: the GPU is put back *before* the claim is
+forgotten. :meth:`AppliedSharing.release` undoes the GPUs whose last claim goes and raises
+:class:`SharingError` when an undo fails; the claim then stays in the record (and in the
+checkpoint), the kubelet's unprepare fails with the reason and is retried, and each retry tries
+the undo again. So an unprepared claim always means a GPU back as it was found.
 """
 
 from __future__ import annotations
@@ -143,8 +149,8 @@ class AppliedSharing:
                 self._acquire_one(uid, want)
                 done.append(want.bus_id)
         except (SharingError, OSError) as exc:
-            with contextlib.suppress(OSError):
-                self._release([uid], done)
+            with contextlib.suppress(OSError):  # never prepared: a failed undo is retried
+                self._release([uid], done, keep_failed=False)
             if isinstance(exc, OSError):
                 raise SharingError(f"recording the GPU settings failed: {exc}") from None
             raise
@@ -199,26 +205,47 @@ class AppliedSharing:
             self.daemons.start(want.bus_id, uuid)
 
     def release(self, uids: Iterable[str]) -> None:
-        """The claims are gone: undo the GPUs they were the last users of."""
-        self._release(list(uids), list(self.gpus))
+        """The claims are gone: undo the GPUs they were the last users of, before they are
+        forgotten. SharingError (claims kept, so a retry undoes again) when an undo fails."""
+        failed = self._release(list(uids), list(self.gpus))
+        if failed:
+            raise SharingError("; ".join(failed))
 
-    def _release(self, uids: list[str], bus_ids: Iterable[str]) -> None:
+    def abandon(self, uids: Iterable[str]) -> None:
+        """Claims whose prepare failed after their GPU settings were applied: undo what only
+        they used; an undo that fails is finished by the GPU's next claim or the next start."""
+        self._release(list(uids), list(self.gpus), keep_failed=False)
+
+    def _release(
+        self, uids: list[str], bus_ids: Iterable[str], keep_failed: bool = True
+    ) -> list[str]:
+        """Drop ``uids`` from the GPUs; a GPU whose last claim goes is undone first and, when
+        that fails, keeps its claims (``keep_failed``) or none (the undo is finished by the
+        next claim of the GPU or the next start). Returns the failed undos' reasons."""
         changed = False
+        failed: list[str] = []
         for bus_id in list(bus_ids):
             entry = self.gpus.get(bus_id)
             if entry is None:
                 continue
             left = [c for c in entry["claims"] if c not in uids]
-            if left != entry["claims"]:
+            if left == entry["claims"]:
+                continue
+            if left:
                 entry["claims"] = left
                 changed = True
-                if not left:
-                    self._undo(bus_id, entry)
+            elif (err := self._undo(bus_id, entry)) is not None:
+                failed.append(err)
+                if not keep_failed:
+                    entry["claims"] = []
+                    changed = True
         if changed:
             self._save()
+        return failed
 
-    def _undo(self, bus_id: str, entry: dict[str, Any]) -> None:
-        """Back to how the GPU was; the entry goes when every step worked (else: retried)."""
+    def _undo(self, bus_id: str, entry: dict[str, Any]) -> str | None:
+        """Back to how the GPU was; the entry goes when every step worked. Else the entry stays
+        as it is (retried) and the reason is returned."""
         strategy = SharingStrategy(entry["strategy"])
         try:
             if strategy is SharingStrategy.MPS:
@@ -232,12 +259,14 @@ class AppliedSharing:
                         raise
             self.control.set_compute_mode(bus_id, int(entry["previousComputeMode"]))
         except (ControlError, MpsError) as exc:
-            log.error("GPU %s: undoing %s failed (retried later): %s", bus_id, strategy, exc)
+            err = f"GPU {entry['device']}: undoing {describe_entry(entry)} failed: {exc}"
+            log.error("%s (retried)", err)
             self._save()
-            return
+            return err
         del self.gpus[bus_id]
         self._save()
         log.info("GPU %s: %s undone", entry["device"], describe_entry(entry))
+        return None
 
     # -- start-up -------------------------------------------------------------------------------
     def reconcile(self, prepared: set[str]) -> list[str]:
@@ -249,8 +278,8 @@ class AppliedSharing:
                 done.append(f"GPU {bus_id}: dropped claims {stale} the checkpoint does not hold")
             entry["claims"] = [c for c in entry["claims"] if c in prepared]
             if not entry["claims"]:
-                self._undo(bus_id, entry)
-                done.append(f"GPU {bus_id}: {describe_entry(entry)} undone")
+                if self._undo(bus_id, entry) is None:
+                    done.append(f"GPU {bus_id}: {describe_entry(entry)} undone")
             elif entry["strategy"] == SharingStrategy.MPS and self.daemons.pid(bus_id) is None:
                 try:
                     self.daemons.start(bus_id, entry["uuid"])

@@ -320,7 +320,7 @@ class Driver:
         """Undo the GPU settings of claims that were not prepared after all."""
         if self.sharing is not None:
             with contextlib.suppress(OSError):  # reconcile finishes it at the next start
-                self.sharing.release(uids)
+                self.sharing.abandon(uids)
 
     def _prepare_one(
         self, ref: ClaimRef, deadline: float, wants: dict[str, list[GpuWant]]
@@ -484,7 +484,7 @@ class Driver:
                     present.append(uid)
             try:
                 self._unprepare(present)
-            except (OSError, MigError) as exc:
+            except (OSError, MigError, SharingError) as exc:
                 msg = f"unprepare failed: {getattr(exc, 'strerror', None) or exc}"
                 log.error("unprepare %s: %s", present, msg)
                 out.update(dict.fromkeys(present, msg))
@@ -496,7 +496,9 @@ class Driver:
         return out
 
     def _unprepare(self, uids: list[str]) -> None:
-        """Specs aside, checkpoint, specs gone; on OSError all as it was (claims prepared)."""
+        """Specs aside; MIG instances and GPU sharing settings undone; checkpoint; specs gone.
+        On an error the claims stay prepared (the kubelet retries, each retry undoes again):
+        a claim is forgotten only once its GPU is back as it was found."""
         aside: list[str] = []
         try:
             for uid in uids:
@@ -504,16 +506,18 @@ class Driver:
                     aside.append(uid)
             if self.partitions is not None:  # instances go before the claim is forgotten
                 self.partitions.release(set(uids))
+            if self.sharing is not None:  # and so does the GPU's sharing strategy
+                self.sharing.release(uids)
+            pause_point("unprepare-after-sharing", self.state_dir)
             recorded = [u for u in uids if u in self.checkpoint.claims]
             if recorded:
                 self.checkpoint.record_unprepare(recorded)
-        except (OSError, MigError):
+        except (OSError, MigError, SharingError):
             for uid in aside:
                 with contextlib.suppress(OSError):  # reconcile rewrites it at the next start
                     cdi.put_back(self.cdi_dir, uid)
             raise
         pause_point("unprepare-after-checkpoint", self.state_dir)
-        self._give_back(uids)  # the last claim of a GPU undoes its sharing strategy
         for uid in aside:
             with contextlib.suppress(OSError):  # the claim is unprepared; reconcile cleans up
                 cdi.discard(self.cdi_dir, uid)

@@ -8,6 +8,8 @@ that moment. Points:
 * ``prepare-after-mig``        a MIG partition's GPU and compute instance made, no CDI spec yet
 * ``prepare-after-cdi``        CDI spec written, checkpoint not yet
 * ``prepare-after-checkpoint`` spec and checkpoint written, kubelet not yet answered
+* ``unprepare-after-sharing``  MIG instances and GPU sharing settings undone, claim still in
+  the checkpoint
 * ``unprepare-after-checkpoint`` claim gone from the checkpoint, CDI spec still on disk
 * ``unprepare-after-cdi``      both removed, kubelet not yet answered
 
@@ -24,6 +26,7 @@ POINTS = (
     "prepare-after-mig",
     "prepare-after-cdi",
     "prepare-after-checkpoint",
+    "unprepare-after-sharing",
     "unprepare-after-checkpoint",
     "unprepare-after-cdi",
 )

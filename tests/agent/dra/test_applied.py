@@ -159,6 +159,32 @@ def test_time_slicing_is_applied_and_undone_with_the_last_claim(host: Host) -> N
     assert json.loads((host.state / STATE_FILE).read_text()) == {"gpus": {}}
 
 
+def test_a_claim_is_forgotten_only_after_its_gpu_is_put_back(host: Host) -> None:
+    """The unprepare order docs/sharing.md promises: while the undo fails the claim stays
+    prepared and recorded, unprepare fails with the reason, and each retry tries again."""
+    host.describe(0, computeMode=2)
+    driver = host.driver()
+    a = host.claim("a", "u1", [{"device": GPU0}], strategy="TimeSlicing")
+    assert driver.prepare([a])["u1"].error == ""
+    assert driver.sharing is not None
+    gpu = driver.sharing.control.nvml().gpus[0]  # the running agent's NVML answers change
+    gpu["computeModes"] = [0]  # PROHIBITED cannot be set back now
+    out = driver.unprepare([a])
+    assert out["u1"] == (
+        f"unprepare failed: GPU {GPU0}: undoing TimeSlicing (time slice Default) failed: "
+        f"GPU {BUS0}: compute mode PROHIBITED: NVML nvmlDeviceSetComputeMode: Not Supported"
+    )
+    assert set(read_claims(host.state)) == {"u1"}  # still prepared, durably
+    assert cdi.spec_uids(host.cdi) == {"u1"}
+    assert json.loads((host.state / STATE_FILE).read_text())["gpus"][BUS0]["claims"] == ["u1"]
+    assert driver.unprepare([a])["u1"].startswith("unprepare failed: ")  # retried, fails again
+    gpu["computeModes"] = [0, 1, 2, 3]
+    assert driver.unprepare([a]) == {"u1": ""}
+    assert host.compute_mode(0) == 2
+    assert read_claims(host.state) == {} and cdi.spec_uids(host.cdi) == set()
+    assert json.loads((host.state / STATE_FILE).read_text()) == {"gpus": {}}
+
+
 def test_default_time_slice_leaves_the_slice_alone(host: Host) -> None:
     host.describe(0, timeslice=False)  # the GPU cannot change its time slice
     driver = host.driver()

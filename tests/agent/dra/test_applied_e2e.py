@@ -264,14 +264,18 @@ def test_agent_killed_around_the_mps_daemon_recovers_it(
     _restart(agent)
     assert daemons.running() == {SHARED_BDF: pid}
 
-    # Killed after the checkpoint forgot the claim, before the daemon was stopped.
-    _restart(agent, "unprepare-after-checkpoint", kill=False)
+    # Killed after the daemon stopped and the compute mode came back, before the checkpoint
+    # forgot the claim (the GPU is put back first: docs/sharing.md): the restart does not start
+    # the daemon again for the claim, and the kubelet's retry forgets it.
+    _restart(agent, "unprepare-after-sharing", kill=False)
     kube_client.delete(Pod, "crash", namespace=namespace)
-    assert agent.wait_paused() == "unprepare-after-checkpoint"
-    assert daemons.running() == {SHARED_BDF: pid}
-    _restart(agent)
-    eventually(lambda: daemons.running() == {}, 60, "the daemon stopped after the restart")
+    assert agent.wait_paused() == "unprepare-after-sharing"
+    assert daemons.running() == {}
     assert mps(host)[-1] == ("stop", uuid)
     assert read_state(host)["gpus"][uuid]["computeMode"] == 0
-    assert uid not in agent.checkpoint_claims()
+    assert uid in agent.checkpoint_claims()
+    _restart(agent)
+    eventually(lambda: uid not in agent.checkpoint_claims(), 90, "unprepared after the restart")
+    assert daemons.running() == {}
+    assert mps(host)[-1] == ("stop", uuid)  # and not started again
     assert "Traceback" not in agent.log()

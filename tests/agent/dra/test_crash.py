@@ -66,7 +66,9 @@ def test_killed_during_prepare(
     eventually(lambda: not agent.spec_uids() and not agent.checkpoint_claims(), 90, "unprepared")
 
 
-@pytest.mark.parametrize("point", ["unprepare-after-checkpoint", "unprepare-after-cdi"])
+@pytest.mark.parametrize(
+    "point", ["unprepare-after-sharing", "unprepare-after-checkpoint", "unprepare-after-cdi"]
+)
 def test_killed_during_unprepare(
     testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess, point: str
 ) -> None:

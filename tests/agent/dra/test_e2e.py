@@ -129,12 +129,12 @@ def test_pod_runs_with_our_cdi_devices_and_unprepares(
 
     kube_client.delete(Pod, "app", namespace=namespace)
     eventually(lambda: gone(kube_client, "app", namespace), 90, "pod deleted")
-    eventually(lambda: not agent.spec_uids() and not agent.checkpoint_claims(), 30, "unprepared")
-    # ... and undone with the claim: the time slice and compute mode found before
-    assert [(c["tool"], c["args"]) for c in read_calls(agent.host_root)][2:] == [
-        ("nvidia-smi", [0]),
-        ("nvml", [0]),
-    ]
+    eventually(lambda: not agent.checkpoint_claims(), 30, "unprepared", log=agent.log)
+    # ... undone before the claim was forgotten (docs/sharing.md): the time slice and compute
+    # mode found before are back once the checkpoint no longer holds the claim
+    undone = [(c["tool"], c["args"]) for c in read_calls(agent.host_root)][2:]
+    assert undone == [("nvidia-smi", [0]), ("nvml", [0])], agent.log()[-3000:]
+    eventually(lambda: not agent.spec_uids(), 30, "CDI spec removed", log=agent.log)
 
 
 def _call_prepare(agent: AgentProcess, claims: list[tuple[str, str, str]], beta: bool = False):  # type: ignore[no-untyped-def]
