@@ -300,8 +300,16 @@ class Agent:
                 for d in self.inventory.devices
                 if d.type in self.opts.device_plugin_types and d.pci is not None
             }
-            parts.append(device_plugin_users(client.list(), by_address))
+            parts.append(device_plugin_users(client.list(), by_address, self._decided()))
         return merge(*parts)
+
+    def _decided(self) -> dict[tuple[str, str], tuple[str, ...]] | None:
+        """The GPUs the extender decided per pod, when GPUs are shared (device plugin)."""
+        for plugin in self._plugins:
+            lookup = getattr(plugin, "decisions", None)
+            if lookup is not None:
+                return dict(lookup.decided())
+        return None
 
     def _plugin_inventory(self) -> Inventory:
         self._plugin_cordons = self._cordoned()

@@ -15,7 +15,7 @@ function, which is what the Accelerator stands for.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim
@@ -69,8 +69,16 @@ def dra_users(
     return users
 
 
-def device_plugin_users(pods: Iterable[pr.PodResources], by_address: Mapping[str, str]) -> Users:
-    """Consumers of device-plugin devices; ``by_address`` maps PCI address -> device name."""
+def device_plugin_users(
+    pods: Iterable[pr.PodResources],
+    by_address: Mapping[str, str],
+    decided: Mapping[tuple[str, str], Sequence[str]] | None = None,
+) -> Users:
+    """Consumers of device-plugin devices; ``by_address`` maps PCI address -> device name.
+
+    Shared GPUs are served as anonymous units (``m0-1f``, ``g0``) that name no GPU: a pod
+    holding them uses the GPUs the extender decided for it, ``decided[(namespace, name)]``.
+    """
     users: Users = {}
     for pod in pods:
         consumer = {"kind": "Pod", "namespace": pod.namespace, "name": pod.name}
@@ -82,6 +90,10 @@ def device_plugin_users(pods: Iterable[pr.PodResources], by_address: Mapping[str
                     name = by_address.get(device_id.split("::", 1)[0])
                     if name is not None:
                         _add(users, name, consumer)
+                    elif decided is not None:
+                        for bdf in decided.get((pod.namespace, pod.name), ()):
+                            if bdf in by_address:
+                                _add(users, by_address[bdf], consumer)
     return users
 
 

@@ -25,7 +25,7 @@ from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.rbac_authorization_v1 import RoleBinding
 
 from kubeacc.crds.deploy import apply_manifest
-from kubeacc.crds.resources import as_dict
+from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.extender.wants import DECISION_ANNOTATION, GPU, MEMORY, Assigned, Decision
 from kubeacc.testbed.identities import cert_client
 from tests.extender.clusterlib import Cluster, extender_cluster
@@ -157,6 +157,21 @@ def _victim_unharmed(cluster: Cluster, bdf: str) -> None:
     (record,) = cluster.testbed.node("gpu-b").container_records(namespace=VICTIM, pod="holder")
     assert record.envs["ACCELERATOR_UNITS"] == bdf
     assert _gpu_use(cluster, "gpu-b")[bdf]["used"]["whole"] is True
+    # "in use" for operations: the Accelerator names the pod (anonymous units name no GPU)
+    eventually(lambda: _users(client, "gpu-b", bdf) == [f"{VICTIM}/holder"], 60, "allocatedTo")
+
+
+def _users(client: Client, node: str, bdf: str) -> list[str]:
+    for acc in client.list(Accelerator):
+        d = as_dict(acc)
+        device = (d.get("status") or {}).get("device") or {}
+        if d["spec"].get("node") == node and (device.get("pci") or {}).get("busID") == bdf:
+            return sorted(
+                f"{u.get('namespace')}/{u['name']}"
+                for u in d["status"].get("allocatedTo") or []
+                if u["kind"] == "Pod"
+            )
+    return []
 
 
 def test_a_tenant_cannot_write_a_decision(cluster: Cluster, tenant: Client, victim: str) -> None:

@@ -162,6 +162,22 @@ class DecisionLookup:
         except Exception as err:  # the kubelet's pod-resources API is optional here
             log.debug("pod resources: %s", err)
 
+    def decided(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """(namespace, name) -> the GPUs (BDFs) the extender decided for each pod of this node
+        that is not finished: who holds the anonymous units (``status.allocatedTo``)."""
+        from kubeacc.extender.trusted import trusted_decision
+
+        out: dict[tuple[str, str], tuple[str, ...]] = {}
+        for pod in self.list_pods():
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            decision, _ = trusted_decision(pod)
+            if decision is not None and decision.node == self.node:
+                meta = pod.get("metadata") or {}
+                key = (str(meta.get("namespace")), str(meta.get("name")))
+                out[key] = tuple(dict.fromkeys(b for c in decision.containers for b in c.devices))
+        return out
+
     def find(
         self,
         resource: str,
