@@ -45,6 +45,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
 
 from lightkube import ApiError, Client
@@ -134,8 +135,12 @@ class Controller:
         resync_seconds: float = 30.0,
         lease_renew_seconds: float = 2.0,
         node_grace_seconds: float = 10.0,
+        admin_namespaces: Collection[str] | None = None,
     ) -> None:
         self.client = client
+        #: Namespaces whose operations may target any device (default: the Lease's, the
+        #: controller's own); others need an AcceleratorPolicy grant.
+        self.admin_namespaces = tuple(admin_namespaces or (lease_namespace,))
         self.interval = interval
         self.resync_seconds = resync_seconds
         self.lease_renew_seconds = lease_renew_seconds
@@ -468,7 +473,7 @@ class Controller:
         }
         if status.phase is None:
             status.start_time = now()
-            refusal = validate(meta["namespace"], spec, targets, policies)
+            refusal = validate(meta["namespace"], spec, targets, policies, self.admin_namespaces)
             if refusal is None and not spec.drain_first and spec.action not in CONTROLLER_ACTIONS:
                 in_use = self._in_use(targets)
                 if in_use:
