@@ -164,6 +164,7 @@ class Agent:
         #: Wakes the loop early (stop, the kubelet registered us, a cordon changed).
         self._wake = threading.Event()
         self.publisher = SlicePublisher(self.client, options.node_name)
+        self.publisher.on_restricted = self._not_enforced
         self.metrics = AgentMetrics()
         self.labeler = NodeLabeler(self.client, options.node_name) if options.node_labels else None
         self.board = HealthBoard(options.node_name)
@@ -275,6 +276,18 @@ class Agent:
                 component=f"kubeacc-agent-{self.opts.node_name}",  # the admission rule
             )
         return filters
+
+    def _not_enforced(self, message: str) -> None:
+        """The cluster drops slice fields kube-acc relies on: one Event on the Node."""
+        node = self.opts.node_name
+        emit_event(
+            self.client,
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": node}},
+            "DRAFeaturesMissing",
+            message,
+            warning=True,
+            component=f"kubeacc-agent-{node}",  # the admission rule
+        )
 
     def add_plugin(self, plugin: NodePlugin) -> None:
         self._plugins.append(plugin)
