@@ -24,6 +24,8 @@ def controller_command(
     admin_namespace: Annotated[
         list[str] | None,
         typer.Option(
+            "--admin-namespace",
+            metavar="NAMESPACE",
             help="Namespace whose AcceleratorOperations may target any device (repeatable; "
             "default: the Lease's namespace). Other namespaces need an AcceleratorPolicy "
             "allowedNamespaces grant. '*': every namespace (not for shared clusters)."
