@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -24,10 +25,12 @@ from lightkube.resources.admissionregistration_v1 import ValidatingAdmissionPoli
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.rbac_authorization_v1 import RoleBinding
 
+from kubeacc.controller.controller import Controller
 from kubeacc.crds.deploy import apply_manifest
-from kubeacc.crds.resources import Accelerator, as_dict
+from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
 from kubeacc.extender.wants import DECISION_ANNOTATION, GPU, MEMORY, Assigned, Decision
 from kubeacc.testbed.identities import cert_client
+from tests.crdfixtures import create_operation, operation_finished, running, wait_for
 from tests.extender.clusterlib import Cluster, extender_cluster
 from tests.testbed.helpers import eventually, eventually_refused
 
@@ -161,17 +164,23 @@ def _victim_unharmed(cluster: Cluster, bdf: str) -> None:
     eventually(lambda: _users(client, "gpu-b", bdf) == [f"{VICTIM}/holder"], 60, "allocatedTo")
 
 
-def _users(client: Client, node: str, bdf: str) -> list[str]:
+def _accelerator(client: Client, node: str, bdf: str) -> dict[str, Any]:
     for acc in client.list(Accelerator):
         d = as_dict(acc)
         device = (d.get("status") or {}).get("device") or {}
         if d["spec"].get("node") == node and (device.get("pci") or {}).get("busID") == bdf:
-            return sorted(
-                f"{u.get('namespace')}/{u['name']}"
-                for u in d["status"].get("allocatedTo") or []
-                if u["kind"] == "Pod"
-            )
-    return []
+            return d
+    raise AssertionError(f"no Accelerator for {bdf} on {node}")
+
+
+def _users(client: Client, node: str, bdf: str) -> list[str]:
+    users = _accelerator(client, node, bdf)["status"].get("allocatedTo") or []
+    return sorted(f"{u.get('namespace')}/{u['name']}" for u in users if u["kind"] == "Pod")
+
+
+def _refusal(op: dict[str, Any]) -> tuple[str, str]:
+    (failed,) = [c for c in op["status"]["conditions"] if c["type"] == "Failed"]
+    return str(failed["reason"]), str(failed["message"])
 
 
 def test_a_tenant_cannot_write_a_decision(cluster: Cluster, tenant: Client, victim: str) -> None:
@@ -204,6 +213,38 @@ def test_a_tenant_cannot_write_a_decision(cluster: Cluster, tenant: Client, vict
     _victim_unharmed(cluster, victim)
     for name in ("plain", "honest"):
         tenant.delete(Pod, name, namespace=TENANT, grace_period=0)
+
+
+def test_no_other_namespace_may_reset_the_victims_gpu(cluster: Cluster, victim: str) -> None:
+    """Its GPU is served through the device plugin as an anonymous unit: "in use" all the
+    same, and a namespace no policy grants the GPU may not operate on it at all."""
+    client = cluster.client
+    name = _accelerator(client, "gpu-b", victim)["metadata"]["name"]
+    ctl = Controller(
+        cluster.testbed.client(field_manager="kubeacc-controller"),
+        identity="tenancy",
+        lease_namespace="kube-system",  # the admin namespace
+        lease_name=f"kubeacc-tenancy-{uuid.uuid4().hex[:5]}",
+        interval=0.3,
+    )
+    ops = {TENANT: "reset-theirs", "kube-system": "reset-busy"}
+    with running(ctl):
+        for ns, op in ops.items():  # the tenant's as if RBAC let the team create operations
+            create_operation(client, ns, op, {"action": "Reset", "targets": [name]})
+        done = {
+            ns: wait_for(op, partial(operation_finished, client, ns, op), 60)
+            for ns, op in ops.items()
+        }
+    try:
+        reason, message = _refusal(done[TENANT])
+        assert reason == "NamespaceNotAllowed", message
+        assert f"grants namespace {TENANT} operations" in message, message
+        reason, message = _refusal(done["kube-system"])
+        assert reason == "DeviceInUse" and f"{VICTIM}/holder" in message, message
+        _victim_unharmed(cluster, victim)
+    finally:
+        for ns, op in ops.items():
+            client.delete(AcceleratorOperation, op, namespace=ns)
 
 
 def test_without_the_policy_forged_decisions_get_no_gpu(
