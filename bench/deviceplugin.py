@@ -27,6 +27,7 @@ from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from kubeacc.discovery import discover
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -59,7 +60,7 @@ def _plugin_process(host: Path, plugin_dir: Path, log: Path) -> subprocess.Popen
 def rpc_latencies(runs: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         host = profiles.build("dgx-h100", Path(tmp) / "host")
-        inv = discover(host)
+        inv = discover(SyntheticHost(host))
         plugin_dir = Path(tmp) / "dp"
         plugin = _plugin_process(host, plugin_dir, Path(tmp) / "plugin.log")
         ids = sorted(d.pci_bus_id for d in inv.by_type(DeviceType.GPU) if d.pci_bus_id)
@@ -102,7 +103,7 @@ def reregistration(restarts: int) -> dict[str, object]:
 
     delays = []
     with tempfile.TemporaryDirectory() as tmp, Testbed.start(Path(tmp) / "tb") as tb:
-        inv = discover(profiles.build("dgx-h100", Path(tmp) / "host"))
+        inv = discover(SyntheticHost(profiles.build("dgx-h100", Path(tmp) / "host")))
         kubelet_sock = tb.kubelet.kubelet_socket
         manager = DevicePluginManager(
             tb.kubelet.device_plugin_dir, DevicePluginConfig.for_types([DeviceType.GPU])

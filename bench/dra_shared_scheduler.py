@@ -38,6 +38,7 @@ from kubeacc.agent.dra.sharing import parse_selectors
 from kubeacc.agent.dra.slices import build_slices
 from kubeacc.discovery import discover
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.testbed import Testbed
 
 SHARE = {"kubeacc.io/memory": "20G", "kubeacc.io/cores": "10"}
@@ -144,7 +145,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kubeacc-bench-") as tmp:
-        inv = discover(profiles.build("dgx-h100", Path(tmp) / "host"))
+        inv = discover(SyntheticHost(profiles.build("dgx-h100", Path(tmp) / "host")))
         whole = slice_devices(inv)
         shared = slice_devices(inv, parse_selectors(["all"]))
         with Testbed.start(with_kubelet=False) as tb:

@@ -48,6 +48,7 @@ from kubeacc.extender.wants import (
 )
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -97,7 +98,7 @@ PODS = {
 
 def build_state(nodes: int, seed: int) -> State:
     host = profiles.build("dgx-h100", Path(tempfile.mkdtemp(prefix="kubeacc-bench-")) / "h")
-    devices = [d for d in discover(host).devices if d.type is DeviceType.GPU]
+    devices = [d for d in discover(SyntheticHost(host)).devices if d.type is DeviceType.GPU]
     rng = random.Random(seed)
     state = State()
     gpus = [g for g in (gpu_of(d) for d in devices) if g is not None]

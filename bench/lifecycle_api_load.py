@@ -35,6 +35,7 @@ from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.controller.controller import Controller
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict, install_crds
 from kubeacc.crds.types import API_VERSION
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed import Testbed
@@ -145,9 +146,8 @@ def main() -> None:
             agent = LifecycleAgent(
                 tb.client(field_manager=f"kubeacc-agent-{node}"),
                 node_name=node,
-                host_root=root,
+                host=SyntheticHost(root, kernel=SyntheticKernel(root)),
                 bitstream_dir=work / node / "lib",
-                kernel=SyntheticKernel(root),
                 interval=1.0,
             )
             threads.append(

@@ -29,3 +29,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[test]'
   touch "$stamp"
 fi
+# The share-limit library (kubeacc/native; cached: rebuilt only when its sources change).
+if ! .venv/bin/python -m kubeacc.native.build --out .cache/native >/dev/null; then
+  echo "bootstrap: warning: the share-limit library did not build (needs a C compiler)" >&2
+fi

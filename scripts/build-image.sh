@@ -36,6 +36,9 @@ mkdir -p "$work/wheels"
   --python-version 3.11 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
   --platform manylinux_2_17_x86_64 --platform any "$work"/wheels/kubeacc-*.whl
 
+echo "[image] share-limit library (kubeacc/native, built with the host's cc)"
+PYTHONPATH=. "$py" -m kubeacc.native.build --out "$work/native" >/dev/null
+
 echo "[image] root file system (Debian bookworm from $mirror)"
 in_root='chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin'  # no host PIP_* settings inside
 mmdebstrap --quiet --mode=root --variant=minbase \
@@ -48,6 +51,8 @@ mmdebstrap --quiet --mode=root --variant=minbase \
   --customize-hook="copy-in $work/wheels/. /tmp/wheels" \
   --customize-hook="$in_root python3 -m venv /opt/kubeacc" \
   --customize-hook="$in_root /opt/kubeacc/bin/pip install -q --no-index --no-cache-dir --find-links /tmp/wheels kubeacc" \
+  --customize-hook='mkdir -p "$1/opt/kubeacc/native"' \
+  --customize-hook="copy-in $work/native/libkubeacc-sharelimit.so /opt/kubeacc/native" \
   --customize-hook="$in_root /opt/kubeacc/bin/pip uninstall -q -y setuptools pip" \
   --customize-hook="$in_root apt-get purge -qq -y --autoremove python3-venv python3.11-venv python3-pip-whl python3-setuptools-whl >/dev/null" \
   --customize-hook='find "$1/opt/kubeacc" -name __pycache__ -prune -exec rm -rf {} +' \

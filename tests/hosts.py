@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
+from kubeacc.discovery import discover as discover_host
+from kubeacc.host import Host
+from kubeacc.model import Inventory
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 
 
 class HostFactory:
@@ -27,3 +33,9 @@ class HostFactory:
         dest = self._scratch / f"{profile}-{self._count}"
         shutil.copytree(self.pristine(profile), dest, symlinks=True)
         return dest
+
+
+def discover(root: Path | str | Host, **kwargs: Any) -> Inventory:
+    """Discovery of the synthetic host tree ``root`` (or of the Host given)."""
+    host = SyntheticHost(root) if isinstance(root, (str, os.PathLike)) else root
+    return discover_host(host, **kwargs)

@@ -27,6 +27,7 @@ from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.crds.deploy import apply_manifest
 from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.crds.types import NODE_LABEL
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.identities import agent_kubeconfig
@@ -133,9 +134,8 @@ def node_stack(
     lifecycle = LifecycleAgent(
         Client(KubeConfig.from_file(kubeconfig)),
         node_name=node,
-        host_root=host,
+        host=SyntheticHost(host, kernel=kernel),
         bitstream_dir=tmp / "bitstreams",
-        kernel=kernel,
         interval=1.0,
     )
     agent = AgentProcess(node, host, kubeconfig, testbed.node(node).root_dir, tmp)

@@ -27,11 +27,12 @@ from kubeacc.agent.users import Users
 from kubeacc.crds.resources import Accelerator, is_not_found
 from kubeacc.crds.types import API_VERSION, NODE_LABEL
 from kubeacc.crds.watch import WatchCache, ignoring
+from kubeacc.model.names import CORDONED_BY_ANNOTATION
 
 log = logging.getLogger(__name__)
 
 #: Annotation the controller sets next to ``spec.cordoned``: who cordoned the device.
-CORDONED_BY = "kubeacc.io/cordoned-by"
+CORDONED_BY = CORDONED_BY_ANNOTATION
 
 
 def _key(consumers: list[dict[str, Any]]) -> str:

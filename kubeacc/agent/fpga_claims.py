@@ -18,9 +18,10 @@ from typing import Any
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import Executor
-from kubeacc.agent.lifecycle.host import HostError, HostKernel, LinuxKernel
 from kubeacc.crds.status import allowed_bitstream_digests
 from kubeacc.discovery import discover
+from kubeacc.host import Host
+from kubeacc.host.kernel import HostError
 from kubeacc.model import Device
 
 log = logging.getLogger(__name__)
@@ -33,19 +34,18 @@ class ProgrammingRefused(Exception):
 class ClaimProgrammer:
     def __init__(
         self,
-        host_root: Path,
+        host: Host,
         bitstream_dir: Path,
         policies: Callable[[], list[dict[str, Any]]],
-        kernel: HostKernel | None = None,
     ) -> None:
-        self.host_root = host_root
+        self.host = host
         self.policies = policies
         self.library = BitstreamLibrary(bitstream_dir)
-        self.executor = Executor(kernel or LinuxKernel(host_root), self.library, self._device)
+        self.executor = Executor(host, self.library, self._device)
         self._lock = threading.Lock()
 
     def _device(self, name: str) -> Device | None:
-        for dev in discover(self.host_root).devices:
+        for dev in discover(self.host).devices:
             if dev.name == name:
                 return dev
         return None

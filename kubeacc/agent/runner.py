@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,8 +41,10 @@ from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
-from kubeacc.agent.dra.mig import MigPartitions, Published, device_infos, nvml_for
-from kubeacc.agent.dra.mig import publish as mig_publish
+from kubeacc.agent.dra.mignvml import nvml_for
+from kubeacc.agent.dra.migprepare import MigPartitions
+from kubeacc.agent.dra.migpublish import Published, device_infos
+from kubeacc.agent.dra.migpublish import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.sharing import Selector, ShareSelector
@@ -51,11 +53,14 @@ from kubeacc.agent.nodelabels import NodeLabeler, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
+from kubeacc.agent.sharelimit import Limiter, install
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
 from kubeacc.clientconfig import make_client
 from kubeacc.crds.status import emit_event
 from kubeacc.crds.types import API_VERSION
 from kubeacc.discovery import DiscoveryConfig, discover
+from kubeacc.host import Host
+from kubeacc.host.real import RealHost
 from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
@@ -105,7 +110,8 @@ class NodePlugin(Protocol):
 @dataclass
 class AgentOptions:
     node_name: str
-    host_root: Path = Path("/")
+    #: The node (kubeacc.host): its files, NVML, kernel and driver tools.
+    host: Host = field(default_factory=RealHost)
     #: Where the device nodes are on the host (CDI ``hostPath``): ``/`` on a real node, a
     #: directory of real device nodes on a test node whose host root is synthetic.
     device_root: Path = Path("/")
@@ -123,8 +129,6 @@ class AgentOptions:
     device_plugin_types: frozenset[DeviceType] = frozenset()
     #: Node-local bitstream library: claims with an FpgaConfig bitstream get it programmed.
     bitstream_dir: Path | None = None
-    #: Synthetic host: emulate the kernel's sysfs/ioctl effects of programming an FPGA.
-    simulate_kernel: bool = False
     #: Fold the DRA checkpoint journal into a new snapshot after this many calls.
     compact_after: int = 1000
     #: Keep the node's Accelerators' users (status.allocatedTo) and honour their cordons.
@@ -141,6 +145,9 @@ class AgentOptions:
     discovery_config: DiscoveryConfig | None = None
     #: GPUs published as memory-shared (``--memory-shared``; kubeacc.agent.dra.sharing).
     memory_shared: tuple[ShareSelector, ...] = ()
+    #: The share-limit library to preload into memory shares (None: the image's, if any;
+    #: copied to ``<state-dir>/native``; kubeacc.agent.sharelimit).
+    sharelimit_library: Path | None = None
 
     @property
     def dra_socket(self) -> Path:
@@ -189,13 +196,15 @@ class Agent:
         self._index: dict[str, DeviceInfo] = {}
         #: Memory-sharing AcceleratorPolicies, read at each pass of the publishing loop.
         self.policy_shares = PolicyShares(self._list_policies)
-        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.mig).
+        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.migpublish, migprepare).
         self.partitions = MigPartitions(
-            nvml_for(options.host_root, options.nvml), options.state_dir, options.host_root
+            nvml_for(options.host, options.nvml), options.state_dir, options.host
         )
         self._mig = Published()
         #: (policy uid, message) of the MIG policy problems already reported as events.
         self._mig_warned: set[tuple[str, str]] = set()
+        #: What enforces memory shares here (the library copied to the host, or nothing).
+        self.limiter = Limiter(install(options.sharelimit_library, options.state_dir))
         self.driver = Driver(
             options.node_name,
             claims or WatchingClaimSource(self.prepare_client, options.node_name),
@@ -209,6 +218,7 @@ class Agent:
             metrics=self.metrics,
             sharing=_applied_sharing(options),
             partitions=self.partitions,
+            limiter=self.limiter,
         )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None
@@ -228,19 +238,12 @@ class Agent:
         if self.opts.bitstream_dir is None:
             return None
         from kubeacc.agent.fpga_claims import ClaimProgrammer
-        from kubeacc.agent.lifecycle.host import HostKernel
         from kubeacc.crds.resources import AcceleratorPolicy, as_dict
 
-        kernel: HostKernel | None = None
-        if self.opts.simulate_kernel:
-            from kubeacc.synthetic.kernel import SyntheticKernel
-
-            kernel = SyntheticKernel(self.opts.host_root)
         programmer = ClaimProgrammer(
-            self.opts.host_root,
+            self.opts.host,
             self.opts.bitstream_dir,
             lambda: [as_dict(p) for p in self.prepare_client.list(AcceleratorPolicy)],
-            kernel,
         )
         return programmer.ensure
 
@@ -313,16 +316,16 @@ class Agent:
                 for d in self.inventory.devices
                 if d.type in self.opts.device_plugin_types and d.pci is not None
             }
-            parts.append(device_plugin_users(client.list(), by_address, self._decided()))
-        return merge(*parts)
+            from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 
-    def _decided(self) -> dict[tuple[str, str], tuple[str, ...]] | None:
-        """The GPUs the extender decided per pod, when GPUs are shared (device plugin)."""
-        for plugin in self._plugins:
-            lookup = getattr(plugin, "decisions", None)
-            if lookup is not None:
-                return dict(lookup.decided())
-        return None
+            enforcement: dict[tuple[str, str], str] = {}
+            shared_ids: dict[tuple[str, str], str] = {}
+            for p in self._plugins:
+                if isinstance(p, DevicePluginManager):
+                    enforcement |= p.share_enforcement(self.inventory)
+                    shared_ids |= p.shared_id_devices(self.inventory)
+            parts.append(device_plugin_users(client.list(), by_address, enforcement, shared_ids))
+        return merge(*parts)
 
     def _plugin_inventory(self) -> Inventory:
         self._plugin_cordons = self._cordoned()
@@ -347,7 +350,7 @@ class Agent:
             self.probes.start()
         prime_decoders()
         self._observe(
-            discover(self.opts.host_root, config=self.opts.discovery_config, nvml=self.opts.nvml)
+            discover(self.opts.host, config=self.opts.discovery_config, nvml=self.opts.nvml)
         )
         self.driver.reconcile()
         if self._watch is not None:
@@ -448,7 +451,7 @@ class Agent:
         gpus, uuids = self.partitions.read(self.dra_inventory)
         self._mig = mig_publish(
             self.dra_inventory,
-            slice_devices(self.dra_inventory, self.opts.memory_shared),
+            slice_devices(self.dra_inventory, self.opts.memory_shared, self.limiter),
             gpus,
             self.partitions.ours(),
             uuids,
@@ -477,7 +480,10 @@ class Agent:
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
                 shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
                 devices = with_cordon_taints(
-                    self._mig.apply(slice_devices(self.dra_inventory, shared), self._mig_filters()),
+                    self._mig.apply(
+                        slice_devices(self.dra_inventory, shared, self.limiter),
+                        self._mig_filters(),
+                    ),
                     self._cordoned(),
                 )
                 if self.publisher.publish(
@@ -515,7 +521,7 @@ class Agent:
                 next_trim = time.monotonic() + TRIM_INTERVAL
             try:
                 inv = discover(
-                    self.opts.host_root, config=self.opts.discovery_config, nvml=self.opts.nvml
+                    self.opts.host, config=self.opts.discovery_config, nvml=self.opts.nvml
                 )
             except Exception:
                 log.exception("discovery failed; keeping the last inventory")
@@ -535,8 +541,8 @@ def _applied_sharing(options: AgentOptions) -> AppliedSharing:
     try:
         return AppliedSharing(
             options.state_dir,
-            GpuControl(options.host_root),
-            MpsDaemons(options.host_root, options.state_dir / "mps"),
+            GpuControl(options.host),
+            MpsDaemons(options.host, options.state_dir / "mps"),
         )
     except ValueError as exc:
         raise StateError(str(exc)) from None

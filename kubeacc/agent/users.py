@@ -15,11 +15,13 @@ function, which is what the Accelerator stands for.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kubeacc.agent.deviceplugin.shared import id_gpu_key
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
+from kubeacc.agent.sharelimit import claim_enforcement
 
 #: device name -> its consumers (``Consumer`` objects as API dicts), in a stable order.
 Users = dict[str, list[dict[str, str]]]
@@ -62,9 +64,11 @@ def dra_users(
             for r in (obj.get("status") or {}).get("reservedFor") or []
             if r.get("resource") == "pods" and r.get("name") and r.get("uid")
         ]
+        shares = claim_enforcement(uid, claim)
         for dev in claim.devices:
             target = accelerator_device(dev.device, known)
-            for consumer in (ref, *pods):
+            how = shares.get(dev.device)
+            for consumer in ({**ref, "enforcement": how} if how else ref, *pods):
                 _add(users, target, consumer)
     return users
 
@@ -72,13 +76,13 @@ def dra_users(
 def device_plugin_users(
     pods: Iterable[pr.PodResources],
     by_address: Mapping[str, str],
-    decided: Mapping[tuple[str, str], Sequence[str]] | None = None,
+    enforcement: Mapping[tuple[str, str], str] | None = None,
+    shared_ids: Mapping[tuple[str, str], str] | None = None,
 ) -> Users:
-    """Consumers of device-plugin devices; ``by_address`` maps PCI address -> device name.
-
-    Shared GPUs are served as anonymous units (``m0-1f``, ``g0``) that name no GPU: a pod
-    holding them uses the GPUs the extender decided for it, ``decided[(namespace, name)]``.
-    """
+    """Consumers of device-plugin devices; ``by_address`` maps PCI address -> device name,
+    ``shared_ids`` (shared resource, ID key) -> device name (the unit IDs of a shared GPU,
+    kubeacc.agent.deviceplugin.shared), ``enforcement`` (share resource, device name) -> how a
+    share's limits are enforced (kubeacc.agent.sharelimit)."""
     users: Users = {}
     for pod in pods:
         consumer = {"kind": "Pod", "namespace": pod.namespace, "name": pod.name}
@@ -87,13 +91,13 @@ def device_plugin_users(
                 if not devices.resource_name.startswith(RESOURCE_DOMAIN):
                     continue
                 for device_id in devices.device_ids:
-                    name = by_address.get(device_id.split("::", 1)[0])
-                    if name is not None:
-                        _add(users, name, consumer)
-                    elif decided is not None:
-                        for bdf in decided.get((pod.namespace, pod.name), ()):
-                            if bdf in by_address:
-                                _add(users, by_address[bdf], consumer)
+                    name = by_address.get(device_id.split("::", 1)[0]) or (shared_ids or {}).get(
+                        (devices.resource_name, id_gpu_key(device_id))
+                    )
+                    if name is None:
+                        continue
+                    how = (enforcement or {}).get((devices.resource_name, name))
+                    _add(users, name, {**consumer, "enforcement": how} if how else consumer)
     return users
 
 

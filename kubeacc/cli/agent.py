@@ -9,6 +9,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from kubeacc.cli.errors import FAILURE, fail
+from kubeacc.cli.hosts import (
+    HostKind,
+    HostKindOption,
+    SimulateKernelOption,
+    check_host_root,
+    open_host,
+)
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
 from kubeacc.cli.options import (
     DeviceRootOption,
@@ -29,6 +36,7 @@ if TYPE_CHECKING:
 def agent_command(
     node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name.")],
     host_root: HostRootOption = Path("/"),
+    host_kind: HostKindOption = HostKind.AUTO,
     device_root: DeviceRootOption = Path("/"),
     kubeconfig: KubeconfigOption = None,
     kubelet_root: Annotated[Path, typer.Option(help="The kubelet's --root-dir.")] = Path(
@@ -68,9 +76,7 @@ def agent_command(
         Path | None,
         typer.Option(help="Bitstream library: claims whose FpgaConfig names one get it loaded."),
     ] = None,
-    simulate_kernel: Annotated[
-        bool, typer.Option(help="Synthetic host: emulate the kernel's FPGA programming effects.")
-    ] = False,
+    simulate_kernel: SimulateKernelOption = False,
     compact_after: Annotated[
         int,
         typer.Option(
@@ -130,6 +136,16 @@ def agent_command(
             "in MIG mode never). AcceleratorPolicies with mode MemoryShared or MPS add to it.",
         ),
     ] = None,
+    sharelimit_library: Annotated[
+        Path | None,
+        typer.Option(
+            help="The share-limit library preloaded into the containers of GPU memory shares "
+            "(default: the image's /opt/kubeacc/native/libkubeacc-sharelimit.so when present); "
+            "copied to "
+            "<state-dir>/native, the host path the CDI specs mount. Without it shares are "
+            "advisory.",
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
     import faulthandler
@@ -160,21 +176,24 @@ def agent_command(
 
     faulthandler.enable()  # a crash in a C extension leaves the Python stacks in the log
 
-    if not host_root.is_dir():
-        fail(f"host root {host_root} is not a directory")
+    check_host_root(host_root)
     setup_logging(log_level)
+    driver = None
     if driver_tools_dir is not None or driver_library_dir is not None:
-        from kubeacc.agent.dra.hosttools import use_driver_tools
+        from kubeacc.host.tools import use_driver_tools
 
         try:
-            use_driver_tools(driver_tools_dir, driver_library_dir, state_dir / "driver-libs")
+            driver = use_driver_tools(
+                driver_tools_dir, driver_library_dir, state_dir / "driver-libs"
+            )
         except (ValueError, OSError) as err:
             fail(str(err))
+    host = open_host(host_root, host_kind, simulate_kernel=simulate_kernel, driver=driver)
     try:
         agent = Agent(
             AgentOptions(
                 node_name=node_name,
-                host_root=host_root,
+                host=host,
                 device_root=device_root,
                 kubeconfig=kubeconfig,
                 kubelet_root=kubelet_root,
@@ -185,13 +204,13 @@ def agent_command(
                 kubelet_plugin=kubelet_plugin,
                 device_plugin_types=frozenset(dp_config.types if dp_config else ()),
                 bitstream_dir=bitstream_dir,
-                simulate_kernel=simulate_kernel,
                 compact_after=compact_after,
                 metrics_address=metrics_address,
                 node_labels=node_labels,
                 nvml=nvml.value,
                 discovery_config=discovery,
                 memory_shared=shared,
+                sharelimit_library=sharelimit_library,
             )
         )
     except StateError as exc:
@@ -207,6 +226,7 @@ def agent_command(
                 device_root,
                 agent.metrics,
                 _decisions(dp_config, agent.client, node_name, kubelet_root),
+                agent.limiter,
             )
         )
 

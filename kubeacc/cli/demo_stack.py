@@ -100,29 +100,30 @@ class KubeaccStack:
     def _start_node(self, name: str, profile: str) -> NodeComponents:
         from kubeacc.agent.lifecycle.agent import LifecycleAgent
         from kubeacc.agent.runner import Agent, AgentOptions
+        from kubeacc.synthetic.host import SyntheticHost
         from kubeacc.synthetic.kernel import SyntheticKernel
 
         kubelet = self.testbed.node(name)
         host = profiles.build(profile, self.base / "hosts" / name)
+        node = SyntheticHost(host, kernel=SyntheticKernel(host))
         device_root = Path("/")
         if kubelet.containerd is not None:
             # Real containers: the synthetic host's device nodes as real ones for containerd.
             from kubeacc.discovery.discover import discover
 
-            nodes = {n for d in discover(host, nvml="off").devices for n in d.device_nodes}
+            nodes = {n for d in discover(node, nvml="off").devices for n in d.device_nodes}
             kubelet.mknod(sorted(nodes))
             device_root = kubelet.device_root
         agent = Agent(
             AgentOptions(
                 node_name=name,
-                host_root=host,
+                host=node,
                 kubeconfig=self.testbed.kubeconfig,
                 kubelet_root=kubelet.root_dir,
                 cdi_dir=self.cdi_dir(name),
                 device_root=device_root,
                 state_dir=self.base / "state" / name,
                 bitstream_dir=self.library,
-                simulate_kernel=True,
             )
         )
         agent.start()
@@ -130,9 +131,8 @@ class KubeaccStack:
             lifecycle = LifecycleAgent(
                 self.client(f"kubeacc-agent-{name}"),
                 node_name=name,
-                host_root=host,
+                host=node,
                 bitstream_dir=self.library,
-                kernel=SyntheticKernel(host),
                 interval=self.interval,
             )
         except BaseException:

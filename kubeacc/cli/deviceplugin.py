@@ -15,6 +15,7 @@ from kubeacc.agent.deviceplugin.config import (
 )
 from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 from kubeacc.cli.errors import fail
+from kubeacc.cli.hosts import HostKind, HostKindOption, check_host_root, open_host
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
 from kubeacc.cli.options import DeviceRootOption, HostRootOption
 from kubeacc.cli.probes import start_probes
@@ -29,6 +30,7 @@ DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 
 def device_plugin_command(
     host_root: HostRootOption = Path("/"),
+    host_kind: HostKindOption = HostKind.AUTO,
     device_root: DeviceRootOption = Path("/"),
     plugin_dir: Annotated[
         Path, typer.Option(help="The kubelet's device-plugin directory (kubelet.sock).")
@@ -72,13 +74,13 @@ def device_plugin_command(
             f"{config}: shared {', '.join(shared)} needs the API server to read kubeacc "
             "extender's decisions: serve it with `kubeacc agent --device-plugin-config`"
         )
-    if not host_root.is_dir():
-        fail(f"host root {host_root} is not a directory")
+    check_host_root(host_root)
     if not plugin_dir.is_dir():
         fail(
             f"plugin dir {plugin_dir} is not a directory (the kubelet's <root-dir>/device-plugins)"
         )
     setup_logging(log_level)
+    host = open_host(host_root, host_kind)
     metrics = DevicePluginMetrics.standalone()
     manager = DevicePluginManager(plugin_dir, cfg, cdi_dir, device_root, metrics)
     probes = start_probes(
@@ -87,7 +89,7 @@ def device_plugin_command(
         ready=lambda: [f"{r} not registered with the kubelet" for r in manager.unregistered()],
     )
     stop = stop_on_signals()
-    manager.start(discover(host_root, nvml=nvml))
+    manager.start(discover(host, nvml=nvml))
     served = ", ".join(sorted(manager.servers)) or "no resources (no matching devices found)"
     if manager.kubelet_socket.exists():
         log.info("serving %s; registered with the kubelet at %s", served, manager.kubelet_socket)
@@ -95,7 +97,7 @@ def device_plugin_command(
         log.info("serving %s; not registered yet (no kubelet socket)", served)
     try:
         while not stop.wait(interval):
-            manager.update(discover(host_root, nvml=nvml))
+            manager.update(discover(host, nvml=nvml))
     finally:
         manager.stop()
         if probes is not None:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from kubeacc.cli.errors import fail
+from kubeacc.cli.hosts import HostKind, HostKindOption, check_host_root, open_host
 from kubeacc.cli.output import Format, OutputOption, dump, print_table
 from kubeacc.discovery import ConfigError, discover, load_config
 from kubeacc.model import Device, DeviceType, Inventory
@@ -90,6 +91,7 @@ def discover_command(
     host_root: Annotated[
         Path, typer.Option("--host-root", help="Root of the host's /sys, /dev and /proc.")
     ] = Path("/"),
+    host_kind: HostKindOption = HostKind.AUTO,
     output: OutputOption = Format.TABLE,
     types: Annotated[
         list[DeviceType] | None,
@@ -104,15 +106,14 @@ def discover_command(
     ] = "auto",
 ) -> None:
     """Discover the accelerators of a host: GPUs, FPGAs, NICs, XPUs and other accelerators."""
-    if not host_root.is_dir():
-        fail(f"host root {host_root} is not a directory")
+    check_host_root(host_root)
     if nvml not in ("auto", "on", "off"):
         fail(f"--nvml must be auto, on or off, not {nvml!r}")
     try:
         cfg = load_config(config) if config is not None else None
     except ConfigError as exc:
         fail(str(exc))
-    inv = discover(host_root, config=cfg, nvml=nvml, types=types)
+    inv = discover(open_host(host_root, host_kind), config=cfg, nvml=nvml, types=types)
     if output is Format.TABLE:
         render_table(inv)
     else:

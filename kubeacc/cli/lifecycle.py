@@ -9,7 +9,13 @@ from typing import Annotated
 
 import typer
 
-from kubeacc.cli.errors import fail
+from kubeacc.cli.hosts import (
+    HostKind,
+    HostKindOption,
+    SimulateKernelOption,
+    check_host_root,
+    open_host,
+)
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
 from kubeacc.cli.options import HostRootOption, KubeconfigOption
 from kubeacc.cli.probes import start_probes
@@ -28,7 +34,7 @@ def controller_command(
             metavar="NAMESPACE",
             help="Namespace whose AcceleratorOperations may target any device (repeatable; "
             "default: the Lease's namespace). Other namespaces need an AcceleratorPolicy "
-            "allowedNamespaces grant. '*': every namespace (not for shared clusters)."
+            "allowedNamespaces grant. '*': every namespace (not for shared clusters).",
         ),
     ] = None,
     interval: Annotated[
@@ -49,7 +55,8 @@ def controller_command(
 ) -> None:
     """Run the controller: policies -> DeviceClasses, operations, inventory clean-up."""
     from kubeacc.clientconfig import make_client
-    from kubeacc.controller.controller import FIELD_MANAGER, Controller
+    from kubeacc.controller.controller import Controller
+    from kubeacc.controller.status import FIELD_MANAGER
     from kubeacc.crds.resources import install_crds as install
 
     setup_logging(log_level)
@@ -82,6 +89,7 @@ def controller_command(
 def lifecycle_agent_command(
     node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name")],
     host_root: HostRootOption = Path("/"),
+    host_kind: HostKindOption = HostKind.AUTO,
     kubeconfig: KubeconfigOption = None,
     bitstream_dir: Annotated[
         Path, typer.Option(help="Node-local library of FPGA bitstreams")
@@ -94,9 +102,7 @@ def lifecycle_agent_command(
         float,
         typer.Option(min=1.0, help="Re-list and re-apply Accelerators and operations this often"),
     ] = 60.0,
-    simulate_kernel: Annotated[
-        bool, typer.Option(help="Synthetic host: emulate the kernel's sysfs/ioctl effects")
-    ] = False,
+    simulate_kernel: SimulateKernelOption = False,
     log_level: LogLevelOption = LogLevel.INFO,
     nvml: Annotated[
         NvmlMode, typer.Option(help="NVML for NVIDIA GPUs: auto, on (warn if unusable) or off")
@@ -108,25 +114,16 @@ def lifecycle_agent_command(
 ) -> None:
     """Run the node side of the life cycle: Accelerator status and operations on this node."""
     from kubeacc.agent.lifecycle.agent import LifecycleAgent
-    from kubeacc.agent.lifecycle.host import HostKernel, LinuxKernel
     from kubeacc.clientconfig import make_client
 
-    if not host_root.is_dir():
-        fail(f"host root {host_root} is not a directory")
+    check_host_root(host_root)
     setup_logging(log_level)
-    kernel: HostKernel
-    if simulate_kernel:
-        from kubeacc.synthetic.kernel import SyntheticKernel
-
-        kernel = SyntheticKernel(host_root)
-    else:
-        kernel = LinuxKernel(host_root)
+    host = open_host(host_root, host_kind, simulate_kernel=simulate_kernel)
     agent = LifecycleAgent(
         make_client(kubeconfig, f"kubeacc-agent-{node_name}"),
         node_name=node_name,
-        host_root=host_root,
+        host=host,
         bitstream_dir=bitstream_dir,
-        kernel=kernel,
         interval=interval,
         resync_seconds=resync_seconds,
         nvml=nvml.value,

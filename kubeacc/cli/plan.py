@@ -115,10 +115,11 @@ def plan(
     objs = load_objects(folder) if folder is not None else cluster_objects(kubeconfig, namespace)
     explained = run_plan_explained(objs)
     placements = [p for p, _ in explained]
+    enforcement = share_enforcement(objs)
     if output is Format.TABLE:
         print_table(
             ("CLAIM", "NODE", "DEVICES", "WHY NOT"),
-            [_row(p) for p in placements],
+            [_row(p, enforcement) for p in placements],
             title="kubeacc plan",
             wrap=("DEVICES", "WHY NOT"),
         )
@@ -131,17 +132,52 @@ def plan(
                     typer.echo(f"  {line}")
     else:
         docs = [
-            {**p.to_dict(), **({"preference": lines} if lines else {})} for p, lines in explained
+            {
+                **p.to_dict(),
+                **({"preference": lines} if lines else {}),
+                **({"shares": shares} if (shares := _shares(p, enforcement)) else {}),
+            }
+            for p, lines in explained
         ]
         sys.stdout.write(dump(docs, output))
     if any(not p.ok for p in placements):
         raise typer.Exit(code=1)
 
 
-def _row(p: Placement) -> list[str]:
+def share_enforcement(objs: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """(pool, device) -> what holds a share of that device to its limits, as the node's
+    slice says (attribute ``shareEnforcement``; docs/sharing.md)."""
+    out = {}
+    for o in objs:
+        if o.get("kind") != "ResourceSlice":
+            continue
+        spec = o.get("spec") or {}
+        pool = (spec.get("pool") or {}).get("name", "")
+        for d in spec.get("devices") or []:
+            how = ((d.get("attributes") or {}).get("shareEnforcement") or {}).get("string")
+            if how:
+                out[(pool, d.get("name", ""))] = str(how)
+    return out
+
+
+def _shares(p: Placement, enforcement: dict[tuple[str, str], str]) -> dict[str, str]:
+    """Request -> how its share is enforced, for the results that are shares."""
+    if p.allocation is None:
+        return {}
+    return {
+        r["request"]: enforcement.get((r["pool"], r["device"]), "advisory")
+        for r in p.allocation["devices"]["results"]
+        if r.get("shareID")
+    }
+
+
+def _row(p: Placement, enforcement: dict[tuple[str, str], str]) -> list[str]:
     if p.allocation is not None:
+        shares = _shares(p, enforcement)
         devs = ", ".join(
-            f"{r['request']}: {r['pool']}/{r['device']}" for r in p.allocation["devices"]["results"]
+            f"{r['request']}: {r['pool']}/{r['device']}"
+            + (f" (share, {shares[r['request']]})" if r["request"] in shares else "")
+            for r in p.allocation["devices"]["results"]
         )
         return [p.claim, p.node or "(any)", devs, ""]
     why = "\n".join(p.explanation.lines()) if p.explanation else "unknown"

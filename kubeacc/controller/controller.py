@@ -36,11 +36,15 @@ device is healthy again. The annotation ``kubeacc.io/cordoned-by`` records who s
 
 "In use" means: a consumer in ``status.allocatedTo`` (written by the node agents) or a reserved
 ResourceClaim allocated the device (the moment before the node agent has prepared it).
+
+This module is the reconcile loop; each pass calls policy -> class
+(:mod:`kubeacc.controller.policyclasses`), the cordons of unhealthy devices
+(:mod:`kubeacc.controller.cordons`) and operation dispatch (:mod:`kubeacc.controller.dispatch`),
+which write the status fields the controller owns (:mod:`kubeacc.controller.status`).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import math
 import threading
@@ -52,64 +56,26 @@ from lightkube import ApiError, Client
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
-from lightkube.types import PatchType
 
 from kubeacc.apiclient import prime_decoders
+from kubeacc.controller.cordons import CORDONED_BY, Cordons
+from kubeacc.controller.dispatch import OperationDispatch
 from kubeacc.controller.leader import LeaderElector
-from kubeacc.controller.operations import (
-    Refusal,
-    TargetView,
-    attributable_results,
-    busy,
-    claim_holders,
-    covering,
-    validate,
-)
-from kubeacc.controller.policies import SPEC_HASH_ANNOTATION, device_class
+from kubeacc.controller.policyclasses import policy_specs, reconcile_policies
 from kubeacc.crds.resources import (
     Accelerator,
     AcceleratorOperation,
     AcceleratorPolicy,
-    as_dict,
     is_not_found,
 )
-from kubeacc.crds.status import (
-    apply_operation_status,
-    emit_event,
-    get_condition,
-    now,
-    parse_time,
-    set_condition,
-)
-from kubeacc.crds.types import (
-    API_VERSION,
-    CONTROLLER_ACTIONS,
-    POLICY_LABEL,
-    AcceleratorOperationSpec,
-    AcceleratorOperationStatus,
-    AcceleratorPolicySpec,
-    AcceleratorPolicyStatus,
-    AcceleratorStatus,
-    Action,
-    Dispatch,
-    OperationPhase,
-    UnhealthyAction,
-)
+from kubeacc.crds.status import emit_event
 from kubeacc.crds.watch import WatchCache, ignoring, membership
 from kubeacc.metrics.controller import ControllerMetrics
-from kubeacc.model import HealthState
+
+__all__ = ["CORDONED_BY", "Controller"]
 
 log = logging.getLogger(__name__)
 
-FIELD_MANAGER = "kubeacc-controller"
-CORDONED_BY = "kubeacc.io/cordoned-by"
-#: ``kubeacc.io/cordoned-by`` of a cordon set for an unhealthy device.
-POLICY_CORDON = "policy"
-DRA_DRIVER = "kubeacc.io"
-#: While an operation waits for consumers, it looks again at least this often (seconds): a
-#: claim's reservation ending wakes no watch of the controller.
-DRAIN_RECHECK_SECONDS = 2.0
-_TERMINAL = (OperationPhase.SUCCEEDED, OperationPhase.FAILED)
 #: What the controller's threads decode (primed on one thread before they start).
 WATCHED_KINDS = (
     AcceleratorOperation,
@@ -138,9 +104,6 @@ class Controller:
         admin_namespaces: Collection[str] | None = None,
     ) -> None:
         self.client = client
-        #: Namespaces whose operations may target any device (default: the Lease's, the
-        #: controller's own); others need an AcceleratorPolicy grant.
-        self.admin_namespaces = tuple(admin_namespaces or (lease_namespace,))
         self.interval = interval
         self.resync_seconds = resync_seconds
         self.lease_renew_seconds = lease_renew_seconds
@@ -170,6 +133,16 @@ class Controller:
         self.nodes = cache(Node, "nodes", wake_if=membership)
         self.caches = (self.operations, self.policies, self.accelerators, self.nodes)
         self.metrics = ControllerMetrics(self.operations.items, self.leading)
+        self.cordons = Cordons(client, self.accelerators)
+        self.dispatch = OperationDispatch(
+            client,
+            operations=self.operations,
+            accelerators=self.accelerators,
+            metrics=self.metrics,
+            cordons=self.cordons,
+            due_in=self._due_in,
+            admin_namespaces=tuple(admin_namespaces or (lease_namespace,)),
+        )
         #: Monotonic time the Lease was last read or written (leader or standby alike).
         self._lease_seen_at = -math.inf
         self._lease_thread: threading.Thread | None = None
@@ -264,166 +237,16 @@ class Controller:
         operations = self.operations.items()
         policies = self.policies.items()
         accelerators = self.accelerators.by_name()
-        specs = self._specs(policies)
-        self.reconcile_policies(policies, specs, accelerators)
-        self.reconcile_unhealthy(specs, accelerators)
+        specs = policy_specs(policies)
+        reconcile_policies(self.client, self.policies, policies, specs, accelerators)
+        self.cordons.reconcile_unhealthy(specs, accelerators)
         self.collect_garbage(accelerators)
         for op in operations:
             try:
-                self.reconcile_operation(op, specs, accelerators)
+                self.dispatch.reconcile(op, specs, accelerators)
             except Exception:  # one broken object must not stop the others
                 log.exception("operation %s", op.get("metadata", {}).get("name", "?"))
                 self.metrics.errors.labels("operation").inc()
-
-    @staticmethod
-    def _specs(policies: list[dict[str, Any]]) -> dict[str, AcceleratorPolicySpec]:
-        return {
-            p["metadata"]["name"]: AcceleratorPolicySpec.model_validate(p.get("spec") or {})
-            for p in policies
-        }
-
-    def _fresh_targets(
-        self, spec: AcceleratorOperationSpec
-    ) -> tuple[dict[str, dict[str, Any]], dict[str, AcceleratorPolicySpec]]:
-        """A new operation's targets (GET) and the policies (LIST), read from the API server:
-        the caches may not have seen what was created just before the operation."""
-        found: dict[str, dict[str, Any]] = {}
-        for name in spec.targets:
-            try:
-                found[name] = as_dict(self.client.get(Accelerator, name))
-            except ApiError as exc:
-                if not is_not_found(exc):
-                    raise
-                continue
-            self.accelerators.observe(found[name])
-        return found, self._specs([as_dict(p) for p in self.client.list(AcceleratorPolicy)])
-
-    # -- policies ----------------------------------------------------------------------------
-    def reconcile_policies(
-        self,
-        policies: list[dict[str, Any]],
-        specs: dict[str, AcceleratorPolicySpec],
-        accelerators: dict[str, dict[str, Any]],
-    ) -> None:
-        existing = {
-            d.metadata.name: d
-            for d in self.client.list(DeviceClass, labels={POLICY_LABEL: None})
-            if d.metadata and d.metadata.name
-        }
-        wanted: set[str] = set()
-        for policy in policies:
-            name = policy["metadata"]["name"]
-            spec = specs[name]
-            cls = device_class(policy)
-            cname = cls["metadata"]["name"]
-            wanted.add(cname)
-            have = existing.get(cname)
-            have_meta = have.metadata if have else None
-            have_hash = (
-                (have_meta.annotations or {}).get(SPEC_HASH_ANNOTATION) if have_meta else None
-            )
-            if have_hash != cls["metadata"]["annotations"][SPEC_HASH_ANNOTATION]:
-                self.client.patch(
-                    DeviceClass,
-                    cname,
-                    cls,
-                    patch_type=PatchType.APPLY,
-                    field_manager=FIELD_MANAGER,
-                    force=True,
-                )
-                emit_event(
-                    self.client,
-                    policy,
-                    "DeviceClassUpdated" if have else "DeviceClassCreated",
-                    f"DeviceClass {cname}: {cls['spec']['selectors'][0]['cel']['expression']}",
-                )
-            matched = sum(
-                1
-                for a in accelerators.values()
-                if (dev := AcceleratorStatus.model_validate(a.get("status") or {}).device)
-                and name in covering({name: spec}, dev)
-            )
-            self._apply_policy_status(policy, cname, matched)
-        for cname, obj in existing.items():
-            if cname not in wanted:
-                owner = (obj.metadata.labels or {}).get(POLICY_LABEL) if obj.metadata else None
-                log.info("deleting DeviceClass %s (policy %s is gone or renamed it)", cname, owner)
-                try:
-                    self.client.delete(DeviceClass, cname)
-                except ApiError as exc:
-                    if int(exc.status.code or 0) != 404:
-                        raise
-
-    def _apply_policy_status(self, policy: dict[str, Any], cname: str, matched: int) -> None:
-        old = AcceleratorPolicyStatus.model_validate(policy.get("status") or {})
-        gen = policy["metadata"].get("generation")
-        new = AcceleratorPolicyStatus(
-            device_class_name=cname,
-            matched_accelerators=matched,
-            observed_generation=gen,
-            conditions=set_condition(
-                old.conditions, "Ready", True, "DeviceClassReady", f"DeviceClass {cname}", gen
-            ),
-        )
-        if new.to_api() == old.to_api():
-            return
-        written = self.client.patch(
-            AcceleratorPolicy.Status,
-            policy["metadata"]["name"],
-            {
-                "apiVersion": API_VERSION,
-                "kind": "AcceleratorPolicy",
-                "metadata": {"name": policy["metadata"]["name"]},
-                "status": new.to_api(),
-            },
-            patch_type=PatchType.APPLY,
-            field_manager=FIELD_MANAGER,
-            force=True,
-        )
-        self.policies.observe(written)
-
-    # -- unhealthy devices -------------------------------------------------------------------
-    def reconcile_unhealthy(
-        self, specs: dict[str, AcceleratorPolicySpec], accelerators: dict[str, dict[str, Any]]
-    ) -> None:
-        for name, acc in accelerators.items():
-            view = TargetView.parse(acc)
-            dev = view.device
-            by = (acc["metadata"].get("annotations") or {}).get(CORDONED_BY)
-            if (
-                dev is not None
-                and dev.health.healthy
-                and view.spec.cordoned
-                and by == POLICY_CORDON
-            ):
-                self._cordon(acc, POLICY_CORDON, False)
-                emit_event(self.client, acc, "Uncordoned", f"{name} is healthy again")
-                continue
-            if dev is None or dev.health.state is not HealthState.UNHEALTHY:
-                continue
-            actions = {specs[p].on_unhealthy for p in covering(specs, dev)}
-            if UnhealthyAction.DRAIN in actions and not view.spec.cordoned:
-                self._cordon(acc, POLICY_CORDON, True)
-                emit_event(
-                    self.client,
-                    acc,
-                    "Cordoned",
-                    f"{name} is unhealthy ({dev.health.reason or 'no reason given'}); a policy "
-                    "asks to drain it: no new allocations",
-                    warning=True,
-                )
-
-    def _cordon(self, acc: dict[str, Any], by: str, value: bool) -> None:
-        name = acc["metadata"]["name"]
-        patch: dict[str, Any] = {
-            "metadata": {"annotations": {CORDONED_BY: by if value else None}},
-            "spec": {"cordoned": value},
-        }
-        written = self.client.patch(
-            Accelerator, name, patch, patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER
-        )
-        self.accelerators.observe(written)
-        acc.setdefault("spec", {})["cordoned"] = value
 
     # -- garbage collection ------------------------------------------------------------------
     def collect_garbage(self, accelerators: dict[str, dict[str, Any]]) -> None:
@@ -449,242 +272,3 @@ class Controller:
             emit_event(self.client, acc, "NodeGone", f"node {node} no longer exists")
             del missing[name]
         self._missing_node_since = missing
-
-    # -- operations --------------------------------------------------------------------------
-    def reconcile_operation(
-        self,
-        op: dict[str, Any],
-        policies: dict[str, AcceleratorPolicySpec],
-        accelerators: dict[str, dict[str, Any]],
-    ) -> None:
-        meta = op["metadata"]
-        status = AcceleratorOperationStatus.model_validate(op.get("status") or {})
-        if status.phase in _TERMINAL:
-            return
-        before = status.model_copy(deep=True)
-        spec = AcceleratorOperationSpec.model_validate(op.get("spec") or {})
-        gen = meta.get("generation")
-        status.observed_generation = gen
-        if status.phase is None:
-            accelerators, policies = self._fresh_targets(spec)
-        targets = {
-            t: (TargetView.parse(accelerators[t]) if t in accelerators else None)
-            for t in spec.targets
-        }
-        if status.phase is None:
-            status.start_time = now()
-            refusal = validate(meta["namespace"], spec, targets, policies, self.admin_namespaces)
-            if refusal is None and not spec.drain_first and spec.action not in CONTROLLER_ACTIONS:
-                in_use = self._in_use(targets)
-                if in_use:
-                    detail = "; ".join(f"{n} is used by {w}" for n, w in sorted(in_use.items()))
-                    refusal = Refusal(
-                        "DeviceInUse",
-                        f"refusing {spec.action.value}: {detail} (set spec.drainFirst to wait "
-                        "for them to finish)",
-                    )
-            if refusal is not None:
-                self._finish(op, status, OperationPhase.FAILED, refusal.reason, refusal.message)
-                self._apply_op_status(op, before, status)
-                return
-            status.phase = OperationPhase.PENDING
-            status.message = "validated"
-            status.conditions = set_condition(
-                status.conditions, "Validated", True, "Validated", "targets and policy checked", gen
-            )
-            emit_event(self.client, op, "Validated", f"{spec.action.value} on {spec.targets}")
-        if status.phase is OperationPhase.PENDING:
-            self._pending(op, spec, status, targets)
-        elif status.phase is OperationPhase.RUNNING:
-            self._running(op, spec, status, accelerators)
-        if status.phase not in _TERMINAL:
-            left = self._time_left(spec, status)
-            draining = get_condition(status.conditions, "Draining")
-            if left <= 0 and draining is not None and draining.status.value == "True":
-                self._finish(
-                    op,
-                    status,
-                    OperationPhase.FAILED,
-                    "DrainTimeout",
-                    f"still in use after {spec.timeout_seconds}s: {draining.message}",
-                )
-            elif left <= 0:
-                self._finish(
-                    op,
-                    status,
-                    OperationPhase.FAILED,
-                    "Timeout",
-                    f"not finished within {spec.timeout_seconds}s",
-                )
-            else:
-                self._due_in(left + 0.05)
-        if status.phase in _TERMINAL and spec.drain_first and spec.action is not Action.DRAIN:
-            self._lift_cordons(op, spec, accelerators)
-        self._apply_op_status(op, before, status)
-
-    def _pending(
-        self,
-        op: dict[str, Any],
-        spec: AcceleratorOperationSpec,
-        status: AcceleratorOperationStatus,
-        targets: dict[str, TargetView | None],
-    ) -> None:
-        gen = op["metadata"].get("generation")
-        ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
-        if spec.action is Action.UNCORDON:
-            self._uncordon(op, status, targets)
-            return
-        if spec.drain_first or spec.action is Action.DRAIN:
-            for view in targets.values():
-                if view is not None and not view.spec.cordoned:
-                    self._cordon({"metadata": {"name": view.name}}, ref, True)
-        in_use = self._in_use(targets)
-        if in_use:
-            detail = "; ".join(f"{n} is used by {w}" for n, w in sorted(in_use.items()))
-            status.message = f"draining: {detail}"
-            status.conditions = set_condition(
-                status.conditions, "Draining", True, "WaitingForConsumers", detail, gen
-            )
-            self._due_in(DRAIN_RECHECK_SECONDS)
-            return
-        if get_condition(status.conditions, "Draining") is not None:
-            status.conditions = set_condition(
-                status.conditions, "Draining", False, "Drained", "no consumers left", gen
-            )
-        if spec.action is Action.DRAIN:
-            self._finish(
-                op,
-                status,
-                OperationPhase.SUCCEEDED,
-                "Drained",
-                "nobody uses the targets; they stay cordoned until an Uncordon operation",
-            )
-            return
-        status.dispatch = [
-            Dispatch(accelerator=v.name, node=v.spec.node, device_name=v.spec.device_name)
-            for v in targets.values()
-            if v is not None
-        ]
-        status.phase = OperationPhase.RUNNING
-        nodes = sorted({d.node for d in status.dispatch})
-        status.message = f"handed to the node agents of {', '.join(nodes)}"
-        status.conditions = set_condition(
-            status.conditions, "Dispatched", True, "Dispatched", status.message, gen
-        )
-        emit_event(self.client, op, "Dispatched", status.message)
-
-    def _running(
-        self,
-        op: dict[str, Any],
-        spec: AcceleratorOperationSpec,
-        status: AcceleratorOperationStatus,
-        accelerators: dict[str, dict[str, Any]],
-    ) -> None:
-        results = attributable_results(status)
-        done = {n: r for n, r in results.items() if r.phase in _TERMINAL}
-        wanted = {d.accelerator for d in status.dispatch}
-        failed = {n: r for n, r in done.items() if r.phase is OperationPhase.FAILED}
-        if not wanted <= set(done):
-            status.message = f"{len(done)}/{len(wanted)} targets done"
-            return
-        if failed:
-            first = sorted(failed.items())[0][1]
-            msg = "; ".join(f"{n}: {r.message}" for n, r in sorted(failed.items()))
-            self._finish(op, status, OperationPhase.FAILED, first.reason or "TargetFailed", msg)
-        else:
-            self._finish(
-                op, status, OperationPhase.SUCCEEDED, "Succeeded", f"{spec.action.value} done"
-            )
-
-    def _in_use(self, targets: dict[str, TargetView | None]) -> dict[str, str]:
-        """Targets in use -> by whom: ``allocatedTo``, and reserved claims that hold them."""
-        out = busy(targets)
-        claims = [as_dict(c) for c in self.client.list(ResourceClaim, namespace="*")]
-        for name, who in claim_holders(claims, targets, DRA_DRIVER).items():
-            # allocatedTo already names the claims the agent prepared: each user once
-            users = (out[name].split(", ") if name in out else []) + who.split(", ")
-            out[name] = ", ".join(dict.fromkeys(users))
-        return out
-
-    def _uncordon(
-        self,
-        op: dict[str, Any],
-        status: AcceleratorOperationStatus,
-        targets: dict[str, TargetView | None],
-    ) -> None:
-        lifted = []
-        for view in targets.values():
-            if view is not None and view.spec.cordoned:
-                self._cordon({"metadata": {"name": view.name}}, "", False)
-                lifted.append(view.name)
-                emit_event(
-                    self.client,
-                    {
-                        "apiVersion": API_VERSION,
-                        "kind": "Accelerator",
-                        "metadata": {"name": view.name},
-                    },
-                    "Uncordoned",
-                    f"{view.name}: new allocations allowed again",
-                )
-        message = f"uncordoned {', '.join(lifted)}" if lifted else "no target was cordoned"
-        self._finish(op, status, OperationPhase.SUCCEEDED, "Uncordoned", message)
-
-    def _lift_cordons(
-        self,
-        op: dict[str, Any],
-        spec: AcceleratorOperationSpec,
-        accelerators: dict[str, dict[str, Any]],
-    ) -> None:
-        """Lift the cordons a drainFirst operation set, once it has ended."""
-        ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
-        for name in spec.targets:
-            acc = accelerators.get(name)
-            if acc and (acc["metadata"].get("annotations") or {}).get(CORDONED_BY) == ref:
-                self._cordon(acc, ref, False)
-
-    def _time_left(
-        self, spec: AcceleratorOperationSpec, status: AcceleratorOperationStatus
-    ) -> float:
-        """Seconds until the operation times out (infinite before it has started)."""
-        if not status.start_time:
-            return math.inf
-        age = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
-        return spec.timeout_seconds - age.total_seconds()
-
-    def _finish(
-        self,
-        op: dict[str, Any],
-        status: AcceleratorOperationStatus,
-        phase: OperationPhase,
-        reason: str,
-        message: str,
-    ) -> None:
-        gen = op["metadata"].get("generation")
-        status.phase = phase
-        status.message = message
-        status.completion_time = now()
-        action = str((op.get("spec") or {}).get("action", ""))
-        self.metrics.completed.labels(action, phase.value).inc()
-        if status.start_time:
-            took = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
-            self.metrics.duration.labels(action, phase.value).observe(took.total_seconds())
-        ok = phase is OperationPhase.SUCCEEDED
-        status.conditions = set_condition(
-            status.conditions, "Complete" if ok else "Failed", True, reason, message, gen
-        )
-        emit_event(self.client, op, reason, message, warning=not ok)
-
-    def _apply_op_status(
-        self,
-        op: dict[str, Any],
-        before: AcceleratorOperationStatus,
-        status: AcceleratorOperationStatus,
-    ) -> None:
-        owned = status.to_api()
-        owned.pop("results", None)  # the node agents' field
-        old = before.to_api()
-        old.pop("results", None)
-        if owned == old:
-            return
-        self.operations.observe(apply_operation_status(self.client, op, owned, FIELD_MANAGER))

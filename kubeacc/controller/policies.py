@@ -20,7 +20,6 @@ import hashlib
 import json
 from typing import Any
 
-from kubeacc.agent.dra.mig import PROFILE_ATTR
 from kubeacc.crds.opaque import policy_gpu_parameters, sharing_parameters
 from kubeacc.crds.types import (
     API_VERSION,
@@ -32,6 +31,7 @@ from kubeacc.crds.types import (
     SharingMode,
 )
 from kubeacc.model import DeviceType
+from kubeacc.model.names import MIG_PROFILE_ATTR
 
 DRIVER = "kubeacc.io"
 SPEC_HASH_ANNOTATION = "kubeacc.io/spec-hash"
@@ -61,7 +61,7 @@ def cel_selector(selector: PolicySelector) -> str:
 def mig_selector(profiles: list[str]) -> str:
     """CEL for the MIG partitions of ``profiles``: ``has()`` first, since a device without the
     attribute (a whole GPU) would otherwise fail the claim's scheduling with *no such key*."""
-    attr = f'device.attributes["{DRIVER}"].{PROFILE_ATTR}'
+    attr = f'device.attributes["{DRIVER}"].{MIG_PROFILE_ATTR}'
     return f"has({attr}) && {attr} in {_cel_list(sorted(set(profiles)))}"
 
 

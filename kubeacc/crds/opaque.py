@@ -85,6 +85,12 @@ class GpuConfig(_Config):
 
     kind: Literal["GpuConfig"]
     sharing: GpuSharing | None = None
+    enforce: bool | None = Field(
+        default=None,
+        description="Whether a memory share's limit is enforced in the container (default: "
+        "yes; by MPS or the preloaded share-limit library). false is honoured only from a "
+        "DeviceClass; a claim's false is refused (docs/sharing.md).",
+    )
     DEVICE_TYPE: ClassVar[str] = "gpu"
 
 

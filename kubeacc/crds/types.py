@@ -103,6 +103,13 @@ class Consumer(_Model):
     namespace: str | None = Field(default=None, max_length=63)
     name: str = Field(min_length=1, max_length=253)
     uid: str | None = Field(default=None, max_length=64)
+    enforcement: str | None = Field(
+        default=None,
+        max_length=16,
+        description="For a share of the device: how its memory limit holds in the container: "
+        "library (kube-acc's preloaded share-limit library), mps (CUDA MPS) or advisory "
+        "(not enforced)",
+    )
 
 
 class AcceleratorStatus(_Model):

@@ -2,7 +2,7 @@
 
 from kubeacc.discovery.backends.admin import ConfigError, DiscoveryConfig, load_config
 from kubeacc.discovery.discover import default_backends, discover
-from kubeacc.discovery.host import HostRoot, WarningSink
+from kubeacc.host.files import HostRoot, WarningSink
 
 __all__ = [
     "ConfigError",

@@ -5,17 +5,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from kubeacc.discovery.host import HostRoot
 from kubeacc.discovery.pci import PCIFunction, complete
 from kubeacc.discovery.pciids import PciIds
+from kubeacc.host.files import HostRoot
+from kubeacc.host.interface import Host
 from kubeacc.model import Device, DeviceType, PCIIdentity, device_name
 
 
 @dataclass
 class DiscoveryContext:
+    #: The node's files, read for this pass (warnings, deadline).
     host: HostRoot
     functions: list[PCIFunction]
     names: PciIds
+    #: The node itself: what a backend asks beyond its files (NVML).
+    node: Host
     claimed: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:

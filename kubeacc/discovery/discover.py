@@ -15,10 +15,11 @@ from kubeacc.discovery.backends.nic import NicBackend
 from kubeacc.discovery.backends.nvidia import NvidiaBackend
 from kubeacc.discovery.backends.xpu import KunlunBackend
 from kubeacc.discovery.context import DiscoveryContext
-from kubeacc.discovery.host import HostRoot, WarningSink
 from kubeacc.discovery.numa import read_numa
 from kubeacc.discovery.pci import scan
 from kubeacc.discovery.pciids import PciIds
+from kubeacc.host.files import HostRoot, WarningSink
+from kubeacc.host.interface import Host
 from kubeacc.model import Device, DeviceType, Inventory
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def _number(devices: Iterable[Device]) -> list[Device]:
 
 
 def discover(
-    host_root: str | os.PathLike[str] = "/",
+    node: Host,
     *,
     config: DiscoveryConfig | None = None,
     nvml: str = "auto",
@@ -71,12 +72,12 @@ def discover(
     backends: Sequence[Backend] | None = None,
     deadline: float | None = DEADLINE,
 ) -> Inventory:
-    """Everything on the host under ``host_root``. Never raises for bad host data: what can't
+    """Everything on the host ``node``. Never raises for bad host data: what can't
     be read becomes a warning naming the device and the path. After ``deadline`` seconds the
     pass stops reading and says so in a warning (None: no deadline)."""
     sink = WarningSink()
-    host = HostRoot(host_root, sink, deadline)
-    ctx = DiscoveryContext(host=host, functions=scan(host), names=PciIds.load(host))
+    host = node.files(sink, deadline)
+    ctx = DiscoveryContext(host=host, functions=scan(host), names=PciIds.load(host), node=node)
     found: list[Device] = []
     for backend in backends if backends is not None else default_backends(config, nvml):
         if host.expired():

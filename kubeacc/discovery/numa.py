@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kubeacc.discovery.host import HostRoot
+from kubeacc.host.files import HostRoot
 from kubeacc.model import NUMANode
 
 NODE_DIR = "/sys/devices/system/node"

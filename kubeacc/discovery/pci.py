@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kubeacc.discovery.host import HostRoot
+from kubeacc.host.files import HostRoot
 from kubeacc.model import PCIIdentity, is_bdf
 
 PCI_DEVICES = "/sys/bus/pci/devices"

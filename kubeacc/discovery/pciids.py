@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 
-from kubeacc.discovery.host import HostRoot, read_regular
+from kubeacc.host.files import HostRoot, read_regular
 
 #: Where distributions install the database (Debian's ``pci.ids`` package uses the first).
 #: pci.ids is about 1.5 MB; a database past this size is not one.

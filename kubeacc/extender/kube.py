@@ -25,8 +25,9 @@ from kubeacc.controller.leader import LeaderElector
 from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.crds.watch import WatchCache
 from kubeacc.extender.state import Gpu, State, gpu_of
-from kubeacc.extender.wants import DECISION_ANNOTATION, Decision
+from kubeacc.extender.wants import Decision
 from kubeacc.model import Device
+from kubeacc.model.names import DECISION_ANNOTATION
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "kubeacc-extender"

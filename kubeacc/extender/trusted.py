@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubeacc.extender.wants import (
-    DECISION_ANNOTATION,
     MAX_CORES,
     Assigned,
     ContainerWant,
@@ -28,6 +27,7 @@ from kubeacc.extender.wants import (
     container_want,
     decision_of,
 )
+from kubeacc.model.names import DECISION_ANNOTATION
 
 
 def decision_problem(pod: Mapping[str, Any], decision: Decision) -> str | None:

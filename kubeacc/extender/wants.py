@@ -3,7 +3,7 @@
 Resources (device-plugin mode, see DESIGN.md "Sharing contract"):
 
 * ``kubeacc.io/gpu``: whole GPUs of any model; ``kubeacc.io/gpu-<model>``: whole GPUs of one
-  model (the model slug of :func:`kubeacc.agent.deviceplugin.config.model_slug`);
+  model (the model slug of :func:`kubeacc.model.names.model_slug`);
 * ``kubeacc.io/gpu-memory``: MiB of one GPU's memory; ``kubeacc.io/gpu-cores``: percent of one
   GPU's compute. A container with either gets a share of exactly one GPU.
 
@@ -24,25 +24,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeacc.engine.quantity import parse_quantity
+from kubeacc.model.names import (
+    DECISION_ANNOTATION,
+    GPU_CORES_RESOURCE,
+    GPU_MEMORY_RESOURCE,
+    GPU_UNITS_RESOURCE,
+    MIX_ANNOTATION,
+    MODELS_ANNOTATION,
+    PREFER_ANNOTATION,
+)
 from kubeacc.units.prefer import Preference, PreferenceError, parse_preference
 from kubeacc.units.table import active_table
 
 DOMAIN = "kubeacc.io"
 GPU = f"{DOMAIN}/gpu"
-MEMORY = f"{DOMAIN}/gpu-memory"
-CORES = f"{DOMAIN}/gpu-cores"
-UNITS = f"{DOMAIN}/gpu-units"
+MEMORY = GPU_MEMORY_RESOURCE
+CORES = GPU_CORES_RESOURCE
+UNITS = GPU_UNITS_RESOURCE
 MODEL_PREFIX = f"{DOMAIN}/gpu-"
 #: Resources the extender manages (KubeSchedulerConfiguration ``managedResources``); per-model
 #: whole-GPU resources are matched by prefix.
 SHARED_RESOURCES = (MEMORY, CORES)
 #: ``kubeacc.io/gpu-<x>`` names that are not models.
 NOT_MODELS = frozenset({"memory", "cores", "units"})
-MODELS_ANNOTATION = f"{DOMAIN}/gpu-models"
-PREFER_ANNOTATION = f"{DOMAIN}/prefer-models"
-MIX_ANNOTATION = f"{DOMAIN}/mix-models"
-#: The extender's decision, written on the pod at bind (JSON, see :class:`Decision`).
-DECISION_ANNOTATION = f"{DOMAIN}/devices"
 MAX_CORES = 100
 
 

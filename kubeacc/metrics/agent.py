@@ -5,7 +5,8 @@ Series (all prefixed ``kubeacc_``; docs/install.md lists them with their meaning
 * ``agent_devices{type,model,health}``: what the last discovery found.
 * ``agent_prepare_seconds`` / ``agent_unprepare_seconds``: histograms of NodePrepareResources /
   NodeUnprepareResources calls; ``agent_prepare_errors_total`` / ``agent_unprepare_errors_total``
-  count the claims that got an error; ``agent_prepared_claims`` is the checkpoint's size.
+  count the claims that got an error; ``agent_prepared_claims`` is the checkpoint's size;
+  ``agent_shares{enforcement}`` its shares by what enforces them (library, mps, advisory).
 * ``agent_slice_publishes_total``, ``agent_publish_errors_total``, ``agent_resource_slices``,
   ``agent_published_devices``: the node's ResourceSlice pool.
 * ``agent_kubelet_registrations_total{plugin}``: the kubelet accepted a plugin (``dra``, or a
@@ -95,6 +96,13 @@ class AgentMetrics(DevicePluginMetrics):
         )
         self.prepared_claims = Gauge(
             "kubeacc_agent_prepared_claims", "Claims prepared on this node now.", registry=r
+        )
+        self.shares = Gauge(
+            "kubeacc_agent_shares",
+            "GPU shares prepared on this node now, by how their limits are enforced "
+            "(library, mps, advisory).",
+            ["enforcement"],
+            registry=r,
         )
         self.slice_publishes = Counter(
             "kubeacc_agent_slice_publishes_total",

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kubeacc.agent.lifecycle.host import FpgaImage, FpgaPort, HostError, host_path
-from kubeacc.synthetic.nvml_mig import reset_gpu_at
+from kubeacc.host.kernel import FpgaImage, FpgaPort, HostError, host_path
+from kubeacc.synthetic.mig_state import reset_gpu_at
 
 PCI = "/sys/bus/pci"
 

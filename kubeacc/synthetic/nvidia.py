@@ -85,9 +85,9 @@ def write_mig_caps(w: TreeWriter, minor: int, gpu_instances: Sequence[int]) -> N
     instance 0): ``/proc/driver/nvidia/capabilities/gpu<m>/mig/gi<id>[/ci0]/access``.
 
     Each ``access`` file names the minor of the ``/dev/nvidia-caps/nvidia-cap<N>`` node that
-    grants it, numbered as the driver numbers them (:func:`kubeacc.synthetic.nvml_mig.cap_minor`).
+    grants it, numbered as the driver numbers them (:func:`kubeacc.synthetic.mig_hw.cap_minor`).
     """
-    from kubeacc.synthetic.nvml_mig import cap_minor
+    from kubeacc.synthetic.mig_hw import cap_minor
 
     base = f"{PROC}/capabilities"
     w.write(f"{base}/mig/config", "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n")

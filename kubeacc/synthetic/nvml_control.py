@@ -18,7 +18,7 @@ from typing import Any
 
 import pynvml
 
-from kubeacc.discovery.host import read_regular
+from kubeacc.host.files import read_regular
 from kubeacc.synthetic.nvmllib import DESCRIPTION_LIMIT, SyntheticNVML, _err, _Handle, injectable
 from kubeacc.synthetic.tools import hoststate
 
@@ -40,7 +40,7 @@ class ControlledNVML(SyntheticNVML):
     """A synthetic NVML whose GPUs' compute mode can be read and set (module docstring)."""
 
     def __init__(self, description: dict[str, Any], root: Path | None = None):
-        # MIG state (kubeacc.synthetic.nvml_mig) lives beside the description, in /.synthetic.
+        # MIG state (kubeacc.synthetic.mig_state) lives beside the description, in /.synthetic.
         super().__init__(description, root / ".synthetic" if root is not None else None)
         #: The host root; None: state kept in memory only (a description without a host).
         self.root = root

@@ -21,8 +21,9 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from kubeacc.discovery.host import read_regular
-from kubeacc.synthetic.nvml_mig import MigCalls, MigState
+from kubeacc.host.files import read_regular
+from kubeacc.synthetic.mig_state import MigState
+from kubeacc.synthetic.nvml_mig import MigCalls
 
 #: The description of an 8-GPU host is a few tens of KB.
 DESCRIPTION_LIMIT = 4 << 20
@@ -80,7 +81,7 @@ def injectable(call: Callable[..., R]) -> Callable[..., R]:
 
 class SyntheticNVML(MigCalls):
     """Answers NVML calls from a description (see the module docstring); MIG calls from the
-    host's MIG state when the description came from a host (:mod:`.nvml_mig`)."""
+    host's MIG state when the description came from a host (:mod:`.mig_state`)."""
 
     NVMLError = pynvml.NVMLError
 

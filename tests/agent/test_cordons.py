@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kubeacc.agent.cordons import CORDON_TAINT, with_cordon_taints, with_cordons_unhealthy
-from kubeacc.discovery import discover
 from kubeacc.model import HealthState, Inventory
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 
 @pytest.fixture

@@ -23,12 +23,12 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
 from kubeacc.crds.types import API_VERSION
-from kubeacc.discovery import discover
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
 from tests.agent.dra.test_e2e import pod_obj, running
+from tests.hosts import discover
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster

@@ -17,11 +17,11 @@ from lightkube.types import PatchType
 
 from kubeacc.agent.nodelabels import NodeLabeler, label_value, node_labels
 from kubeacc.crds.deploy import apply_manifest
-from kubeacc.discovery import discover
 from kubeacc.model import Inventory
 from kubeacc.synthetic import profiles
 from kubeacc.testbed.identities import agent_cert_client
 from kubeacc.testbed.testbed import Testbed
+from tests.hosts import discover
 from tests.testbed.helpers import eventually, eventually_refused
 
 

@@ -26,11 +26,11 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra import cdi as dra_cdi
-from kubeacc.discovery.discover import discover
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.images import WORKLOAD_IMAGE
 from tests.agent.dra.agentproc import AgentProcess
+from tests.hosts import discover
 from tests.kubeaccproc import kubeacc_process
 from tests.testbed.helpers import eventually
 

@@ -66,21 +66,6 @@ def test_device_plugin_users_from_pod_resources() -> None:
     assert users == {GPU: [{"kind": "Pod", "namespace": "ns", "name": "a"}]}
 
 
-def test_shared_gpus_are_used_by_the_pods_the_extender_placed_there() -> None:
-    # anonymous units name no GPU: the pod's decision does
-    units = pr.ContainerDevices(resource_name="kubeacc.io/gpu-memory", device_ids=["m0-1", "m0-2"])
-    pods = [
-        pr.PodResources(
-            name=n, namespace="ns", containers=[pr.ContainerResources(name="c", devices=[units])]
-        )
-        for n in ("share", "undecided")
-    ]
-    decided = {("ns", "share"): ("0000:1b:00.0",)}
-    users = device_plugin_users(pods, {"0000:1b:00.0": GPU}, decided)
-    assert users == {GPU: [{"kind": "Pod", "namespace": "ns", "name": "share"}]}
-    assert device_plugin_users(pods, {"0000:1b:00.0": GPU}) == {}
-
-
 def test_merge_keeps_order_drops_repeats_and_caps() -> None:
     many = [{"kind": "Pod", "namespace": "ns", "name": f"p{i}"} for i in range(MAX_CONSUMERS + 5)]
     merged = merge({GPU: many[:3]}, {GPU: many}, {NIC: many[:1]})

@@ -29,7 +29,6 @@ from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra import cdi as dra_cdi
 from kubeacc.crds.resources import Accelerator
 from kubeacc.crds.types import NODE_LABEL
-from kubeacc.discovery.discover import discover
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import KubeletOptions, Testbed
 from kubeacc.testbed.kubeacc_image import KUBEACC_IMAGE, ensure_image
@@ -44,6 +43,7 @@ from tests.agent.test_real_runtime import (
     workload,
 )
 from tests.crdfixtures import put_policy
+from tests.hosts import discover
 from tests.testbed.helpers import eventually
 
 from .conftest import CHART, Helm

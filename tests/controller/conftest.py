@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 
 from kubeacc.controller.controller import Controller
-from kubeacc.discovery import discover
 from kubeacc.model import Device, DeviceType
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.testbed import Testbed
@@ -17,6 +16,7 @@ from tests.crdfixtures import (
     running,
     wait_until_no_claim_holds,
 )
+from tests.hosts import discover
 
 __all__ = ["kubeacc_cleanup", "kubeacc_crds"]
 

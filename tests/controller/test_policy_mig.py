@@ -15,10 +15,10 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.crds.resources import AcceleratorPolicy, as_dict
-from kubeacc.discovery import discover
 from kubeacc.synthetic.nvmllib import SyntheticNVML
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import put_policy
+from tests.hosts import discover
 from tests.nodestack import claim_pod, device_class_exists, node_stack, pod_phase, resource_claim
 from tests.testbed.helpers import eventually
 

@@ -17,10 +17,11 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.mps import MpsDaemons
 from kubeacc.crds.resources import AcceleratorPolicy, as_dict
-from kubeacc.discovery import discover
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.tools.hoststate import read_calls
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import put_policy
+from tests.hosts import discover
 from tests.nodestack import (
     NodeStack,
     claim_pod,
@@ -72,7 +73,7 @@ def shared_devices(client: Client, node: str) -> set[str]:
 def no_daemon_left(tmp_path: Path) -> Iterator[None]:
     """Stop the MPS daemons a failed test left (the agent's state dir is tmp_path/state)."""
     yield
-    daemons = MpsDaemons(tmp_path / "host", tmp_path / "state" / "mps")
+    daemons = MpsDaemons(SyntheticHost(tmp_path / "host"), tmp_path / "state" / "mps")
     for bus_id in daemons.running():
         daemons.stop(bus_id, "")
 
@@ -110,7 +111,7 @@ def test_an_mps_policy_shares_the_gpus_it_selects(
         starts = [c for c in read_calls(stack.host) if (c["tool"], c["call"]) == ("mps", "start")]
         assert len(starts) == len(used)  # one daemon per GPU in use
 
-        daemons = MpsDaemons(stack.host, stack.agent.state_dir / "mps")
+        daemons = MpsDaemons(SyntheticHost(stack.host), stack.agent.state_dir / "mps")
         for name in ("infer-a", "infer-b"):
             kube_client.delete(Pod, name, namespace=namespace)
         eventually(lambda: daemons.running() == {}, 90, "the daemons stopped with the last share")

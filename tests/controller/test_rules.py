@@ -15,9 +15,9 @@ from kubeacc.crds.types import (
     AcceleratorPolicySpec,
     PolicySelector,
 )
-from kubeacc.discovery import discover
 from kubeacc.model import Device
 from kubeacc.synthetic.profiles import build
+from tests.hosts import discover
 
 SHA = "a" * 64
 

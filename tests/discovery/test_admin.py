@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from kubeacc.discovery import ConfigError, discover, load_config
+from kubeacc.discovery import ConfigError, load_config
 from kubeacc.model import DeviceType
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 
 def test_admin_entry_claims_devices_before_built_in_backends(

@@ -9,9 +9,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kubeacc.discovery import discover
 from kubeacc.model import DeviceType, Inventory
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 
 def _sysfs_dir(root: Path, bdf: str) -> Path:

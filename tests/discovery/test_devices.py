@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from kubeacc.discovery import discover
 from kubeacc.model import DeviceType, FPGADriver, HealthState, PartitionKind
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 
 def test_nics_with_rdma_and_sriov_and_onboard_nic_left_out(hosts: HostFactory) -> None:

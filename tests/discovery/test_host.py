@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kubeacc.discovery import discover
-from kubeacc.discovery.host import HostRoot, NotRegularFileError, read_regular
+from kubeacc.host.files import HostRoot, NotRegularFileError, read_regular
 from kubeacc.model import DeviceType, Inventory
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 
 def _attribute(root: Path, dtype: DeviceType, name: str) -> tuple[str, Path]:

@@ -3,9 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kubeacc.discovery import discover
 from kubeacc.model import DeviceType, HealthState, PartitionKind
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 NVML_JSON = ".synthetic/nvml.json"
 

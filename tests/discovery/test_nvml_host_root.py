@@ -1,8 +1,9 @@
 """NVML under a host root: the machine's NVML describes the GPUs whatever ``--host-root`` is.
 
-The host tree here is a synthetic one without its ``/.synthetic`` marker, i.e. what a node agent
-in a container sees under ``/host``; the machine's NVML is replaced at the call boundary (the
-``pynvml`` functions) by the synthetic NVML answering from the same server's description.
+The host tree here is a synthetic one without its ``/.synthetic`` marker, read as a real host
+(:class:`~kubeacc.host.real.RealHost`): what a node agent in a container sees under ``/host``.
+The machine's NVML is replaced at the call boundary (the ``pynvml`` functions) by the synthetic
+NVML answering from the same server's description.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from kubeacc.discovery import discover
 from kubeacc.discovery.nvml import use_nvml_library
+from kubeacc.host.real import RealHost
 from kubeacc.model import DeviceType
 from kubeacc.synthetic.nvmllib import SyntheticNVML
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 
 def _as_real_host(hosts: HostFactory, tmp_path: Path) -> tuple[Path, Path]:
@@ -39,12 +40,12 @@ def test_machine_nvml_describes_gpus_under_a_host_root(
     root, description = _as_real_host(hosts, tmp_path)
     assert str(root) != "/"
     _machine_nvml(monkeypatch, SyntheticNVML.from_file(str(description)))
-    gpus = discover(root).by_type(DeviceType.GPU)
+    gpus = discover(RealHost(root)).by_type(DeviceType.GPU)
     assert len(gpus) == 8
     assert {g.source for g in gpus} == {"nvml"}
     assert all(g.uuid and g.uuid.startswith("GPU-") for g in gpus)
     assert all(g.links for g in gpus)  # NVLink peers come only from NVML
-    assert {g.source for g in discover(root, nvml="off").by_type(DeviceType.GPU)} == {
+    assert {g.source for g in discover(RealHost(root), nvml="off").by_type(DeviceType.GPU)} == {
         "nvidia-sysfs"
     }
 
@@ -58,10 +59,10 @@ def test_without_nvml_auto_is_quiet_and_on_warns(
         raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
 
     monkeypatch.setattr(pynvml, "nvmlInit", missing)
-    auto = discover(root)
+    auto = discover(RealHost(root))
     assert {g.source for g in auto.by_type(DeviceType.GPU)} == {"nvidia-sysfs"}
     assert not [w for w in auto.warnings if w.path == "libnvidia-ml.so.1"]
-    on = discover(root, nvml="on")
+    on = discover(RealHost(root), nvml="on")
     (warning,) = [w for w in on.warnings if w.path == "libnvidia-ml.so.1"]
     assert "NVML unavailable" in warning.message
 

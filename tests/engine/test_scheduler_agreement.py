@@ -20,11 +20,11 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from kubeacc.discovery import discover
 from kubeacc.engine.engine import Engine
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
 from kubeacc.testbed.testbed import Testbed
+from tests.hosts import discover
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster

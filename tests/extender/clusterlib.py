@@ -31,6 +31,7 @@ from kubeacc.crds.deploy import apply_manifest, manifests
 from kubeacc.crds.resources import Accelerator, as_dict, install_crds
 from kubeacc.extender.schedconfig import scheduler_entry
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.testbed.identities import _stem, agent_kubeconfig, install_agent_access, token_client
 from kubeacc.testbed.kubelet import KubeletOptions
@@ -187,9 +188,8 @@ def extender_cluster(
             lifecycle = LifecycleAgent(
                 Client(KubeConfig.from_file(kubeconfig)),
                 node_name=node,
-                host_root=host,
+                host=SyntheticHost(host, kernel=SyntheticKernel(host)),
                 bitstream_dir=work,
-                kernel=SyntheticKernel(host),
                 interval=1.0,
             )
             threads.append(threading.Thread(target=lifecycle.run, args=(stop,), daemon=True))

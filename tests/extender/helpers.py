@@ -6,11 +6,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from kubeacc.discovery import discover
 from kubeacc.extender.state import Gpu, State, gpu_of
-from kubeacc.extender.wants import DECISION_ANNOTATION, Decision
+from kubeacc.extender.wants import Decision
 from kubeacc.model import Device, DeviceType
+from kubeacc.model.names import DECISION_ANNOTATION
 from kubeacc.synthetic import profiles
+from tests.hosts import discover
 
 
 @cache

@@ -26,7 +26,8 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from kubeacc.crds.deploy import manifests
 from kubeacc.crds.resources import as_dict
-from kubeacc.extender.wants import DECISION_ANNOTATION, MEMORY, Decision
+from kubeacc.extender.wants import MEMORY, Decision
+from kubeacc.model.names import DECISION_ANNOTATION
 from tests.extender.clusterlib import Cluster, extender_cluster
 from tests.testbed.helpers import eventually
 

@@ -21,7 +21,8 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubeacc.crds.resources import as_dict
-from kubeacc.extender.wants import MIX_ANNOTATION, PREFER_ANNOTATION, UNITS
+from kubeacc.extender.wants import UNITS
+from kubeacc.model.names import MIX_ANNOTATION, PREFER_ANNOTATION
 from kubeacc.units.claims import preference_claim
 from tests.extender.clusterlib import MANAGED, Cluster, extender_cluster
 from tests.extender.test_cluster import (

@@ -6,7 +6,6 @@ from kubeacc.extender.wants import (
     CORES,
     GPU,
     MEMORY,
-    MODELS_ANNOTATION,
     Assigned,
     ContainerWant,
     Decision,
@@ -14,6 +13,7 @@ from kubeacc.extender.wants import (
     decision_of,
     pod_want,
 )
+from kubeacc.model.names import MODELS_ANNOTATION
 from tests.extender.helpers import pod
 
 

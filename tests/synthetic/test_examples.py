@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kubeacc.discovery import discover
 from kubeacc.synthetic import profiles
+from tests.hosts import discover
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "hosts"
 

@@ -9,7 +9,8 @@ import pynvml
 import pytest
 
 from kubeacc.synthetic import profiles
-from kubeacc.synthetic.nvml_mig import cap_minor, read_calls, reset_gpu
+from kubeacc.synthetic.mig_hw import cap_minor
+from kubeacc.synthetic.mig_state import read_calls, reset_gpu
 from kubeacc.synthetic.nvmllib import SyntheticNVML
 
 

@@ -1,9 +1,8 @@
 from __future__ import annotations
 
-from kubeacc.discovery import discover
 from kubeacc.model import DeviceType
 from kubeacc.topology.distance import Tier, distance, tier
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 
 def test_tiers_order_devices_on_the_8_gpu_server(hosts: HostFactory) -> None:

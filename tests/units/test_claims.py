@@ -16,11 +16,11 @@ from kubeacc.agent.dra.devices import slice_devices
 from kubeacc.agent.dra.slices import build_slices
 from kubeacc.cli.claim import claim_command
 from kubeacc.cli.plan import plan, run_plan_explained
-from kubeacc.discovery import discover
 from kubeacc.engine.engine import Engine
 from kubeacc.synthetic import profiles
 from kubeacc.units.claims import ClaimSpecError, model_selector, preference_claim
 from kubeacc.units.table import build
+from tests.hosts import discover
 
 
 @pytest.fixture(scope="module")

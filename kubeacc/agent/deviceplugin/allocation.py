@@ -58,6 +58,8 @@ class ContainerDevices:
     envs: dict[str, str] = field(default_factory=dict)
     device_nodes: list[str] = field(default_factory=list)
     cdi_devices: list[str] = field(default_factory=list)
+    #: Read-only bind mounts, ``(host path, container path)`` (the share-limit library).
+    read_only_mounts: list[tuple[str, str]] = field(default_factory=list)
 
 
 def allocate(

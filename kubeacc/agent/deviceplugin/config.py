@@ -21,7 +21,6 @@ type either ``generic`` (the default) or ``perModel``; asking for both is an err
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal
@@ -30,9 +29,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kubeacc.model import Device, DeviceType
+from kubeacc.model.names import model_slug
 
 DOMAIN = "kubeacc.io"
-_SLUG_RE = re.compile(r"[^a-z0-9]+")
 
 
 class Strategy(StrEnum):
@@ -55,6 +54,12 @@ class TypeConfig(BaseModel):
         default=False,
         description="GPUs only: also serve kubeacc.io/gpu-memory (MiB) and kubeacc.io/gpu-cores "
         "(percent); kubeacc extender decides which GPU every container gets",
+    )
+    enforce: bool = Field(
+        default=True,
+        description="GPUs, with shared: hold each kubeacc.io/gpu-memory share to its limit in "
+        "the container with the preloaded share-limit library; false: the limit is advisory "
+        "(docs/sharing.md)",
     )
     units: bool = Field(
         default=False,
@@ -124,15 +129,6 @@ def load_config(path: Path) -> DevicePluginConfig:
             for e in err.errors()
         )
         raise DevicePluginConfigError(f"{path}: {problems}") from err
-
-
-def model_slug(dev: Device) -> str:
-    """``NVIDIA H100 80GB HBM3`` -> ``h100-80gb-hbm3``: the model part of a resource name."""
-    model = dev.model
-    if model.lower().startswith(dev.vendor.lower() + " "):
-        model = model[len(dev.vendor) + 1 :]
-    slug = _SLUG_RE.sub("-", model.lower()).strip("-")
-    return slug[: 63 - len(dev.type.value) - 1].strip("-") or "unknown"
 
 
 def resource_names(dev: Device, cfg: TypeConfig) -> list[str]:

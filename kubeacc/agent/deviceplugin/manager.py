@@ -23,9 +23,11 @@ from kubeacc.agent.deviceplugin.shared import (
     UNITS_RESOURCE,
     DecisionLookup,
     Kind,
+    id_gpus,
 )
+from kubeacc.agent.sharelimit import Limiter
 from kubeacc.metrics.agent import DevicePluginMetrics
-from kubeacc.model import Device, Inventory
+from kubeacc.model import Device, DeviceType, Inventory
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +54,11 @@ class DevicePluginManager:
         device_root: Path = Path("/"),
         metrics: DevicePluginMetrics | None = None,
         decisions: DecisionLookup | None = None,
+        limiter: Limiter | None = None,
     ):
         self.metrics = metrics
+        #: Enforces kubeacc.io/gpu-memory shares in their containers.
+        self.limiter = limiter
         #: Where shared resources learn the extender's decisions (None: Allocate refuses them).
         self.decisions = decisions
         self.plugin_dir = plugin_dir
@@ -77,7 +82,7 @@ class DevicePluginManager:
     def states(self, inv: Inventory) -> dict[str, ResourceState]:
         """Resource name -> its devices, for every type the config serves."""
         grouped: dict[str, dict[str, Device]] = {}
-        settings: dict[str, tuple[int, str, str]] = {}
+        settings: dict[str, tuple[int, str, str, bool]] = {}
         for dev in inv.devices:
             cfg = self.config.types.get(dev.type)
             if cfg is None or dev.pci is None:
@@ -92,9 +97,31 @@ class DevicePluginManager:
                     cfg.replicas,
                     cfg.strategy.value,
                     kind.value if cfg.shared else "",
+                    cfg.enforce,
                 )
         numa = {n.id: list(n.distances) for n in inv.numa_nodes}
         return {name: ResourceState(devs, numa, *settings[name]) for name, devs in grouped.items()}
+
+    def shared_id_devices(self, inv: Inventory) -> dict[tuple[str, str], str]:
+        """(shared resource, ID key) -> the name of the GPU its unit IDs stand for."""
+        out: dict[tuple[str, str], str] = {}
+        for name, state in self.states(inv).items():
+            if state.shared:
+                ordered = [d for _, d in sorted(state.devices.items())]
+                for key, dev in id_gpus(Kind(state.shared), ordered).items():
+                    out[(name, key)] = dev.name
+        return out
+
+    def share_enforcement(self, inv: Inventory) -> dict[tuple[str, str], str]:
+        """(kubeacc.io/gpu-memory, GPU name) -> how a memory share of it is enforced."""
+        gpu = self.config.types.get(DeviceType.GPU)
+        if gpu is None or not gpu.shared:
+            return {}
+        limiter = self.limiter or Limiter()
+        return {
+            (MEMORY_RESOURCE, d.name): limiter.enforcement(d.vendor, False, gpu.enforce).value
+            for d in inv.by_type(DeviceType.GPU)
+        }
 
     # -- life cycle -----------------------------------------------------------------------
 
@@ -127,6 +154,7 @@ class DevicePluginManager:
                         self.metrics,
                         device_root=self.device_root,
                         decisions=self.decisions,
+                        limiter=self.limiter,
                     )
                     self.servers[name] = server
                     self._serve(server)

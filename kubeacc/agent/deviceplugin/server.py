@@ -29,6 +29,7 @@ from kubeacc.agent.deviceplugin.shared import DecisionLookup, Kind, shared_alloc
 from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_grpc as pb_grpc
 from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from kubeacc.agent.rpc import Changes, UnixServer, received, rpc_loop
+from kubeacc.agent.sharelimit import Limiter
 from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import Device, Inventory
 from kubeacc.topology.graph import TopologyGraph
@@ -54,6 +55,8 @@ class ResourceState:
     strategy: str
     #: "" (devices as themselves) or a :class:`Kind` of anonymous shared units.
     shared: str = ""
+    #: Hold memory shares to their limits (the type's ``enforce``).
+    enforce: bool = True
 
     def listing(self) -> list[pb.Device]:
         if self.shared:
@@ -91,8 +94,10 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         metrics: DevicePluginMetrics | None = None,
         device_root: Path = Path("/"),
         decisions: DecisionLookup | None = None,
+        limiter: Limiter | None = None,
     ):
         self.resource = resource
+        self.limiter = limiter or Limiter()
         #: Where the device nodes are on the host (``DeviceSpec.host_path``).
         self.device_root = device_root
         self.decisions = decisions
@@ -238,6 +243,10 @@ class ResourceServer(pb_grpc.DevicePluginBase):
                         for n in got.device_nodes
                     ],
                     cdi_devices=[pb.CDIDevice(name=n) for n in got.cdi_devices],
+                    mounts=[
+                        pb.Mount(container_path=c, host_path=h, read_only=True)
+                        for h, c in got.read_only_mounts
+                    ],
                     annotations={"kubeacc.io/units": got.envs["ACCELERATOR_UNITS"]},
                 )
             )
@@ -256,7 +265,8 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         found = await asyncio.to_thread(
             self.decisions.find, self.resource, kind, count, state.devices
         )
-        return shared_allocate(kind, found, state.devices, self.cdi_kind)
+        limiter = self.limiter if state.enforce else None
+        return shared_allocate(kind, found, state.devices, self.cdi_kind, limiter)
 
     def _refused(self, number: int, err: AllocationError) -> GRPCError:
         return GRPCError(

@@ -26,15 +26,17 @@ from enum import StrEnum
 from typing import Any
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
+from kubeacc.agent.sharelimit import Limiter
 from kubeacc.extender.wants import Assigned
 from kubeacc.model import Device
+from kubeacc.model.names import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_UNITS_RESOURCE
 from kubeacc.units.table import active_table
 
 log = logging.getLogger(__name__)
 
-MEMORY_RESOURCE = "kubeacc.io/gpu-memory"
-CORES_RESOURCE = "kubeacc.io/gpu-cores"
-UNITS_RESOURCE = "kubeacc.io/gpu-units"
+MEMORY_RESOURCE = GPU_MEMORY_RESOURCE
+CORES_RESOURCE = GPU_CORES_RESOURCE
+UNITS_RESOURCE = GPU_UNITS_RESOURCE
 #: Units advertised per node at most (the same 4 MiB limit; 8 B200s are 18,000).
 MAX_UNIT_IDS = 100_000
 #: MiB advertised per node (the kubelet's 4 MiB message limit, with room to spare).
@@ -68,6 +70,20 @@ _COUNTED: dict[Kind, tuple[Callable[[Device], int], int, str, str]] = {
     Kind.MEMORY: (memory_mib, MAX_MEMORY_UNITS, "m", MEMORY_RESOURCE),
     Kind.UNITS: (_units, MAX_UNIT_IDS, "u", UNITS_RESOURCE),
 }
+
+
+#: The first letter of a unit's ID per kind: the ID is ``<letter><GPU's position>[-<unit>]``.
+_LETTER = {Kind.WHOLE: "g", Kind.CORES: "c", Kind.MEMORY: "m", Kind.UNITS: "u"}
+
+
+def id_gpus(kind: Kind, devices: Sequence[Device]) -> dict[str, Device]:
+    """The GPU each unit ID stands for, by the ID's part before ``-`` (see :func:`unit_ids`)."""
+    return {f"{_LETTER[kind]}{n}": dev for n, dev in enumerate(devices)}
+
+
+def id_gpu_key(device_id: str) -> str:
+    """The part of a unit ID that names its GPU (the key of :func:`id_gpus`)."""
+    return device_id.split("-", 1)[0]
 
 
 def unit_ids(kind: Kind, devices: Sequence[Device]) -> list[tuple[str, Device]]:
@@ -161,22 +177,6 @@ class DecisionLookup:
             self._seeded = True
         except Exception as err:  # the kubelet's pod-resources API is optional here
             log.debug("pod resources: %s", err)
-
-    def decided(self) -> dict[tuple[str, str], tuple[str, ...]]:
-        """(namespace, name) -> the GPUs (BDFs) the extender decided for each pod of this node
-        that is not finished: who holds the anonymous units (``status.allocatedTo``)."""
-        from kubeacc.extender.trusted import trusted_decision
-
-        out: dict[tuple[str, str], tuple[str, ...]] = {}
-        for pod in self.list_pods():
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            decision, _ = trusted_decision(pod)
-            if decision is not None and decision.node == self.node:
-                meta = pod.get("metadata") or {}
-                key = (str(meta.get("namespace")), str(meta.get("name")))
-                out[key] = tuple(dict.fromkeys(b for c in decision.containers for b in c.devices))
-        return out
 
     def find(
         self,
@@ -276,8 +276,11 @@ def shared_allocate(
     found: Found,
     devices: Mapping[str, Device],
     cdi_kind: str | None,
+    limiter: Limiter | None = None,
 ) -> ContainerDevices:
-    """What the container gets: the decided GPU(s) and, for shares, the limits as env."""
+    """What the container gets: the decided GPU(s) and, for shares, the limits as env and,
+    for a memory share, what enforces them (``limiter``; None: the type's limits are advisory).
+    The container's processes keep one account, named after the pod and container."""
     missing = [b for b in found.devices if b not in devices]
     if missing:
         raise AllocationError(
@@ -291,6 +294,14 @@ def shared_allocate(
         out.envs[MPS_MEMORY_ENV] = ",".join(
             f"{i}={found.memory}M" for i in range(len(found.devices))
         )
+        vendor = devices[found.devices[0]].vendor
+        how = (limiter or Limiter()).enforcement(vendor, mps=False, enforce=limiter is not None)
+        env, mount = (limiter or Limiter()).edits(
+            how, f"{found.pod.replace('/', '.')}.{found.container}"
+        )
+        out.envs.update(env)
+        if mount:
+            out.read_only_mounts.append(mount)
     if kind is Kind.CORES and found.cores:
         out.envs[CORES_LIMIT_ENV] = str(found.cores)
         out.envs[MPS_CORES_ENV] = str(found.cores)

@@ -37,6 +37,8 @@ class CDIDevice:
     share_id: str = ""
     #: Bind mounts, ``(host path, container path)`` (the MPS pipe directory).
     mounts: tuple[tuple[str, str], ...] = ()
+    #: Read-only bind mounts (the share-limit library).
+    read_only_mounts: tuple[tuple[str, str], ...] = ()
 
     def cdi_name(self, claim_uid: str) -> str:
         return cdi_name(claim_uid, self.name, self.share_id)
@@ -71,10 +73,11 @@ def build_spec(
         env = [f"KUBEACC_DEVICE_{_env_suffix(d.name)}={d.bus_id}"]
         env += [f"{k}={v}" for k, v in sorted(d.env.items())]
         edits["env"] = env
-        if d.mounts:
+        mounts = [(h, c, "rw") for h, c in d.mounts] + [(h, c, "ro") for h, c in d.read_only_mounts]
+        if mounts:
             edits["mounts"] = [
-                {"hostPath": h, "containerPath": c, "options": ["rw", "nosuid", "nodev", "bind"]}
-                for h, c in d.mounts
+                {"hostPath": h, "containerPath": c, "options": [mode, "nosuid", "nodev", "bind"]}
+                for h, c, mode in mounts
             ]
         cdi_devices.append({"name": d.cdi_name(claim_uid), "containerEdits": edits})
     return {

@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubeacc.agent.dra.mig import Partition
+from kubeacc.agent.dra.migmodel import Partition
 from kubeacc.agent.dra.sharing import Selector, is_memory_shared, shared_capacity
+from kubeacc.agent.sharelimit import SHARE_ENFORCEMENT_ATTR, Limiter
 from kubeacc.model import Device, HealthState, Inventory, PartitionKind
 from kubeacc.units.table import active_table
 
@@ -54,8 +55,12 @@ def _taints(state: HealthState, reason: str) -> list[dict[str, str]]:
     return [taint]
 
 
-def device_entry(dev: Device, shared: bool = False) -> dict[str, Any]:
-    """The slice entry of one physical device; ``shared``: as a memory-shared GPU."""
+def device_entry(
+    dev: Device, shared: bool = False, limiter: Limiter | None = None
+) -> dict[str, Any]:
+    """The slice entry of one physical device; ``shared``: as a memory-shared GPU, with the
+    attribute ``shareEnforcement`` saying what holds its shares to their limits here
+    (``library`` or ``advisory``; a class with MPS makes it ``mps`` at prepare)."""
     attrs = _common(dev)
     if dev.pci:
         attrs[PCI_BUS_ID_ATTR] = _s(dev.pci.bus_id)
@@ -76,6 +81,8 @@ def device_entry(dev: Device, shared: bool = False) -> dict[str, Any]:
         attrs["sriovNumVFs"] = _int(dev.sriov.num_vfs)
     entry: dict[str, Any] = {"name": dev.name, "attributes": attrs}
     if shared and dev.memory_bytes:
+        how = (limiter or Limiter()).enforcement(dev.vendor, mps=False)
+        attrs[SHARE_ENFORCEMENT_ATTR] = _s(how.value)
         entry["allowMultipleAllocations"] = True
         entry["capacity"] = shared_capacity(dev.memory_bytes)
     elif dev.memory_bytes:
@@ -113,12 +120,14 @@ def vf_entries(pf: Device) -> list[dict[str, Any]]:
     return out
 
 
-def slice_devices(inv: Inventory, shared: Sequence[Selector] = ()) -> list[dict[str, Any]]:
+def slice_devices(
+    inv: Inventory, shared: Sequence[Selector] = (), limiter: Limiter | None = None
+) -> list[dict[str, Any]]:
     """Every device of the node as slice entries, sorted by name (stable slice contents);
-    GPUs that ``shared`` selects as memory-shared ones."""
+    GPUs that ``shared`` selects as memory-shared ones (enforced by ``limiter``)."""
     out: list[dict[str, Any]] = []
     for dev in inv.devices:
-        out.append(device_entry(dev, is_memory_shared(dev, shared)))
+        out.append(device_entry(dev, is_memory_shared(dev, shared), limiter))
         out.extend(vf_entries(dev))
     out.sort(key=lambda d: str(d["name"]))
     return out
@@ -165,5 +174,5 @@ class DeviceInfo:
     message: str
     vendor: str = ""
     memory_bytes: int = 0
-    #: A MIG partition (:mod:`kubeacc.agent.dra.mig`): its instance is made on prepare.
+    #: A MIG partition (:mod:`kubeacc.agent.dra.migprepare`): its instance is made on prepare.
     mig: Partition | None = None

@@ -22,7 +22,7 @@ checkpoint entry removed, then the specs deleted; when the checkpoint write fail
 back, so a failure leaves the claims prepared and the kubelet retries.
 On start, :meth:`Driver.reconcile` makes the CDI directory agree with the checkpoint.
 
-A MIG partition (:mod:`kubeacc.agent.dra.mig`) gets its GPU and compute instance on prepare,
+A MIG partition (:mod:`kubeacc.agent.dra.migprepare`) gets its GPU and compute instance on prepare,
 before the CDI spec is written (the intent is on disk before the instance exists); a claim that
 fails afterwards has them destroyed again. Unprepare destroys them before the checkpoint forgets
 the claim; reconcile destroys those of claims the checkpoint does not hold.
@@ -47,14 +47,17 @@ from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
-from kubeacc.agent.dra.mig import MigError, MigPartitions
+from kubeacc.agent.dra.migmodel import MigError
+from kubeacc.agent.dra.migprepare import MigPartitions
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
 from kubeacc.agent.dra.strategy import claim_strategy_problem, join_problem
+from kubeacc.agent.sharelimit import Enforcement, Limiter, claim_enforcement
 from kubeacc.crds.opaque import (
     ConfigError,
     FpgaConfig,
     GpuConfig,
+    SharingStrategy,
     applies_to,
     config_env,
     parse_config,
@@ -99,6 +102,7 @@ class Driver:
         metrics: AgentMetrics | None = None,
         sharing: AppliedSharing | None = None,
         partitions: MigPartitions | None = None,
+        limiter: Limiter | None = None,
     ) -> None:
         self.node = node
         self.metrics = metrics or AgentMetrics()
@@ -107,6 +111,8 @@ class Driver:
         self.sharing = sharing
         #: Creates and destroys MIG instances of partition devices (None: no MIG here).
         self.partitions = partitions
+        #: Enforces memory shares in their containers (kubeacc.agent.sharelimit).
+        self.limiter = limiter or Limiter()
         #: Called (outside the lock) after claims were prepared or unprepared.
         self.on_change = on_change
         self.claims = claims
@@ -124,7 +130,17 @@ class Driver:
             raise StateError(f"CDI directory {cdi_dir}: {exc.strerror or exc}") from None
         self.checkpoint = Checkpoint(state_dir, compact_after)
         self.checkpoint.load()
+        self._count()
+
+    def _count(self) -> None:
+        """The prepared claims and shares, by what enforces each share (metrics)."""
         self.metrics.prepared_claims.set(len(self.checkpoint.claims))
+        tally = dict.fromkeys((e.value for e in Enforcement), 0)
+        for uid, claim in self.checkpoint.claims.items():
+            for how in claim_enforcement(uid, claim).values():
+                tally[how] = tally.get(how, 0) + 1
+        for how, n in tally.items():
+            self.metrics.shares.labels(how).set(n)
 
     # -- start-up ---------------------------------------------------------------------------
     def reconcile(self) -> tuple[list[str], list[str]]:
@@ -200,7 +216,7 @@ class Driver:
         with self.metrics.prepare_seconds.time():
             out = self._prepare_claims(refs)
         self.metrics.prepare_errors.inc(sum(1 for r in out.values() if r.error))
-        self.metrics.prepared_claims.set(len(self.checkpoint.claims))
+        self._count()
         self._changed()
         return out
 
@@ -352,6 +368,7 @@ class Driver:
         prepared: list[PreparedDevice] = []
         recorded: dict[str, Any] = {}
         units: list[UnitLimits] = []
+        enforced: dict[str, tuple[str, bool, bool]] = {}  # share device: vendor, MPS, enforce
         for r in results:
             dev_name, pool = r["device"], r["pool"]
             if pool != self.node:
@@ -364,11 +381,12 @@ class Driver:
                 raise ClaimError(f"{where}: device {dev_name} is not published by this node")
             env: dict[str, str] = {}
             gpu_cfg: GpuConfig | None = None
+            enforce = True
             nodes = info.device_nodes
             if info.mig is not None:
                 nodes, env = self._partition(where, ref.uid, info)
-            from_class = False
-            for requests, params, class_config in configs:
+            strategy_from_class = False
+            for requests, params, from_class in configs:
                 if requests and not _applies(r["request"], requests):
                     continue
                 try:
@@ -382,9 +400,16 @@ class Driver:
                     )
                 if isinstance(cfg, FpgaConfig) and cfg.bitstream is not None:
                     self._program(where, dev_name, cfg.bitstream.name, cfg.bitstream.digest)
+                if isinstance(cfg, GpuConfig) and cfg.enforce is not None:
+                    if not from_class and not cfg.enforce:
+                        raise ClaimError(
+                            f"{where}: GpuConfig enforce: false is honoured only from a "
+                            "DeviceClass: a claim cannot turn its share's limits off"
+                        )
+                    enforce = cfg.enforce if from_class else enforce
                 if isinstance(cfg, GpuConfig) and cfg.sharing is not None:
                     gpu_cfg = cfg  # the claim's own config wins over its class's
-                    from_class = class_config
+                    strategy_from_class = from_class
                 env.update(config_env(cfg))
                 recorded[dev_name] = cfg.model_dump(mode="json", by_alias=True)
             if info.mig is not None and gpu_cfg is not None:
@@ -393,7 +418,7 @@ class Driver:
                     "strategy would change the whole GPU"
                 )
             share_id = r.get("shareID") or ""
-            if share_id and gpu_cfg is not None and gpu_cfg.sharing and not from_class:
+            if share_id and gpu_cfg is not None and gpu_cfg.sharing and not strategy_from_class:
                 strategy = gpu_cfg.sharing.strategy.value
                 raise ClaimError(f"{where}: {claim_strategy_problem(dev_name, strategy)}")
             try:  # a sharing strategy to apply on the GPU (at commit), and its CDI edits
@@ -415,6 +440,13 @@ class Driver:
                     raise ClaimError(f"{where}: device {dev_name}: {exc}") from None
             if info.bus_id:
                 units.append(UnitLimits(info.vendor, share, info.memory_bytes))
+            if share is not None:
+                mps = (
+                    gpu_cfg is not None
+                    and gpu_cfg.sharing is not None
+                    and (gpu_cfg.sharing.strategy is SharingStrategy.MPS)
+                )
+                enforced[dev_name] = (info.vendor, mps, enforce)
             cdi_devices.append(cdi.CDIDevice(dev_name, info.bus_id, nodes, env, share_id, mounts))
             prepared.append(
                 PreparedDevice(
@@ -426,12 +458,29 @@ class Driver:
                 )
             )
         limits = limit_env(units)
-        if limits:  # every share's own CDI device carries the claim's limits
+        if limits:  # every share's own CDI device carries the claim's limits and their means
             cdi_devices = [
-                replace(d, env={**d.env, **limits}) if d.share_id else d for d in cdi_devices
+                self._enforced(d, limits, ref.uid, *enforced[d.name]) if d.share_id else d
+                for d in cdi_devices
             ]
         spec = cdi.build_spec(ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.device_root)
         return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
+
+    def _enforced(
+        self,
+        dev: cdi.CDIDevice,
+        limits: Mapping[str, str],
+        uid: str,
+        vendor: str,
+        mps: bool,
+        enforce: bool,
+    ) -> cdi.CDIDevice:
+        """A share's CDI device with the claim's limits and what enforces them; the claim's
+        processes (in every container of a pod) keep one account, named by the claim."""
+        how = self.limiter.enforcement(vendor, mps, enforce)
+        env, mount = self.limiter.edits(how, uid)
+        ro = (*dev.read_only_mounts, mount) if mount else dev.read_only_mounts
+        return replace(dev, env={**dev.env, **limits, **env}, read_only_mounts=ro)
 
     def _partition(
         self, where: str, uid: str, info: DeviceInfo
@@ -467,7 +516,7 @@ class Driver:
         with self.metrics.unprepare_seconds.time():
             out = self._unprepare_claims(refs)
         self.metrics.unprepare_errors.inc(sum(1 for e in out.values() if e))
-        self.metrics.prepared_claims.set(len(self.checkpoint.claims))
+        self._count()
         self._changed()
         return out
 
@@ -529,8 +578,8 @@ class Driver:
 
 
 def _configs(entries: list[dict[str, Any]]) -> list[tuple[list[str], Any, bool]]:
-    """Our opaque configs in precedence order: class configs first, then the claim's;
-    (requests, parameters, whether the DeviceClass gave it)."""
+    """Our opaque configs in precedence order: class configs first, then the claim's; each
+    with whether it comes from the class (the admin's)."""
     ours = [e for e in entries if (e.get("opaque") or {}).get("driver") == DRIVER_NAME]
     ours.sort(key=lambda e: 0 if e.get("source") == "FromClass" else 1)
     return [

@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kubeacc.agent.dra import hosttools
+from kubeacc.host import Host
+from kubeacc.host.tools import ToolError
 
 TOOL = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"
@@ -57,8 +58,8 @@ def is_mps_control(pid: int) -> bool:
 class MpsDaemons:
     """Start, stop and find the MPS control daemons of this node's GPUs."""
 
-    def __init__(self, host_root: Path, base: Path) -> None:
-        self.host_root = host_root
+    def __init__(self, host: Host, base: Path) -> None:
+        self.host = host
         self.base = base
 
     def pipe_dir(self, bus_id: str) -> Path:
@@ -97,8 +98,8 @@ class MpsDaemons:
             "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir(bus_id)),
         }
         try:
-            hosttools.run(self.host_root, TOOL, args, env=env, stdin=stdin)
-        except hosttools.ToolError as exc:
+            self.host.tools.run(TOOL, args, env=env, stdin=stdin)
+        except ToolError as exc:
             raise MpsError(f"GPU {bus_id}: {what} the MPS control daemon: {exc}") from None
 
     def start(self, bus_id: str, uuid: str) -> int:

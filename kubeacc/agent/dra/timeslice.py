@@ -7,24 +7,20 @@
   compute-policy -i <uuid> --set-timeslice=<0-3>`` (NVML has no call for it on bare metal; its
   scheduler calls are for vGPU hosts), read back with ``nvidia-smi compute-policy -l``.
 
-On a synthetic host (``/.synthetic/nvml.json``) NVML is
-:class:`~kubeacc.synthetic.nvml_control.ControlledNVML` and ``nvidia-smi`` the synthetic host's
-own; on a real node NVML is ``pynvml`` and ``nvidia-smi`` comes from ``<host-root>/usr/bin`` or
-the agent's PATH.
+Both come from the node's :class:`~kubeacc.host.Host`: its NVML and its driver tools.
 """
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
 import pynvml
 
-from kubeacc.agent.dra import hosttools
 from kubeacc.crds.types import TimeSlice
+from kubeacc.host import Host, NvmlUnavailable
+from kubeacc.host.tools import ToolError
 
-SYNTHETIC_NVML = ".synthetic/nvml.json"
 COMPUTE_MODES = {
     pynvml.NVML_COMPUTEMODE_DEFAULT: "DEFAULT",
     pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD: "EXCLUSIVE_THREAD",
@@ -50,24 +46,17 @@ class ControlError(Exception):
 
 
 class GpuControl:
-    """NVML and ``nvidia-smi`` for the GPUs of one host root."""
+    """NVML and ``nvidia-smi`` for the GPUs of one host."""
 
-    def __init__(self, host_root: Path, nvml: Any | None = None) -> None:
-        self.host_root = host_root
+    def __init__(self, host: Host, nvml: Any | None = None) -> None:
+        self.host = host
         self._nvml = nvml
         self._lock = threading.Lock()
 
     def nvml(self) -> Any:
         with self._lock:
             if self._nvml is None:
-                description = self.host_root / SYNTHETIC_NVML
-                if description.is_file():
-                    from kubeacc.synthetic.nvml_control import ControlledNVML
-
-                    self._nvml = ControlledNVML.from_file(str(description))
-                else:
-                    pynvml.nvmlInit()
-                    self._nvml = pynvml
+                self._nvml = self.host.nvml()
             return self._nvml
 
     def _call(self, bus_id: str, what: str, call: str, *args: Any) -> Any:
@@ -75,6 +64,8 @@ class GpuControl:
             nvml = self.nvml()
             handle = nvml.nvmlDeviceGetHandleByPciBusId(bus_id)
             return getattr(nvml, call)(handle, *args)
+        except NvmlUnavailable as exc:
+            raise ControlError(f"GPU {bus_id}: {what}: {exc}") from None
         except pynvml.NVMLError as exc:
             unsupported = exc.value == pynvml.NVML_ERROR_NOT_SUPPORTED
             raise ControlError(
@@ -110,8 +101,8 @@ class GpuControl:
 
     def _smi(self, what: str, args: list[str]) -> str:
         try:
-            return hosttools.run(self.host_root, "nvidia-smi", ["compute-policy", *args])
-        except hosttools.ToolError as exc:
+            return self.host.tools.run("nvidia-smi", ["compute-policy", *args])
+        except ToolError as exc:
             raise ControlError(
                 f"{what}: {exc}", not_supported=exc.status == SMI_NOT_SUPPORTED
             ) from None

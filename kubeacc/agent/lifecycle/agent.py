@@ -37,8 +37,8 @@ from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
-from kubeacc.agent.lifecycle.executor import VFIO, Executor, Outcome
-from kubeacc.agent.lifecycle.host import HostKernel
+from kubeacc.agent.lifecycle.executor import VFIO, Executor
+from kubeacc.agent.lifecycle.outcome import Outcome
 from kubeacc.apiclient import prime_decoders
 from kubeacc.crds.resources import (
     Accelerator,
@@ -66,6 +66,7 @@ from kubeacc.crds.types import (
 )
 from kubeacc.crds.watch import WatchCache
 from kubeacc.discovery import discover
+from kubeacc.host import Host
 from kubeacc.metrics.lifecycle import LifecycleMetrics
 from kubeacc.model import Device, HealthState
 
@@ -82,9 +83,8 @@ class LifecycleAgent:
         client: Client,
         *,
         node_name: str,
-        host_root: Path,
+        host: Host,
         bitstream_dir: Path,
-        kernel: HostKernel,
         interval: float = 1.0,
         resync_seconds: float = 60.0,
         nvml: str = "auto",
@@ -93,12 +93,11 @@ class LifecycleAgent:
         self.nvml = nvml
         self.metrics = LifecycleMetrics()
         self.node = node_name
-        self.host_root = Path(host_root)
-        self.kernel = kernel
+        self.host = host
         self.interval = interval
         self.resync_seconds = resync_seconds
         self.field_manager = f"kubeacc-agent-{node_name}"
-        self.executor = Executor(kernel, BitstreamLibrary(bitstream_dir), self._rediscover)
+        self.executor = Executor(host, BitstreamLibrary(bitstream_dir), self._rediscover)
         self._applied: dict[str, tuple[dict[str, Any], float]] = {}
         #: The node's Accelerators as last listed or written (None: list them first).
         self._known: dict[str, dict[str, Any]] | None = None
@@ -120,7 +119,7 @@ class LifecycleAgent:
 
     # -- loop --------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
-        log.info("life-cycle agent for node %s on %s", self.node, self.host_root)
+        log.info("life-cycle agent for node %s on %s", self.node, self.host.root)
         prime_decoders(WATCHED_KINDS)
         self.operations.start()
         next_discovery = 0.0
@@ -169,7 +168,7 @@ class LifecycleAgent:
 
     # -- inventory ---------------------------------------------------------------------------
     def _discover(self) -> dict[str, Device]:
-        return {d.name: d for d in discover(self.host_root, nvml=self.nvml).devices}
+        return {d.name: d for d in discover(self.host, nvml=self.nvml).devices}
 
     def _rediscover(self, device_name: str) -> Device | None:
         return self._discover().get(device_name)

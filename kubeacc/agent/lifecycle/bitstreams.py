@@ -17,7 +17,7 @@ import struct
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kubeacc.agent.lifecycle.host import FpgaImage, HostError
+from kubeacc.host.kernel import FpgaImage, HostError
 
 GBS_GUID = b"XeonFPGA\xb7GBSv001"  # 58656f6e-4650-4741-b747-425376303031
 _UUID = re.compile(r"^[0-9a-f]{32}$")

@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
-from kubeacc.agent.lifecycle.host import FpgaPort, HostError, HostKernel, host_path
 from kubeacc.agent.lifecycle.migmode import set_mig_mode
+from kubeacc.agent.lifecycle.outcome import Outcome
 from kubeacc.crds.types import AcceleratorOperationSpec, Action, PowerState
+from kubeacc.host import Host
+from kubeacc.host.kernel import FpgaPort, HostError, HostKernel, host_path
 from kubeacc.model import Device, DeviceType
 
 log = logging.getLogger(__name__)
@@ -26,29 +27,24 @@ PCI_DEVICES = "/sys/bus/pci/devices"
 PCI_DRIVERS = "/sys/bus/pci/drivers"
 
 
-@dataclass(frozen=True)
-class Outcome:
-    ok: bool
-    reason: str
-    message: str
-    afu_id: str | None = None
-    driver: str | None = None
-
-
 class Executor:
     def __init__(
         self,
-        kernel: HostKernel,
+        host: Host,
         library: BitstreamLibrary,
         rediscover: Callable[[str], Device | None],
     ) -> None:
-        self.kernel = kernel
+        self.host = host
         self.library = library
         self.rediscover = rediscover
 
     @property
     def root(self) -> Path:
-        return self.kernel.root
+        return self.host.root
+
+    @property
+    def kernel(self) -> HostKernel:
+        return self.host.kernel
 
     def run(
         self,
@@ -77,7 +73,7 @@ class Executor:
                     )
                 case Action.MIG_MODE:
                     assert spec.mig_mode is not None
-                    return set_mig_mode(self, device, spec.mig_mode.enabled)
+                    return set_mig_mode(self.host, device, spec.mig_mode.enabled, self.reset)
                 case Action.DRAIN | Action.UNCORDON:
                     return Outcome(True, "Nothing", "the controller's action; nothing on the node")
         except HostError as exc:

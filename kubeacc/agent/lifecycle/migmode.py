@@ -10,25 +10,22 @@ did not take is set back to what it was, so a failed operation leaves nothing pe
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import pynvml
 
-from kubeacc.agent.lifecycle.host import HostError
+from kubeacc.agent.lifecycle.outcome import Outcome
+from kubeacc.host import Host, NvmlUnavailable
+from kubeacc.host.kernel import HostError
 from kubeacc.model import Device, DeviceType
 
-if TYPE_CHECKING:
-    from kubeacc.agent.lifecycle.executor import Executor, Outcome
 
-
-def _nvml(executor: Executor) -> Any:
-    from kubeacc.discovery.backends.nvidia import select_nvml
-    from kubeacc.discovery.host import HostRoot
-
-    lib = select_nvml(HostRoot(executor.root), "on")
-    if lib is None:
-        raise HostError("NVMLUnavailable", "NVML is not available on this node")
-    return lib
+def _nvml(host: Host) -> Any:
+    try:
+        return host.nvml()
+    except NvmlUnavailable:
+        raise HostError("NVMLUnavailable", "NVML is not available on this node") from None
 
 
 def _handle(nvml: Any, bus_id: str) -> Any:
@@ -42,14 +39,15 @@ def _handle(nvml: Any, bus_id: str) -> Any:
     raise HostError("DeviceNotFound", f"NVML does not know the GPU at {bus_id}")
 
 
-def set_mig_mode(executor: Executor, device: Device, enabled: bool) -> Outcome:
-    from kubeacc.agent.lifecycle.executor import Outcome
-
+def set_mig_mode(
+    host: Host, device: Device, enabled: bool, reset: Callable[[Device], Outcome]
+) -> Outcome:
+    """Set the GPU's MIG mode through the host's NVML, then ``reset`` the GPU (module docstring)."""
     if device.type is not DeviceType.GPU or device.vendor.lower() != "nvidia" or not device.pci:
         raise HostError("NotAnNvidiaGPU", f"{device.name} is not an NVIDIA GPU")
     want = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
     word = "on" if enabled else "off"
-    nvml = _nvml(executor)
+    nvml = _nvml(host)
     handle = _handle(nvml, device.pci.bus_id)
     try:
         current, pending = nvml.nvmlDeviceGetMigMode(handle)
@@ -70,7 +68,7 @@ def set_mig_mode(executor: Executor, device: Device, enabled: bool) -> Outcome:
             ) from None
         raise HostError("NVMLError", f"{device.name}: setting MIG mode {word}: {exc}") from None
     try:
-        executor.reset(device)
+        reset(device)
         after = nvml.nvmlDeviceGetMigMode(handle)
     except (HostError, pynvml.NVMLError) as exc:
         _restore(nvml, handle, current)

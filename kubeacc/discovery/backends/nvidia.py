@@ -20,8 +20,8 @@ from typing import Any
 import pynvml
 
 from kubeacc.discovery.context import DiscoveryContext
-from kubeacc.discovery.host import HostRoot
 from kubeacc.discovery.pci import PCIFunction
+from kubeacc.host.interface import select_nvml
 from kubeacc.model import (
     Device,
     DeviceType,
@@ -40,10 +40,6 @@ VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")
 PROC_GPUS = "/proc/driver/nvidia/gpus"
 PROC_VERSION = "/proc/driver/nvidia/version"
-#: Where a synthetic host describes the NVML answers of its GPUs (see kubeacc.synthetic.nvml).
-SYNTHETIC_NVML = "/.synthetic/nvml.json"
-#: Every synthetic host tree has this directory (kubeacc.synthetic).
-SYNTHETIC_HOST = "/.synthetic"
 SHARED_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 _MIG_PROFILE_RE = re.compile(r"MIG\s+(\S+)$")
 _VERSION_RE = re.compile(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9][0-9.]*)")
@@ -58,37 +54,6 @@ def nvml_bdf(bus_id: str | bytes) -> str | None:
 
 def _text(value: str | bytes) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def select_nvml(host: HostRoot, mode: str = "auto") -> Any | None:
-    """The NVML library that describes this host, or None.
-
-    ``mode`` is ``auto`` (NVML when it answers), ``off`` or ``on`` (like auto, but warn when
-    NVML can't be used). NVML describes the machine it runs on, whatever the sysfs root: a node
-    agent in a container reads the host's sysfs under ``--host-root=/host`` and the host's GPUs
-    through the driver's ``libnvidia-ml.so.1`` mounted into the container. Only a synthetic
-    host (one with ``/.synthetic/``) is not this machine: it answers through its own NVML
-    description, or has no NVML.
-    """
-    if mode == "off":
-        return None
-    if host.exists(SYNTHETIC_NVML):
-        from kubeacc.synthetic.nvml_control import ControlledNVML
-
-        try:
-            return ControlledNVML.from_file(host.real(SYNTHETIC_NVML))
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            host.sink.add(SYNTHETIC_NVML, f"NVML description unusable: {err}")
-            return None
-    if host.exists(SYNTHETIC_HOST):
-        return None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as err:
-        if mode == "on":
-            host.sink.add("libnvidia-ml.so.1", f"NVML unavailable: {err}")
-        return None
-    return pynvml
 
 
 def _is_gpu(fn: PCIFunction | None) -> bool:
@@ -147,7 +112,7 @@ class NvidiaBackend:
 
     def discover(self, ctx: DiscoveryContext) -> list[Device]:
         candidates = [fn for fn in ctx.unclaimed() if _is_gpu(fn)]
-        nvml = select_nvml(ctx.host, self.nvml_mode)
+        nvml = select_nvml(ctx.node, ctx.host.sink, self.nvml_mode)
         if nvml is None and not candidates:
             return []
         driver_version = self._driver_version(ctx)

@@ -4,15 +4,13 @@ NVML (:mod:`kubeacc.synthetic.tools.hoststate`).
 
 :func:`install` writes small launchers into a synthetic host; each runs one module of this
 package with the interpreter named by ``KUBEACC_SYNTHETIC_PYTHON`` (the agent sets it to its
-own when it runs a synthetic host's tools, :func:`tool_env`). The tools take the same arguments
-and environment as the real ones and leave their effects where the synthetic NVML and the
-tests read them.
+own when it runs a synthetic host's tools: :class:`kubeacc.synthetic.host.SyntheticHost`). The
+tools take the same arguments and environment as the real ones and leave their effects where the
+synthetic NVML and the tests read them.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 #: Executable name on the host -> module that implements it.
@@ -24,14 +22,6 @@ TOOLS = {
 
 #: The interpreter a launcher runs (one that can import kubeacc); ``python3`` when unset.
 PYTHON_ENV = "KUBEACC_SYNTHETIC_PYTHON"
-
-
-def tool_env(host_root: Path) -> dict[str, str]:
-    """Environment for running a host tool: on a synthetic host, with this interpreter."""
-    env = dict(os.environ)
-    if (host_root / ".synthetic").is_dir():
-        env.setdefault(PYTHON_ENV, sys.executable)
-    return env
 
 
 def install(root: Path) -> None:

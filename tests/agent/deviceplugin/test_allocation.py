@@ -14,10 +14,9 @@ from kubeacc.agent.deviceplugin.config import (
     load_config,
     resource_names,
 )
-from kubeacc.discovery import discover
 from kubeacc.model import DeviceType, Health, HealthState, Inventory
 from kubeacc.topology.graph import TopologyGraph
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 
 @pytest.fixture

@@ -20,11 +20,11 @@ from lightkube.codecs import from_dict
 from lightkube.generic_resource import get_generic_resource  # noqa: F401 - keeps lightkube warm
 from lightkube.resources.core_v1 import Node, Pod
 
-from kubeacc.discovery import discover
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
 from kubeacc.testbed.kubelet import KubeletOptions
 from kubeacc.testbed.testbed import Testbed
+from tests.hosts import discover
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster

@@ -11,9 +11,8 @@ import pytest
 
 from kubeacc.agent.deviceplugin.server import RegistrationError, ResourceServer, ResourceState
 from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
-from kubeacc.discovery import discover
 from kubeacc.model import Device, DeviceType
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 from tests.kubeletclient import deviceplugin_v1beta1_pb2_grpc as pb_grpc
 from tests.kubeletclient.refusal import refusal
 

@@ -16,10 +16,10 @@ from kubeacc.agent.deviceplugin.shared import (
     shared_allocate,
     unit_ids,
 )
-from kubeacc.discovery import discover
-from kubeacc.extender.wants import DECISION_ANNOTATION, Assigned, Decision
+from kubeacc.extender.wants import Assigned, Decision
 from kubeacc.model import Device, DeviceType, Inventory
-from tests.hosts import HostFactory
+from kubeacc.model.names import DECISION_ANNOTATION
+from tests.hosts import HostFactory, discover
 
 MEMORY = "kubeacc.io/gpu-memory"
 CORES = "kubeacc.io/gpu-cores"

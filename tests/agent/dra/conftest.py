@@ -12,10 +12,10 @@ from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 
-from kubeacc.discovery import discover
 from kubeacc.model import Inventory
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
+from tests.hosts import discover
 
 from .agentproc import AgentProcess
 from .faultyos import FaultyOS, install

@@ -17,6 +17,7 @@ from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
 from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
 from kubeacc.agent.runner import Agent, AgentOptions
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
 from tests.kubeletclient import pluginregistration_v1_pb2_grpc as rpb_grpc
 
@@ -45,7 +46,7 @@ def test_serves_the_kubelet_while_the_api_server_is_away(
     cp.close()
     opts = AgentOptions(
         node_name="n1",
-        host_root=profiles.build("edge-mixed", tmp_path / "host"),
+        host=SyntheticHost(profiles.build("edge-mixed", tmp_path / "host")),
         kubeconfig=kubeconfig,
         kubelet_root=Path(tempfile.mkdtemp(prefix="kubelet-", dir="/tmp")),  # sun_path ≤ 107
         cdi_dir=tmp_path / "cdi",

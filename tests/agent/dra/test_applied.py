@@ -23,9 +23,10 @@ from kubeacc.agent.dra.mps import MpsDaemons
 from kubeacc.agent.dra.sharing import CORES, MEMORY
 from kubeacc.agent.dra.timeslice import GpuControl
 from kubeacc.crds.opaque import SharingStrategy
-from kubeacc.discovery import discover
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.tools.hoststate import gpu_state, locked_state, read_calls, read_state
+from tests.hosts import discover
 
 NODE = "n1"
 GPU0, GPU1 = "gpu-0000-01-00-0", "gpu-0000-02-00-0"
@@ -39,7 +40,7 @@ class Host:
         self.cdi = state.parent / "cdi"
         self.index = device_index(discover(root))
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
-        self.daemons = MpsDaemons(root, state / "mps")
+        self.daemons = MpsDaemons(SyntheticHost(root), state / "mps")
 
     def gpu(self, n: int) -> dict[str, Any]:
         doc = json.loads((self.root / ".synthetic/nvml.json").read_text())
@@ -53,7 +54,7 @@ class Host:
         path.write_text(json.dumps(doc))
 
     def driver(self) -> Driver:
-        sharing = AppliedSharing(self.state, GpuControl(self.root), self.daemons)
+        sharing = AppliedSharing(self.state, GpuControl(SyntheticHost(self.root)), self.daemons)
         return Driver(
             NODE,
             self,
@@ -318,7 +319,7 @@ def test_a_share_joins_a_gpu_only_on_the_strategy_it_runs(host: Host) -> None:
 # -- crashes ----------------------------------------------------------------------------------
 def test_a_restart_undoes_what_the_checkpoint_does_not_hold(host: Host) -> None:
     """Killed after the GPU was set up but before the checkpoint: the next start undoes it."""
-    sharing = AppliedSharing(host.state, GpuControl(host.root), host.daemons)
+    sharing = AppliedSharing(host.state, GpuControl(SyntheticHost(host.root)), host.daemons)
     sharing.acquire("lost", [GpuWant(GPU0, BUS0, SharingStrategy.MPS)])
     assert host.daemons.pid(BUS0) is not None
     driver = host.driver()  # a new agent: an empty checkpoint

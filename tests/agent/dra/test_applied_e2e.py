@@ -18,6 +18,7 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.crds.resources import as_dict
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.tools.hoststate import read_calls, read_state
 from kubeacc.testbed import Testbed
 
@@ -56,7 +57,7 @@ def agent(testbed: Testbed, tmp_path: Path, host: Path) -> Iterator[AgentProcess
         a.stop()
         from kubeacc.agent.dra.mps import MpsDaemons
 
-        daemons = MpsDaemons(host, a.state_dir / "mps")
+        daemons = MpsDaemons(SyntheticHost(host), a.state_dir / "mps")
         for bus_id in daemons.running():  # never leave a daemon behind
             daemons.stop(bus_id, "")
 
@@ -148,6 +149,7 @@ def test_mps_daemon_lives_from_the_first_share_to_the_last(
         env = cdi_env(agent.cdi_dir, rec)
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/nvidia-mps"
         assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=7630M"
+        assert env["KUBEACC_SHARE_ENFORCEMENT"] == "mps" and "LD_PRELOAD" not in env
         uid = claim["metadata"]["uid"]
         spec = json.loads((agent.cdi_dir / f"kubeacc.io-claim_{uid}.json").read_text())
         (mount,) = spec["devices"][0]["containerEdits"]["mounts"]
@@ -239,7 +241,7 @@ def test_agent_killed_around_the_mps_daemon_recovers_it(
 ) -> None:
     from kubeacc.agent.dra.mps import MpsDaemons
 
-    daemons = MpsDaemons(host, agent.state_dir / "mps")
+    daemons = MpsDaemons(SyntheticHost(host), agent.state_dir / "mps")
     uuid = next(
         g["uuid"]
         for g in json.loads((host / ".synthetic/nvml.json").read_text())["gpus"]

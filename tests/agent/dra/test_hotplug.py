@@ -15,6 +15,7 @@ from kubeacc.agent.dra.devices import UNHEALTHY_TAINT
 from kubeacc.agent.runner import Agent, AgentOptions
 from kubeacc.model import HealthState
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.testbed import Testbed
 
 from ...testbed.helpers import eventually
@@ -41,7 +42,7 @@ def test_health_change_and_hot_unplug_are_published(
     agent = Agent(
         AgentOptions(
             node_name=api_node,
-            host_root=host,
+            host=SyntheticHost(host),
             kubeconfig=testbed.kubeconfig,
             cdi_dir=tmp_path / "cdi",
             state_dir=tmp_path / "state",

@@ -16,20 +16,16 @@ from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index, slice_devices
 from kubeacc.agent.dra.driver import ClaimRef, Driver
-from kubeacc.agent.dra.mig import (
-    MigPartitions,
-    Published,
-    counter_set,
-    device_infos,
-    nvml_for,
-    partition_name,
-    publish,
-)
+from kubeacc.agent.dra.migmodel import counter_set, partition_name
+from kubeacc.agent.dra.mignvml import nvml_for
+from kubeacc.agent.dra.migprepare import MigPartitions
+from kubeacc.agent.dra.migpublish import Published, device_infos, publish
 from kubeacc.agent.dra.policyshare import MigFilter
 from kubeacc.agent.dra.slices import build_slices, chunk_devices
-from kubeacc.discovery import discover
 from kubeacc.synthetic import profiles
-from kubeacc.synthetic.nvml_mig import read_calls
+from kubeacc.synthetic.host import SyntheticHost
+from kubeacc.synthetic.mig_state import read_calls
+from tests.hosts import discover
 
 NODE = "n1"
 H100, A100 = "gpu-0000-01-00-0", "gpu-0000-02-00-0"
@@ -41,7 +37,9 @@ class Host:
         self.state = tmp / "state"
         self.state.mkdir(exist_ok=True)
         self.inv = discover(self.root)
-        self.parts = MigPartitions(nvml_for(self.root, "auto"), self.state, self.root)
+        self.parts = MigPartitions(
+            nvml_for(SyntheticHost(self.root), "auto"), self.state, SyntheticHost(self.root)
+        )
 
     def published(self) -> Published:
         gpus, uuids = self.parts.read(self.inv)
@@ -228,7 +226,9 @@ def test_restart_destroys_instances_of_claims_not_checkpointed(host: Host, learn
     driver.checkpoint.close()
     again = Host.__new__(Host)
     again.__dict__.update(host.__dict__)
-    again.parts = MigPartitions(nvml_for(host.root, "auto"), host.state, host.root)
+    again.parts = MigPartitions(
+        nvml_for(SyntheticHost(host.root), "auto"), host.state, SyntheticHost(host.root)
+    )
     restarted = make_driver(again, claims)
     restarted.reconcile()
     assert [r.claim for r in again.parts.records] == ["u1"]
@@ -273,7 +273,9 @@ def test_damaged_records_stop_the_agent_with_one_line(host: Host) -> None:
 
     (host.state / "mig.json").write_text('{"records": [{"claim": 1}]}')
     with pytest.raises(StateError, match=r"MIG instance records .* unreadable"):
-        MigPartitions(nvml_for(host.root, "auto"), host.state, host.root)
+        MigPartitions(
+            nvml_for(SyntheticHost(host.root), "auto"), host.state, SyntheticHost(host.root)
+        )
 
 
 def test_policy_filters_keep_only_the_listed_profiles(host: Host) -> None:

@@ -25,8 +25,9 @@ from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
 from kubeacc.crds.types import NODE_LABEL
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
-from kubeacc.synthetic.nvml_mig import read_calls
+from kubeacc.synthetic.mig_state import read_calls
 from kubeacc.synthetic.nvmllib import SyntheticNVML
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.identities import agent_cert_client, install_agent_access
@@ -209,9 +210,8 @@ def test_mig_mode_operation_waits_for_an_idle_gpu(
     lifecycle = LifecycleAgent(
         agent_cert_client(testbed, node, tmp_path / "lc"),
         node_name=node,
-        host_root=agent.host_root,
+        host=SyntheticHost(agent.host_root, kernel=SyntheticKernel(agent.host_root)),
         bitstream_dir=tmp_path,
-        kernel=SyntheticKernel(agent.host_root),
         interval=0.3,
     )
     ctl = Controller(

@@ -108,7 +108,9 @@ def test_shared_gpu_is_published_with_consumable_capacity(dgx: Inventory) -> Non
     assert "allowMultipleAllocations" not in whole
     assert whole["capacity"] == {MEMORY: {"value": str(H100)}}
     assert "allowMultipleAllocations" not in devs[MIG_GPU]
-    assert gpu["attributes"].keys() == whole["attributes"].keys()
+    # a shared GPU says what enforces its shares here (no library given: nothing)
+    assert gpu["attributes"].keys() - whole["attributes"].keys() == {"shareEnforcement"}
+    assert gpu["attributes"]["shareEnforcement"] == {"string": "advisory"}
 
 
 @pytest.mark.parametrize(
@@ -191,10 +193,15 @@ def claims() -> Claims:
     return Claims()
 
 
-def make_driver(tmp_path: Path, claims: Claims, dgx: Inventory) -> Driver:
+def make_driver(tmp_path: Path, claims: Claims, dgx: Inventory, **options: Any) -> Driver:
     index = device_index(dgx)
     return Driver(
-        NODE, claims, lambda: index, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state"
+        NODE,
+        claims,
+        lambda: index,
+        cdi_dir=tmp_path / "cdi",
+        state_dir=tmp_path / "state",
+        **options,
     )
 
 

@@ -27,6 +27,7 @@ from kubeacc.controller.controller import Controller
 from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
 from kubeacc.crds.types import API_VERSION, NODE_LABEL
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.identities import agent_cert_client, install_agent_access
@@ -95,9 +96,8 @@ def stack(
     agent = LifecycleAgent(
         agent_cert_client(testbed, NODE, base),
         node_name=NODE,
-        host_root=root,
+        host=SyntheticHost(root, kernel=kernel),
         bitstream_dir=library,
-        kernel=kernel,
         interval=0.3,
     )
     ctl = Controller(

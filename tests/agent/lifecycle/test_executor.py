@@ -9,12 +9,13 @@ import pytest
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary, make_gbs, parse_gbs
 from kubeacc.agent.lifecycle.executor import Executor
-from kubeacc.agent.lifecycle.host import HostError
 from kubeacc.crds.types import AcceleratorOperationSpec
-from kubeacc.discovery import discover
+from kubeacc.host.kernel import HostError
 from kubeacc.model import Device
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
+from tests.hosts import discover
 
 IFACE0 = "69528db6eb31577a8c3668f9faa081f6"
 AFU = "0123456789abcdef0123456789abcdef"
@@ -30,7 +31,12 @@ def host(tmp_path: Path) -> tuple[Path, SyntheticKernel, Executor, Path]:
     def rediscover(name: str) -> Device | None:
         return {d.name: d for d in discover(root).devices}.get(name)
 
-    return root, kernel, Executor(kernel, BitstreamLibrary(lib), rediscover), lib
+    return (
+        root,
+        kernel,
+        Executor(SyntheticHost(root, kernel=kernel), BitstreamLibrary(lib), rediscover),
+        lib,
+    )
 
 
 def _dev(root: Path, name: str = "fpga-0000-3b-00-0") -> Device:

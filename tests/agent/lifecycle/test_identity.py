@@ -14,12 +14,12 @@ from lightkube.types import PatchType
 from kubeacc.crds.deploy import apply_manifest
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation
 from kubeacc.crds.types import API_VERSION
-from kubeacc.discovery import discover
 from kubeacc.model import Device, DeviceType
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.identities import agent_cert_client
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import create_operation, put_accelerator, resource_slice
+from tests.hosts import discover
 from tests.testbed.helpers import eventually_refused
 
 

@@ -11,12 +11,13 @@ from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import Executor
 from kubeacc.agent.users import accelerator_device
 from kubeacc.crds.types import AcceleratorOperationSpec
-from kubeacc.discovery import discover
 from kubeacc.model import Device
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
-from kubeacc.synthetic.nvml_mig import read_calls
+from kubeacc.synthetic.mig_state import read_calls
 from kubeacc.synthetic.nvmllib import SyntheticNVML
 from kubeacc.synthetic.profiles import build
+from tests.hosts import discover
 
 H100, A100 = "gpu-0000-01-00-0", "gpu-0000-02-00-0"
 
@@ -29,7 +30,9 @@ def host(tmp_path: Path) -> tuple[Path, Executor]:
     def rediscover(name: str) -> Device | None:
         return {d.name: d for d in discover(root).devices}.get(name)
 
-    return root, Executor(kernel, BitstreamLibrary(tmp_path), rediscover)
+    return root, Executor(
+        SyntheticHost(root, kernel=kernel), BitstreamLibrary(tmp_path), rediscover
+    )
 
 
 def spec(enabled: bool) -> AcceleratorOperationSpec:

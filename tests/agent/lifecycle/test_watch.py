@@ -22,6 +22,7 @@ from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict, install_crds
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed import Testbed
@@ -38,9 +39,8 @@ def stack(tb: Testbed, node: str, tmp: Path) -> Iterator[tuple[LifecycleAgent, C
     agent = LifecycleAgent(
         tb.client(field_manager=f"kubeacc-agent-{node}"),
         node_name=node,
-        host_root=root,
+        host=SyntheticHost(root, kernel=SyntheticKernel(root)),
         bitstream_dir=tmp / "lib",
-        kernel=SyntheticKernel(root),
         interval=0.3,
         resync_seconds=RESYNC,
     )
@@ -93,7 +93,7 @@ def test_operation_is_picked_up_through_the_watch(
         # No relist happened: the operation came through the watch, not a resync.
         assert agent.operations.lists == 1
         assert ctl.operations.lists == 1
-        assert ("/sys/bus/pci/devices/0000:01:00.0/reset", "1") in agent.kernel.writes  # type: ignore[attr-defined]
+        assert ("/sys/bus/pci/devices/0000:01:00.0/reset", "1") in agent.host.kernel.writes  # type: ignore[attr-defined]
 
 
 @pytest.mark.cluster

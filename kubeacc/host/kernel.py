@@ -1,8 +1,9 @@
-"""The host boundary of the life-cycle agent: sysfs attribute writes and the FPGA PR ioctl.
+"""The kernel operations kube-acc does on a node: sysfs attribute writes and the FPGA PR ioctl.
 
-Paths are host-absolute (``/sys/bus/pci/...``) and resolved under the host root. ``LinuxKernel``
-does the real thing; ``kubeacc.synthetic.kernel.SyntheticKernel`` emulates what the kernel would
-make appear in a synthetic tree (driver links move on bind/unbind, a new ``afu_id`` after PR).
+Part of the host seam (:mod:`kubeacc.host.interface`). Paths are host-absolute
+(``/sys/bus/pci/...``) and resolved under the host root. ``LinuxKernel`` does the real thing; a
+synthetic host's kernel emulates what the kernel would make appear in its tree (driver links move
+on bind/unbind, a new ``afu_id`` after PR).
 """
 
 from __future__ import annotations

@@ -1,0 +1,74 @@
+"""Cordons the controller sets and lifts: ``spec.cordoned`` of an Accelerator, with the
+annotation ``kubeacc.io/cordoned-by`` naming who set it (an operation ``<ns>/<name>``, or
+``policy`` for an unhealthy device a policy asks to drain)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightkube import Client
+from lightkube.types import PatchType
+
+from kubeacc.controller.operations import TargetView, covering
+from kubeacc.controller.status import FIELD_MANAGER
+from kubeacc.crds.resources import Accelerator
+from kubeacc.crds.status import emit_event
+from kubeacc.crds.types import AcceleratorPolicySpec, UnhealthyAction
+from kubeacc.crds.watch import WatchCache
+from kubeacc.model import HealthState
+from kubeacc.model.names import CORDONED_BY_ANNOTATION
+
+CORDONED_BY = CORDONED_BY_ANNOTATION
+#: ``kubeacc.io/cordoned-by`` of a cordon set for an unhealthy device.
+POLICY_CORDON = "policy"
+
+
+class Cordons:
+    """Sets and lifts cordons; ``cache``: the controller's Accelerators."""
+
+    def __init__(self, client: Client, cache: WatchCache) -> None:
+        self.client = client
+        self.cache = cache
+
+    def set(self, acc: dict[str, Any], by: str, value: bool) -> None:
+        name = acc["metadata"]["name"]
+        patch: dict[str, Any] = {
+            "metadata": {"annotations": {CORDONED_BY: by if value else None}},
+            "spec": {"cordoned": value},
+        }
+        written = self.client.patch(
+            Accelerator, name, patch, patch_type=PatchType.MERGE, field_manager=FIELD_MANAGER
+        )
+        self.cache.observe(written)
+        acc.setdefault("spec", {})["cordoned"] = value
+
+    def reconcile_unhealthy(
+        self, specs: dict[str, AcceleratorPolicySpec], accelerators: dict[str, dict[str, Any]]
+    ) -> None:
+        """Cordon an unhealthy device a policy asks to drain; lift that cordon once healthy."""
+        for name, acc in accelerators.items():
+            view = TargetView.parse(acc)
+            dev = view.device
+            by = (acc["metadata"].get("annotations") or {}).get(CORDONED_BY)
+            if (
+                dev is not None
+                and dev.health.healthy
+                and view.spec.cordoned
+                and by == POLICY_CORDON
+            ):
+                self.set(acc, POLICY_CORDON, False)
+                emit_event(self.client, acc, "Uncordoned", f"{name} is healthy again")
+                continue
+            if dev is None or dev.health.state is not HealthState.UNHEALTHY:
+                continue
+            actions = {specs[p].on_unhealthy for p in covering(specs, dev)}
+            if UnhealthyAction.DRAIN in actions and not view.spec.cordoned:
+                self.set(acc, POLICY_CORDON, True)
+                emit_event(
+                    self.client,
+                    acc,
+                    "Cordoned",
+                    f"{name} is unhealthy ({dev.health.reason or 'no reason given'}); a policy "
+                    "asks to drain it: no new allocations",
+                    warning=True,
+                )

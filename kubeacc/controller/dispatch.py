@@ -1,0 +1,309 @@
+"""Operation dispatch: an AcceleratorOperation from validation to its end.
+
+A new operation is validated (:func:`kubeacc.controller.operations.validate`) against its targets
+and the policies, read fresh from the API server (the caches may not have seen what was created
+just before it), and refused when a target is in use unless it asks to drain first. A pending
+operation cordons its targets when it drains, waits until nobody uses them, then is dispatched
+to the node agents of the targets (``status.dispatch``); a running one ends when every target
+has its result. An operation that outlives ``spec.timeoutSeconds`` fails, and a ``drainFirst``
+operation lifts its own cordons when it ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable, Collection
+from typing import Any
+
+from lightkube import ApiError, Client
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from kubeacc.controller.cordons import CORDONED_BY, Cordons
+from kubeacc.controller.operations import (
+    ANY_NAMESPACE,
+    Refusal,
+    TargetView,
+    attributable_results,
+    busy,
+    claim_holders,
+    validate,
+)
+from kubeacc.controller.policyclasses import policy_specs
+from kubeacc.controller.status import TERMINAL, OperationStatus
+from kubeacc.crds.resources import Accelerator, AcceleratorPolicy, as_dict, is_not_found
+from kubeacc.crds.status import emit_event, get_condition, now, parse_time, set_condition
+from kubeacc.crds.types import (
+    API_VERSION,
+    CONTROLLER_ACTIONS,
+    AcceleratorOperationSpec,
+    AcceleratorOperationStatus,
+    AcceleratorPolicySpec,
+    Action,
+    Dispatch,
+    OperationPhase,
+)
+from kubeacc.crds.watch import WatchCache
+from kubeacc.metrics.controller import ControllerMetrics
+
+DRA_DRIVER = "kubeacc.io"
+#: While an operation waits for consumers, it looks again at least this often (seconds): a
+#: claim's reservation ending wakes no watch of the controller.
+DRAIN_RECHECK_SECONDS = 2.0
+
+
+class OperationDispatch:
+    """Moves operations on; ``due_in(seconds)`` asks the loop for a pass that soon."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        operations: WatchCache,
+        accelerators: WatchCache,
+        metrics: ControllerMetrics,
+        cordons: Cordons,
+        due_in: Callable[[float], None],
+        admin_namespaces: Collection[str] = (ANY_NAMESPACE,),
+    ) -> None:
+        self.client = client
+        #: Namespaces whose operations may target any device (the controller's own by
+        #: default); others need an AcceleratorPolicy grant (operations.validate).
+        self.admin_namespaces = tuple(admin_namespaces)
+        self.accelerators = accelerators
+        self.status = OperationStatus(client, operations, metrics)
+        self.cordons = cordons
+        self.due_in = due_in
+
+    def _fresh_targets(
+        self, spec: AcceleratorOperationSpec
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, AcceleratorPolicySpec]]:
+        """A new operation's targets (GET) and the policies (LIST), read from the API server:
+        the caches may not have seen what was created just before the operation."""
+        found: dict[str, dict[str, Any]] = {}
+        for name in spec.targets:
+            try:
+                found[name] = as_dict(self.client.get(Accelerator, name))
+            except ApiError as exc:
+                if not is_not_found(exc):
+                    raise
+                continue
+            self.accelerators.observe(found[name])
+        return found, policy_specs([as_dict(p) for p in self.client.list(AcceleratorPolicy)])
+
+    def reconcile(
+        self,
+        op: dict[str, Any],
+        policies: dict[str, AcceleratorPolicySpec],
+        accelerators: dict[str, dict[str, Any]],
+    ) -> None:
+        meta = op["metadata"]
+        status = AcceleratorOperationStatus.model_validate(op.get("status") or {})
+        if status.phase in TERMINAL:
+            return
+        before = status.model_copy(deep=True)
+        spec = AcceleratorOperationSpec.model_validate(op.get("spec") or {})
+        gen = meta.get("generation")
+        status.observed_generation = gen
+        if status.phase is None:
+            accelerators, policies = self._fresh_targets(spec)
+        targets = {
+            t: (TargetView.parse(accelerators[t]) if t in accelerators else None)
+            for t in spec.targets
+        }
+        if status.phase is None:
+            status.start_time = now()
+            refusal = validate(meta["namespace"], spec, targets, policies, self.admin_namespaces)
+            if refusal is None and not spec.drain_first and spec.action not in CONTROLLER_ACTIONS:
+                in_use = self._in_use(targets)
+                if in_use:
+                    detail = "; ".join(f"{n} is used by {w}" for n, w in sorted(in_use.items()))
+                    refusal = Refusal(
+                        "DeviceInUse",
+                        f"refusing {spec.action.value}: {detail} (set spec.drainFirst to wait "
+                        "for them to finish)",
+                    )
+            if refusal is not None:
+                self.status.finish(
+                    op,
+                    status,
+                    OperationPhase.FAILED,
+                    refusal.reason,
+                    refusal.message,
+                )
+                self.status.apply(op, before, status)
+                return
+            status.phase = OperationPhase.PENDING
+            status.message = "validated"
+            status.conditions = set_condition(
+                status.conditions, "Validated", True, "Validated", "targets and policy checked", gen
+            )
+            emit_event(self.client, op, "Validated", f"{spec.action.value} on {spec.targets}")
+        if status.phase is OperationPhase.PENDING:
+            self._pending(op, spec, status, targets)
+        elif status.phase is OperationPhase.RUNNING:
+            self._running(op, spec, status, accelerators)
+        if status.phase not in TERMINAL:
+            left = self._time_left(spec, status)
+            draining = get_condition(status.conditions, "Draining")
+            if left <= 0 and draining is not None and draining.status.value == "True":
+                self.status.finish(
+                    op,
+                    status,
+                    OperationPhase.FAILED,
+                    "DrainTimeout",
+                    f"still in use after {spec.timeout_seconds}s: {draining.message}",
+                )
+            elif left <= 0:
+                self.status.finish(
+                    op,
+                    status,
+                    OperationPhase.FAILED,
+                    "Timeout",
+                    f"not finished within {spec.timeout_seconds}s",
+                )
+            else:
+                self.due_in(left + 0.05)
+        if status.phase in TERMINAL and spec.drain_first and spec.action is not Action.DRAIN:
+            self._lift_cordons(op, spec, accelerators)
+        self.status.apply(op, before, status)
+
+    def _pending(
+        self,
+        op: dict[str, Any],
+        spec: AcceleratorOperationSpec,
+        status: AcceleratorOperationStatus,
+        targets: dict[str, TargetView | None],
+    ) -> None:
+        gen = op["metadata"].get("generation")
+        ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
+        if spec.action is Action.UNCORDON:
+            self._uncordon(op, status, targets)
+            return
+        if spec.drain_first or spec.action is Action.DRAIN:
+            for view in targets.values():
+                if view is not None and not view.spec.cordoned:
+                    self.cordons.set({"metadata": {"name": view.name}}, ref, True)
+        in_use = self._in_use(targets)
+        if in_use:
+            detail = "; ".join(f"{n} is used by {w}" for n, w in sorted(in_use.items()))
+            status.message = f"draining: {detail}"
+            status.conditions = set_condition(
+                status.conditions, "Draining", True, "WaitingForConsumers", detail, gen
+            )
+            self.due_in(DRAIN_RECHECK_SECONDS)
+            return
+        if get_condition(status.conditions, "Draining") is not None:
+            status.conditions = set_condition(
+                status.conditions, "Draining", False, "Drained", "no consumers left", gen
+            )
+        if spec.action is Action.DRAIN:
+            self.status.finish(
+                op,
+                status,
+                OperationPhase.SUCCEEDED,
+                "Drained",
+                "nobody uses the targets; they stay cordoned until an Uncordon operation",
+            )
+            return
+        status.dispatch = [
+            Dispatch(accelerator=v.name, node=v.spec.node, device_name=v.spec.device_name)
+            for v in targets.values()
+            if v is not None
+        ]
+        status.phase = OperationPhase.RUNNING
+        nodes = sorted({d.node for d in status.dispatch})
+        status.message = f"handed to the node agents of {', '.join(nodes)}"
+        status.conditions = set_condition(
+            status.conditions, "Dispatched", True, "Dispatched", status.message, gen
+        )
+        emit_event(self.client, op, "Dispatched", status.message)
+
+    def _running(
+        self,
+        op: dict[str, Any],
+        spec: AcceleratorOperationSpec,
+        status: AcceleratorOperationStatus,
+        accelerators: dict[str, dict[str, Any]],
+    ) -> None:
+        results = attributable_results(status)
+        done = {n: r for n, r in results.items() if r.phase in TERMINAL}
+        wanted = {d.accelerator for d in status.dispatch}
+        failed = {n: r for n, r in done.items() if r.phase is OperationPhase.FAILED}
+        if not wanted <= set(done):
+            status.message = f"{len(done)}/{len(wanted)} targets done"
+            return
+        if failed:
+            first = sorted(failed.items())[0][1]
+            msg = "; ".join(f"{n}: {r.message}" for n, r in sorted(failed.items()))
+            self.status.finish(
+                op,
+                status,
+                OperationPhase.FAILED,
+                first.reason or "TargetFailed",
+                msg,
+            )
+        else:
+            self.status.finish(
+                op,
+                status,
+                OperationPhase.SUCCEEDED,
+                "Succeeded",
+                f"{spec.action.value} done",
+            )
+
+    def _in_use(self, targets: dict[str, TargetView | None]) -> dict[str, str]:
+        """Targets in use -> by whom: ``allocatedTo``, and reserved claims that hold them."""
+        out = busy(targets)
+        claims = [as_dict(c) for c in self.client.list(ResourceClaim, namespace="*")]
+        for name, who in claim_holders(claims, targets, DRA_DRIVER).items():
+            # allocatedTo already names the claims the agent prepared: each user once
+            users = (out[name].split(", ") if name in out else []) + who.split(", ")
+            out[name] = ", ".join(dict.fromkeys(users))
+        return out
+
+    def _uncordon(
+        self,
+        op: dict[str, Any],
+        status: AcceleratorOperationStatus,
+        targets: dict[str, TargetView | None],
+    ) -> None:
+        lifted = []
+        for view in targets.values():
+            if view is not None and view.spec.cordoned:
+                self.cordons.set({"metadata": {"name": view.name}}, "", False)
+                lifted.append(view.name)
+                emit_event(
+                    self.client,
+                    {
+                        "apiVersion": API_VERSION,
+                        "kind": "Accelerator",
+                        "metadata": {"name": view.name},
+                    },
+                    "Uncordoned",
+                    f"{view.name}: new allocations allowed again",
+                )
+        message = f"uncordoned {', '.join(lifted)}" if lifted else "no target was cordoned"
+        self.status.finish(op, status, OperationPhase.SUCCEEDED, "Uncordoned", message)
+
+    def _lift_cordons(
+        self,
+        op: dict[str, Any],
+        spec: AcceleratorOperationSpec,
+        accelerators: dict[str, dict[str, Any]],
+    ) -> None:
+        """Lift the cordons a drainFirst operation set, once it has ended."""
+        ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
+        for name in spec.targets:
+            acc = accelerators.get(name)
+            if acc and (acc["metadata"].get("annotations") or {}).get(CORDONED_BY) == ref:
+                self.cordons.set(acc, ref, False)
+
+    def _time_left(
+        self, spec: AcceleratorOperationSpec, status: AcceleratorOperationStatus
+    ) -> float:
+        """Seconds until the operation times out (infinite before it has started)."""
+        if not status.start_time:
+            return math.inf
+        age = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
+        return spec.timeout_seconds - age.total_seconds()

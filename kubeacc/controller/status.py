@@ -1,0 +1,114 @@
+"""The status fields the controller owns: an AcceleratorPolicy's, and an AcceleratorOperation's
+phase, message, conditions and dispatch (``status.results`` are the node agents').
+
+All written by server-side apply under :data:`FIELD_MANAGER`, only when they changed; what the
+API server returns goes into the controller's cache at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from lightkube import Client
+from lightkube.types import PatchType
+
+from kubeacc.crds.resources import AcceleratorPolicy
+from kubeacc.crds.status import (
+    apply_operation_status,
+    emit_event,
+    now,
+    parse_time,
+    set_condition,
+)
+from kubeacc.crds.types import (
+    API_VERSION,
+    AcceleratorOperationStatus,
+    AcceleratorPolicyStatus,
+    OperationPhase,
+)
+from kubeacc.crds.watch import WatchCache
+from kubeacc.metrics.controller import ControllerMetrics
+
+FIELD_MANAGER = "kubeacc-controller"
+TERMINAL = (OperationPhase.SUCCEEDED, OperationPhase.FAILED)
+
+
+def apply_policy_status(
+    client: Client, cache: WatchCache, policy: dict[str, Any], cname: str, matched: int
+) -> None:
+    """The policy's class and how many Accelerators it selects, when that changed."""
+    old = AcceleratorPolicyStatus.model_validate(policy.get("status") or {})
+    gen = policy["metadata"].get("generation")
+    new = AcceleratorPolicyStatus(
+        device_class_name=cname,
+        matched_accelerators=matched,
+        observed_generation=gen,
+        conditions=set_condition(
+            old.conditions, "Ready", True, "DeviceClassReady", f"DeviceClass {cname}", gen
+        ),
+    )
+    if new.to_api() == old.to_api():
+        return
+    written = client.patch(
+        AcceleratorPolicy.Status,
+        policy["metadata"]["name"],
+        {
+            "apiVersion": API_VERSION,
+            "kind": "AcceleratorPolicy",
+            "metadata": {"name": policy["metadata"]["name"]},
+            "status": new.to_api(),
+        },
+        patch_type=PatchType.APPLY,
+        field_manager=FIELD_MANAGER,
+        force=True,
+    )
+    cache.observe(written)
+
+
+class OperationStatus:
+    """Writes the operation status fields the controller owns; ``cache``: the operations'."""
+
+    def __init__(self, client: Client, cache: WatchCache, metrics: ControllerMetrics) -> None:
+        self.client = client
+        self.cache = cache
+        self.metrics = metrics
+
+    def finish(
+        self,
+        op: dict[str, Any],
+        status: AcceleratorOperationStatus,
+        phase: OperationPhase,
+        reason: str,
+        message: str,
+    ) -> None:
+        """End the operation in ``phase`` (``status`` is written by :meth:`apply`)."""
+        gen = op["metadata"].get("generation")
+        status.phase = phase
+        status.message = message
+        status.completion_time = now()
+        action = str((op.get("spec") or {}).get("action", ""))
+        self.metrics.completed.labels(action, phase.value).inc()
+        if status.start_time:
+            took = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
+            self.metrics.duration.labels(action, phase.value).observe(took.total_seconds())
+        ok = phase is OperationPhase.SUCCEEDED
+        status.conditions = set_condition(
+            status.conditions, "Complete" if ok else "Failed", True, reason, message, gen
+        )
+        emit_event(self.client, op, reason, message, warning=not ok)
+
+    def apply(
+        self,
+        op: dict[str, Any],
+        before: AcceleratorOperationStatus,
+        status: AcceleratorOperationStatus,
+    ) -> None:
+        """Write the fields the controller owns, when they changed."""
+        owned = status.to_api()
+        owned.pop("results", None)  # the node agents' field
+        old = before.to_api()
+        old.pop("results", None)
+        if owned == old:
+            return
+        self.cache.observe(apply_operation_status(self.client, op, owned, FIELD_MANAGER))

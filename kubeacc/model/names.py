@@ -1,0 +1,52 @@
+"""Names that more than one component of kube-acc writes or reads, defined once.
+
+The node agent publishes what the controller's DeviceClasses select, the extender writes what
+the device plugin reads, the controller annotates what the agent honours: each such name lives
+here, so neither side imports the other for it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kubeacc.model.accelerator import Device
+
+#: The DRA driver, the extended-resource domain and the API group's domain.
+DOMAIN = "kubeacc.io"
+
+# -- extended resources: served by the device plugin, placed by the extender ---------------------
+GPU_MEMORY_RESOURCE = f"{DOMAIN}/gpu-memory"
+GPU_CORES_RESOURCE = f"{DOMAIN}/gpu-cores"
+GPU_UNITS_RESOURCE = f"{DOMAIN}/gpu-units"
+
+# -- pod annotations: read (models) and written (decision) by the extender, read by the plugin ---
+MODELS_ANNOTATION = f"{DOMAIN}/gpu-models"
+PREFER_ANNOTATION = f"{DOMAIN}/prefer-models"
+MIX_ANNOTATION = f"{DOMAIN}/mix-models"
+#: The extender's decision, written on the pod at bind (JSON; kubeacc.extender.wants.Decision).
+DECISION_ANNOTATION = f"{DOMAIN}/devices"
+
+# -- Accelerator annotation: written by the controller's Cordon, honoured by the agent ----------
+CORDONED_BY_ANNOTATION = f"{DOMAIN}/cordoned-by"
+
+# -- slice attributes of MIG partitions: published by the agent, selected by policy classes -----
+MIG_PROFILE_ATTR = "migProfile"
+MIG_START_ATTR = "migStart"
+MIG_COMPUTE_SLICES_ATTR = "migComputeSlices"
+MIG_PARENT_UUID_ATTR = "parentUUID"
+MIG_PARENT_BUS_ATTR = "parentPciBusID"
+#: On a whole GPU in MIG mode.
+MIG_ENABLED_ATTR = "migEnabled"
+
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+
+
+def model_slug(dev: Device) -> str:
+    """``NVIDIA H100 80GB HBM3`` -> ``h100-80gb-hbm3``: the model part of a resource name
+    (``kubeacc.io/gpu-h100-80gb-hbm3``), as the device plugin serves it and the extender
+    matches it."""
+    model = dev.model
+    if model.lower().startswith(dev.vendor.lower() + " "):
+        model = model[len(dev.vendor) + 1 :]
+    slug = _SLUG_RE.sub("-", model.lower()).strip("-")
+    return slug[: 63 - len(dev.type.value) - 1].strip("-") or "unknown"

@@ -1,0 +1,803 @@
+/* kube-acc share-limit library: enforces a GPU share's device-memory limit inside the container.
+ *
+ * Preloaded (LD_PRELOAD, set by the share's CDI spec) into every process of the container. It
+ * interposes the CUDA driver API's allocation entry points and their frees, and reports the limit
+ * as the device's total memory in the driver API's and NVML's memory queries. Limits come only
+ * from the environment the CDI spec sets (DESIGN.md, "Sharing contract"):
+ *
+ *   KUBEACC_DEVICE_MEMORY_LIMIT  MiB per unit, comma-separated, in ACCELERATOR_UNITS order
+ *   ACCELERATOR_UNITS            the units' PCI bus ids (a CUDA device is matched by its bus id;
+ *                                without the variable, by its ordinal)
+ *   KUBEACC_SHARELIMIT_ID        names the container's accounting file (shared by all processes
+ *                                of the container; without it, accounting is per process)
+ *   KUBEACC_SHARELIMIT_DIR       where that file lives (default /dev/shm)
+ *
+ * Fail closed: a malformed variable, an unusable accounting file or a device without a limit
+ * makes every allocation fail with CUDA_ERROR_OUT_OF_MEMORY and one message on stderr.
+ * docs/sharing.md describes the design; tests/native/ runs it against a stand-in driver. */
+#define _GNU_SOURCE
+#include "cuda_api.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define MAX_DEV 16
+#define MAX_SLOTS 512
+#define MAX_ORDINAL 64
+#define MAGIC 0x6b75626561636331ULL /* "kubeacc1" */
+#define PITCH_ALIGN 512
+
+/* ---- configuration (read once) ---- */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int ndev;                        /* 0: no limits set, pass through */
+static unsigned long long limit[MAX_DEV]; /* bytes */
+static struct { unsigned dom, bus, dev, fn; int ok; } unit[MAX_DEV];
+static int have_units;
+static char broken[300]; /* non-empty: fail closed, this says why */
+static char shr_path[4200];
+
+/* ---- accounting: per device, the container's total and this process's part ---- */
+struct slot {
+    _Atomic int pid;
+    unsigned int pidns;
+    _Atomic unsigned long long used[MAX_DEV];
+};
+struct shared {
+    unsigned long long magic;
+    unsigned int ndev, pad;
+    _Atomic unsigned long long used[MAX_DEV];
+    struct slot slot[MAX_SLOTS];
+};
+static struct shared local_shr; /* per-process accounting when there is no file */
+static struct shared *shr = &local_shr;
+static struct slot *mine = &local_shr.slot[0];
+static int shr_fd = -1;
+static unsigned int my_pidns;
+static _Atomic int denials;
+static _Atomic int ordinal_index[MAX_ORDINAL]; /* 0 unknown, else index + 1, -1 none */
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf - 1, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n > sizeof buf - 2) n = sizeof buf - 2;
+    buf[n++] = '\n';
+    ssize_t w = write(2, buf, (size_t)n);
+    (void)w;
+}
+
+static void fail_closed(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void fail_closed(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(broken, sizeof broken, fmt, ap);
+    va_end(ap);
+    say("kubeacc-sharelimit: %s; every GPU memory allocation of this process will fail", broken);
+}
+
+/* ---- real functions: the next definition after this library, else libcuda/libnvidia-ml ---- */
+enum {
+#define X(name, args) IDX_##name,
+    KUBEACC_CU_FUNCS(X) KUBEACC_NVML_FUNCS(X)
+#undef X
+    IDX_cuCtxGetDevice, IDX_cuDeviceGetPCIBusId, IDX_nvmlDeviceGetPciInfo_v3, IDX_N
+};
+static const char *const real_name[IDX_N] = {
+#define X(name, args) #name,
+    KUBEACC_CU_FUNCS(X) KUBEACC_NVML_FUNCS(X)
+#undef X
+    "cuCtxGetDevice", "cuDeviceGetPCIBusId", "nvmlDeviceGetPciInfo_v3"};
+static void *_Atomic real_fn[IDX_N];
+/* What real_fn holds for a symbol looked up and not found (cuGetProcAddress asks for each
+ * covered symbol on every call: a miss must not cost a dlsym each time). */
+static char missing_mark;
+#define MISSING ((void *)&missing_mark)
+
+/* The C library's dlsym (this library defines its own, below). glibc versions it GLIBC_2.34
+ * (x86_64 also GLIBC_2.2.5, aarch64 GLIBC_2.17). */
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn libc_dlsym(void) {
+    static dlsym_fn real;
+    dlsym_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (f) return f;
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    for (size_t i = 0; i < sizeof versions / sizeof *versions && !f; i++)
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    return f;
+}
+
+static void *resolve(int i) {
+    void *p = atomic_load_explicit(&real_fn[i], memory_order_acquire);
+    if (p) return p == MISSING ? NULL : p;
+    dlsym_fn next = libc_dlsym();
+    if (!next) return NULL;
+    p = next(RTLD_NEXT, real_name[i]);
+    if (!p) {
+        const char *lib = real_name[i][0] == 'n' ? "libnvidia-ml.so.1" : "libcuda.so.1";
+        void *h = dlopen(lib, RTLD_LAZY | RTLD_NOLOAD);
+        if (h) {
+            p = next(h, real_name[i]);
+            dlclose(h);
+        }
+    }
+    atomic_store_explicit(&real_fn[i], p ? p : MISSING, memory_order_release);
+    return p;
+}
+
+#define X(name, args) typedef CUresult(*name##_fn) args;
+KUBEACC_CU_FUNCS(X)
+#undef X
+#define X(name, args) typedef nvmlReturn_t(*name##_fn) args;
+KUBEACC_NVML_FUNCS(X)
+#undef X
+typedef CUresult (*cuCtxGetDevice_fn)(CUdevice *);
+typedef CUresult (*cuDeviceGetPCIBusId_fn)(char *, int, CUdevice);
+typedef nvmlReturn_t (*nvmlDeviceGetPciInfo_v3_fn)(nvmlDevice_t, nvmlPciInfo_t *);
+#define REAL(name) ((name##_fn)resolve(IDX_##name))
+/* Call the real function or answer that the driver is missing. */
+#define CALL(name, ...)                                                                          \
+    do {                                                                                         \
+        name##_fn f_ = REAL(name);                                                               \
+        return f_ ? f_(__VA_ARGS__) : CUDA_ERROR_NOT_INITIALIZED;                                \
+    } while (0)
+
+/* ---- configuration parsing ---- */
+static int parse_bus_id(const char *s, size_t n, unsigned v[4]) {
+    char buf[64], tail;
+    if (n == 0 || n >= sizeof buf) return 0;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    if (sscanf(buf, "%x:%x:%x.%x%c", &v[0], &v[1], &v[2], &v[3], &tail) == 4) return 1;
+    v[0] = 0; /* a bus id without a domain */
+    return sscanf(buf, "%x:%x.%x%c", &v[1], &v[2], &v[3], &tail) == 3;
+}
+
+static void read_config(void) {
+    const char *mem = getenv("KUBEACC_DEVICE_MEMORY_LIMIT");
+    if (!mem) return; /* no share: nothing to enforce */
+    const char *p = mem;
+    do {
+        if (ndev == MAX_DEV) return fail_closed("KUBEACC_DEVICE_MEMORY_LIMIT: more than %d units", MAX_DEV);
+        unsigned long long mib = 0;
+        const char *start = p;
+        while (*p >= '0' && *p <= '9' && p - start < 12) mib = mib * 10 + (unsigned)(*p++ - '0');
+        if (p == start || mib == 0 || (*p && *p != ','))
+            return fail_closed("KUBEACC_DEVICE_MEMORY_LIMIT=%.64s: expected positive MiB per unit, "
+                               "comma-separated", mem);
+        limit[ndev++] = mib << 20;
+    } while (*p++ == ',');
+    const char *units = getenv("ACCELERATOR_UNITS");
+    if (units) {
+        int n = 0;
+        for (const char *u = units;; n++) {
+            size_t len = strcspn(u, ",");
+            unsigned v[4];
+            if (n < MAX_DEV && parse_bus_id(u, len, v)) {
+                unit[n].dom = v[0], unit[n].bus = v[1], unit[n].dev = v[2], unit[n].fn = v[3];
+                unit[n].ok = 1;
+            }
+            if (!u[len]) break;
+            u += len + 1;
+        }
+        if (n + 1 != ndev)
+            return fail_closed("ACCELERATOR_UNITS names %d units, KUBEACC_DEVICE_MEMORY_LIMIT %d",
+                               n + 1, ndev);
+        have_units = 1;
+    }
+    const char *id = getenv("KUBEACC_SHARELIMIT_ID");
+    if (id) {
+        size_t n = strlen(id);
+        if (n == 0 || n > 128 || strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                              "0123456789._-") != n || id[0] == '.')
+            return fail_closed("KUBEACC_SHARELIMIT_ID=%.64s: expected [A-Za-z0-9._-]{1,128}", id);
+        const char *dir = getenv("KUBEACC_SHARELIMIT_DIR");
+        if (!dir || !*dir) dir = "/dev/shm";
+        if (strlen(dir) > 4000) return fail_closed("KUBEACC_SHARELIMIT_DIR is too long");
+        snprintf(shr_path, sizeof shr_path, "%s/kubeacc-sharelimit-%s", dir, id);
+    }
+}
+
+/* ---- the container's accounting file ---- */
+static int alive(int pid, unsigned pidns) {
+    if (pidns != my_pidns) return 1; /* another PID namespace: cannot tell, keep it */
+    return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+/* Return the capacity of processes that ended without giving it back. Under the file lock. */
+static int reclaim_locked(void) {
+    int freed = 0;
+    for (int s = 0; s < MAX_SLOTS; s++) {
+        struct slot *sl = &shr->slot[s];
+        int pid = atomic_load(&sl->pid);
+        if (!pid || sl == mine || alive(pid, sl->pidns)) continue;
+        for (int d = 0; d < MAX_DEV; d++) {
+            unsigned long long u = atomic_exchange(&sl->used[d], 0);
+            if (u) {
+                atomic_fetch_sub(&shr->used[d], u);
+                freed = 1;
+            }
+        }
+        atomic_store(&sl->pid, 0);
+    }
+    return freed;
+}
+
+static int lock_file(int op) {
+    while (flock(shr_fd, op) != 0)
+        if (errno != EINTR) return 0;
+    return 1;
+}
+
+static int reclaim(void) {
+    if (shr_fd < 0 || !lock_file(LOCK_EX)) return 0;
+    int freed = reclaim_locked();
+    flock(shr_fd, LOCK_UN);
+    return freed;
+}
+
+static void claim_slot(void) {
+    if (!lock_file(LOCK_EX)) return fail_closed("%s: lock: %s", shr_path, strerror(errno));
+    reclaim_locked();
+    mine = NULL;
+    for (int s = 0; s < MAX_SLOTS && !mine; s++)
+        if (atomic_load(&shr->slot[s].pid) == 0) mine = &shr->slot[s];
+    if (mine) {
+        for (int d = 0; d < MAX_DEV; d++) atomic_store(&mine->used[d], 0);
+        mine->pidns = my_pidns;
+        atomic_store(&mine->pid, (int)getpid());
+    }
+    flock(shr_fd, LOCK_UN);
+    if (!mine) {
+        mine = &local_shr.slot[0];
+        fail_closed("%s: more than %d processes use the share", shr_path, MAX_SLOTS);
+    }
+}
+
+static int open_file(void) {
+    shr_fd = open(shr_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    return shr_fd >= 0;
+}
+
+static void open_accounting(void) {
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) == 0) my_pidns = (unsigned)st.st_ino;
+    if (!open_file()) return fail_closed("%s: %s", shr_path, strerror(errno));
+    fchmod(shr_fd, 0666); /* every user of the container shares it (the umask may narrow it) */
+    if (!lock_file(LOCK_EX)) return fail_closed("%s: lock: %s", shr_path, strerror(errno));
+    int ok = fstat(shr_fd, &st) == 0 &&
+             (st.st_size == sizeof(struct shared) ||
+              (st.st_size == 0 && ftruncate(shr_fd, sizeof(struct shared)) == 0));
+    void *m = ok ? mmap(NULL, sizeof(struct shared), PROT_READ | PROT_WRITE, MAP_SHARED, shr_fd, 0)
+                 : MAP_FAILED;
+    int err = errno;
+    if (m != MAP_FAILED) {
+        struct shared *s = m;
+        if (s->magic == 0) s->magic = MAGIC, s->ndev = (unsigned)ndev;
+        if (s->magic != MAGIC || s->ndev != (unsigned)ndev) {
+            munmap(m, sizeof(struct shared));
+            m = MAP_FAILED, err = EINVAL;
+        }
+    }
+    flock(shr_fd, LOCK_UN);
+    if (m == MAP_FAILED)
+        return fail_closed("%s: not a share-limit accounting file of %d units (%s)", shr_path, ndev,
+                           strerror(err));
+    shr = m;
+    claim_slot();
+}
+
+/* ---- the allocation table: what each handle took, so its free gives it back ---- */
+enum { K_PTR = 1, K_ARRAY, K_MIPMAP, K_VMM };
+struct entry {
+    unsigned long long key, size;
+    int kind, dev;
+};
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct entry *table;
+static size_t table_cap, table_len;
+
+static size_t slot_of(unsigned long long key, int kind) {
+    return (size_t)(((key ^ (unsigned long long)kind) * 0x9E3779B97F4A7C15ULL) >> 20) & (table_cap - 1);
+}
+
+static int table_put_locked(struct entry e) {
+    if ((table_len + 1) * 2 > table_cap) {
+        size_t old_cap = table_cap, cap = old_cap ? old_cap * 2 : 1024;
+        struct entry *old = table, *t = calloc(cap, sizeof *t);
+        if (!t) return 0;
+        table = t, table_cap = cap, table_len = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].kind) table_put_locked(old[i]);
+        free(old);
+    }
+    size_t i = slot_of(e.key, e.kind);
+    while (table[i].kind) i = (i + 1) & (table_cap - 1);
+    table[i] = e;
+    table_len++;
+    return 1;
+}
+
+/* Remove the handle's entry; 1 and *out if it was there. */
+static int table_take(unsigned long long key, int kind, struct entry *out) {
+    pthread_mutex_lock(&table_lock);
+    int found = 0;
+    if (table_cap) {
+        size_t mask = table_cap - 1, i = slot_of(key, kind);
+        for (; table[i].kind; i = (i + 1) & mask)
+            if (table[i].key == key && table[i].kind == kind) break;
+        if (table[i].kind) {
+            *out = table[i];
+            found = 1;
+            table_len--;
+            for (size_t j = (i + 1) & mask; table[j].kind; j = (j + 1) & mask) {
+                size_t k = slot_of(table[j].key, table[j].kind);
+                if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j))
+                    table[i] = table[j], i = j;
+            }
+            table[i].kind = 0;
+        }
+    }
+    pthread_mutex_unlock(&table_lock);
+    return found;
+}
+
+/* ---- fork: the child keeps the accounting (its own slot, the container's total) ---- */
+static void before_fork(void) { pthread_mutex_lock(&table_lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&table_lock); }
+static void after_fork_child(void) {
+    if (shr_fd >= 0) {
+        /* The parent's allocations stay the parent's; the child gets a slot and a lock of
+         * its own (flock belongs to the open file, which the child shares until it reopens). */
+        table_len = 0;
+        if (table) memset(table, 0, table_cap * sizeof *table);
+        close(shr_fd);
+        if (open_file()) claim_slot();
+        else fail_closed("%s: %s", shr_path, strerror(errno));
+    }
+    pthread_mutex_unlock(&table_lock);
+}
+
+static void init(void) {
+    read_config();
+    if (ndev && !broken[0] && shr_path[0]) open_accounting();
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+static inline int enforcing(void) {
+    pthread_once(&once, init);
+    return ndev > 0 || broken[0];
+}
+
+__attribute__((destructor)) static void give_back_at_exit(void) {
+    if (shr_fd < 0 || !mine || mine == &local_shr.slot[0]) return;
+    for (int d = 0; d < MAX_DEV; d++) {
+        unsigned long long u = atomic_exchange(&mine->used[d], 0);
+        if (u) atomic_fetch_sub(&shr->used[d], u);
+    }
+    atomic_store(&mine->pid, 0);
+}
+
+/* ---- devices: CUDA ordinal -> unit index ---- */
+static int index_of_ordinal(CUdevice ord) {
+    if (ord < 0) return -1;
+    if (ord < MAX_ORDINAL) {
+        int c = atomic_load_explicit(&ordinal_index[ord], memory_order_relaxed);
+        if (c) return c > 0 ? c - 1 : -1;
+    }
+    int idx = -1;
+    char bus[64];
+    unsigned v[4];
+    cuDeviceGetPCIBusId_fn get = REAL(cuDeviceGetPCIBusId);
+    if (have_units && get && get(bus, sizeof bus, ord) == CUDA_SUCCESS &&
+        parse_bus_id(bus, strnlen(bus, sizeof bus), v)) {
+        for (int i = 0; i < ndev; i++)
+            if (unit[i].ok && unit[i].dom == v[0] && unit[i].bus == v[1] && unit[i].dev == v[2] &&
+                unit[i].fn == v[3])
+                idx = i;
+    } else if (ord < ndev) {
+        idx = ord;
+    }
+    if (ord < MAX_ORDINAL) atomic_store_explicit(&ordinal_index[ord], idx >= 0 ? idx + 1 : -1, memory_order_relaxed);
+    return idx;
+}
+
+static int current_index(void) {
+    CUdevice d;
+    cuCtxGetDevice_fn get = REAL(cuCtxGetDevice);
+    if (!get || get(&d) != CUDA_SUCCESS) return -2; /* no context: let the driver say so */
+    return index_of_ordinal(d);
+}
+
+/* ---- reserving and returning capacity ---- */
+static void denied(int idx, unsigned long long size, const char *why) {
+    if (atomic_fetch_add(&denials, 1) < 8)
+        say("kubeacc-sharelimit: GPU memory allocation of %llu bytes refused: %s", size, why);
+    (void)idx;
+}
+
+/* Reserve size bytes on unit idx; CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY. */
+static CUresult reserve(int idx, unsigned long long size) {
+    char why[200];
+    if (broken[0]) return denied(idx, size, broken), CUDA_ERROR_OUT_OF_MEMORY;
+    if (idx < 0) {
+        denied(idx, size, "the device is not one of the share's units (ACCELERATOR_UNITS)");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    _Atomic unsigned long long *used = &shr->used[idx];
+    for (int tries = 0;; tries++) {
+        unsigned long long cur = atomic_load_explicit(used, memory_order_relaxed);
+        while (size <= limit[idx] && cur <= limit[idx] - size)
+            if (atomic_compare_exchange_weak_explicit(used, &cur, cur + size, memory_order_acq_rel,
+                                                      memory_order_relaxed)) {
+                atomic_fetch_add_explicit(&mine->used[idx], size, memory_order_relaxed);
+                return CUDA_SUCCESS;
+            }
+        if (tries || !reclaim()) {
+            snprintf(why, sizeof why, "unit %d's share is %llu MiB, %llu bytes of it in use", idx,
+                     limit[idx] >> 20, cur);
+            denied(idx, size, why);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+}
+
+static void unreserve(int idx, unsigned long long size) {
+    if (idx < 0 || !size) return;
+    atomic_fetch_sub_explicit(&mine->used[idx], size, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&shr->used[idx], size, memory_order_acq_rel);
+}
+
+/* After a successful real allocation: remember it (or undo it if the table is out of memory). */
+static int remember(unsigned long long key, int kind, int idx, unsigned long long size) {
+    pthread_mutex_lock(&table_lock);
+    int ok = table_put_locked((struct entry){key, size, kind, idx});
+    pthread_mutex_unlock(&table_lock);
+    if (!ok) unreserve(idx, size);
+    return ok;
+}
+
+static void forget(unsigned long long key, int kind) {
+    struct entry e;
+    if (table_take(key, kind, &e)) unreserve(e.dev, e.size);
+}
+
+/* The common path of an allocation: reserve, call the driver, remember the handle. */
+#define GUARDED(name, idx_expr, size_expr, args, key_expr, kind, undo)                          \
+    do {                                                                                         \
+        name##_fn f_ = REAL(name);                                                               \
+        if (!f_) return CUDA_ERROR_NOT_INITIALIZED;                                              \
+        if (!enforcing()) return f_ args;                                                        \
+        int idx_ = (idx_expr);                                                                   \
+        if (idx_ == -2) return f_ args;                                                          \
+        unsigned long long size_ = (size_expr);                                                  \
+        CUresult r_ = reserve(idx_, size_);                                                      \
+        if (r_ != CUDA_SUCCESS) return r_;                                                       \
+        r_ = f_ args;                                                                            \
+        if (r_ != CUDA_SUCCESS) {                                                                \
+            unreserve(idx_, size_);                                                              \
+            return r_;                                                                           \
+        }                                                                                        \
+        if (!remember((unsigned long long)(key_expr), kind, idx_, size_)) {                      \
+            undo;                                                                                \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                     \
+        }                                                                                        \
+        return CUDA_SUCCESS;                                                                     \
+    } while (0)
+#define UNDO(name, arg)                                                                          \
+    do {                                                                                         \
+        name##_fn u_ = REAL(name);                                                               \
+        if (u_) u_(arg);                                                                         \
+    } while (0)
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t n) {
+    if (!dptr) CALL(cuMemAlloc_v2, dptr, n);
+    GUARDED(cuMemAlloc_v2, current_index(), n, (dptr, n), *dptr, K_PTR, UNDO(cuMemFree_v2, *dptr));
+}
+EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int n) {
+    if (!dptr) CALL(cuMemAlloc, dptr, n);
+    GUARDED(cuMemAlloc, current_index(), n, (dptr, n), *dptr, K_PTR, UNDO(cuMemFree, *dptr));
+}
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t n, unsigned int flags) {
+    if (!dptr) CALL(cuMemAllocManaged, dptr, n, flags);
+    GUARDED(cuMemAllocManaged, current_index(), n, (dptr, n, flags), *dptr, K_PTR, UNDO(cuMemFree_v2, *dptr));
+}
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s) {
+    if (!dptr) CALL(cuMemAllocAsync, dptr, n, s);
+    GUARDED(cuMemAllocAsync, current_index(), n, (dptr, n, s), *dptr, K_PTR, UNDO(cuMemFree_v2, *dptr));
+}
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t n, CUstream s) {
+    if (!dptr) CALL(cuMemAllocAsync_ptsz, dptr, n, s);
+    GUARDED(cuMemAllocAsync_ptsz, current_index(), n, (dptr, n, s), *dptr, K_PTR, UNDO(cuMemFree_v2, *dptr));
+}
+/* A pool's allocation counts against the current device (a pool of another device is rare). */
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t n, CUmemoryPool p, CUstream s) {
+    if (!dptr) CALL(cuMemAllocFromPoolAsync, dptr, n, p, s);
+    GUARDED(cuMemAllocFromPoolAsync, current_index(), n, (dptr, n, p, s), *dptr, K_PTR, UNDO(cuMemFree_v2, *dptr));
+}
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t n, CUmemoryPool p,
+                                             CUstream s) {
+    if (!dptr) CALL(cuMemAllocFromPoolAsync_ptsz, dptr, n, p, s);
+    GUARDED(cuMemAllocFromPoolAsync_ptsz, current_index(), n, (dptr, n, p, s), *dptr, K_PTR, UNDO(cuMemFree_v2, *dptr));
+}
+
+/* Pitched: reserve the row rounded up to the usual pitch alignment, then settle on the pitch
+ * the driver chose (a wider pitch must fit too, or the allocation is undone). */
+#define PITCHED(name, ptr_t, size_t_, free_fn)                                                   \
+    EXPORT CUresult name(ptr_t *dptr, size_t_ *pitch, size_t_ w, size_t_ h, unsigned int elem) { \
+        name##_fn f = REAL(name);                                                                \
+        if (!f) return CUDA_ERROR_NOT_INITIALIZED;                                               \
+        int idx = enforcing() && dptr && pitch ? current_index() : -2;                           \
+        if (idx == -2) return f(dptr, pitch, w, h, elem);                                        \
+        unsigned long long rows = h ? h : 1;                                                     \
+        unsigned long long want = ((unsigned long long)w + PITCH_ALIGN - 1) / PITCH_ALIGN *      \
+                                  PITCH_ALIGN * rows;                                            \
+        CUresult r = reserve(idx, want);                                                         \
+        if (r != CUDA_SUCCESS) return r;                                                         \
+        r = f(dptr, pitch, w, h, elem);                                                          \
+        if (r != CUDA_SUCCESS) return unreserve(idx, want), r;                                   \
+        unsigned long long got = (unsigned long long)*pitch * rows;                              \
+        if (got < want) unreserve(idx, want - got);                                              \
+        if ((got > want && reserve(idx, got - want) != CUDA_SUCCESS && (unreserve(idx, want), 1)) || \
+            !remember(*dptr, K_PTR, idx, got)) {                                                 \
+            UNDO(free_fn, *dptr);                                                                \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                                     \
+        }                                                                                        \
+        return CUDA_SUCCESS;                                                                     \
+    }
+PITCHED(cuMemAllocPitch_v2, CUdeviceptr, size_t, cuMemFree_v2)
+PITCHED(cuMemAllocPitch, CUdeviceptr_v1, unsigned int, cuMemFree)
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+    if (enforcing()) forget(p, K_PTR);
+    CALL(cuMemFree_v2, p);
+}
+EXPORT CUresult cuMemFree(CUdeviceptr_v1 p) {
+    if (enforcing()) forget(p, K_PTR);
+    CALL(cuMemFree, p);
+}
+/* Given back when the free is enqueued, not when the stream reaches it. */
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+    if (enforcing()) forget(p, K_PTR);
+    CALL(cuMemFreeAsync, p, s);
+}
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+    if (enforcing()) forget(p, K_PTR);
+    CALL(cuMemFreeAsync_ptsz, p, s);
+}
+
+/* Arrays count width x height x depth elements of the format's size; a format whose element
+ * size is not listed (packed, block-compressed) counts 16 bytes per element, never less. */
+static unsigned long long element_bytes(int format, unsigned int channels) {
+    unsigned long long b;
+    switch (format) {
+    case 0x01: case 0x08: b = 1; break;            /* (UN)SIGNED_INT8 */
+    case 0x02: case 0x09: case 0x10: b = 2; break; /* (UN)SIGNED_INT16, HALF */
+    case 0x03: case 0x0a: case 0x20: b = 4; break; /* (UN)SIGNED_INT32, FLOAT */
+    default: b = 16; break;
+    }
+    return b * (channels ? channels : 1);
+}
+static unsigned long long dims(unsigned long long w, unsigned long long h, unsigned long long d) {
+    return (w ? w : 1) * (h ? h : 1) * (d ? d : 1);
+}
+EXPORT CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d) {
+    if (!a || !d) CALL(cuArrayCreate_v2, a, d);
+    GUARDED(cuArrayCreate_v2, current_index(), dims(d->Width, d->Height, 1) * element_bytes(d->Format, d->NumChannels), (a, d), (uintptr_t)*a, K_ARRAY, UNDO(cuArrayDestroy, *a));
+}
+EXPORT CUresult cuArrayCreate(CUarray *a, const CUDA_ARRAY_DESCRIPTOR_v1 *d) {
+    if (!a || !d) CALL(cuArrayCreate, a, d);
+    GUARDED(cuArrayCreate, current_index(), dims(d->Width, d->Height, 1) * element_bytes(d->Format, d->NumChannels), (a, d), (uintptr_t)*a, K_ARRAY, UNDO(cuArrayDestroy, *a));
+}
+EXPORT CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) {
+    if (!a || !d) CALL(cuArray3DCreate_v2, a, d);
+    GUARDED(cuArray3DCreate_v2, current_index(), dims(d->Width, d->Height, d->Depth) * element_bytes(d->Format, d->NumChannels), (a, d), (uintptr_t)*a, K_ARRAY, UNDO(cuArrayDestroy, *a));
+}
+EXPORT CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d) {
+    if (!a || !d) CALL(cuArray3DCreate, a, d);
+    GUARDED(cuArray3DCreate, current_index(), dims(d->Width, d->Height, d->Depth) * element_bytes(d->Format, d->NumChannels), (a, d), (uintptr_t)*a, K_ARRAY, UNDO(cuArrayDestroy, *a));
+}
+EXPORT CUresult cuArrayDestroy(CUarray a) {
+    if (enforcing()) forget((uintptr_t)a, K_ARRAY);
+    CALL(cuArrayDestroy, a);
+}
+static unsigned long long mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int levels) {
+    unsigned long long w = d->Width, h = d->Height, z = d->Depth, total = 0;
+    for (unsigned int l = 0; l < (levels ? levels : 1) && l < 64; l++) {
+        total += dims(w, h, z) * element_bytes(d->Format, d->NumChannels);
+        w = w > 1 ? w / 2 : w, h = h > 1 ? h / 2 : h;
+        if (!(d->Flags & 0x01)) z = z > 1 ? z / 2 : z; /* CUDA_ARRAY3D_LAYERED keeps its layers */
+    }
+    return total;
+}
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                       unsigned int levels) {
+    if (!a || !d) CALL(cuMipmappedArrayCreate, a, d, levels);
+    GUARDED(cuMipmappedArrayCreate, current_index(), mipmap_bytes(d, levels), (a, d, levels), (uintptr_t)*a, K_MIPMAP, UNDO(cuMipmappedArrayDestroy, *a));
+}
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) {
+    if (enforcing()) forget((uintptr_t)a, K_MIPMAP);
+    CALL(cuMipmappedArrayDestroy, a);
+}
+
+/* Virtual memory management: physical memory is created on the device the properties name. */
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n,
+                            const CUmemAllocationProp *prop, unsigned long long flags) {
+    if (!h || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        CALL(cuMemCreate, h, n, prop, flags);
+    GUARDED(cuMemCreate, index_of_ordinal(prop->location.id), n, (h, n, prop, flags), *h, K_VMM, UNDO(cuMemRelease, *h));
+}
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+    if (enforcing()) forget(h, K_VMM);
+    CALL(cuMemRelease, h);
+}
+
+/* ---- memory queries: the share is the device's memory ---- */
+static void as_share(int idx, unsigned long long *total, unsigned long long *free_) {
+    if (idx < 0 || idx >= ndev) return;
+    unsigned long long used = atomic_load(&shr->used[idx]);
+    if (limit[idx] < *total) *total = limit[idx];
+    unsigned long long left = *total > used ? *total - used : 0;
+    if (left < *free_) *free_ = left;
+}
+static unsigned int clamp32(unsigned long long v) { return v > UINT_MAX ? UINT_MAX : (unsigned int)v; }
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_, size_t *total) {
+    cuMemGetInfo_v2_fn f = REAL(cuMemGetInfo_v2);
+    if (!f) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = f(free_, total);
+    if (r == CUDA_SUCCESS && enforcing() && free_ && total) {
+        unsigned long long t = *total, fr = *free_;
+        as_share(current_index(), &t, &fr);
+        *total = t, *free_ = fr;
+    }
+    return r;
+}
+EXPORT CUresult cuMemGetInfo(unsigned int *free_, unsigned int *total) {
+    size_t f = 0, t = 0;
+    CUresult r = cuMemGetInfo_v2(&f, &t);
+    if (r == CUDA_SUCCESS && free_ && total) *free_ = clamp32(f), *total = clamp32(t);
+    return r;
+}
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    cuDeviceTotalMem_v2_fn f = REAL(cuDeviceTotalMem_v2);
+    if (!f) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = f(bytes, dev);
+    if (r == CUDA_SUCCESS && enforcing() && bytes) {
+        unsigned long long t = *bytes, fr = t;
+        as_share(index_of_ordinal(dev), &t, &fr);
+        *bytes = t;
+    }
+    return r;
+}
+EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev) {
+    size_t t = 0;
+    CUresult r = cuDeviceTotalMem_v2(&t, dev);
+    if (r == CUDA_SUCCESS && bytes) *bytes = clamp32(t);
+    return r;
+}
+
+static int index_of_nvml(nvmlDevice_t dev) {
+    nvmlPciInfo_t pci;
+    nvmlDeviceGetPciInfo_v3_fn get = REAL(nvmlDeviceGetPciInfo_v3);
+    if (have_units && get && get(dev, &pci) == NVML_SUCCESS) {
+        for (int i = 0; i < ndev; i++)
+            if (unit[i].ok && unit[i].dom == pci.domain && unit[i].bus == pci.bus &&
+                unit[i].dev == pci.device)
+                return i;
+        return -1;
+    }
+    return ndev == 1 ? 0 : -1;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m) {
+    nvmlDeviceGetMemoryInfo_fn f = REAL(nvmlDeviceGetMemoryInfo);
+    if (!f) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t r = f(dev, m);
+    if (r == NVML_SUCCESS && enforcing() && m) {
+        as_share(index_of_nvml(dev), &m->total, &m->free);
+        m->used = m->total - m->free;
+    }
+    return r;
+}
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *m) {
+    nvmlDeviceGetMemoryInfo_v2_fn f = REAL(nvmlDeviceGetMemoryInfo_v2);
+    if (!f) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t r = f(dev, m);
+    if (r == NVML_SUCCESS && enforcing() && m) {
+        as_share(index_of_nvml(dev), &m->total, &m->free);
+        m->used = m->total > m->free + m->reserved ? m->total - m->free - m->reserved : 0;
+    }
+    return r;
+}
+
+/* ---- cuGetProcAddress: hand out this library's entry points for the covered symbols ---- */
+static void *const hook_fn[] = {
+#define X(name, args) (void *)name,
+    KUBEACC_CU_FUNCS(X) KUBEACC_NVML_FUNCS(X)
+#undef X
+};
+/* The CUDA driver's entries of hook_fn (cuGetProcAddress hands out only those). */
+#define N_CU_HOOKS IDX_nvmlDeviceGetMemoryInfo
+
+/* The hook for what the driver returned: matched by address when the real symbol is known,
+ * else by name as the driver versions it (_v2 from CUDA 3.2, _ptsz for per-thread streams). */
+static void *hook_for(const char *sym, void *got, int version, cuuint64_t flags) {
+    int n = N_CU_HOOKS;
+    for (int i = 0; i < n; i++)
+        if (hook_fn[i] == got) return got; /* already ours */
+    for (int i = 0; i < n; i++)
+        if (resolve(i) == got) return hook_fn[i];
+    char want[96];
+    static const char *const v2[] = {"cuMemAlloc", "cuMemAllocPitch", "cuMemFree", "cuMemGetInfo",
+                                     "cuDeviceTotalMem", "cuArrayCreate", "cuArray3DCreate"};
+    static const char *const ptsz[] = {"cuMemAllocAsync", "cuMemAllocFromPoolAsync",
+                                       "cuMemFreeAsync"};
+    snprintf(want, sizeof want, "%s", sym);
+    for (size_t i = 0; i < sizeof v2 / sizeof v2[0]; i++)
+        if (!strcmp(sym, v2[i]) && version >= 3020) snprintf(want, sizeof want, "%s_v2", sym);
+    for (size_t i = 0; i < sizeof ptsz / sizeof ptsz[0]; i++)
+        if (!strcmp(sym, ptsz[i]) && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
+            snprintf(want, sizeof want, "%s_ptsz", sym);
+    if (!strcmp(sym, "cuGetProcAddress") && version >= 12000)
+        snprintf(want, sizeof want, "cuGetProcAddress_v2");
+    for (int i = 0; i < n; i++)
+        if (!strcmp(real_name[i], want)) {
+            void *expected = MISSING; /* not found by the loader: the driver's answer is it */
+            atomic_compare_exchange_strong(&real_fn[i], &expected, got);
+            return resolve(i) ? hook_fn[i] : got;
+        }
+    return got;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int version, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *status) {
+    cuGetProcAddress_v2_fn f = REAL(cuGetProcAddress_v2);
+    if (!f) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = f(sym, pfn, version, flags, status);
+    if (r == CUDA_SUCCESS && sym && pfn && *pfn) *pfn = hook_for(sym, *pfn, version, flags);
+    return r;
+}
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int version, cuuint64_t flags) {
+    cuGetProcAddress_fn f = REAL(cuGetProcAddress);
+    if (!f) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = f(sym, pfn, version, flags);
+    if (r == CUDA_SUCCESS && sym && pfn && *pfn) *pfn = hook_for(sym, *pfn, version, flags);
+    return r;
+}
+
+/* ---- dlsym: a program (the CUDA runtime) that opens libcuda.so.1 itself and looks its symbols
+ * up on that handle gets this library's entry points for the covered ones, too ---- */
+EXPORT void *dlsym(void *handle, const char *name) {
+    dlsym_fn next = libc_dlsym();
+    if (!next) return NULL;
+    void *got = next(handle, name);
+    if (!got || !((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v')))
+        return got;
+    for (int i = 0; i < (int)(sizeof hook_fn / sizeof hook_fn[0]); i++)
+        if (!strcmp(real_name[i], name)) {
+            if (got == hook_fn[i]) return got;
+            void *known = atomic_load(&real_fn[i]);
+            if (!known || known == MISSING) atomic_compare_exchange_strong(&real_fn[i], &known, got);
+            return atomic_load(&real_fn[i]) == got ? hook_fn[i] : got;
+        }
+    return got;
+}

@@ -1,0 +1,229 @@
+"""What enforces a GPU share in its container: the CDI edits of a DRA share and the Allocate
+answer of a device-plugin share (the library mounted read-only and preloaded, MPS, or advisory),
+the admin's switch, and the library's copy to the host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubeacc.agent.deviceplugin.config import DevicePluginConfig
+from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+from kubeacc.agent.deviceplugin.shared import MEMORY_RESOURCE as MEMORY
+from kubeacc.agent.deviceplugin.shared import Found, Kind, id_gpu_key, shared_allocate
+from kubeacc.agent.dra import cdi
+from kubeacc.agent.dra.driver import ClaimRef
+from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
+from kubeacc.agent.sharelimit import CONTAINER_LIBRARY, Enforcement, Limiter, install
+from kubeacc.agent.users import device_plugin_users, dra_users
+from kubeacc.discovery import discover
+from kubeacc.model import DeviceType, Inventory
+from tests.agent.dra.test_sharing import GPU0, Claims, make_driver, share, spec_env
+from tests.hosts import HostFactory
+
+LIB = Path("/var/lib/kubeacc/native/libkubeacc-sharelimit.so")
+
+
+def gpu_config(source: str, **fields: Any) -> dict[str, Any]:
+    params = {"apiVersion": "kubeacc.io/v1alpha1", "kind": "GpuConfig", **fields}
+    return {"source": source, "opaque": {"driver": "kubeacc.io", "parameters": params}}
+
+
+def prepare(
+    tmp_path: Path, dgx: Inventory, limiter: Limiter, *configs: dict[str, Any], whole: bool = False
+) -> tuple[str, dict[str, Any]]:
+    claims = Claims()
+    result = {"device": GPU0} if whole else share(GPU0, "s1", "4Gi")
+    claims.add("a", "u1", [result])
+    claims.objs[("ns", "a")]["status"]["allocation"]["devices"]["config"] = list(configs)
+    driver = make_driver(tmp_path, claims, dgx, limiter=limiter)
+    out = driver.prepare([ClaimRef("ns", "a", "u1")])
+    spec = (
+        json.loads(cdi.spec_path(tmp_path / "cdi", "u1").read_text()) if not out["u1"].error else {}
+    )
+    driver.checkpoint.close()
+    return out["u1"].error, spec
+
+
+def share_device(spec: dict[str, Any]) -> dict[str, Any]:
+    (dev,) = spec["devices"]
+    edits: dict[str, Any] = dev["containerEdits"]
+    return edits
+
+
+def test_a_dra_share_gets_the_library_read_only_and_preloaded(
+    tmp_path: Path, dgx: Inventory
+) -> None:
+    err, spec = prepare(tmp_path, dgx, Limiter(LIB))
+    assert err == ""
+    env = spec_env(tmp_path, "u1", f"u1-{GPU0}-s1")
+    assert env["LD_PRELOAD"] == CONTAINER_LIBRARY
+    assert env["KUBEACC_SHARELIMIT_ID"] == "u1"  # one account per claim
+    assert env["KUBEACC_SHARE_ENFORCEMENT"] == "library"
+    assert env["KUBEACC_DEVICE_MEMORY_LIMIT"] == "4096"
+    assert share_device(spec)["mounts"] == [
+        {
+            "hostPath": str(LIB),
+            "containerPath": CONTAINER_LIBRARY,
+            "options": ["ro", "nosuid", "nodev", "bind"],
+        }
+    ]
+
+
+def test_a_whole_gpu_gets_no_library(tmp_path: Path, dgx: Inventory) -> None:
+    err, spec = prepare(tmp_path, dgx, Limiter(LIB), whole=True)
+    assert err == ""
+    edits = share_device(spec)
+    assert "mounts" not in edits
+    assert not any(e.startswith(("LD_PRELOAD=", "KUBEACC_SHARE")) for e in edits["env"])
+
+
+def test_without_the_library_a_share_is_advisory(tmp_path: Path, dgx: Inventory) -> None:
+    err, spec = prepare(tmp_path, dgx, Limiter(None))
+    assert err == ""
+    env = spec_env(tmp_path, "u1", f"u1-{GPU0}-s1")
+    assert env["KUBEACC_SHARE_ENFORCEMENT"] == "advisory"
+    assert "LD_PRELOAD" not in env and "mounts" not in share_device(spec)
+
+
+def test_the_class_can_turn_enforcement_off(tmp_path: Path, dgx: Inventory) -> None:
+    # The claim's own "enforce: true" does not turn it back on: the class is the admin's.
+    err, _ = prepare(
+        tmp_path,
+        dgx,
+        Limiter(LIB),
+        gpu_config("FromClass", enforce=False),
+        gpu_config("FromClaim", enforce=True),
+    )
+    assert err == ""
+    env = spec_env(tmp_path, "u1", f"u1-{GPU0}-s1")
+    assert env["KUBEACC_SHARE_ENFORCEMENT"] == "advisory" and "LD_PRELOAD" not in env
+
+
+def test_a_claim_cannot_turn_enforcement_off(tmp_path: Path, dgx: Inventory) -> None:
+    err, _ = prepare(tmp_path, dgx, Limiter(LIB), gpu_config("FromClaim", enforce=False))
+    assert "enforce: false is honoured only from a DeviceClass" in err
+    assert not cdi.spec_path(tmp_path / "cdi", "u1").exists()
+
+
+def test_enforcement_by_vendor_and_mps() -> None:
+    lib, none = Limiter(LIB), Limiter(None)
+    assert lib.enforcement("NVIDIA", mps=False) is Enforcement.LIBRARY
+    assert lib.enforcement("NVIDIA", mps=True) is Enforcement.MPS
+    assert none.enforcement("NVIDIA", mps=True) is Enforcement.MPS  # MPS needs no library
+    assert lib.enforcement("NVIDIA", mps=True, enforce=False) is Enforcement.ADVISORY
+    assert lib.enforcement("AMD", mps=False) is Enforcement.ADVISORY  # no interception point
+    assert lib.enforcement("KunLun", mps=False) is Enforcement.ADVISORY
+    env, mount = lib.edits(Enforcement.MPS, "u1")
+    assert env == {"KUBEACC_SHARE_ENFORCEMENT": "mps"} and mount is None
+    env, _ = lib.edits(Enforcement.LIBRARY, "../ns/pod.c")
+    assert env["KUBEACC_SHARELIMIT_ID"] == "_ns_pod.c"
+
+
+def test_install_copies_the_library_to_the_host_once(tmp_path: Path) -> None:
+    src = tmp_path / "image" / "lib.so"
+    src.parent.mkdir()
+    src.write_bytes(b"\x7fELF library")
+    target = install(src, tmp_path / "state")
+    assert target == tmp_path / "state" / "native" / "libkubeacc-sharelimit.so"
+    assert target.read_bytes() == src.read_bytes() and target.stat().st_mode & 0o777 == 0o755
+    mtime = target.stat().st_mtime_ns
+    assert install(src, tmp_path / "state") == target and target.stat().st_mtime_ns == mtime
+    assert install(tmp_path / "missing.so", tmp_path / "state") is None
+
+
+@pytest.fixture
+def edge(hosts: HostFactory) -> Inventory:
+    return discover(hosts.pristine("edge-mixed"), nvml="on")
+
+
+@pytest.mark.parametrize("enforce", [True, False])
+def test_a_device_plugin_memory_share_gets_the_library(edge: Inventory, enforce: bool) -> None:
+    gpus = {d.pci_bus_id: d for d in edge.by_type(DeviceType.GPU) if d.pci_bus_id}
+    (bdf,) = gpus
+    found = Found("ns/train", "main", (bdf,), memory=4096, cores=0)
+    got = shared_allocate(Kind.MEMORY, found, gpus, None, Limiter(LIB) if enforce else None)
+    if enforce:
+        assert got.envs["LD_PRELOAD"] == CONTAINER_LIBRARY
+        assert got.envs["KUBEACC_SHARELIMIT_ID"] == "ns.train.main"
+        assert got.read_only_mounts == [(str(LIB), CONTAINER_LIBRARY)]
+    else:
+        assert "LD_PRELOAD" not in got.envs and got.read_only_mounts == []
+    assert got.envs["KUBEACC_SHARE_ENFORCEMENT"] == ("library" if enforce else "advisory")
+    cores = shared_allocate(Kind.CORES, Found("ns/train", "main", (bdf,), 0, 30), gpus, None)
+    assert "LD_PRELOAD" not in cores.envs  # the cores resource adds no library
+
+
+def test_status_and_metrics_say_how_each_share_is_enforced(tmp_path: Path, dgx: Inventory) -> None:
+    claims = Claims()
+    claims.add("a", "u1", [share(GPU0, "s1", "4Gi")])
+    claims.add("b", "u2", [share(GPU0, "s2", "4Gi")])
+    claims.objs[("ns", "b")]["status"]["allocation"]["devices"]["config"] = [
+        gpu_config("FromClass", enforce=False)
+    ]
+    driver = make_driver(tmp_path, claims, dgx, limiter=Limiter(LIB))
+    driver.prepare([ClaimRef("ns", "a", "u1"), ClaimRef("ns", "b", "u2")])
+    users = dra_users(driver.prepared(), lambda *_: None, [GPU0])
+    assert users[GPU0] == [
+        {
+            "kind": "ResourceClaim",
+            "namespace": "ns",
+            "name": "a",
+            "uid": "u1",
+            "enforcement": "library",
+        },
+        {
+            "kind": "ResourceClaim",
+            "namespace": "ns",
+            "name": "b",
+            "uid": "u2",
+            "enforcement": "advisory",
+        },
+    ]
+    registry = driver.metrics.registry
+
+    def shares(how: str) -> float | None:
+        return registry.get_sample_value("kubeacc_agent_shares", {"enforcement": how})
+
+    assert (shares("library"), shares("advisory"), shares("mps")) == (1, 1, 0)
+    driver.unprepare([ClaimRef("ns", "a", "u1")])
+    assert (shares("library"), shares("advisory")) == (0, 1)
+    driver.checkpoint.close()
+
+
+def test_device_plugin_users_say_how_memory_shares_are_enforced() -> None:
+    pod = pr.PodResources(
+        name="train",
+        namespace="ns",
+        containers=[
+            pr.ContainerResources(
+                name="main",
+                devices=[pr.ContainerDevices(resource_name=MEMORY, device_ids=["m0-1", "m0-2"])],
+            )
+        ],
+    )
+    # memory unit IDs are "m<position>-<unit>": m0 is the resource's first GPU
+    users = device_plugin_users(
+        [pod], {}, {(MEMORY, GPU0): "library"}, shared_ids={(MEMORY, "m0"): GPU0}
+    )
+    assert users == {
+        GPU0: [{"kind": "Pod", "namespace": "ns", "name": "train", "enforcement": "library"}]
+    }
+
+
+def test_every_shared_unit_id_names_its_gpu(tmp_path: Path, hosts: HostFactory) -> None:
+    inv = discover(hosts.pristine("dgx-h100"), nvml="on")
+    cfg = DevicePluginConfig.model_validate({"types": {"gpu": {"shared": True}}})
+    manager = DevicePluginManager(tmp_path, cfg, limiter=Limiter(LIB))
+    keys = manager.shared_id_devices(inv)
+    for resource, state in manager.states(inv).items():
+        for dev in state.listing():
+            owner = keys[(resource, id_gpu_key(dev.ID))]
+            assert owner in {d.name for d in state.devices.values()}
+    by_name = {d.name: d for d in inv.devices}
+    assert all(by_name[n].type is DeviceType.GPU for n in keys.values())
+    enforcement = manager.share_enforcement(inv)
+    assert set(enforcement.values()) == {"library"}

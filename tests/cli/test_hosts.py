@@ -1,0 +1,37 @@
+"""The composition root's host choice: ``--host`` auto/real/synthetic and ``--simulate-kernel``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+
+from kubeacc.cli.hosts import HostKind, open_host
+from kubeacc.host.real import RealHost
+from kubeacc.synthetic.host import SyntheticHost
+from kubeacc.synthetic.kernel import SyntheticKernel
+from tests.hosts import HostFactory
+
+
+def test_auto_recognises_a_synthetic_tree_and_a_plain_one(
+    hosts: HostFactory, tmp_path: Path
+) -> None:
+    assert isinstance(open_host(hosts.pristine("l4-pair")), SyntheticHost)
+    assert isinstance(open_host(tmp_path), RealHost)
+
+
+def test_an_explicit_choice_wins_over_the_tree(hosts: HostFactory, tmp_path: Path) -> None:
+    assert isinstance(open_host(hosts.pristine("l4-pair"), HostKind.REAL), RealHost)
+    assert isinstance(open_host(tmp_path, HostKind.SYNTHETIC), SyntheticHost)
+
+
+def test_simulate_kernel_gives_the_synthetic_host_its_kernel(hosts: HostFactory) -> None:
+    host = open_host(hosts.copy("l4-pair"), simulate_kernel=True)
+    assert isinstance(host.kernel, SyntheticKernel)
+
+
+def test_simulate_kernel_on_a_real_host_is_one_error(tmp_path: Path) -> None:
+    with pytest.raises(typer.Exit) as err:
+        open_host(tmp_path, simulate_kernel=True)
+    assert err.value.exit_code == 2

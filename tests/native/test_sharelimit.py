@@ -1,0 +1,282 @@
+"""The share-limit library against the stand-in CUDA driver: every covered allocation entry point
+is held to the share, memory queries report it, frees return it, threads and forked children
+cannot exceed it, several devices keep their own, and a malformed limit fails closed."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.native.conftest import Native
+
+OOM = 2  # CUDA_ERROR_OUT_OF_MEMORY
+GPU_A, GPU_B = "0000:3b:00.0", "0000:86:00.0"
+TWO_GPUS = f"{GPU_A}=16384,{GPU_B}=8192"
+
+
+def results(proc: subprocess.CompletedProcess[str]) -> list[list[str]]:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return [line.split() for line in proc.stdout.splitlines()]
+
+
+def codes(proc: subprocess.CompletedProcess[str]) -> list[int]:
+    return [int(r[1]) for r in results(proc) if len(r) > 1]
+
+
+# Each entry point: (command to allocate about 600 MiB, command for about 500 MiB).
+ENTRY_POINTS = {
+    "cuMemAlloc_v2": (["alloc", 600], ["alloc", 500]),
+    "cuMemAlloc (32-bit)": (["alloc32", 600], ["alloc32", 500]),
+    "cuMemAllocManaged": (["managed", 600], ["managed", 500]),
+    "cuMemAllocAsync": (["async", 600], ["async", 500]),
+    "cuMemAllocFromPoolAsync": (["pool", 600], ["pool", 500]),
+    "via cuGetProcAddress_v2": (["gpa", 600], ["gpa", 500]),
+    "cuMemAllocPitch_v2": (["pitch", 1000, 600 << 10], ["pitch", 1000, 500 << 10]),
+    "cuArrayCreate_v2": (["array", 1 << 15, 4800], ["array", 1 << 15, 4000]),
+    "cuArray3DCreate_v2": (["array3d", 1 << 10, 1 << 10, 150], ["array3d", 1 << 10, 1 << 10, 125]),
+    "cuMipmappedArrayCreate": (["mipmap", 8192, 14000, 4], ["mipmap", 8192, 11000, 4]),
+    "cuMemCreate": (["vmm", 0, 600], ["vmm", 0, 500]),
+}
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_each_entry_point_is_held_to_the_share_and_its_free_returns_it(
+    native: Native, entry: str
+) -> None:
+    big, small = ENTRY_POINTS[entry]
+    proc = native.run("ctx", 0, *big, *small, "free", 0, *small, KUBEACC_DEVICE_MEMORY_LIMIT="1024")
+    assert codes(proc) == [0, 0, OOM, 0, 0], proc.stdout
+    assert "refused: unit 0's share is 1024 MiB" in proc.stderr
+    # Without the library the stand-in driver has room for both.
+    assert codes(native.run("ctx", 0, *big, *small, preload=False)) == [0, 0, 0]
+
+
+def test_memory_queries_report_the_share(native: Native) -> None:
+    proc = native.run(
+        "ctx",
+        0,
+        "info",
+        "total",
+        0,
+        "nvml",
+        0,
+        "alloc",
+        100,
+        "info",
+        "nvml",
+        0,
+        KUBEACC_DEVICE_MEMORY_LIMIT="1024",
+    )
+    rows = results(proc)
+    assert rows[1] == ["info", "0", "1024", "1024"]
+    assert rows[2] == ["total", "0", "1024"]
+    assert rows[3] == ["nvml", "0", "1024", "1024", "1024", "1024"]
+    assert rows[5] == ["info", "0", "924", "1024"]
+    assert rows[6] == ["nvml", "0", "1024", "924", "1024", "924"]
+    whole = results(native.run("ctx", 0, "info", "total", 0, "nvml", 0, preload=False))
+    assert whole[1:] == [
+        ["info", "0", "16384", "16384"],
+        ["total", "0", "16384"],
+        ["nvml", "0", "16384", "16384", "16384", "16384"],
+    ]
+
+
+def test_racing_threads_never_exceed_the_share(native: Native) -> None:
+    for _ in range(3):
+        rows = results(
+            native.run("ctx", 0, "race", 16, 3, "info", KUBEACC_DEVICE_MEMORY_LIMIT="1000")
+        )
+        assert rows[1] == ["race", "0", "999"]  # 333 chunks of 3 MiB, not one more
+        assert rows[2] == ["info", "0", "1", "1000"]
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["per-process", "container-file"])
+def test_a_forked_child_keeps_the_accounting(native: Native, tmp_path: Path, shared: bool) -> None:
+    env = {"KUBEACC_DEVICE_MEMORY_LIMIT": "1000"}
+    if shared:
+        env |= {"KUBEACC_SHARELIMIT_ID": "c1", "KUBEACC_SHARELIMIT_DIR": str(tmp_path)}
+    proc = native.run("ctx", 0, "alloc", 600, "fork", "alloc", 500, "alloc", 300, "info", **env)
+    rows = results(proc)
+    # The child's lines come first (the parent waits for it): 600 of the parent's still count.
+    assert rows[1:] == [
+        ["alloc", "0"],
+        ["alloc", "2"],
+        ["alloc", "0"],
+        ["info", "0", "100", "1000"],
+        ["fork", "0"],
+    ]
+
+
+def test_two_devices_keep_separate_limits_matched_by_bus_id(native: Native) -> None:
+    # Units listed in the other order than CUDA numbers the devices: the bus id decides.
+    env = {
+        "KUBEACC_STUB_GPUS": TWO_GPUS,
+        "ACCELERATOR_UNITS": f"{GPU_B},{GPU_A}",
+        "KUBEACC_DEVICE_MEMORY_LIMIT": "512,1024",
+    }
+    proc = native.run(
+        "ctx",
+        0,
+        "alloc",
+        1000,
+        "info",
+        "ctx",
+        1,
+        "alloc",
+        500,
+        "alloc",
+        100,
+        "info",
+        "total",
+        0,
+        "total",
+        1,
+        "nvml",
+        0,
+        "nvml",
+        1,
+        **env,
+    )
+    rows = results(proc)
+    assert [r[:2] for r in rows[:7]] == [
+        ["ctx", "0"],
+        ["alloc", "0"],
+        ["info", "0"],
+        ["ctx", "0"],
+        ["alloc", "0"],
+        ["alloc", "2"],
+        ["info", "0"],
+    ]
+    assert rows[2][2:] == ["24", "1024"] and rows[6][2:] == ["12", "512"]
+    assert rows[7] == ["total", "0", "1024"] and rows[8] == ["total", "0", "512"]
+    assert rows[9][2] == "1024" and rows[10][2] == "512"
+
+
+def test_a_device_that_is_not_a_unit_gets_nothing(native: Native) -> None:
+    env = {
+        "KUBEACC_STUB_GPUS": TWO_GPUS,
+        "ACCELERATOR_UNITS": GPU_B,
+        "KUBEACC_DEVICE_MEMORY_LIMIT": "512",
+    }
+    proc = native.run("ctx", 0, "alloc", 1, "ctx", 1, "alloc", 1, **env)
+    assert codes(proc) == [0, OOM, 0, 0]
+    assert "not one of the share's units" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": ""},
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": "abc"},
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": "0"},
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024,,512"},
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024Mi"},
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": "-5"},
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": "99999999999999999"},
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024", "ACCELERATOR_UNITS": f"{GPU_A},{GPU_B}"},
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024", "KUBEACC_SHARELIMIT_ID": "../etc"},
+        {
+            "KUBEACC_DEVICE_MEMORY_LIMIT": "1024",
+            "KUBEACC_SHARELIMIT_ID": "x",
+            "KUBEACC_SHARELIMIT_DIR": "/nonexistent",
+        },
+    ],
+    ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()),
+)
+def test_a_malformed_limit_fails_closed(native: Native, env: dict[str, str]) -> None:
+    proc = native.run("ctx", 0, "alloc", 1, "managed", 1, "vmm", 0, 1, "info", **env)
+    assert codes(proc) == [0, OOM, OOM, OOM, 0]
+    messages = [line for line in proc.stderr.splitlines() if "will fail" in line]
+    assert len(messages) == 1, proc.stderr
+    assert messages[0].startswith("kubeacc-sharelimit: ")
+
+
+def test_no_limit_is_no_change(native: Native) -> None:
+    proc = native.run("ctx", 0, "alloc", 16000, "info")
+    assert results(proc)[1:] == [["alloc", "0"], ["info", "0", "384", "16384"]]
+    assert proc.stderr == ""
+
+
+def account(native: Native, tmp_path: Path, name: str) -> dict[str, str]:
+    """A process environment whose processes keep one account (a file in ``tmp_path``)."""
+    return native.env(
+        KUBEACC_DEVICE_MEMORY_LIMIT="1000",
+        KUBEACC_SHARELIMIT_ID=name,
+        KUBEACC_SHARELIMIT_DIR=str(tmp_path),
+    )
+
+
+def start(native: Native, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(native.probe), *args],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_processes_of_a_container_share_one_account(native: Native, tmp_path: Path) -> None:
+    env = account(native, tmp_path, "claim-1")
+    first = start(native, env, "ctx", "0", "alloc", "600", "pause", "info")
+    assert first.stdout is not None and first.stdin is not None
+    try:
+        assert [first.stdout.readline().split() for _ in range(3)] == [
+            ["ctx", "0"],
+            ["alloc", "0"],
+            ["pause"],
+        ]
+        second = subprocess.run(
+            [str(native.probe), "ctx", "0", "alloc", "500", "alloc", "400", "info"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert results(second)[1:] == [["alloc", "2"], ["alloc", "0"], ["info", "0", "0", "1000"]]
+        # The second process has ended: its 400 MiB are back.
+        first.stdin.write("\n")
+        first.stdin.flush()
+        assert first.stdout.readline().split() == ["info", "0", "400", "1000"]
+        assert first.wait(10) == 0
+    finally:
+        first.kill()
+    # All ended: everything is back.
+    assert codes(native.run("ctx", 0, "alloc", 1000, **env)) == [0, 0]
+
+
+def test_a_killed_process_gives_its_share_back(native: Native, tmp_path: Path) -> None:
+    env = account(native, tmp_path, "claim-2")
+    victim = start(native, env, "ctx", "0", "alloc", "900", "pause")
+    assert victim.stdout is not None
+    try:
+        assert victim.stdout.readline().split() == ["ctx", "0"]
+        assert victim.stdout.readline().split() == ["alloc", "0"]
+        assert codes(native.run("ctx", 0, "alloc", 200, **env)) == [0, OOM]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+    finally:
+        victim.kill()
+    assert codes(native.run("ctx", 0, "alloc", 1000, **env)) == [0, 0]
+
+
+def test_a_program_that_opens_the_driver_itself_is_held_too(native: Native) -> None:
+    """The CUDA runtime's way: dlopen(RTLD_LOCAL), dlsym on that handle, cuGetProcAddress."""
+    proc = native.run_program(native.dlprobe, 600, 500, 400, KUBEACC_DEVICE_MEMORY_LIMIT="1024")
+    assert results(proc) == [
+        ["alloc", "0"],
+        ["alloc", "2"],
+        ["alloc", "0"],
+        ["info", "0", "24", "1024"],
+        ["nvml", "0", "1024"],
+    ]
+    whole = native.run_program(native.dlprobe, 600, 500, preload=False)
+    assert results(whole) == [
+        ["alloc", "0"],
+        ["alloc", "0"],
+        ["info", "0", "15284", "16384"],
+        ["nvml", "0", "16384"],
+    ]
