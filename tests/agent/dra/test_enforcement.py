@@ -19,10 +19,9 @@ from kubeacc.agent.dra.driver import ClaimRef
 from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.agent.sharelimit import CONTAINER_LIBRARY, Enforcement, Limiter, install
 from kubeacc.agent.users import device_plugin_users, dra_users
-from kubeacc.discovery import discover
 from kubeacc.model import DeviceType, Inventory
 from tests.agent.dra.test_sharing import GPU0, Claims, make_driver, share, spec_env
-from tests.hosts import HostFactory
+from tests.hosts import HostFactory, discover
 
 LIB = Path("/var/lib/kubeacc/native/libkubeacc-sharelimit.so")
 
