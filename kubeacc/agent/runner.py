@@ -57,8 +57,10 @@ from kubeacc.agent.sharelimit import Limiter, install
 from kubeacc.agent.supervise import supervised
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
 from kubeacc.clientconfig import make_client
+from kubeacc.crds.resources import AcceleratorPolicy
 from kubeacc.crds.status import emit_event
 from kubeacc.crds.types import API_VERSION
+from kubeacc.crds.watch import WatchCache, ignoring
 from kubeacc.discovery import DiscoveryConfig, discover
 from kubeacc.host import Host
 from kubeacc.host.files import HostReadError
@@ -93,6 +95,10 @@ def prime_decoders() -> None:
     from kubeacc.crds.resources import Accelerator
 
     prime((ResourceClaim, ResourceSlice, DeviceClass, Node, Accelerator))
+
+
+class PoliciesNotSynced(Exception):
+    """The AcceleratorPolicy watch has no complete list (yet, or since it broke)."""
 
 
 class NodePlugin(Protocol):
@@ -173,6 +179,7 @@ class Agent:
         #: Wakes the loop early (stop, the kubelet registered us, a cordon changed).
         self._wake = threading.Event()
         self.publisher = SlicePublisher(self.client, options.node_name)
+        self.publisher.on_restricted = self._not_enforced
         self.metrics = AgentMetrics()
         self.labeler = NodeLabeler(self.client, options.node_name) if options.node_labels else None
         self.board = HealthBoard(options.node_name)
@@ -195,7 +202,16 @@ class Agent:
                 self.prepare_client, options.node_name, on_change=self._users_changed
             )
         self._index: dict[str, DeviceInfo] = {}
-        #: Memory-sharing AcceleratorPolicies, read at each pass of the publishing loop.
+        #: AcceleratorPolicies, listed once and then watched (a change wakes the loop): at
+        #: 5,000 nodes a LIST per node and pass would be ~1,000 LISTs/s on the API server.
+        self.policies = WatchCache(
+            self.client,
+            AcceleratorPolicy,
+            on_change=self._wake.set,
+            wake_if=ignoring(("status",), ("metadata", "resourceVersion")),
+            name=f"policy-watch-{options.node_name}",
+        )
+        #: Memory-sharing and MIG AcceleratorPolicies, from the watch at each loop pass.
         self.policy_shares = PolicyShares(self._list_policies)
         #: MIG GPUs as partitionable devices (kubeacc.agent.dra.migpublish, migprepare).
         self.partitions = MigPartitions(
@@ -252,9 +268,11 @@ class Agent:
         return programmer.ensure
 
     def _list_policies(self) -> list[dict[str, Any]]:
-        from kubeacc.crds.resources import AcceleratorPolicy, as_dict
-
-        return [as_dict(p) for p in self.client.list(AcceleratorPolicy)]
+        """The watched policies; an error while the watch is not synced (PolicyShares then
+        keeps what it had: an API server away must not un-share devices claims use)."""
+        if not self.policies.synced.is_set():
+            raise PoliciesNotSynced("the AcceleratorPolicy watch is not synced yet")
+        return self.policies.items()
 
     def _mig_filters(self) -> dict[str, MigFilter]:
         """What the MIG policies let each MIG GPU publish; a selected GPU that cannot follow
@@ -283,6 +301,18 @@ class Agent:
                 component=f"kubeacc-agent-{self.opts.node_name}",  # the admission rule
             )
         return filters
+
+    def _not_enforced(self, message: str) -> None:
+        """The cluster drops slice fields kube-acc relies on: one Event on the Node."""
+        node = self.opts.node_name
+        emit_event(
+            self.client,
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": node}},
+            "DRAFeaturesMissing",
+            message,
+            warning=True,
+            component=f"kubeacc-agent-{node}",  # the admission rule
+        )
 
     def add_plugin(self, plugin: NodePlugin) -> None:
         self._plugins.append(plugin)
@@ -343,6 +373,7 @@ class Agent:
         prime_decoders()
         self._observe(self._discover())
         self.driver.reconcile()
+        self.policies.start()
         if self._watch is not None:
             self._watch.start()
         if self.accelerators is not None:
@@ -383,6 +414,7 @@ class Agent:
             self._watch.stop()
         if self.accelerators is not None:
             self.accelerators.stop()
+        self.policies.close()
         self.driver.checkpoint.close()
         if self.probes is not None:
             self.probes.stop()

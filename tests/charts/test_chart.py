@@ -50,6 +50,7 @@ def test_chart_files_are_the_deploy_manifests() -> None:
         ("rbac/controller.yaml", REPO / "deploy/rbac/controller.yaml"),
         ("rbac/extender.yaml", REPO / "deploy/rbac/extender.yaml"),
         ("agent-node-restriction.yaml", REPO / "deploy/admission/agent-node-restriction.yaml"),
+        ("extender-decisions.yaml", REPO / "deploy/admission/extender-decisions.yaml"),
         ("deviceclasses.yaml", REPO / "deploy/dra-deviceclasses.yaml"),
         ("kubeacc-dashboard.json", REPO / "deploy/grafana/kubeacc-dashboard.json"),
     ]
@@ -410,7 +411,11 @@ def test_install_upgrade_uninstall(chart_cluster: tuple[Testbed, Helm], tmp_path
 
 def test_extender_renders_only_when_enabled(helm: Helm) -> None:
     off = _docs(helm("template", "t", str(CHART), K8S, "-n", NS).stdout)
-    assert not [d for d in off if "extender" in d["metadata"]["name"]]
+    # decisions belong to the extender's identity whether it runs or not (docs/security.md)
+    policy = "kubeacc-extender-decisions"
+    vap = next(d for d in off if d["metadata"]["name"] == policy and d["kind"].endswith("Policy"))
+    assert f"system:serviceaccount:{NS}:kubeacc-extender" in str(vap["spec"]["matchConditions"])
+    assert not [d for d in off if "extender" in d["metadata"]["name"] and policy not in str(d)]
     on = _docs(
         helm("template", "t", str(CHART), K8S, "-n", NS, "--set", "extender.enabled=true").stdout
     )

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -192,7 +192,7 @@ class AppliedSharing:
             if (entry["strategy"], entry["timeSlice"]) != (want.strategy, want.time_slice):
                 users = ", ".join(entry["claims"])
                 raise SharingError(
-                    f"GPU {want.device} is set up for {_describe(entry)} by claim(s) {users}; "
+                    f"GPU {want.device} is set up for {describe_entry(entry)} by claim(s) {users}; "
                     f"this claim asks for {want.describe()}"
                 )
             if uid not in entry["claims"]:
@@ -287,13 +287,13 @@ class AppliedSharing:
                         raise
             self.control.set_compute_mode(bus_id, int(entry["previousComputeMode"]))
         except (ControlError, MpsError) as exc:
-            err = f"GPU {entry['device']}: undoing {_describe(entry)} failed: {exc}"
+            err = f"GPU {entry['device']}: undoing {describe_entry(entry)} failed: {exc}"
             log.error("%s (retried)", err)
             self._save()
             return err
         del self.gpus[bus_id]
         self._save()
-        log.info("GPU %s: %s undone", entry["device"], _describe(entry))
+        log.info("GPU %s: %s undone", entry["device"], describe_entry(entry))
         return None
 
     # -- start-up -------------------------------------------------------------------------------
@@ -307,7 +307,7 @@ class AppliedSharing:
             entry["claims"] = [c for c in entry["claims"] if c in prepared]
             if not entry["claims"]:
                 if self._undo(bus_id, entry) is None:
-                    done.append(f"GPU {bus_id}: {_describe(entry)} undone")
+                    done.append(f"GPU {bus_id}: {describe_entry(entry)} undone")
             elif entry["strategy"] == SharingStrategy.MPS and self.daemons.pid(bus_id) is None:
                 try:
                     self.daemons.start(bus_id, entry["uuid"])
@@ -329,7 +329,8 @@ class AppliedSharing:
         return done
 
 
-def _describe(entry: dict[str, Any]) -> str:
+def describe_entry(entry: Mapping[str, Any]) -> str:
+    """The strategy recorded for a GPU, as in messages."""
     if entry["strategy"] == SharingStrategy.TIME_SLICING:
         return f"{entry['strategy']} (time slice {entry['timeSlice']})"
     return str(entry["strategy"])

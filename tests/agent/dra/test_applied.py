@@ -68,11 +68,20 @@ class Host:
     def get(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
         return self.claims.get((namespace, name))
 
-    def claim(self, name: str, uid: str, results: list[dict[str, Any]], **sharing: str) -> ClaimRef:
+    def claim(
+        self,
+        name: str,
+        uid: str,
+        results: list[dict[str, Any]],
+        source: str = "FromClass",
+        **sharing: str,
+    ) -> ClaimRef:
+        """A claim whose GpuConfig ``sharing`` comes from its DeviceClass (as the admin sets
+        it) or, with ``source="FromClaim"``, from the claim; no ``sharing``: no config."""
         full = [{"request": "gpu", "driver": "kubeacc.io", "pool": NODE, **r} for r in results]
         config = [
             {
-                "source": "FromClaim",
+                "source": source,
                 "requests": [],
                 "opaque": {
                     "driver": "kubeacc.io",
@@ -84,6 +93,8 @@ class Host:
                 },
             }
         ]
+        if not sharing:
+            config = []
         self.claims[("ns", name)] = {
             "metadata": {"name": name, "namespace": "ns", "uid": uid},
             "status": {"allocation": {"devices": {"results": full, "config": config}}},
@@ -274,6 +285,36 @@ def test_mps_on_two_gpus_of_one_claim_is_refused(host: Host) -> None:
         "MPS on more than one GPU in one claim is not supported" in driver.prepare([a])["u1"].error
     )
     assert host.calls() == []
+
+
+# -- the strategy belongs to the admin (docs/security.md) -------------------------------------
+def test_a_claims_own_strategy_for_a_share_is_refused(host: Host) -> None:
+    driver = host.driver()
+    plain = host.claim("plain", "u0", [share(GPU0, "s0")])
+    assert driver.prepare([plain])["u0"].error == ""
+    for n, sharing in enumerate(({"strategy": "MPS"}, {"strategy": "TimeSlicing"})):
+        own = host.claim(f"own{n}", f"u{n + 1}", [share(GPU0, f"s{n + 1}")], "FromClaim", **sharing)
+        error = driver.prepare([own])[f"u{n + 1}"].error
+        assert "its sharing strategy comes from the DeviceClass" in error, error
+    assert host.compute_mode(0) == 0 and host.daemons.pid(BUS0) is None
+    assert mps_calls(host) == []
+
+
+def test_a_share_joins_a_gpu_only_on_the_strategy_it_runs(host: Host) -> None:
+    driver = host.driver()
+    mps = host.claim("mps", "u1", [share(GPU0, "s1")], strategy="MPS")
+    assert driver.prepare([mps])["u1"].error == ""
+    plain = host.claim("plain", "u2", [share(GPU0, "s2")])
+    error = driver.prepare([plain])["u2"].error
+    assert f"GPU {GPU0} runs MPS for claim(s) u1; this share runs no strategy" in error, error
+    # the other way round: MPS would switch the GPU under strategy-less shares
+    plain1 = host.claim("plain1", "u3", [share(GPU1, "s3")])
+    assert driver.prepare([plain1])["u3"].error == ""
+    mps1 = host.claim("mps1", "u4", [share(GPU1, "s4")], strategy="MPS")
+    error = driver.prepare([mps1])["u4"].error
+    assert f"GPU {GPU1} is shared by claim(s) u3 with no strategy" in error, error
+    assert host.compute_mode(1) == 0 and mps_calls(host) == ["start"]
+    driver.unprepare([mps, plain1])
 
 
 # -- crashes ----------------------------------------------------------------------------------
