@@ -139,8 +139,11 @@ def _running_count(client: Client, names: list[str], count: int, timeout: float 
             views[node] = _EXTENDER[0].state(node) if _EXTENDER else "no extender"
         except OSError as err:
             views[node] = str(err)
+    process = ""
+    if _EXTENDER and (proc := _EXTENDER[0].proc) is not None:
+        process = f"; extender process: exit {proc.poll()}, log tail:\n{_EXTENDER[0].log()[-3000:]}"
     raise AssertionError(
-        f"not {count} of {names} Running after {timeout}s: {report}; extender: {views}"
+        f"not {count} of {names} Running after {timeout}s: {report}; extender: {views}{process}"
     )
 
 
