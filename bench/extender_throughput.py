@@ -27,9 +27,10 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Node, Pod
 
 from kubeacc.crds.resources import Accelerator, as_dict, install_crds
-from kubeacc.extender.schedconfig import scheduler_entry
+from kubeacc.extender.schedconfig import SchedulerTLS, scheduler_entry
 from kubeacc.extender.wants import MEMORY
 from kubeacc.synthetic import profiles
+from kubeacc.testbed.extendertls import issue_extender_pki
 from kubeacc.testbed.kubelet import KubeletOptions
 from kubeacc.testbed.procs import free_port
 from kubeacc.testbed.testbed import Testbed
@@ -101,8 +102,11 @@ def main() -> None:
     ap.add_argument("--pods", type=int, default=40)
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kacc-tp-"))
-    port = free_port()
-    extenders = [scheduler_entry(f"http://127.0.0.1:{port}", [MEMORY])]
+    port, probe_port = free_port(), free_port()
+    # mutual TLS, as the chart runs the extender
+    pki = issue_extender_pki(work / "pki")
+    tls = SchedulerTLS(pki.client.cert, pki.client.key, pki.ca)
+    extenders = [scheduler_entry(f"https://127.0.0.1:{port}", [MEMORY], tls=tls)]
     procs: list[subprocess.Popen[bytes]] = []
     tb = Testbed.start(
         work / "tb",
@@ -147,14 +151,23 @@ def main() -> None:
         _wait("Accelerators", lambda: len(list(client.list(Accelerator))) >= 3)
         procs.append(
             _spawn(
-                ["extender", f"--kubeconfig={kc}", f"--address=127.0.0.1:{port}"],
+                [
+                    "extender",
+                    f"--kubeconfig={kc}",
+                    f"--address=127.0.0.1:{port}",
+                    f"--probe-address=127.0.0.1:{probe_port}",
+                    f"--tls-cert-file={pki.server.cert}",
+                    f"--tls-key-file={pki.server.key}",
+                    f"--client-ca-file={pki.ca}",
+                ],
                 work / "extender.log",
             )
         )
 
         def ready() -> bool:
+            url = f"http://127.0.0.1:{probe_port}/readyz"
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                with urllib.request.urlopen(url, timeout=2) as r:
                     return bool(r.status == 200)
             except OSError:
                 return False

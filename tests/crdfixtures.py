@@ -14,6 +14,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
 from kubeacc.controller.controller import Controller
+from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.resources import (
     Accelerator,
     AcceleratorOperation,
@@ -152,6 +153,7 @@ def make_controller(testbed: Testbed) -> Controller:
         lease_namespace="default",
         lease_name=f"kubeacc-test-{uuid.uuid4().hex[:6]}",
         interval=0.3,
+        admin_namespaces=[ANY_NAMESPACE],  # tests run operations from their own namespaces
     )
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from lightkube import ApiError, Client
 from lightkube.types import PatchType
 
+from kubeacc.agent.supervise import supervised
 from kubeacc.agent.users import Users
 from kubeacc.crds.resources import Accelerator, is_not_found
 from kubeacc.crds.types import API_VERSION, NODE_LABEL
@@ -104,8 +105,7 @@ class AcceleratorSync:
 
     def start(self) -> None:
         self.cache.start()
-        self._thread = threading.Thread(target=self._loop, name="accelerator-sync", daemon=True)
-        self._thread.start()
+        self._thread = supervised("accelerator-sync", self._loop, self._stop)
 
     def stop(self) -> None:
         self._stop.set()

@@ -54,6 +54,7 @@ from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
 from kubeacc.agent.sharelimit import Limiter, install
+from kubeacc.agent.supervise import supervised
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
 from kubeacc.agent.userspace.hook import install_hook
 from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
@@ -64,6 +65,7 @@ from kubeacc.crds.types import API_VERSION
 from kubeacc.crds.watch import WatchCache, ignoring
 from kubeacc.discovery import DiscoveryConfig, discover
 from kubeacc.host import Host
+from kubeacc.host.files import HostReadError
 from kubeacc.host.real import RealHost
 from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.metrics.http import ProbeServer
@@ -188,6 +190,7 @@ class Agent:
         #: Wakes the loop early (stop, the kubelet registered us, a cordon changed).
         self._wake = threading.Event()
         self.publisher = SlicePublisher(self.client, options.node_name)
+        self.publisher.on_restricted = self._not_enforced
         self.metrics = AgentMetrics()
         self.labeler = NodeLabeler(self.client, options.node_name) if options.node_labels else None
         self.board = HealthBoard(options.node_name)
@@ -260,6 +263,9 @@ class Agent:
         self.published = threading.Event()
         self.probes: ProbeServer | None = None
         self._label_error = ""
+        #: Why the last discovery pass failed ("" when it did not): the agent then serves its
+        #: last good inventory and says so in /readyz.
+        self.discovery_error = ""
 
     def _fpga_programmer(self) -> Callable[[str, str, str], str] | None:
         if self.opts.bitstream_dir is None:
@@ -308,6 +314,18 @@ class Agent:
                 component=f"kubeacc-agent-{self.opts.node_name}",  # the admission rule
             )
         return filters
+
+    def _not_enforced(self, message: str) -> None:
+        """The cluster drops slice fields kube-acc relies on: one Event on the Node."""
+        node = self.opts.node_name
+        emit_event(
+            self.client,
+            {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": node}},
+            "DRAFeaturesMissing",
+            message,
+            warning=True,
+            component=f"kubeacc-agent-{node}",  # the admission rule
+        )
 
     def add_plugin(self, plugin: NodePlugin) -> None:
         self._plugins.append(plugin)
@@ -366,9 +384,7 @@ class Agent:
             )
             self.probes.start()
         prime_decoders()
-        self._observe(
-            discover(self.opts.host, config=self.opts.discovery_config, nvml=self.opts.nvml)
-        )
+        self._observe(self._discover())
         self.driver.reconcile()
         self.policies.start()
         if self._watch is not None:
@@ -389,8 +405,12 @@ class Agent:
             self.registration.start()
         for p in self._plugins:
             p.start(self._plugin_inventory())
-        self._thread = threading.Thread(target=self._loop, name="agent-loop", daemon=True)
-        self._thread.start()
+        self._thread = supervised(
+            "agent-loop",
+            self._loop,
+            self._stop,
+            on_restart=lambda _exc: self.metrics.loop_restarts.labels("agent").inc(),
+        )
 
     def stop(self) -> None:
         self._stop.set()
@@ -424,6 +444,8 @@ class Agent:
             reasons.append(f"DRA plugin {DRIVER_NAME} not registered with the kubelet")
         if not self.published.is_set():
             reasons.append("ResourceSlices not published yet")
+        if self.discovery_error:
+            reasons.append(f"serving the last good inventory: {self.discovery_error}")
         for p in self._plugins:
             reasons += [
                 f"device plugin {r} not registered with the kubelet" for r in p.unregistered()
@@ -462,6 +484,39 @@ class Agent:
             self._label_error = str(exc)
 
     # -- loop -------------------------------------------------------------------------------
+    def _discover(self) -> Inventory:
+        """One strict pass: :class:`HostReadError` when the machine failed a read."""
+        return discover(
+            self.opts.host,
+            config=self.opts.discovery_config,
+            nvml=self.opts.nvml,
+            strict=True,
+        )
+
+    def _rediscover(self) -> Inventory | None:
+        """The host's inventory now, or None (the last good one stands) when the pass failed:
+        slices and labels change only on what a complete pass saw."""
+        try:
+            inv = self._discover()
+        except Exception as exc:
+            self.metrics.discovery_failures.inc()
+            message = str(exc) if isinstance(exc, HostReadError) else f"discovery failed: {exc}"
+            if not self.discovery_error:  # once per episode: log, metric and an Event
+                emit_event(
+                    self.client,
+                    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.opts.node_name}},
+                    "DiscoveryFailed",
+                    f"{message}; serving the last good inventory",
+                    warning=True,
+                    component=f"kubeacc-agent-{self.opts.node_name}",
+                )
+            self.discovery_error = message
+            return None
+        if self.discovery_error:
+            log.info("discovery works again (%s was the last failure)", self.discovery_error)
+            self.discovery_error = ""
+        return inv
+
     def _observe(self, inv: Inventory) -> bool:
         changed = inv.devices != self.inventory.devices
         self.inventory = inv
@@ -538,14 +593,10 @@ class Agent:
             if next_discovery >= next_trim:
                 release_free_memory()
                 next_trim = time.monotonic() + TRIM_INTERVAL
-            try:
-                inv = discover(
-                    self.opts.host, config=self.opts.discovery_config, nvml=self.opts.nvml
-                )
-            except Exception:
-                log.exception("discovery failed; keeping the last inventory")
+            found = self._rediscover()
+            if found is None:
                 continue
-            if self._observe(inv):
+            if self._observe(found):
                 log.info("inventory changed: %d devices", len(self.inventory.devices))
                 plugin_inv = self._plugin_inventory()
                 for p in self._plugins:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.synthetic import profiles
 
 if TYPE_CHECKING:
@@ -84,7 +85,11 @@ class KubeaccStack:
         self.classes = apply_device_classes(client)
         self.bitstreams = write_library(self.library)
         controller = Controller(
-            self.client("kubeacc-controller"), identity="demo", interval=0.3, resync_seconds=30
+            self.client("kubeacc-controller"),
+            identity="demo",
+            interval=0.3,
+            resync_seconds=30,
+            admin_namespaces=[ANY_NAMESPACE],  # the demo is its cluster's admin
         )
         self._run(controller.run, "controller")
         for name, profile in self.host_profiles.items():

@@ -21,6 +21,7 @@ from kubeacc.cli.options import DeviceRootOption, HostRootOption
 from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 from kubeacc.discovery import discover
+from kubeacc.host.files import HostReadError
 from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import DeviceType
 
@@ -89,7 +90,7 @@ def device_plugin_command(
         ready=lambda: [f"{r} not registered with the kubelet" for r in manager.unregistered()],
     )
     stop = stop_on_signals()
-    manager.start(discover(host, nvml=nvml))
+    manager.start(discover(host, nvml=nvml, strict=True))
     served = ", ".join(sorted(manager.servers)) or "no resources (no matching devices found)"
     if manager.kubelet_socket.exists():
         log.info("serving %s; registered with the kubelet at %s", served, manager.kubelet_socket)
@@ -97,7 +98,10 @@ def device_plugin_command(
         log.info("serving %s; not registered yet (no kubelet socket)", served)
     try:
         while not stop.wait(interval):
-            manager.update(discover(host, nvml=nvml))
+            try:  # strict: a pass the machine failed keeps the devices served as they are
+                manager.update(discover(host, nvml=nvml, strict=True))
+            except HostReadError as err:
+                log.warning("%s; serving the last good inventory", err)
     finally:
         manager.stop()
         if probes is not None:

@@ -30,8 +30,9 @@ def describe(exc: BaseException) -> str | None:
 
     from kubeacc.agent.sockets import SocketPathTooLong
     from kubeacc.clientconfig import KubeconfigError
+    from kubeacc.host.files import HostReadError
 
-    if isinstance(exc, KubeconfigError | SocketPathTooLong):
+    if isinstance(exc, KubeconfigError | SocketPathTooLong | HostReadError):
         return str(exc)
     if isinstance(exc, ApiError):
         return _api_error(exc)

@@ -27,6 +27,16 @@ def controller_command(
     kubeconfig: KubeconfigOption = None,
     identity: Annotated[str | None, typer.Option(help="Leader-election identity")] = None,
     lease_namespace: Annotated[str, typer.Option()] = "kube-system",
+    admin_namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--admin-namespace",
+            metavar="NAMESPACE",
+            help="Namespace whose AcceleratorOperations may target any device (repeatable; "
+            "default: the Lease's namespace). Other namespaces need an AcceleratorPolicy "
+            "allowedNamespaces grant. '*': every namespace (not for shared clusters).",
+        ),
+    ] = None,
     interval: Annotated[
         float,
         typer.Option(
@@ -59,6 +69,7 @@ def controller_command(
         lease_namespace=lease_namespace,
         interval=interval,
         resync_seconds=resync_seconds,
+        admin_namespaces=admin_namespace,
     )
     probes = start_probes(
         metrics_address,

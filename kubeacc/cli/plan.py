@@ -17,20 +17,22 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from kubeacc.cli.errors import fail
 from kubeacc.cli.options import KubeconfigOption, UnitsTableOption, use_units_table
 from kubeacc.cli.output import Format, OutputOption, dump, print_table
 from kubeacc.engine.engine import Engine, Placement
+from kubeacc.safeyaml import InputError, load_file
 from kubeacc.units.explain import preference_lines, why_not
 
 
 def load_objects(folder: Path) -> list[dict[str, Any]]:
+    """The objects of the folder's files; :class:`InputError` (one line) for a file that is
+    not a regular file, too large, not text, or YAML too deep or alias-expanding."""
     objs: list[dict[str, Any]] = []
     files = sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
     for path in files:
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in load_file(path):
             if not isinstance(doc, dict):
                 continue
             if doc.get("kind", "").endswith("List") and isinstance(doc.get("items"), list):
@@ -112,7 +114,12 @@ def plan(
     use_units_table(units_table)
     if folder is not None and kubeconfig is not None:
         fail("give a folder or --kubeconfig, not both")
-    objs = load_objects(folder) if folder is not None else cluster_objects(kubeconfig, namespace)
+    try:
+        objs = (
+            load_objects(folder) if folder is not None else cluster_objects(kubeconfig, namespace)
+        )
+    except InputError as err:
+        fail(str(err))
     explained = run_plan_explained(objs)
     placements = [p for p, _ in explained]
     enforcement = share_enforcement(objs)

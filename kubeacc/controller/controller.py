@@ -49,6 +49,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
 
 from lightkube import ApiError, Client
@@ -100,6 +101,7 @@ class Controller:
         resync_seconds: float = 30.0,
         lease_renew_seconds: float = 2.0,
         node_grace_seconds: float = 10.0,
+        admin_namespaces: Collection[str] | None = None,
     ) -> None:
         self.client = client
         self.interval = interval
@@ -139,6 +141,7 @@ class Controller:
             metrics=self.metrics,
             cordons=self.cordons,
             due_in=self._due_in,
+            admin_namespaces=tuple(admin_namespaces or (lease_namespace,)),
         )
         #: Monotonic time the Lease was last read or written (leader or standby alike).
         self._lease_seen_at = -math.inf

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from lightkube import ApiError, Client
@@ -21,6 +21,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 
 from kubeacc.controller.cordons import CORDONED_BY, Cordons
 from kubeacc.controller.operations import (
+    ANY_NAMESPACE,
     Refusal,
     TargetView,
     attributable_results,
@@ -63,8 +64,12 @@ class OperationDispatch:
         metrics: ControllerMetrics,
         cordons: Cordons,
         due_in: Callable[[float], None],
+        admin_namespaces: Collection[str] = (ANY_NAMESPACE,),
     ) -> None:
         self.client = client
+        #: Namespaces whose operations may target any device (the controller's own by
+        #: default); others need an AcceleratorPolicy grant (operations.validate).
+        self.admin_namespaces = tuple(admin_namespaces)
         self.accelerators = accelerators
         self.status = OperationStatus(client, operations, metrics)
         self.cordons = cordons
@@ -108,7 +113,7 @@ class OperationDispatch:
         }
         if status.phase is None:
             status.start_time = now()
-            refusal = validate(meta["namespace"], spec, targets, policies)
+            refusal = validate(meta["namespace"], spec, targets, policies, self.admin_namespaces)
             if refusal is None and not spec.drain_first and spec.action not in CONTROLLER_ACTIONS:
                 in_use = self._in_use(targets)
                 if in_use:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,13 +62,23 @@ def _who(consumers: list[Consumer]) -> str:
     return ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
 
 
+#: ``admins`` entry that lets every namespace operate on every device (tests, the demo).
+ANY_NAMESPACE = "*"
+
+
 def validate(
     namespace: str,
     spec: AcceleratorOperationSpec,
     targets: dict[str, TargetView | None],
     policies: dict[str, AcceleratorPolicySpec],
+    admins: Collection[str] = (ANY_NAMESPACE,),
 ) -> Refusal | None:
-    """Why the operation must not run (the first reason found), or None."""
+    """Why the operation must not run (the first reason found), or None.
+
+    An operation from one of the ``admins`` namespaces (the controller's own, by default) may
+    target any device; from any other namespace, only devices an AcceleratorPolicy covering
+    them grants that namespace (``allowedNamespaces``). No policy, or one with no namespaces,
+    grants nothing (docs/security.md, "Hardware operations")."""
     missing = sorted(n for n, t in targets.items() if t is None)
     if missing:
         return Refusal("AcceleratorNotFound", f"no Accelerator named {', '.join(missing)}")
@@ -77,14 +88,19 @@ def validate(
         if dev is None:
             return Refusal("AcceleratorNotReady", f"{name}: its node agent has not reported it")
         names = covering(policies, dev)
-        for pname in names:
-            allowed = policies[pname].allowed_namespaces
-            if allowed and namespace not in allowed:
-                return Refusal(
-                    "NamespaceNotAllowed",
-                    f"{name}: AcceleratorPolicy {pname} does not allow operations from "
-                    f"namespace {namespace} (allowed: {', '.join(allowed)})",
-                )
+        admin = namespace in admins or ANY_NAMESPACE in admins
+        if not admin and not any(namespace in policies[p].allowed_namespaces for p in names):
+            where = (
+                f"none of the AcceleratorPolicies covering it ({', '.join(names)})"
+                if names
+                else "no AcceleratorPolicy covering it"
+            )
+            return Refusal(
+                "NamespaceNotAllowed",
+                f"{name}: {where} grants namespace {namespace} operations (spec."
+                f"allowedNamespaces); without a grant only namespace(s) "
+                f"{', '.join(sorted(admins))} may",
+            )
         if spec.action not in CONTROLLER_ACTIONS and dev.pci is None:
             return Refusal("NotAPCIDevice", f"{name}: {spec.action.value} needs a PCI device")
         if spec.action is Action.MIG_MODE and (

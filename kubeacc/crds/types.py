@@ -275,7 +275,10 @@ class AcceleratorPolicySpec(_Model):
     allowed_namespaces: list[str] = Field(
         default_factory=list,
         max_length=256,
-        description="Namespaces that may run operations on these devices; empty: all",
+        description=(
+            "Namespaces that may run operations on these devices; empty: none (only the "
+            "controller's admin namespaces may)"
+        ),
     )
     allowed_bitstreams: list[Bitstream] = Field(
         default_factory=list,

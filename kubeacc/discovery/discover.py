@@ -18,7 +18,7 @@ from kubeacc.discovery.context import DiscoveryContext
 from kubeacc.discovery.numa import read_numa
 from kubeacc.discovery.pci import scan
 from kubeacc.discovery.pciids import PciIds
-from kubeacc.host.files import HostRoot, WarningSink
+from kubeacc.host.files import HostReadError, HostRoot, WarningSink
 from kubeacc.host.interface import Host
 from kubeacc.model import Device, DeviceType, Inventory
 
@@ -71,10 +71,17 @@ def discover(
     types: Sequence[DeviceType] | None = None,
     backends: Sequence[Backend] | None = None,
     deadline: float | None = DEADLINE,
+    strict: bool = False,
 ) -> Inventory:
     """Everything on the host ``node``. Never raises for bad host data: what can't
     be read becomes a warning naming the device and the path. After ``deadline`` seconds the
-    pass stops reading and says so in a warning (None: no deadline)."""
+    pass stops reading and says so in a warning (None: no deadline).
+
+    ``strict`` (the agents): a pass the machine failed (a read refused for lack of
+    descriptors or memory, an I/O error, the deadline, a backend that raised) raises
+    :class:`HostReadError` instead of answering fewer devices than the host has, so that the
+    caller keeps its last good inventory rather than withdraw devices that are still there.
+    """
     sink = WarningSink()
     host = node.files(sink, deadline)
     ctx = DiscoveryContext(host=host, functions=scan(host), names=PciIds.load(host), node=node)
@@ -86,11 +93,14 @@ def discover(
             found += backend.discover(ctx)
         except Exception as err:
             log.debug("backend %s failed", backend.name, exc_info=True)
-            sink.add(f"backend:{backend.name}", f"backend failed: {type(err).__name__}: {err}")
+            sink.fail(f"backend:{backend.name}", f"backend failed: {type(err).__name__}: {err}")
     if types:
         found = [d for d in found if d.type in types]
     if host.expired():
         log.warning("discovery of %s stopped at its %g s deadline", host.root, deadline)
+    if strict and sink.failures:
+        more = f" (and {len(sink.failures) - 1} more)" if len(sink.failures) > 1 else ""
+        raise HostReadError(f"discovery of {host.root} failed: {sink.failures[0]}{more}")
     return Inventory(
         hostname=_hostname(host),
         devices=_number(found),

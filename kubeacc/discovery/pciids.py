@@ -62,7 +62,8 @@ class PciIds:
                 if os.path.exists(path):
                     try:
                         data = read_regular(path, DB_LIMIT)
-                    except OSError:
+                    except OSError as err:
+                        host.sink.oserror(path, "cannot read", err)
                         continue
                     return cls(data.decode("utf-8", errors="replace"), path)
         return cls(None)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import ssl
 import threading
+from collections.abc import Callable
 
 from lightkube import Client
 
@@ -13,6 +15,8 @@ from kubeacc.extender.kube import Inventory, KubeBinder, Leadership
 from kubeacc.extender.server import ExtenderServer
 from kubeacc.extender.service import Extender
 from kubeacc.extender.state import State
+from kubeacc.metrics.common import component_registry
+from kubeacc.metrics.http import ProbeServer
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +62,12 @@ class ExtenderRunner:
         lease_namespace: str = "kube-system",
         leader_elect: bool = True,
         lease_duration: int = 15,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        probe_address: str | None = None,
     ) -> None:
+        """``tls``: the verbs' port's TLS context (None: plain HTTP, local use only);
+        ``probe_address``: a plain port for the kubelet's probes and /metrics, which cannot
+        present the client certificate the verbs' port asks for."""
         self.state = State()
         self.inventory = Inventory(client, self.state)
         self.extender = Extender(self.state, KubeBinder(client))
@@ -66,7 +75,12 @@ class ExtenderRunner:
             Leadership(client, identity, lease_namespace, lease_duration) if leader_elect else None
         )
         self.server = ExtenderServer(
-            self.extender, host, port, ready=self.not_ready, serving=self.serving
+            self.extender, host, port, ready=self.not_ready, serving=self.serving, tls=tls
+        )
+        self.probes = (
+            ProbeServer(probe_address, component_registry("extender"), ready=self.not_ready)
+            if probe_address is not None
+            else None
         )
         self._stop = threading.Event()
 
@@ -91,7 +105,13 @@ class ExtenderRunner:
         if self.leadership is not None:
             self.leadership.start()
         self.server.start()
-        log.info("kubeacc extender listening on port %d", self.server.port)
+        if self.probes is not None:
+            self.probes.start()
+        log.info(
+            "kubeacc extender listening on port %d (%s)",
+            self.server.port,
+            "TLS, client certificates required" if self.server.httpd.tls else "plain HTTP",
+        )
 
     def run(self, stop: threading.Event) -> None:
         self.start()
@@ -103,6 +123,8 @@ class ExtenderRunner:
     def stop(self) -> None:
         self._stop.set()
         self.server.stop()
+        if self.probes is not None:
+            self.probes.stop()
         if self.leadership is not None:
             self.leadership.stop()
         self.inventory.close()

@@ -1,30 +1,115 @@
-"""HTTP front of the extender (stdlib ``ThreadingHTTPServer``).
+"""HTTP front of the extender, on :mod:`kubeacc.netserve` (bounded, mutual TLS).
 
 ``POST /filter``, ``/prioritize``, ``/bind`` (the verbs of the KubeSchedulerConfiguration);
-``GET /healthz`` (process alive), ``/readyz`` (leading and the watches synced; a Service
-therefore routes the scheduler to the leader only), ``/state`` (counts, for people;
-``/state?node=N``: node N's GPUs, their use and the pods holding them).
+``GET /healthz`` (process alive), ``/readyz`` (leading and the watches synced), ``/state``
+(counts, for people; ``/state?node=N``: node N's GPUs, their use and the pods holding them).
 A replica that does not lead answers the verbs with 503.
+
+The port speaks TLS and serves only clients with a certificate signed by the client CA (the
+chart's, given to kube-scheduler): ``/bind`` binds with the extender's cluster-wide rights, so
+nobody else may call it. Plain HTTP only with ``tls=None`` (``--insecure-http``, local use).
+The kubelet's probes go to the separate plain probe port (``--probe-address``).
+
+Bounds (docs/security.md, "Ports"): a body of at most :data:`MAX_BODY` bytes, the bodies of
+all requests being read or decoded at once at most :data:`BODY_BUDGET`, JSON nested at most
+:data:`MAX_DEPTH` deep, and the connection and time limits of :data:`EXTENDER_LIMITS`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
+import ssl
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import msgspec
 
+from kubeacc.agent.arenas import release_free_memory
 from kubeacc.extender.service import Extender
+from kubeacc.extender.wire import ShapeError, check_shape
+from kubeacc.netserve.budget import BudgetExhausted, ByteBudget
+from kubeacc.netserve.limits import Limits
+from kubeacc.netserve.server import BodyError, BoundedHandler, BoundedHTTPServer
 
 log = logging.getLogger(__name__)
-MAX_BODY = 64 << 20
+
+#: The largest verb body. kube-scheduler (nodeCacheCapable) sends the pod and the names of the
+#: candidate nodes: 0.23 MiB for 5,000 nodes with 45-character names, 1.23 MiB with the
+#: longest names Kubernetes allows (bench/extender_fuzz.py); a pod object is at most
+#: ~1.5 MiB (etcd's request limit). 4 MiB takes the worst of both with room to spare.
+MAX_BODY = 4 << 20
+#: The bodies read or decoded at one moment, all connections together: a decoded JSON
+#: document can take ~25 times its size (a body of empty lists), so one largest body at a
+#: time (next to any number of the scheduler's usual ~0.25 MiB ones) keeps the extender far
+#: within its 512 MiB (bench/extender_fuzz.py).
+BODY_BUDGET = MAX_BODY
+#: How long a request waits for its share of :data:`BODY_BUDGET` before a 503.
+BUDGET_WAIT = 5.0
+#: A pod object is ~10 levels deep; nothing the scheduler sends is deeper than 32.
+MAX_DEPTH = 32
+#: After a body this large, freed heap pages go back to the kernel (malloc_trim): glibc keeps
+#: them mapped otherwise, and the extender's RSS stays at its peak.
+TRIM_AFTER = 1 << 20
+
+#: The scheduler keeps connections open (Go's transport closes idle ones after 90 s; the
+#: extender waits longer so that it never closes one under a request being sent) and sends
+#: binds in parallel.
+EXTENDER_LIMITS = Limits(
+    max_connections=64,
+    backlog=256,
+    keepalive_timeout=120.0,
+    head_timeout=5.0,
+    body_timeout=10.0,
+    work_timeout=60.0,
+    max_body=MAX_BODY,
+)
 
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
+
+
+class BadRequest(ValueError):
+    pass
+
+
+def too_deep(value: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``value`` (decoded JSON) nests deeper than ``limit``: a walk with one iterator
+    per level, so no RecursionError and memory for ``limit`` levels, never one entry per
+    node (a body of a million empty lists)."""
+    if not isinstance(value, dict | list):
+        return False
+    stack = [iter(value.values() if isinstance(value, dict) else value)]
+    while stack:
+        for child in stack[-1]:
+            if isinstance(child, dict | list):
+                if len(stack) >= limit:
+                    return True
+                stack.append(iter(child.values() if isinstance(child, dict) else child))
+                break
+        else:
+            stack.pop()
+    return False
+
+
+def decode_args(verb: str, raw: bytes) -> dict[str, Any]:
+    """``verb``'s body as a JSON object of its shape, or :class:`BadRequest` with the reason
+    in one line."""
+    try:
+        args = _decoder.decode(raw)
+    except msgspec.DecodeError as err:
+        raise BadRequest(f"not JSON: {err}") from None
+    except RecursionError:
+        raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+    if not isinstance(args, dict):
+        raise BadRequest("the body is not a JSON object")
+    if too_deep(args):
+        raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels")
+    try:
+        check_shape(verb, args)
+    except ShapeError as err:
+        raise BadRequest(str(err)) from None
+    return args
 
 
 class ExtenderServer:
@@ -35,94 +120,100 @@ class ExtenderServer:
         port: int,
         ready: Callable[[], list[str]] = list,
         serving: Callable[[], bool] = lambda: True,
+        *,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        limits: Limits = EXTENDER_LIMITS,
+        body_budget: int = BODY_BUDGET,
     ) -> None:
         self.extender = extender
         self.ready = ready
         self.serving = serving
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Headers and body go out in separate writes: with Nagle's algorithm on, the
-            # client's delayed ACK would add ~40 ms to every answer.
-            disable_nagle_algorithm = True
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("%s " + format, self.address_string(), *args)
-
-            def _send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path == "/healthz":
-                    self._send(200, b"ok\n", "text/plain")
-                elif path == "/readyz":
-                    problems = outer.ready()
-                    text = "\n".join(problems) + "\n" if problems else "ok\n"
-                    self._send(503 if problems else 200, text.encode(), "text/plain")
-                elif path == "/state":
-                    query = self.path.partition("?")[2]
-                    node = query.removeprefix("node=") if query.startswith("node=") else None
-                    data = {**outer.extender.state.summary(node), **outer.extender.counts}
-                    self._send(200, json.dumps(data).encode())
-                else:
-                    self._send(404, b"not found\n", "text/plain")
-
-            def do_POST(self) -> None:
-                verb = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-                handler = {
-                    "filter": outer.extender.filter,
-                    "prioritize": outer.extender.prioritize_json,
-                    "bind": outer.extender.bind,
-                }.get(verb)
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
-                    self._send(413, b'{"Error": "request too large"}')
-                    self.close_connection = True
-                    return
-                raw = self.rfile.read(length)
-                if handler is None:
-                    self._send(404, b'{"Error": "unknown verb"}')
-                    return
-                if not outer.serving():
-                    self._send(503, b'{"Error": "this kubeacc extender replica does not lead"}')
-                    return
-                try:
-                    args = _decoder.decode(raw)
-                    if not isinstance(args, dict):
-                        raise ValueError("the body is not a JSON object")
-                except (msgspec.DecodeError, ValueError) as err:
-                    self._send(400, _encoder.encode({"Error": f"bad request: {err}"}))
-                    return
-                try:
-                    result: Any = handler(args)
-                except Exception as err:  # a bug: answer, log, keep serving
-                    log.exception("%s failed", verb)
-                    self._send(500, _encoder.encode({"Error": f"{verb}: internal error: {err}"}))
-                    return
-                self._send(200, result if isinstance(result, bytes) else _encoder.encode(result))
-
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
+        self.budget = ByteBudget(body_budget)
+        self.httpd = BoundedHTTPServer(
+            (host, port), _handler(self), limits, tls=tls, name="extender-http"
+        )
 
     @property
     def port(self) -> int:
-        return int(self.httpd.server_address[1])
+        return self.httpd.port
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self.httpd.serve_forever, name="extender-http", daemon=True
-        )
-        self._thread.start()
+        self.httpd.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
+        self.httpd.stop()
+
+
+def _handler(outer: ExtenderServer) -> type[BoundedHandler]:
+    class Handler(BoundedHandler):
+        def _json(self, code: int, body: bytes) -> None:
+            self.send_body(code, body, "application/json")
+
+        def _error(self, code: int, message: str) -> None:
+            self._json(code, _encoder.encode({"Error": message}))
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/healthz":
+                self.send_body(200, b"ok\n", "text/plain")
+            elif path == "/readyz":
+                problems = outer.ready()
+                text = "\n".join(problems) + "\n" if problems else "ok\n"
+                self.send_body(503 if problems else 200, text.encode(), "text/plain")
+            elif path == "/state":
+                query = self.path.partition("?")[2]
+                node = query.removeprefix("node=") if query.startswith("node=") else None
+                data = {**outer.extender.state.summary(node), **outer.extender.counts}
+                self._json(200, json.dumps(data).encode())
+            else:
+                self.send_body(404, b"not found\n", "text/plain")
+
+        def do_POST(self) -> None:
+            verb = self.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+            handler = {
+                "filter": outer.extender.filter,
+                "prioritize": outer.extender.prioritize_json,
+                "bind": outer.extender.bind,
+            }.get(verb)
+            try:
+                length = self.body_length()
+            except BodyError as err:
+                self.close_connection = True  # the unread body would be taken for a request
+                self._error(err.code, str(err))
+                return
+            try:
+                with outer.budget.hold(length, BUDGET_WAIT):
+                    self._verb(verb, handler, length)
+            except BudgetExhausted as err:
+                self.close_connection = True
+                self._error(503, f"busy: {err}")
+            if length >= TRIM_AFTER:
+                release_free_memory()
+
+        def _verb(self, verb: str, handler: Callable[[Any], Any] | None, length: int) -> None:
+            try:
+                raw = self.read_body(length)
+            except BodyError as err:
+                self._error(err.code, str(err))
+                return
+            if handler is None:
+                self._error(404, "unknown verb")
+                return
+            if not outer.serving():
+                self._error(503, "this kubeacc extender replica does not lead")
+                return
+            try:
+                args = decode_args(verb, raw)
+            except BadRequest as err:
+                self._error(400, f"bad request: {err}")
+                return
+            del raw
+            try:
+                result: Any = handler(args)
+            except Exception as err:  # a bug: answer, log, keep serving
+                log.exception("%s failed", verb)
+                self._error(500, f"{verb}: internal error: {err}")
+                return
+            self._json(200, result if isinstance(result, bytes) else _encoder.encode(result))
+
+    return Handler

@@ -13,18 +13,21 @@ per node instead of walking its GPUs.
 from __future__ import annotations
 
 import bisect
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubeacc.extender.wants import MAX_CORES, Decision, decision_of
+from kubeacc.extender.trusted import trusted_decision
+from kubeacc.extender.wants import MAX_CORES, Decision
 from kubeacc.model import Device, DeviceType, Inventory
 from kubeacc.model.names import model_slug
 from kubeacc.topology.graph import TopologyGraph
 from kubeacc.units.table import UnitTable, active_table
 
+log = logging.getLogger(__name__)
 MIB = 1 << 20
 #: Seconds a reservation outlives its bind call without a pod event (see State.pending).
 PENDING_GRACE = 30.0
@@ -281,12 +284,20 @@ class State:
                 self.release(uid)
 
     def _held(self, pod: Mapping[str, Any]) -> Decision | None:
-        """What a pod holds: its decision when it is bound to that node and not finished."""
+        """What a pod holds: its decision when it is bound to that node and not finished.
+
+        Only a decision consistent with the pod's requests counts (:mod:`.trusted`): a forged
+        one (whole GPUs for a pod that asks none, negative shares) would block GPUs or let
+        the extender over-commit them.
+        """
         # A pod being deleted still runs until it is gone: it keeps its GPUs until then.
         if _phase(pod) in TERMINAL:
             return None
         node = (pod.get("spec") or {}).get("nodeName")
-        decision = decision_of(pod)
+        decision, why = trusted_decision(pod)
+        if why:
+            meta = pod.get("metadata") or {}
+            log.warning("pod %s/%s: %s", meta.get("namespace"), meta.get("name"), why)
         if decision is None or not node or decision.node != node:
             return None
         return decision

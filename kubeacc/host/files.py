@@ -35,6 +35,27 @@ _KINDS = {
 }
 
 
+#: errno values that say the machine failed a read (out of descriptors or memory, an I/O
+#: error, a timeout), not that the host lacks what was read: such a pass is a failed pass,
+#: never a host without devices (docs/discovery.md, "Failed passes").
+MACHINE_ERRORS = frozenset(
+    {
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.EIO,
+        errno.ENOMEM,
+        errno.ENOBUFS,
+        errno.EAGAIN,
+        errno.EINTR,
+        errno.ETIMEDOUT,
+    }
+)
+
+
+class HostReadError(RuntimeError):
+    """A discovery pass that could not read the host: its inventory is not the host's."""
+
+
 class NotRegularFileError(OSError):
     """A FIFO, socket or device node where a file's contents were expected."""
 
@@ -79,7 +100,22 @@ class WarningSink:
     """Collects what could not be read, once per (device, path, message)."""
 
     items: list[DiscoveryWarning] = field(default_factory=list)
+    #: Reads the machine failed (see MACHINE_ERRORS) and a pass past its deadline.
+    failures: list[str] = field(default_factory=list)
     _seen: set[tuple[str | None, str, str]] = field(default_factory=set)
+
+    def fail(self, path: str, message: str, device: str | None = None) -> None:
+        self.add(path, message, device)
+        if len(self.failures) < 20:
+            self.failures.append(f"{path}: {message}")
+
+    def oserror(self, path: str, message: str, err: OSError, device: str | None = None) -> None:
+        """An OSError: a failure of the machine (MACHINE_ERRORS) or a warning about the host."""
+        text = f"{message}: {err.strerror or err}"
+        if err.errno in MACHINE_ERRORS:
+            self.fail(path, text, device)
+        else:
+            self.add(path, text, device)
 
     def add(self, path: str, message: str, device: str | None = None) -> None:
         key = (device, path, message)
@@ -111,7 +147,7 @@ class HostRoot:
         """True (and the deadline warning recorded) once the pass is over its deadline."""
         if self._ends is None or time.monotonic() < self._ends:
             return False
-        self.sink.add(
+        self.sink.fail(
             "discovery",
             f"discovery pass took longer than its {self.budget:g} s deadline; "
             "the rest of the host was not read",
@@ -191,7 +227,7 @@ class HostRoot:
             if required:
                 self.sink.add(path, "directory is missing", device)
         except OSError as err:
-            self.sink.add(path, f"cannot list directory: {err.strerror or err}", device)
+            self.sink.oserror(path, "cannot list directory", err, device)
         return []
 
     def readlink_name(self, path: str, device: str | None = None) -> str | None:
@@ -202,7 +238,7 @@ class HostRoot:
         try:
             target = os.readlink(real)
         except OSError as err:
-            self.sink.add(path, f"cannot read link: {err.strerror or err}", device)
+            self.sink.oserror(path, "cannot read link", err, device)
             return None
         name = PurePosixPath(target).name
         return name or None
@@ -227,7 +263,7 @@ class HostRoot:
             self.sink.add(path, str(err.strerror), device)
             return None
         except OSError as err:
-            self.sink.add(path, f"cannot read: {err.strerror or err}", device)
+            self.sink.oserror(path, "cannot read", err, device)
             return None
         try:
             text = data.decode("utf-8")

@@ -120,6 +120,19 @@ class AgentMetrics(DevicePluginMetrics):
         self.published_devices = Gauge(
             "kubeacc_agent_published_devices", "Devices published for DRA.", registry=r
         )
+        self.discovery_failures = Counter(
+            "kubeacc_agent_discovery_failures_total",
+            "Discovery passes the machine failed (descriptors, I/O, deadline); the last good "
+            "inventory stood.",
+            registry=r,
+        )
+        self.loop_restarts = Counter(
+            "kubeacc_agent_loop_restarts_total",
+            "Times a loop of the agent stopped on an unexpected error and was restarted.",
+            ["loop"],
+            registry=r,
+        )
+        self.loop_restarts.labels("agent")  # a series from the start: 0, not absent
 
     def observe_inventory(self, inventory: Inventory) -> None:
         counts = Tally(

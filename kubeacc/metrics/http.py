@@ -9,11 +9,12 @@ people reading them expect.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from kubeacc.netserve.limits import PROBE_LIMITS, Limits
+from kubeacc.netserve.server import BoundedHandler, BoundedHTTPServer
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,13 @@ def parse_address(address: str) -> tuple[str, int]:
 
 
 class ProbeServer:
-    """Serves a registry and two checks on ``address`` from a daemon thread."""
+    """Serves a registry and two checks on ``address`` from a daemon thread.
+
+    Bounded as every kube-acc port is (:mod:`kubeacc.netserve`, ``PROBE_LIMITS``): a client
+    holding idle or half-sent connections is cut off, and past the connection cap new ones are
+    refused at once, so the port can cost the process neither threads nor file descriptors
+    beyond ``max_connections``.
+    """
 
     def __init__(
         self,
@@ -43,38 +50,34 @@ class ProbeServer:
         *,
         healthy: Check = list,
         ready: Check = list,
+        limits: Limits = PROBE_LIMITS,
     ) -> None:
         host, port = parse_address(address)
         handler = _handler(registry, healthy, ready)
         try:
-            self._server = ThreadingHTTPServer((host, port), handler)
+            self._server = BoundedHTTPServer((host, port), handler, limits, name="metrics-http")
         except OSError as exc:
             raise MetricsAddressError(f"cannot listen on {address}: {exc.strerror}") from None
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._server.port
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Connections refused or cut off, by reason (for tests and people)."""
+        return {**self._server.counts, "reaped": self._server.reaper.reaped}
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="metrics-http", daemon=True
-        )
-        self._thread.start()
+        self._server.start()
         log.info("metrics, /healthz and /readyz on port %d", self.port)
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(5)
-        self._server.server_close()
+        self._server.stop()
 
 
-def _handler(
-    registry: CollectorRegistry, healthy: Check, ready: Check
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(registry: CollectorRegistry, healthy: Check, ready: Check) -> type[BoundedHandler]:
+    class Handler(BoundedHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
@@ -97,11 +100,7 @@ def _handler(
                 self._send(200, b"ok\n")
 
         def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self.send_body(code, body, ctype)
 
         def log_message(self, format: str, *args: object) -> None:
             pass  # probes every few seconds would flood the log

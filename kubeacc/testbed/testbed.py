@@ -27,6 +27,7 @@ from kubeacc.testbed.kubeconfig import https_get_json
 from kubeacc.testbed.kubelet import Kubelet, KubeletOptions
 from kubeacc.testbed.procs import rss_bytes, wait_for
 from kubeacc.testbed.runtime import ensure_runtime
+from kubeacc.testbed.versions import feature_gate_flag
 
 
 class Testbed:
@@ -71,6 +72,7 @@ class Testbed:
         timeout: float = 120,
         out: TextIO = sys.stderr,
         scheduler_extenders: Sequence[Mapping[str, Any]] = (),
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> Testbed:
         """Build the binaries if needed, start everything, wait until every node is Ready.
 
@@ -80,6 +82,8 @@ class Testbed:
         a directory the testbed created is removed on :meth:`stop` unless ``keep`` is set.
         ``scheduler_extenders``: KubeSchedulerConfiguration ``extenders`` entries (``urlPrefix``,
         verbs, ``managedResources``, ...); kube-scheduler then runs with a ``--config`` file.
+        ``feature_gates``: the control plane's gates (default
+        :data:`kubeacc.testbed.versions.FEATURE_GATES`), e.g. DRA gates off as 1.34/1.35 ship.
         """
         if nodes is not None and kubelet is not None:
             raise ValueError("give either kubelet or nodes, not both")
@@ -94,6 +98,8 @@ class Testbed:
         wd = wd.resolve()
         bins = bin_dir or ensure_built(out=out)
         tb = cls(wd, bins, options, keep, owns, scheduler_extenders)
+        if feature_gates is not None:
+            tb.control_plane.feature_gates = feature_gate_flag(dict(feature_gates))
         if any(o.runtime == "containerd" for o in options):
             tb.runtime_bin_dir = ensure_runtime(out=out)
         try:

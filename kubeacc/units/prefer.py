@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 from kubeacc.units.names import matches, tokens
 
 ANY = "*"
+#: A ranking names a handful of models; a longer one is a mistake or an attack (every entry
+#: is matched against every model the extender sees, for every request).
+MAX_NAMES = 64
+MAX_TEXT = 4096
 
 
 class PreferenceError(ValueError):
@@ -53,7 +57,12 @@ class Preference:
 
 def parse_preference(text: str) -> Preference:
     """``"H100, A100 ,KunLun R200,*"`` → a :class:`Preference`; :class:`PreferenceError` for
-    an entry that names nothing or a ``*`` that is not last."""
+    an entry that names nothing, a ``*`` that is not last, or a list over
+    :data:`MAX_NAMES` entries or :data:`MAX_TEXT` characters."""
+    if len(text) > MAX_TEXT:
+        raise PreferenceError(f"{len(text)} characters; at most {MAX_TEXT}")
+    if text.count(",") >= MAX_NAMES:
+        raise PreferenceError(f"{text.count(',') + 1} entries; at most {MAX_NAMES}")
     items = [part.strip() for part in text.split(",")]
     if items == [""]:
         return Preference()

@@ -15,7 +15,8 @@ from lightkube import ApiError, Client
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import DaemonSet, Deployment
-from lightkube.resources.core_v1 import ConfigMap, Namespace, ServiceAccount
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Secret, ServiceAccount
+from lightkube.resources.networking_v1 import NetworkPolicy
 from lightkube.resources.rbac_authorization_v1 import ClusterRole, ClusterRoleBinding
 from lightkube.resources.resource_v1 import DeviceClass
 
@@ -49,6 +50,7 @@ def test_chart_files_are_the_deploy_manifests() -> None:
         ("rbac/controller.yaml", REPO / "deploy/rbac/controller.yaml"),
         ("rbac/extender.yaml", REPO / "deploy/rbac/extender.yaml"),
         ("agent-node-restriction.yaml", REPO / "deploy/admission/agent-node-restriction.yaml"),
+        ("extender-decisions.yaml", REPO / "deploy/admission/extender-decisions.yaml"),
         ("deviceclasses.yaml", REPO / "deploy/dra-deviceclasses.yaml"),
         ("kubeacc-dashboard.json", REPO / "deploy/grafana/kubeacc-dashboard.json"),
     ]
@@ -209,6 +211,12 @@ DEVICE_PLUGIN_VALUES: dict[str, Any] = {
     },
     "logLevel": "DEBUG",
     "nvidia": {"nvml": "on"},
+    "extender": {"enabled": True, "replicas": 1},
+    "networkPolicy": {
+        "enabled": True,
+        "extenderFrom": [{"ipBlock": {"cidr": "10.0.0.0/24"}}],
+        "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+    },
 }
 MINIMAL_VALUES: dict[str, Any] = {
     "metrics": {"enabled": False},
@@ -340,8 +348,15 @@ def test_install_upgrade_uninstall(chart_cluster: tuple[Testbed, Helm], tmp_path
         helm("upgrade", "kubeacc", str(CHART), "-n", NS, "-f", path)
         _all_exist(helm, tb, tmp_path)
 
-    # 2. Upgrade: GPUs and NICs through the device plugin, admin devices, a node selector.
+    # 2. Upgrade: GPUs and NICs through the device plugin, admin devices, a node selector,
+    # the extender with its TLS Secret, NetworkPolicies.
     upgrade("dp", DEVICE_PLUGIN_VALUES)
+    tls = client.get(Secret, "kubeacc-extender-tls", namespace=NS).data or {}
+    assert set(tls) == {"ca.crt", "tls.crt", "tls.key", "scheduler.crt", "scheduler.key"}
+    upgrade("dp-again", DEVICE_PLUGIN_VALUES)  # the copy kube-scheduler holds stays valid
+    assert client.get(Secret, "kubeacc-extender-tls", namespace=NS).data == tls
+    policies = {p.metadata.name for p in client.list(NetworkPolicy, namespace=NS)}
+    assert policies == {"kubeacc-agent", "kubeacc-controller", "kubeacc-extender"}
     cfg = client.get(ConfigMap, "kubeacc-agent-config", namespace=NS).data or {}
     dp = yaml.safe_load(cfg["device-plugin.yaml"])
     assert dp["types"] == {"gpu": {"replicas": 2, "perModel": False}, "nic": {}}
@@ -387,7 +402,7 @@ def test_install_upgrade_uninstall(chart_cluster: tuple[Testbed, Helm], tmp_path
     assert not _names(client, ClusterRole) and not _names(client, ClusterRoleBinding)
     assert not _names(client, VAP) and not _names(client, VAPB)
     assert not _names(client, DeviceClass)
-    for kind in (DaemonSet, Deployment, ConfigMap, ServiceAccount):
+    for kind in (DaemonSet, Deployment, ConfigMap, ServiceAccount, Secret, NetworkPolicy):
         assert not {
             o.metadata.name for o in client.list(kind, namespace=NS) if "kubeacc" in o.metadata.name
         }
@@ -396,7 +411,11 @@ def test_install_upgrade_uninstall(chart_cluster: tuple[Testbed, Helm], tmp_path
 
 def test_extender_renders_only_when_enabled(helm: Helm) -> None:
     off = _docs(helm("template", "t", str(CHART), K8S, "-n", NS).stdout)
-    assert not [d for d in off if "extender" in d["metadata"]["name"]]
+    # decisions belong to the extender's identity whether it runs or not (docs/security.md)
+    policy = "kubeacc-extender-decisions"
+    vap = next(d for d in off if d["metadata"]["name"] == policy and d["kind"].endswith("Policy"))
+    assert f"system:serviceaccount:{NS}:kubeacc-extender" in str(vap["spec"]["matchConditions"])
+    assert not [d for d in off if "extender" in d["metadata"]["name"] and policy not in str(d)]
     on = _docs(
         helm("template", "t", str(CHART), K8S, "-n", NS, "--set", "extender.enabled=true").stdout
     )
@@ -464,3 +483,78 @@ def test_the_driver_user_space_comes_from_the_driver_root_or_the_toolkit(helm: H
     assert "--driver-user-space=toolkit" in args
     assert not [a for a in args if a.startswith(("--driver-root", "--runtime-driver-root"))]
     assert "driver-root" not in paths and "driver-root" not in mounts
+
+
+def _extender_tls(helm: Helm, *settings: str) -> dict[tuple[str, str], dict[str, Any]]:
+    out = helm(
+        "template", "t", str(CHART), K8S, "-n", NS, "--set", "extender.enabled=true", *settings
+    ).stdout
+    return {(d["kind"], d["metadata"]["name"]): d for d in _docs(out)}
+
+
+def test_the_charts_certificates_let_only_kube_scheduler_in(helm: Helm, tmp_path: Path) -> None:
+    """The Secret the chart makes: the extender serves with it, kube-scheduler's certificate
+    (checking the extender's name in the Service's DNS) is answered, anything else is not."""
+    import base64
+    import socket
+    import ssl
+
+    from kubeacc.extender.server import ExtenderServer
+    from kubeacc.extender.service import Extender
+    from kubeacc.extender.state import State
+    from kubeacc.netserve.tls import ReloadingContext, TLSFiles
+
+    by = _extender_tls(helm)
+    data = by[("Secret", "kubeacc-extender-tls")]["data"]
+    for key, value in data.items():
+        (tmp_path / key).write_bytes(base64.b64decode(value))
+    (container,) = by[("Deployment", "kubeacc-extender")]["spec"]["template"]["spec"]["containers"]
+    assert "--client-ca-file=/etc/kubeacc-extender-tls/ca.crt" in container["args"]
+    volumes = by[("Deployment", "kubeacc-extender")]["spec"]["template"]["spec"]["volumes"]
+    (tls_volume,) = [v for v in volumes if v["name"] == "tls"]
+    assert {i["key"] for i in tls_volume["secret"]["items"]} == {"tls.crt", "tls.key", "ca.crt"}
+    files = TLSFiles(tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt")
+    server = ExtenderServer(Extender(State()), "127.0.0.1", 0, tls=ReloadingContext(files))
+    server.start()
+
+    def get(ctx: ssl.SSLContext) -> int:
+        # the name kube-scheduler checks: the Service's
+        name = f"kubeacc-extender.{NS}.svc"
+        with (
+            socket.create_connection(("127.0.0.1", server.port), timeout=10) as raw,
+            ctx.wrap_socket(raw, server_hostname=name) as conn,
+        ):
+            conn.sendall(b"GET /state HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            return int(conn.recv(64).split()[1])
+
+    try:
+        scheduler = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        scheduler.load_cert_chain(tmp_path / "scheduler.crt", tmp_path / "scheduler.key")
+        assert get(scheduler) == 200
+        anonymous = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+        with pytest.raises((ssl.SSLError, ConnectionError, IndexError)):
+            get(anonymous)
+    finally:
+        server.stop()
+
+
+def test_extender_tls_settings(helm: Helm) -> None:
+    by = _extender_tls(helm, "--set", "extender.tls.existingSecret=mine")
+    assert ("Secret", "kubeacc-extender-tls") not in by
+    spec = by[("Deployment", "kubeacc-extender")]["spec"]["template"]["spec"]
+    assert [v["secret"]["secretName"] for v in spec["volumes"] if v["name"] == "tls"] == ["mine"]
+    by = _extender_tls(helm, "--set", "extender.insecureHTTP=true")
+    assert ("Secret", "kubeacc-extender-tls") not in by
+    (c,) = by[("Deployment", "kubeacc-extender")]["spec"]["template"]["spec"]["containers"]
+    assert "--insecure-http" in c["args"] and not [a for a in c["args"] if "tls" in a]
+    assert c["livenessProbe"]["httpGet"]["port"] == "probes"
+
+
+def test_network_policy_needs_the_schedulers_addresses(helm: Helm) -> None:
+    base = ["template", "t", str(CHART), K8S, "-n", NS, "--set", "networkPolicy.enabled=true"]
+    off = _docs(helm(*base).stdout)
+    policies = {d["metadata"]["name"]: d for d in off if d["kind"] == "NetworkPolicy"}
+    assert set(policies) == {"kubeacc-agent", "kubeacc-controller"}
+    assert policies["kubeacc-agent"]["spec"]["ingress"] == []  # the node's probes only
+    bad = helm(*base, "--set", "extender.enabled=true", check=False)
+    assert bad.returncode != 0 and "networkPolicy.extenderFrom must name" in bad.stderr

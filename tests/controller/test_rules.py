@@ -70,8 +70,8 @@ def test_validate(devices: dict[str, Device]) -> None:
     prog = AcceleratorOperationSpec.model_validate(
         {"action": "Program", "targets": ["t"], "program": {"bitstream": "a.gbs", "sha256": SHA}}
     )
-    assert validate("fpga-team", prog, {"t": _view(fpga)}, pol) is None
-    refusal = validate("other", prog, {"t": _view(fpga)}, pol)
+    assert validate("fpga-team", prog, {"t": _view(fpga)}, pol, ()) is None
+    refusal = validate("other", prog, {"t": _view(fpga)}, pol, ())
     assert refusal and refusal.reason == "NamespaceNotAllowed"
     refusal = validate("fpga-team", prog, {"t": _view(gpu)}, pol)
     assert refusal and refusal.reason == "NotAnFPGA"
@@ -82,6 +82,32 @@ def test_validate(devices: dict[str, Device]) -> None:
     )  # type: ignore[union-attr]
     refusal = validate("fpga-team", other, {"t": _view(fpga)}, pol)
     assert refusal and refusal.reason == "BitstreamNotAllowed"
+
+
+def test_operations_need_a_grant_outside_the_admin_namespaces(devices: dict[str, Device]) -> None:
+    gpu = {"t": _view(devices["gpu"])}
+    reset = AcceleratorOperationSpec.model_validate({"action": "Reset", "targets": ["t"]})
+    admins = ("kube-system",)
+    # no policy: only the admins' namespace
+    assert validate("kube-system", reset, gpu, {}, admins) is None
+    refusal = validate("team-a", reset, gpu, {}, admins)
+    assert refusal and refusal.reason == "NamespaceNotAllowed"
+    assert "no AcceleratorPolicy covering it grants namespace team-a" in refusal.message
+    # a policy with no namespaces grants nothing; one listing team-a grants team-a only
+    empty = AcceleratorPolicySpec.model_validate({"selector": {"types": ["gpu"]}})
+    refusal = validate("team-a", reset, gpu, {"all-gpus": empty}, admins)
+    assert refusal and "none of the AcceleratorPolicies covering it (all-gpus)" in refusal.message
+    grant = AcceleratorPolicySpec.model_validate(
+        {"selector": {"types": ["gpu"]}, "allowedNamespaces": ["team-a"]}
+    )
+    policies = {"all-gpus": empty, "team-a-gpus": grant}
+    assert validate("team-a", reset, gpu, policies, admins) is None
+    assert validate("team-b", reset, gpu, policies, admins) is not None
+    # a grant for FPGAs is no grant for GPUs
+    fpgas = AcceleratorPolicySpec.model_validate(
+        {"selector": {"types": ["fpga"]}, "allowedNamespaces": ["team-b"]}
+    )
+    assert validate("team-b", reset, gpu, {"fpgas": fpgas}, admins) is not None
 
 
 def test_only_results_of_the_dispatched_node_count() -> None:

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -29,10 +30,11 @@ from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.crds.deploy import apply_manifest, manifests
 from kubeacc.crds.resources import Accelerator, as_dict, install_crds
-from kubeacc.extender.schedconfig import scheduler_entry
+from kubeacc.extender.schedconfig import SchedulerTLS, scheduler_entry
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
+from kubeacc.testbed.extendertls import ExtenderPKI, issue_extender_pki
 from kubeacc.testbed.identities import _stem, agent_kubeconfig, install_agent_access, token_client
 from kubeacc.testbed.kubelet import KubeletOptions
 from kubeacc.testbed.procs import free_port
@@ -45,14 +47,19 @@ MANAGED = ("kubeacc.io/gpu-memory", "kubeacc.io/gpu-cores", "kubeacc.io/gpu")
 
 
 class Extender:
-    """``kubeacc extender`` as a process."""
+    """``kubeacc extender`` as a process, as the chart runs it: the verbs over TLS for
+    kube-scheduler's client certificate only, the probes on a plain port."""
 
-    def __init__(self, kubeconfig: Path, port: int, log: Path) -> None:
+    def __init__(self, kubeconfig: Path, port: int, log: Path, pki: ExtenderPKI) -> None:
         self.kubeconfig = kubeconfig
         self.port = port
+        self.probe_port = free_port()
         self.log_path = log
+        self.pki = pki
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.tls = ssl.create_default_context(cafile=str(pki.ca))
+        self.tls.load_cert_chain(pki.client.cert, pki.client.key)
 
     def start(self) -> None:
         self.starts += 1
@@ -65,6 +72,10 @@ class Extender:
                 "extender",
                 f"--kubeconfig={self.kubeconfig}",
                 f"--address=127.0.0.1:{self.port}",
+                f"--probe-address=127.0.0.1:{self.probe_port}",
+                f"--tls-cert-file={self.pki.server.cert}",
+                f"--tls-key-file={self.pki.server.key}",
+                f"--client-ca-file={self.pki.ca}",
                 f"--identity=extender-{self.starts}",
                 "--lease-duration=3",
             ],
@@ -80,7 +91,8 @@ class Extender:
         if self.proc.poll() is not None:
             raise AssertionError(f"extender exited:\n{self.log()[-3000:]}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=5) as r:
+            url = f"http://127.0.0.1:{self.probe_port}/readyz"
+            with urllib.request.urlopen(url, timeout=5) as r:
                 return bool(r.status == 200)
         except (urllib.error.URLError, OSError):
             return False
@@ -101,18 +113,26 @@ class Extender:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def holders(self, node: str) -> list[Any]:
-        """The pods the extender counts on ``node`` (its /state view)."""
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def state(self, node: str) -> dict[str, Any]:
+        """The extender's /state view of ``node`` (over TLS, as kube-scheduler)."""
         with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.port}/state?node={node}", timeout=5
+            f"{self.url}/state?node={node}", timeout=5, context=self.tls
         ) as r:
-            return list((json.loads(r.read()).get("node") or {}).get("holders") or [])
+            return dict(json.loads(r.read()).get("node") or {})
+
+    def holders(self, node: str) -> list[Any]:
+        """The pods the extender counts on ``node``."""
+        return list(self.state(node).get("holders") or [])
 
     def post(self, verb: str, body: dict[str, Any]) -> dict[str, Any]:
         req = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}/{verb}", data=json.dumps(body).encode(), method="POST"
+            f"{self.url}/{verb}", data=json.dumps(body).encode(), method="POST"
         )
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30, context=self.tls) as r:
             return dict(json.loads(r.read()))
 
 
@@ -151,10 +171,14 @@ def extender_cluster(
     with ``dp_config``, ``dra_nodes`` everything through DRA; ``gpus``: the GPU Accelerators
     the plugin nodes publish. Kept on failure (the path is printed)."""
     port = free_port()
-    extenders = [scheduler_entry(f"http://127.0.0.1:{port}", managed, weight=weight)]
-    dra = dict(dra_nodes or {})
     # a short path of our own (unix sockets), kept when a test fails: logs for the report
     workdir = Path(tempfile.mkdtemp(prefix="kacc-ext-"))
+    pki = issue_extender_pki(workdir / "extender-pki")
+    sched_tls = SchedulerTLS(pki.client.cert, pki.client.key, pki.ca)
+    extenders = [
+        scheduler_entry(f"https://127.0.0.1:{port}", managed, weight=weight, tls=sched_tls)
+    ]
+    dra = dict(dra_nodes or {})
     tb = Testbed.start(
         workdir,
         nodes=[KubeletOptions(node_name=n) for n in [*plugin_nodes, *dra]],
@@ -207,7 +231,7 @@ def extender_cluster(
             120,
             "GPU Accelerators",
         )
-        extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log")
+        extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log", pki)
         extender.start()
         with contextlib.suppress(ApiError):
             client.create(

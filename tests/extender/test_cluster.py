@@ -11,11 +11,10 @@ their pods.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +27,7 @@ from kubeacc.crds.deploy import manifests
 from kubeacc.crds.resources import as_dict
 from kubeacc.extender.wants import MEMORY, Decision
 from kubeacc.model.names import DECISION_ANNOTATION
-from tests.extender.clusterlib import Cluster, extender_cluster
+from tests.extender.clusterlib import Cluster, Extender, extender_cluster
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster
@@ -59,7 +58,7 @@ def cluster(
                 90,
                 f"{MEMORY} on {node}",
             )
-        _EXTENDER_URL[0] = f"http://127.0.0.1:{cluster.extender.port}"
+        _EXTENDER[:] = [cluster.extender]
         yield cluster
 
 
@@ -137,17 +136,19 @@ def _running_count(client: Client, names: list[str], count: int, timeout: float 
     views = {}
     for node in NODES:
         try:
-            with urllib.request.urlopen(f"{_EXTENDER_URL[0]}/state?node={node}", timeout=5) as r:
-                views[node] = json.loads(r.read()).get("node")
+            views[node] = _EXTENDER[0].state(node) if _EXTENDER else "no extender"
         except OSError as err:
             views[node] = str(err)
+    process = ""
+    if _EXTENDER and (proc := _EXTENDER[0].proc) is not None:
+        process = f"; extender process: exit {proc.poll()}, log tail:\n{_EXTENDER[0].log()[-3000:]}"
     raise AssertionError(
-        f"not {count} of {names} Running after {timeout}s: {report}; extender: {views}"
+        f"not {count} of {names} Running after {timeout}s: {report}; extender: {views}{process}"
     )
 
 
-#: The extender's base URL (set by the fixture), for failure reports.
-_EXTENDER_URL = [""]
+#: The extender (set by the fixture), for failure reports.
+_EXTENDER: list[Extender] = []
 
 
 def _decision(client: Client, name: str) -> Decision:
@@ -295,3 +296,43 @@ def test_deploy_manifests_are_accepted(cluster: Cluster) -> None:
     for name in ("extender.yaml", "rbac/extender.yaml"):
         for doc in manifests(name):
             cluster.client.apply(from_dict(doc), force=True, dry_run=True)
+
+
+def test_only_kube_scheduler_reaches_the_extender(cluster: Cluster, kube: Client) -> None:
+    """Issue 23: whoever reaches the extender's port without kube-scheduler's certificate
+    cannot bind a pod (the extender would bind it with its own rights), and a 63 MB body is
+    refused before it is read; the victim's pod keeps running."""
+    import http.client
+    import socket
+    import ssl
+
+    kube.create(_pod("victim", {MEMORY: "1000"}))
+    eventually(lambda: _phase(kube, "victim") == "Running", 90, "victim Running")
+    kube.create(_pod("intruder", {MEMORY: "1000"}, schedulerName="nobody"))
+    uid = _get(kube, "intruder")["metadata"]["uid"]
+    bind = json.dumps(
+        {"PodName": "intruder", "PodNamespace": NS, "PodUID": uid, "Node": NODES[0]}
+    ).encode()
+    port = cluster.extender.port
+    # plain HTTP on the TLS port
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /bind HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(bind) + bind)
+        s.settimeout(10)
+        with contextlib.suppress(OSError):
+            assert b"200 OK" not in s.recv(4096)
+    # TLS that trusts the extender but has no client certificate
+    anonymous = ssl.create_default_context(cafile=str(cluster.extender.pki.ca))
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=anonymous, timeout=10)
+    with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+        conn.request("POST", "/bind", bind)
+        conn.getresponse().read()
+    conn.close()
+    # even kube-scheduler's certificate cannot make it read 63 MB
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=cluster.extender.tls, timeout=10)
+    conn.putrequest("POST", "/filter")
+    conn.putheader("Content-Length", str(63 << 20))
+    conn.endheaders()
+    assert conn.getresponse().status == 413
+    conn.close()
+    assert not _get(kube, "intruder")["spec"].get("nodeName")
+    assert _phase(kube, "victim") == "Running"

@@ -127,13 +127,8 @@ def _running(client: Client, name: str, timeout: float = 180) -> None:
 
 def _models(cluster: Cluster, name: str) -> tuple[str, list[str]]:
     """(node, models of the GPUs the extender decided for the pod's container)."""
-    import json
-    import urllib.request
-
     decision = _decision(cluster.client, name)
-    url = f"http://127.0.0.1:{cluster.extender.port}/state?node={decision.node}"
-    with urllib.request.urlopen(url, timeout=5) as r:
-        gpus = json.loads(r.read())["node"]["gpus"]
+    gpus = cluster.extender.state(decision.node)["gpus"]
     return decision.node, [gpus[b]["model"] for b in decision.containers[0].devices]
 
 

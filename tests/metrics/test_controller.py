@@ -62,6 +62,7 @@ def test_series_follow_an_operation(
                     "controller",
                     f"--kubeconfig={kc}",
                     "--lease-namespace=default",
+                    f"--admin-namespace={namespace}",
                     "--interval=0.3",
                     f"--metrics-address=127.0.0.1:{port}",
                 ],

@@ -26,3 +26,16 @@ def test_a_star_takes_any_other_model_last() -> None:
 def test_bad_lists(text: str, message: str) -> None:
     with pytest.raises(PreferenceError, match=message):
         parse_preference(text)
+
+
+def test_a_huge_list_is_refused_at_once() -> None:
+    import time
+
+    text = ",".join(f"model-{i}" for i in range(20_000))
+    start = time.monotonic()
+    with pytest.raises(PreferenceError, match="at most"):
+        parse_preference(text)
+    with pytest.raises(PreferenceError, match="entries; at most 64"):
+        parse_preference(",".join(["H100"] * 65))
+    assert time.monotonic() - start < 0.05
+    assert len(parse_preference(",".join(["H100"] * 64)).names) == 64

@@ -28,6 +28,7 @@ from kubeacc.agent.deviceplugin.shared import (
     id_gpus,
 )
 from kubeacc.agent.sharelimit import Limiter
+from kubeacc.agent.supervise import supervised
 from kubeacc.agent.userspace.nvidia import DriverRootError
 from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
 from kubeacc.metrics.agent import DevicePluginMetrics
@@ -138,8 +139,7 @@ class DevicePluginManager:
         self.update(inv)
         if not self.kubelet_socket.exists():
             self._warn_missing(0.0)
-        self._watcher = threading.Thread(target=self._watch, name="dp-watch", daemon=True)
-        self._watcher.start()
+        self._watcher = supervised("dp-watch", self._watch, self._stop)
 
     def _add_user_space(self, spec: dict[str, Any]) -> None:
         """The CDI device that brings the NVIDIA driver's user space, when it is found."""

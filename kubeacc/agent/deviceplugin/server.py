@@ -270,7 +270,9 @@ class ResourceServer(pb_grpc.DevicePluginBase):
                 "shared GPUs need the agent's API access to read kubeacc extender decisions"
             )
         kind = Kind(state.shared)
-        found = await asyncio.to_thread(self.decisions.find, self.resource, kind, count)
+        found = await asyncio.to_thread(
+            self.decisions.find, self.resource, kind, count, state.devices
+        )
         limiter = self.limiter if state.enforce else None
         return shared_allocate(kind, found, state.devices, self.cdi_kind, limiter)
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
 from kubeacc.agent.sharelimit import Limiter
+from kubeacc.extender.wants import Assigned
 from kubeacc.model import Device
 from kubeacc.model.names import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_UNITS_RESOURCE
 from kubeacc.units.table import active_table
@@ -119,6 +120,24 @@ class Found:
     devices: tuple[str, ...]
     memory: int
     cores: int
+    #: What the containers of other pods this plugin already served hold, per GPU (BDF).
+    others: Mapping[str, Held] = field(default_factory=dict)
+
+
+@dataclass
+class Held:
+    """What served containers hold of one GPU: whole, or the sum of their shares."""
+
+    whole: bool = False
+    memory: int = 0
+    cores: int = 0
+
+    def add(self, got: Assigned) -> None:
+        if got.whole:
+            self.whole = True
+        else:
+            self.memory += got.memory
+            self.cores += got.cores
 
 
 class DecisionLookup:
@@ -159,8 +178,17 @@ class DecisionLookup:
         except Exception as err:  # the kubelet's pod-resources API is optional here
             log.debug("pod resources: %s", err)
 
-    def find(self, resource: str, kind: Kind, count: int) -> Found:
-        from kubeacc.extender.wants import WantError, container_want, decision_of
+    def find(
+        self,
+        resource: str,
+        kind: Kind,
+        count: int,
+        devices: Mapping[str, Device] | None = None,
+    ) -> Found:
+        """The container being admitted; with ``devices``, one whose decision also has room
+        next to the containers served before (a refused one is not counted as served)."""
+        from kubeacc.extender.trusted import trusted_decision
+        from kubeacc.extender.wants import WantError, container_want
 
         try:
             pods = self.list_pods()
@@ -170,14 +198,23 @@ class DecisionLookup:
             self._seed()
             candidates: list[tuple[bool, float, str, str, Found]] = []
             undecided = 0
+            refused: list[str] = []
+            served: list[tuple[str, Assigned]] = []
+            handed = {h[:2] for h in self._handed}
             for pod in pods:
                 meta = pod.get("metadata") or {}
                 if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                     continue
                 key_pod = f"{meta.get('namespace')}/{meta.get('name')}"
-                decision = decision_of(pod)
+                decision, why = trusted_decision(pod)
+                if decision is not None and decision.node != self.node:
+                    why = f"decided for node {decision.node}"
+                    decision = None
                 for c in (pod.get("spec") or {}).get("containers") or []:
                     name = str(c.get("name", ""))
+                    got = decision.container(name) if decision else None
+                    if got is not None and (key_pod, name) in handed:
+                        served.append((key_pod, got))
                     try:
                         want = container_want(name, c.get("resources"))
                     except WantError:
@@ -193,13 +230,10 @@ class DecisionLookup:
                         continue
                     if kind is Kind.WHOLE and resource != _whole_resource(want.model):
                         continue
-                    got = (
-                        decision.container(name)
-                        if decision and decision.node == self.node
-                        else None
-                    )
                     if got is None:
                         undecided += 1
+                        if why:
+                            refused.append(f"{key_pod}: {why}")
                         continue
                     if (key_pod, name, resource) in self._handed:
                         continue
@@ -210,6 +244,8 @@ class DecisionLookup:
                     )
             if not candidates:
                 hint = f" ({undecided} container(s) ask for it without one)" if undecided else ""
+                if refused:
+                    hint += f"; {refused[0]}"
                 raise AllocationError(
                     f"no kubeacc extender decision (annotation kubeacc.io/devices) for a "
                     f"container asking {count} {resource} on node {self.node}{hint}: pods "
@@ -218,6 +254,14 @@ class DecisionLookup:
                 )
             candidates.sort(key=lambda c: c[:4])
             chosen = candidates[0][4]
+            others: dict[str, Held] = {}
+            for key_pod, got in served:
+                if key_pod != chosen.pod:
+                    for bdf in got.devices:
+                        others.setdefault(bdf, Held()).add(got)
+            chosen = replace(chosen, others=others)
+            if devices is not None and all(b in devices for b in chosen.devices):
+                _check_room(kind, chosen, devices)
             self._handed.add((chosen.pod, chosen.container, resource))
             self._last = (chosen.pod, chosen.container)
         return chosen
@@ -243,6 +287,7 @@ def shared_allocate(
             f"pod {found.pod} container {found.container}: decided GPU(s) "
             f"{', '.join(missing)} not on this node (any more)"
         )
+    _check_room(kind, found, devices)
     out = allocate(devices, list(found.devices), cdi_kind)
     if kind is Kind.MEMORY and found.memory:
         out.envs[MEMORY_LIMIT_ENV] = ",".join(str(found.memory) for _ in found.devices)
@@ -261,3 +306,28 @@ def shared_allocate(
         out.envs[CORES_LIMIT_ENV] = str(found.cores)
         out.envs[MPS_CORES_ENV] = str(found.cores)
     return out
+
+
+def _check_room(kind: Kind, found: Found, devices: Mapping[str, Device]) -> None:
+    """The decided GPU(s) must have room for this container next to the containers already
+    served (a decision the extender made always has): a forged or stale decision must not
+    take a GPU another pod holds whole, nor over-commit a shared one."""
+    whole = kind in (Kind.WHOLE, Kind.UNITS)
+    for bdf in found.devices:
+        held = found.others.get(bdf) or Held()
+        where = f"pod {found.pod} container {found.container}: GPU {bdf}"
+        if held.whole or (whole and (held.memory or held.cores)):
+            raise AllocationError(f"{where} is held by another pod")
+        if whole:
+            continue
+        mib = memory_mib(devices[bdf])
+        if found.memory + held.memory > mib:
+            raise AllocationError(
+                f"{where}: {found.memory} MiB do not fit next to the {held.memory} MiB "
+                f"held by other pods ({mib} MiB)"
+            )
+        if found.cores + held.cores > CORES_PER_GPU:
+            raise AllocationError(
+                f"{where}: {found.cores}% of its cores do not fit next to the "
+                f"{held.cores}% held by other pods"
+            )

@@ -35,11 +35,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import msgspec
 import pynvml
 
 from kubeacc.agent.dra.atomic import write_atomic
@@ -47,6 +48,7 @@ from kubeacc.agent.dra.mps import CONTAINER_PIPE_DIR, ENV_PIPE, MpsDaemons, MpsE
 from kubeacc.agent.dra.timeslice import TIMESLICES, ControlError, GpuControl
 from kubeacc.crds.opaque import GpuConfig, SharingStrategy
 from kubeacc.crds.types import TimeSlice
+from kubeacc.model.accelerator import is_bdf
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,31 @@ MODES = {
     SharingStrategy.TIME_SLICING: pynvml.NVML_COMPUTEMODE_DEFAULT,
     SharingStrategy.MPS: pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS,
 }
+
+
+class _Entry(msgspec.Struct):
+    """The shape of one GPU's record in the state file (checked at load)."""
+
+    device: str
+    uuid: str
+    strategy: Literal["TimeSlicing", "MPS"]
+    timeSlice: Literal["Default", "Short", "Medium", "Long"]
+    previousComputeMode: int
+    claims: list[str]
+    previousTimeSlice: int | None = None
+
+
+def check_record(path: Path, gpus: dict[str, Any]) -> None:
+    """ValueError (one line, with the path) unless every key is a PCI bus id and every entry
+    has the shape :meth:`AppliedSharing._save` writes: a hand-edited or damaged record must
+    not reach the device, the MPS daemons' directories or a traceback."""
+    for bus_id, entry in gpus.items():
+        if not is_bdf(bus_id):
+            raise ValueError(f"{path}: {bus_id[:80]!r} is not a PCI bus id (dddd:bb:dd.f)")
+        try:
+            msgspec.convert(entry, _Entry)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"{path}: GPU {bus_id}: {exc}") from None
 
 
 class SharingError(Exception):
@@ -133,6 +160,7 @@ class AppliedSharing:
         gpus = data.get("gpus", {}) if isinstance(data, dict) else None
         if not isinstance(gpus, dict):
             raise ValueError(f"{self.path}: no 'gpus' object")
+        check_record(self.path, gpus)
         return gpus
 
     def _save(self) -> None:
@@ -164,7 +192,7 @@ class AppliedSharing:
             if (entry["strategy"], entry["timeSlice"]) != (want.strategy, want.time_slice):
                 users = ", ".join(entry["claims"])
                 raise SharingError(
-                    f"GPU {want.device} is set up for {_describe(entry)} by claim(s) {users}; "
+                    f"GPU {want.device} is set up for {describe_entry(entry)} by claim(s) {users}; "
                     f"this claim asks for {want.describe()}"
                 )
             if uid not in entry["claims"]:
@@ -259,13 +287,13 @@ class AppliedSharing:
                         raise
             self.control.set_compute_mode(bus_id, int(entry["previousComputeMode"]))
         except (ControlError, MpsError) as exc:
-            err = f"GPU {entry['device']}: undoing {_describe(entry)} failed: {exc}"
+            err = f"GPU {entry['device']}: undoing {describe_entry(entry)} failed: {exc}"
             log.error("%s (retried)", err)
             self._save()
             return err
         del self.gpus[bus_id]
         self._save()
-        log.info("GPU %s: %s undone", entry["device"], _describe(entry))
+        log.info("GPU %s: %s undone", entry["device"], describe_entry(entry))
         return None
 
     # -- start-up -------------------------------------------------------------------------------
@@ -279,7 +307,7 @@ class AppliedSharing:
             entry["claims"] = [c for c in entry["claims"] if c in prepared]
             if not entry["claims"]:
                 if self._undo(bus_id, entry) is None:
-                    done.append(f"GPU {bus_id}: {_describe(entry)} undone")
+                    done.append(f"GPU {bus_id}: {describe_entry(entry)} undone")
             elif entry["strategy"] == SharingStrategy.MPS and self.daemons.pid(bus_id) is None:
                 try:
                     self.daemons.start(bus_id, entry["uuid"])
@@ -301,7 +329,8 @@ class AppliedSharing:
         return done
 
 
-def _describe(entry: dict[str, Any]) -> str:
+def describe_entry(entry: Mapping[str, Any]) -> str:
+    """The strategy recorded for a GPU, as in messages."""
     if entry["strategy"] == SharingStrategy.TIME_SLICING:
         return f"{entry['strategy']} (time slice {entry['timeSlice']})"
     return str(entry["strategy"])

@@ -51,6 +51,7 @@ from kubeacc.agent.dra.migmodel import MigError
 from kubeacc.agent.dra.migprepare import MigPartitions
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
+from kubeacc.agent.dra.strategy import claim_strategy_problem, join_problem
 from kubeacc.agent.sharelimit import Enforcement, Limiter, claim_enforcement
 from kubeacc.agent.userspace.nvidia import DriverRootError
 from kubeacc.agent.userspace.provider import DriverUserSpace
@@ -285,6 +286,15 @@ class Driver:
         claim (a claim that fails after its GPU settings were applied gives them back)."""
         written: dict[str, PreparedClaim] = {}
         for uid, claim in built.items():
+            applied = self.sharing.gpus if self.sharing is not None else {}
+            others = [*self.checkpoint.claims.items(), *written.items()]
+            if problem := join_problem(uid, claim, wants.get(uid, []), applied, others):
+                log.warning("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, problem)
+                out[uid] = PrepareResult(
+                    error=f"ResourceClaim {claim.namespace}/{claim.name}: {problem}"
+                )
+                self._release(uid)
+                continue
             if wants.get(uid) and self.sharing is not None:
                 try:
                     self.sharing.acquire(uid, wants[uid])
@@ -386,6 +396,7 @@ class Driver:
                 nodes, env = self._partition(where, ref.uid, info)
             if info.nvidia_gpu:
                 visible[dev_name] = env.get(NVIDIA_VISIBLE, info.uuid)
+            strategy_from_class = False
             for requests, params, from_class in configs:
                 if requests and not _applies(r["request"], requests):
                     continue
@@ -409,6 +420,7 @@ class Driver:
                     enforce = cfg.enforce if from_class else enforce
                 if isinstance(cfg, GpuConfig) and cfg.sharing is not None:
                     gpu_cfg = cfg  # the claim's own config wins over its class's
+                    strategy_from_class = from_class
                 env.update(config_env(cfg))
                 recorded[dev_name] = cfg.model_dump(mode="json", by_alias=True)
             if info.mig is not None and gpu_cfg is not None:
@@ -416,6 +428,10 @@ class Driver:
                     f"{where}: device {dev_name} is a MIG partition: a GpuConfig sharing "
                     "strategy would change the whole GPU"
                 )
+            share_id = r.get("shareID") or ""
+            if share_id and gpu_cfg is not None and gpu_cfg.sharing and not strategy_from_class:
+                strategy = gpu_cfg.sharing.strategy.value
+                raise ClaimError(f"{where}: {claim_strategy_problem(dev_name, strategy)}")
             try:  # a sharing strategy to apply on the GPU (at commit), and its CDI edits
                 more_env, mounts = want_of(
                     self.sharing, gpu_cfg, dev_name, info.bus_id, wants.setdefault(ref.uid, [])
@@ -423,7 +439,6 @@ class Driver:
             except SharingError as exc:
                 raise ClaimError(f"{where}: {exc}") from None
             env.update(more_env)
-            share_id = r.get("shareID") or ""
             share: ShareLimits | None = None
             if share_id:
                 if err := share_id_error(share_id):

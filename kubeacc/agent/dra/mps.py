@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kubeacc.host import Host
 from kubeacc.host.tools import ToolError
+from kubeacc.model.accelerator import is_bdf
 
 TOOL = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"
@@ -62,11 +63,17 @@ class MpsDaemons:
         self.host = host
         self.base = base
 
+    def gpu_dir(self, bus_id: str) -> Path:
+        """``base/<bus id>``; a name that is not a bus id (``../x``) would leave ``base``."""
+        if not is_bdf(bus_id):
+            raise MpsError(f"{bus_id[:80]!r} is not a PCI bus id: no MPS daemon for it")
+        return self.base / bus_id
+
     def pipe_dir(self, bus_id: str) -> Path:
-        return self.base / bus_id / "pipe"
+        return self.gpu_dir(bus_id) / "pipe"
 
     def log_dir(self, bus_id: str) -> Path:
-        return self.base / bus_id / "log"
+        return self.gpu_dir(bus_id) / "log"
 
     def pid(self, bus_id: str) -> int | None:
         """The pid of the GPU's daemon when it runs.
@@ -77,7 +84,7 @@ class MpsDaemons:
         daemon."""
         try:
             pid = int((self.pipe_dir(bus_id) / PID_FILE).read_text().strip())
-        except (OSError, ValueError):
+        except (OSError, ValueError, MpsError):
             return None
         return pid if alive(pid) and is_mps_control(pid) else None
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from lightkube import ApiError, Client
@@ -20,6 +20,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME, FIELD_MANAGER
+from kubeacc.agent.dra.features import SliceFeatures, probe, restrict
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,11 @@ class SlicePublisher:
         self.generation = 0
         self._digest: str | None = None
         self._node_uid: str | None = None
+        #: What the API server keeps (probed before the first publish; :mod:`.features`).
+        self.features: SliceFeatures | None = None
+        #: Called with one message when the cluster cannot enforce what would be published.
+        self.on_restricted: Callable[[str], None] = lambda message: None
+        self._restricted = ""
 
     def _existing(self) -> list[ResourceSlice]:
         return list(
@@ -156,6 +162,7 @@ class SlicePublisher:
     ) -> bool:
         """Make the server's slices match ``devices`` (and the ``counter_sets`` they consume);
         True if anything was written."""
+        devices, counter_sets = self._enforceable(devices, counter_sets)
         digest = devices_digest([*devices, *counter_sets])
         if digest == self._digest and not force:
             return False
@@ -199,6 +206,32 @@ class SlicePublisher:
             self.generation,
         )
         return True
+
+    def _enforceable(
+        self, devices: Sequence[dict[str, Any]], counter_sets: Sequence[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Only what the API server keeps the fields of (refused once, loudly, otherwise)."""
+        if self.features is None:
+            self.features = probe(self.client, self.node)
+        dropped = self.features.dropped()
+        if not dropped:
+            return list(devices), list(counter_sets)
+        kept, sets, left = restrict(devices, counter_sets, self.features)
+        message = (
+            f"node {self.node}: the API server drops the ResourceSlice fields of "
+            f"{', '.join(dropped)} (feature gate off, or Kubernetes older than 1.36): kube-acc "
+            "publishes no device the cluster would give twice or while drained"
+        )
+        if left:
+            shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+            message += f"; left out: {shown}"
+        if not self.features.consumable:
+            message += "; memory-shared devices are published whole"
+        if message != self._restricted:
+            log.error("%s", message)
+            self.on_restricted(message)
+            self._restricted = message
+        return kept, sets
 
     def _matches(
         self, existing: list[ResourceSlice], devices: Sequence[dict[str, Any]], count: int

@@ -67,6 +67,7 @@ from kubeacc.crds.types import (
 from kubeacc.crds.watch import WatchCache
 from kubeacc.discovery import discover
 from kubeacc.host import Host
+from kubeacc.host.files import HostReadError
 from kubeacc.metrics.lifecycle import LifecycleMetrics
 from kubeacc.model import Device, HealthState
 
@@ -103,6 +104,8 @@ class LifecycleAgent:
         self._known: dict[str, dict[str, Any]] | None = None
         self._next_resync = 0.0
         self._started = False
+        #: Why the last discovery pass failed ("" when it did not).
+        self.discovery_error = ""
         #: (operation uid, accelerator) this process has started: never started twice.
         self._handled: set[tuple[str, str]] = set()
         self._wake = threading.Event()
@@ -148,6 +151,8 @@ class LifecycleAgent:
             reasons.append("operations watch not synced")
         if not self._started:
             reasons.append("no pass over the operations yet")
+        if self.discovery_error:
+            reasons.append(f"Accelerators as of the last good inventory: {self.discovery_error}")
         return reasons
 
     def pass_once(self, *, inventory: bool = True) -> None:
@@ -157,7 +162,14 @@ class LifecycleAgent:
             self._next_resync = time.monotonic() + self.resync_seconds
         self._wake.clear()
         if inventory or resync:
-            self.sync_inventory(relist=resync)
+            try:
+                self.sync_inventory(relist=resync)
+                self.discovery_error = ""
+            except HostReadError as err:  # the Accelerators stay as they are
+                if not self.discovery_error:
+                    log.warning("%s; the node's Accelerators stay as they are", err)
+                self.discovery_error = str(err)
+                self.metrics.pass_errors.inc()
         if resync:
             self.process_operations(list(self.client.list(AcceleratorOperation, namespace="*")))
         elif self.operations.synced.is_set():
@@ -168,7 +180,8 @@ class LifecycleAgent:
 
     # -- inventory ---------------------------------------------------------------------------
     def _discover(self) -> dict[str, Device]:
-        return {d.name: d for d in discover(self.host, nvml=self.nvml).devices}
+        # strict: a pass the machine failed raises, so no Accelerator is marked absent for it
+        return {d.name: d for d in discover(self.host, nvml=self.nvml, strict=True).devices}
 
     def _rediscover(self, device_name: str) -> Device | None:
         return self._discover().get(device_name)

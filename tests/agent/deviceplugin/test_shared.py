@@ -195,3 +195,49 @@ def test_allocate_hands_a_units_container_its_decided_gpus(hosts: HostFactory) -
     assert "KUBEACC_DEVICE_MEMORY_LIMIT" not in got.envs
     with pytest.raises(AllocationError, match="no kubeacc extender decision"):
         lookup.find(UNITS, Kind.UNITS, 200)
+
+
+def test_a_forged_decision_gets_no_gpu(edge: Inventory) -> None:
+    # a 1 MiB request with a whole GPU written by hand
+    (bdf,) = _gpus(edge)
+    forged = Decision("node-a", (Assigned("main", (bdf,), whole=True),))
+    pods = [_pod("forger", {MEMORY: "1"}, forged, "2026-01-01T00:00:00Z")]
+    with pytest.raises(AllocationError, match="refused: container 'main': asks for a share"):
+        DecisionLookup("node-a", lambda: pods).find(MEMORY, Kind.MEMORY, 1)
+
+
+def test_a_share_never_lands_on_a_gpu_another_pod_holds_whole(edge: Inventory) -> None:
+    gpus = _gpus(edge)
+    (bdf,) = gpus
+    victim = Decision("node-a", (Assigned("main", (bdf,), whole=True),), 1.0)
+    share = Decision("node-a", (Assigned("main", (bdf,), memory=1),), 2.0)
+    pods = [
+        _pod("victim", {"kubeacc.io/gpu": "1"}, victim, "2026-01-01T00:00:00Z"),
+        _pod("forger", {MEMORY: "1"}, share, "2026-01-01T00:00:00Z"),
+    ]
+    lookup = DecisionLookup("node-a", lambda: pods)
+    served = lookup.find("kubeacc.io/gpu", Kind.WHOLE, 1)
+    assert shared_allocate(Kind.WHOLE, served, gpus, None).envs["ACCELERATOR_UNITS"] == bdf
+    found = lookup.find(MEMORY, Kind.MEMORY, 1)
+    with pytest.raises(AllocationError, match="is held by another pod"):
+        shared_allocate(Kind.MEMORY, found, gpus, None)
+
+
+def test_shares_never_over_commit_a_gpu(edge: Inventory) -> None:
+    gpus = _gpus(edge)
+    (bdf,) = gpus
+    big = Decision("node-a", (Assigned("main", (bdf,), memory=20000, cores=60),), 1.0)
+    more = Decision("node-a", (Assigned("main", (bdf,), memory=4000, cores=30),), 2.0)
+    third = Decision("node-a", (Assigned("main", (bdf,), memory=1000, cores=60),), 3.0)
+    pods = [
+        _pod("first", {MEMORY: "20000", CORES: "60"}, big, "2026-01-01T00:00:00Z"),
+        _pod("second", {MEMORY: "4000", CORES: "30"}, more, "2026-01-01T00:00:00Z"),
+        _pod("third", {MEMORY: "1000", CORES: "60"}, third, "2026-01-01T00:00:00Z"),
+    ]
+    lookup = DecisionLookup("node-a", lambda: pods)
+    shared_allocate(Kind.MEMORY, lookup.find(MEMORY, Kind.MEMORY, 20000), gpus, None)
+    shared_allocate(Kind.CORES, lookup.find(CORES, Kind.CORES, 60), gpus, None)
+    with pytest.raises(AllocationError, match="4000 MiB do not fit next to the 20000 MiB"):
+        lookup.find(MEMORY, Kind.MEMORY, 4000, gpus)
+    with pytest.raises(AllocationError, match="60% of its cores do not fit next to the 60%"):
+        lookup.find(MEMORY, Kind.MEMORY, 1000, gpus)

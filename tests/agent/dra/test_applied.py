@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from kubeacc.agent.dra.applied import STATE_FILE, AppliedSharing, GpuWant
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index
 from kubeacc.agent.dra.driver import ClaimRef, Driver
-from kubeacc.agent.dra.mps import MpsDaemons
+from kubeacc.agent.dra.mps import MpsDaemons, MpsError
 from kubeacc.agent.dra.sharing import CORES, MEMORY
 from kubeacc.agent.dra.timeslice import GpuControl
 from kubeacc.crds.opaque import SharingStrategy
@@ -67,11 +68,20 @@ class Host:
     def get(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
         return self.claims.get((namespace, name))
 
-    def claim(self, name: str, uid: str, results: list[dict[str, Any]], **sharing: str) -> ClaimRef:
+    def claim(
+        self,
+        name: str,
+        uid: str,
+        results: list[dict[str, Any]],
+        source: str = "FromClass",
+        **sharing: str,
+    ) -> ClaimRef:
+        """A claim whose GpuConfig ``sharing`` comes from its DeviceClass (as the admin sets
+        it) or, with ``source="FromClaim"``, from the claim; no ``sharing``: no config."""
         full = [{"request": "gpu", "driver": "kubeacc.io", "pool": NODE, **r} for r in results]
         config = [
             {
-                "source": "FromClaim",
+                "source": source,
                 "requests": [],
                 "opaque": {
                     "driver": "kubeacc.io",
@@ -83,6 +93,8 @@ class Host:
                 },
             }
         ]
+        if not sharing:
+            config = []
         self.claims[("ns", name)] = {
             "metadata": {"name": name, "namespace": "ns", "uid": uid},
             "status": {"allocation": {"devices": {"results": full, "config": config}}},
@@ -275,6 +287,36 @@ def test_mps_on_two_gpus_of_one_claim_is_refused(host: Host) -> None:
     assert host.calls() == []
 
 
+# -- the strategy belongs to the admin (docs/security.md) -------------------------------------
+def test_a_claims_own_strategy_for_a_share_is_refused(host: Host) -> None:
+    driver = host.driver()
+    plain = host.claim("plain", "u0", [share(GPU0, "s0")])
+    assert driver.prepare([plain])["u0"].error == ""
+    for n, sharing in enumerate(({"strategy": "MPS"}, {"strategy": "TimeSlicing"})):
+        own = host.claim(f"own{n}", f"u{n + 1}", [share(GPU0, f"s{n + 1}")], "FromClaim", **sharing)
+        error = driver.prepare([own])[f"u{n + 1}"].error
+        assert "its sharing strategy comes from the DeviceClass" in error, error
+    assert host.compute_mode(0) == 0 and host.daemons.pid(BUS0) is None
+    assert mps_calls(host) == []
+
+
+def test_a_share_joins_a_gpu_only_on_the_strategy_it_runs(host: Host) -> None:
+    driver = host.driver()
+    mps = host.claim("mps", "u1", [share(GPU0, "s1")], strategy="MPS")
+    assert driver.prepare([mps])["u1"].error == ""
+    plain = host.claim("plain", "u2", [share(GPU0, "s2")])
+    error = driver.prepare([plain])["u2"].error
+    assert f"GPU {GPU0} runs MPS for claim(s) u1; this share runs no strategy" in error, error
+    # the other way round: MPS would switch the GPU under strategy-less shares
+    plain1 = host.claim("plain1", "u3", [share(GPU1, "s3")])
+    assert driver.prepare([plain1])["u3"].error == ""
+    mps1 = host.claim("mps1", "u4", [share(GPU1, "s4")], strategy="MPS")
+    error = driver.prepare([mps1])["u4"].error
+    assert f"GPU {GPU1} is shared by claim(s) u3 with no strategy" in error, error
+    assert host.compute_mode(1) == 0 and mps_calls(host) == ["start"]
+    driver.unprepare([mps, plain1])
+
+
 # -- crashes ----------------------------------------------------------------------------------
 def test_a_restart_undoes_what_the_checkpoint_does_not_hold(host: Host) -> None:
     """Killed after the GPU was set up but before the checkpoint: the next start undoes it."""
@@ -362,3 +404,44 @@ def test_a_damaged_record_stops_the_agent_with_its_path(host: Host) -> None:
     (host.state / STATE_FILE).write_text("{not json")
     with pytest.raises(ValueError, match=f"{STATE_FILE}: not JSON"):
         host.driver()
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"gpus": []}, "no 'gpus' object"),
+        ({"gpus": {"../x": {}}}, "'../x' is not a PCI bus id"),
+        ({"gpus": {"0000:01:00.0": []}}, "GPU 0000:01:00.0: Expected `object`"),
+        ({"gpus": {"0000:01:00.0": {"device": "g"}}}, "GPU 0000:01:00.0: Object missing"),
+        (
+            {
+                "gpus": {
+                    "0000:01:00.0": {
+                        "device": "g",
+                        "uuid": "u",
+                        "strategy": "MPS",
+                        "timeSlice": "Default",
+                        "previousComputeMode": "zero",
+                        "claims": [],
+                    }
+                }
+            },
+            "previousComputeMode",
+        ),
+    ],
+)
+def test_a_wrong_shape_record_is_one_error_with_its_path(
+    host: Host, record: dict[str, Any], message: str
+) -> None:
+    host.state.mkdir(parents=True)
+    (host.state / STATE_FILE).write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        host.driver()
+    assert STATE_FILE in str(err.value) and "\n" not in str(err.value)
+    assert not (host.state.parent / "x").exists()  # no MPS directory outside the state dir
+
+
+def test_no_mps_daemon_for_a_name_that_is_not_a_bus_id(host: Host) -> None:
+    with pytest.raises(MpsError, match="not a PCI bus id"):
+        host.daemons.start("../x", "GPU-x")
+    assert not (host.state / "x").exists() and host.daemons.pid("../x") is None

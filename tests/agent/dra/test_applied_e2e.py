@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Event, Pod
-from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.crds.resources import as_dict
@@ -62,11 +62,18 @@ def agent(testbed: Testbed, tmp_path: Path, host: Path) -> Iterator[AgentProcess
             daemons.stop(bus_id, "")
 
 
-def gpu_claim(name: str, ns: str, sharing: dict[str, str], memory: str | None = None) -> Any:
+def gpu_claim(
+    client: Client,
+    name: str,
+    ns: str,
+    sharing: dict[str, str],
+    memory: str | None = None,
+    own: bool = False,
+) -> Any:
+    """A claim of a whole GPU, or with ``memory`` a share of the memory-shared one. The
+    GpuConfig ``sharing`` of a share comes from a DeviceClass, as the admin sets it (the
+    claim's own config with ``own``: refused); a whole GPU's from the claim."""
     exactly: dict[str, Any] = {"deviceClassName": "gpu.kubeacc.io"}
-    if memory:
-        exactly["selectors"] = [{"cel": {"expression": "device.allowMultipleAllocations"}}]
-        exactly["capacity"] = {"requests": {"kubeacc.io/memory": memory}}
     config = {
         "opaque": {
             "driver": DRIVER_NAME,
@@ -77,7 +84,36 @@ def gpu_claim(name: str, ns: str, sharing: dict[str, str], memory: str | None = 
             },
         }
     }
-    return resource_claim(name, ns, [{"name": "gpu", "exactly": exactly}], [config])
+    configs = [config] if sharing else []
+    # a whole GPU: not the memory-shared one (a claim there would get a share of it)
+    exactly["selectors"] = [{"cel": {"expression": "!device.allowMultipleAllocations"}}]
+    if memory:
+        exactly["selectors"] = [{"cel": {"expression": "device.allowMultipleAllocations"}}]
+        exactly["capacity"] = {"requests": {"kubeacc.io/memory": memory}}
+        if sharing and not own:
+            exactly["deviceClassName"] = strategy_class(client, sharing, config)
+            configs = []
+    return resource_claim(name, ns, [{"name": "gpu", "exactly": exactly}], configs)
+
+
+def strategy_class(client: Client, sharing: dict[str, str], config: dict[str, Any]) -> str:
+    """A DeviceClass of GPUs whose opaque config sets ``sharing`` (what a policy generates)."""
+    name = f"{sharing['strategy'].lower()}.test.kubeacc.io"
+    client.apply(
+        DeviceClass.from_dict(
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "selectors": [
+                        {"cel": {"expression": 'device.attributes["kubeacc.io"].type == "gpu"'}}
+                    ],
+                    "config": [config],
+                },
+            }
+        ),
+        field_manager="kubeacc-test",
+    )
+    return name
 
 
 def gone(client: Client, name: str, ns: str) -> bool:
@@ -92,7 +128,7 @@ def test_mps_daemon_lives_from_the_first_share_to_the_last(
     testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess, host: Path
 ) -> None:
     for name in ("mps-a", "mps-b"):
-        kube_client.create(gpu_claim(name, namespace, {"strategy": "MPS"}, memory="8G"))
+        kube_client.create(gpu_claim(kube_client, name, namespace, {"strategy": "MPS"}, "8G"))
         kube_client.create(claim_pod(name, namespace, name))
     for name in ("mps-a", "mps-b"):
         eventually(lambda n=name: running(kube_client, n, namespace), 90, f"{name} Running")
@@ -134,7 +170,7 @@ def test_a_strategy_the_gpu_cannot_do_is_the_pods_event(
     kube_client: Client, namespace: str, agent: AgentProcess, host: Path
 ) -> None:
     sharing = {"strategy": "TimeSlicing", "timeSlice": "Long"}
-    kube_client.create(gpu_claim("slices", namespace, sharing))
+    kube_client.create(gpu_claim(kube_client, "slices", namespace, sharing))
     kube_client.create(claim_pod("slices", namespace, "slices"))
 
     def event() -> str | None:
@@ -151,6 +187,44 @@ def test_a_strategy_the_gpu_cannot_do_is_the_pods_event(
     assert [c["result"] for c in read_calls(host) if c["tool"] == "nvidia-smi"][:1] == [
         "NOT_SUPPORTED"
     ]
+
+
+def test_the_strategy_of_a_shared_gpu_is_the_admins(
+    kube_client: Client, namespace: str, agent: AgentProcess, host: Path
+) -> None:
+    """A tenant's claim cannot set a shared GPU's strategy, nor join an MPS GPU without MPS;
+    the share already on it keeps running on MPS (docs/security.md)."""
+    kube_client.create(gpu_claim(kube_client, "victim", namespace, {"strategy": "MPS"}, "8G"))
+    kube_client.create(claim_pod("victim", namespace, "victim"))
+    eventually(lambda: running(kube_client, "victim", namespace), 90, "victim Running")
+    tries = {
+        "own": gpu_claim(kube_client, "own", namespace, {"strategy": "TimeSlicing"}, "8G", True),
+        "plain": gpu_claim(kube_client, "plain", namespace, {}, "8G"),
+    }
+    for name, rc in tries.items():
+        kube_client.create(rc)
+        kube_client.create(claim_pod(name, namespace, name))
+
+    def event(pod: str, words: str) -> str | None:
+        for e in kube_client.list(Event, namespace=namespace):
+            if e.involvedObject.name == pod and words in (e.message or ""):
+                return e.message
+        return None
+
+    own = eventually(lambda: event("own", "strategy comes from"), 90, "own refused")
+    assert "its sharing strategy comes from the DeviceClass" in own, own
+    plain = eventually(lambda: event("plain", "runs MPS"), 90, "plain refused")
+    assert "this share runs no strategy" in plain, plain
+    assert not running(kube_client, "own", namespace)
+    assert not running(kube_client, "plain", namespace)
+    uuid = next(
+        g["uuid"]
+        for g in json.loads((host / ".synthetic/nvml.json").read_text())["gpus"]
+        if g["busId"].lower().endswith("1b:00.0")
+    )
+    assert read_state(host)["gpus"][uuid]["computeMode"] == 3  # still MPS, never time-sliced
+    assert mps(host) == [("start", uuid)]
+    assert running(kube_client, "victim", namespace)
 
 
 def _restart(agent: AgentProcess, pause_at: str | None = None, kill: bool = True) -> None:
@@ -176,7 +250,7 @@ def test_agent_killed_around_the_mps_daemon_recovers_it(
 
     # Killed after the daemon started and the CDI spec was written, before the checkpoint.
     _restart(agent, "prepare-after-cdi", kill=False)
-    kube_client.create(gpu_claim("crash", namespace, {"strategy": "MPS"}, memory="8G"))
+    kube_client.create(gpu_claim(kube_client, "crash", namespace, {"strategy": "MPS"}, "8G"))
     kube_client.create(claim_pod("crash", namespace, "crash"))
     assert agent.wait_paused() == "prepare-after-cdi"
     assert mps(host) == [("start", uuid)] and set(daemons.running()) == {SHARED_BDF}

@@ -21,6 +21,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.controller.controller import Controller
+from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
 from kubeacc.crds.types import NODE_LABEL
 from kubeacc.synthetic import profiles
@@ -219,6 +220,7 @@ def test_mig_mode_operation_waits_for_an_idle_gpu(
         lease_namespace="default",
         lease_name=f"kubeacc-mig-{uuid.uuid4().hex[:5]}",
         interval=0.3,
+        admin_namespaces=[ANY_NAMESPACE],
     )
     acc = f"{node}-{H100}"
 

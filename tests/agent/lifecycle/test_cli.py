@@ -39,6 +39,8 @@ def test_commands_run_an_operation(
                     lease,
                     "--interval",
                     "0.3",
+                    "--admin-namespace",
+                    namespace,
                 ],
                 tmp_path / "controller.log",
             ) as ctl,

@@ -24,6 +24,7 @@ from lightkube.types import PatchType
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
 from kubeacc.controller.controller import Controller
+from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
 from kubeacc.crds.types import API_VERSION, NODE_LABEL
 from kubeacc.synthetic.host import SyntheticHost
@@ -105,6 +106,7 @@ def stack(
         lease_namespace="default",
         lease_name=f"kubeacc-e2e-{uuid.uuid4().hex[:5]}",
         interval=0.3,
+        admin_namespaces=[ANY_NAMESPACE],
     )
     wait_until_no_claim_holds(client, NODE)
     with running(agent, ctl):

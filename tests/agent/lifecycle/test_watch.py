@@ -20,6 +20,7 @@ from lightkube.resources.core_v1 import Namespace, Node
 
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.controller.controller import Controller
+from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict, install_crds
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
@@ -49,6 +50,7 @@ def stack(tb: Testbed, node: str, tmp: Path) -> Iterator[tuple[LifecycleAgent, C
         lease_namespace="default",
         lease_name=f"kubeacc-watch-{uuid.uuid4().hex[:5]}",
         resync_seconds=RESYNC,
+        admin_namespaces=[ANY_NAMESPACE],
     )
     with running(agent, ctl, join=20) as threads:
         yield agent, ctl

@@ -1,0 +1,304 @@
+"""Forged placement decisions, tried as a namespace user would, on the real testbed.
+
+Two nodes (``gpu-a``: 2 NVIDIA L4, ``gpu-b``: 1 L4, shared through the node agents' device
+plugins), the real kube-scheduler with ``kubeacc extender``, real kubelets calling Allocate,
+and the admission policy deploy/admission/extender-decisions.yaml. The tenant is a user with
+the ``edit`` role in namespace ``tenant`` only (a client certificate of the testbed CA); the
+victim's pods run in namespace ``victim``. See docs/security.md, "Placement decisions".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.codecs import from_dict
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.admissionregistration_v1 import ValidatingAdmissionPolicyBinding
+from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.rbac_authorization_v1 import RoleBinding
+
+from kubeacc.controller.controller import Controller
+from kubeacc.crds.deploy import apply_manifest
+from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
+from kubeacc.extender.wants import DECISION_ANNOTATION, GPU, MEMORY, Assigned, Decision
+from kubeacc.testbed.identities import cert_client
+from tests.crdfixtures import create_operation, operation_finished, running, wait_for
+from tests.extender.clusterlib import Cluster, extender_cluster
+from tests.testbed.helpers import eventually, eventually_refused
+
+pytestmark = pytest.mark.cluster
+
+PROFILES = {"gpu-a": "l4-pair", "gpu-b": "edge-mixed"}
+L4_MIB = 23034
+TENANT, VICTIM = "tenant", "victim"
+POLICY = "kubeacc-extender-decisions"
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
+    with extender_cluster(
+        tmp_path_factory.mktemp("tenancy"),
+        request,
+        plugin_nodes=PROFILES,
+        dp_config="types:\n  gpu: {shared: true}\n",
+        gpus=3,
+        namespace=VICTIM,
+    ) as cluster:
+        client = cluster.client
+        apply_manifest(client, "admission/extender-decisions.yaml")
+        client.create(Namespace(metadata=ObjectMeta(name=TENANT)))
+        cluster.testbed.wait_service_account(TENANT)
+        client.create(  # type: ignore[call-overload]
+            RoleBinding.from_dict(
+                {
+                    "metadata": {"name": "tenant-edit", "namespace": TENANT},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "edit",
+                    },
+                    "subjects": [
+                        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"}
+                    ],
+                }
+            )
+        )
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def tenant(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Client:
+    """User ``mallory``: the ``edit`` role in namespace ``tenant``, nothing else."""
+    return cert_client(
+        cluster.testbed, tmp_path_factory.mktemp("mallory"), "mallory", (), "mallory"
+    )
+
+
+@pytest.fixture(scope="module")
+def victim(cluster: Cluster) -> str:
+    """A pod of another namespace holding gpu-b's only GPU whole; returns that GPU."""
+    client = cluster.client
+    client.create(
+        _pod("holder", VICTIM, {GPU: "1"}, nodeSelector={"kubernetes.io/hostname": "gpu-b"})
+    )
+    eventually(lambda: _phase(client, "holder", VICTIM) == "Running", 120, "victim running")
+    decision = _decision(client, "holder", VICTIM)
+    assert decision is not None and decision.node == "gpu-b"
+    (bdf,) = decision.containers[0].devices
+    return bdf
+
+
+def _pod(
+    name: str,
+    namespace: str,
+    limits: dict[str, str],
+    decision: Decision | None = None,
+    **spec: Any,
+) -> Any:
+    notes = {DECISION_ANNOTATION: decision.to_json()} if decision else {}
+    return from_dict(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": notes},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"limits": limits},
+                    }
+                ],
+                **spec,
+            },
+        }
+    )
+
+
+def _get(client: Client, name: str, namespace: str) -> dict[str, Any]:
+    return as_dict(client.get(Pod, name, namespace=namespace))
+
+
+def _phase(client: Client, name: str, namespace: str) -> str:
+    return str((_get(client, name, namespace).get("status") or {}).get("phase") or "")
+
+
+def _decision(client: Client, name: str, namespace: str) -> Decision | None:
+    text = (_get(client, name, namespace)["metadata"].get("annotations") or {}).get(
+        DECISION_ANNOTATION
+    )
+    return Decision.from_json(text) if text else None
+
+
+def _failed(client: Client, name: str) -> str | None:
+    status = _get(client, name, TENANT).get("status") or {}
+    return str(status.get("message")) if status.get("phase") == "Failed" else None
+
+
+def _gpu_use(cluster: Cluster, node: str) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{cluster.extender.port}/state?node={node}"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return dict(json.loads(r.read())["node"]["gpus"])
+
+
+def _victim_unharmed(cluster: Cluster, bdf: str) -> None:
+    client = cluster.client
+    assert _phase(client, "holder", VICTIM) == "Running"
+    decision = _decision(client, "holder", VICTIM)
+    assert decision is not None and decision.containers[0].devices == (bdf,)
+    (record,) = cluster.testbed.node("gpu-b").container_records(namespace=VICTIM, pod="holder")
+    assert record.envs["ACCELERATOR_UNITS"] == bdf
+    assert _gpu_use(cluster, "gpu-b")[bdf]["used"]["whole"] is True
+    # "in use" for operations: the Accelerator names the pod (anonymous units name no GPU)
+    eventually(lambda: _users(client, "gpu-b", bdf) == [f"{VICTIM}/holder"], 60, "allocatedTo")
+
+
+def _accelerator(client: Client, node: str, bdf: str) -> dict[str, Any]:
+    for acc in client.list(Accelerator):
+        d = as_dict(acc)
+        device = (d.get("status") or {}).get("device") or {}
+        if d["spec"].get("node") == node and (device.get("pci") or {}).get("busID") == bdf:
+            return d
+    raise AssertionError(f"no Accelerator for {bdf} on {node}")
+
+
+def _users(client: Client, node: str, bdf: str) -> list[str]:
+    users = _accelerator(client, node, bdf)["status"].get("allocatedTo") or []
+    return sorted(f"{u.get('namespace')}/{u['name']}" for u in users if u["kind"] == "Pod")
+
+
+def _refusal(op: dict[str, Any]) -> tuple[str, str]:
+    (failed,) = [c for c in op["status"]["conditions"] if c["type"] == "Failed"]
+    return str(failed["reason"]), str(failed["message"])
+
+
+def test_a_tenant_cannot_write_a_decision(cluster: Cluster, tenant: Client, victim: str) -> None:
+    forged = Decision("gpu-b", (Assigned("main", (victim,), memory=1),))
+    # on create: a 1 MiB share, placed by hand next to the victim's whole GPU
+    message = eventually_refused(
+        lambda: tenant.create(_pod("forged", TENANT, {MEMORY: "1"}, forged, nodeName="gpu-b"))
+    )
+    assert "mallory may not set the annotation kubeacc.io/devices" in message, message
+    # a pod without a GPU request and a forged whole GPU: the free GPU of gpu-a blocked
+    blocker = Decision("gpu-a", (Assigned("main", ("0000:01:00.0",), whole=True),))
+    message = eventually_refused(
+        lambda: tenant.create(_pod("blocker", TENANT, {}, blocker, nodeName="gpu-a")), 0
+    )
+    assert "may not set the annotation" in message, message
+    # on update: the tenant's own pod, the decision added afterwards
+    tenant.create(_pod("plain", TENANT, {}, schedulerName="nobody"))
+    patch: dict[str, Any] = {"metadata": {"annotations": {DECISION_ANNOTATION: forged.to_json()}}}
+    message = eventually_refused(lambda: tenant.patch(Pod, "plain", patch, namespace=TENANT), 0)
+    assert "may not set the annotation" in message, message
+    # the tenant's pods scheduled through the extender still get their share
+    tenant.create(_pod("honest", TENANT, {MEMORY: "1000"}))
+    eventually(lambda: _phase(tenant, "honest", TENANT) == "Running", 120, "honest share")
+    decision = _decision(tenant, "honest", TENANT)
+    assert decision is not None and decision.node == "gpu-a"
+    # ... and may not change it afterwards
+    patch = {"metadata": {"annotations": {DECISION_ANNOTATION: None}}}
+    message = eventually_refused(lambda: tenant.patch(Pod, "honest", patch, namespace=TENANT), 0)
+    assert "may not remove the annotation" in message, message
+    _victim_unharmed(cluster, victim)
+    for name in ("plain", "honest"):
+        tenant.delete(Pod, name, namespace=TENANT, grace_period=0)
+
+
+def test_no_other_namespace_may_reset_the_victims_gpu(cluster: Cluster, victim: str) -> None:
+    """Its GPU is served through the device plugin as an anonymous unit: "in use" all the
+    same, and a namespace no policy grants the GPU may not operate on it at all."""
+    client = cluster.client
+    name = _accelerator(client, "gpu-b", victim)["metadata"]["name"]
+    ctl = Controller(
+        cluster.testbed.client(field_manager="kubeacc-controller"),
+        identity="tenancy",
+        lease_namespace="kube-system",  # the admin namespace
+        lease_name=f"kubeacc-tenancy-{uuid.uuid4().hex[:5]}",
+        interval=0.3,
+    )
+    ops = {TENANT: "reset-theirs", "kube-system": "reset-busy"}
+    with running(ctl):
+        for ns, op in ops.items():  # the tenant's as if RBAC let the team create operations
+            create_operation(client, ns, op, {"action": "Reset", "targets": [name]})
+        done = {
+            ns: wait_for(op, partial(operation_finished, client, ns, op), 60)
+            for ns, op in ops.items()
+        }
+    try:
+        reason, message = _refusal(done[TENANT])
+        assert reason == "NamespaceNotAllowed", message
+        assert f"grants namespace {TENANT} operations" in message, message
+        reason, message = _refusal(done["kube-system"])
+        assert reason == "DeviceInUse" and f"{VICTIM}/holder" in message, message
+        _victim_unharmed(cluster, victim)
+    finally:
+        for ns, op in ops.items():
+            client.delete(AcceleratorOperation, op, namespace=ns)
+
+
+def test_without_the_policy_forged_decisions_get_no_gpu(
+    cluster: Cluster, tenant: Client, victim: str
+) -> None:
+    """The second fence: a cluster installed without the policy (or a decision written around
+    it) still gives a forged decision nothing, and the extender does not count it."""
+    client = cluster.client
+    client.delete(ValidatingAdmissionPolicyBinding, POLICY)
+    try:
+        forged = {
+            # (amounts differ: Allocate carries no pod, the plugin matches containers by amount)
+            # the victim's GPU, whole, for a 2 MiB request
+            "whole": ({MEMORY: "2"}, Decision("gpu-b", (Assigned("main", (victim,), whole=True),))),
+            # a well-formed 1 MiB share of the GPU the victim holds whole
+            "share": ({MEMORY: "1"}, Decision("gpu-b", (Assigned("main", (victim,), memory=1),))),
+        }
+
+        def create(name: str, limits: dict[str, str], decision: Decision) -> bool:
+            try:
+                tenant.create(_pod(name, TENANT, limits, decision, nodeName=decision.node))
+            except ApiError as err:  # the policy's binding may take a moment to go
+                assert err.status.code == 403, err.status
+                return False
+            return True
+
+        for name, (limits, decision) in forged.items():
+            eventually(partial(create, name, limits, decision), 30, "policy gone")
+        refusals = {n: eventually(partial(_failed, tenant, n), 60, f"{n} refused") for n in forged}
+        assert "asks for a share of one GPU, decided whole GPUs" in refusals["whole"], refusals
+        assert "is held by another pod" in refusals["share"], refusals
+        # negative shares on gpu-a: the extender must not count 75,000 MiB free that is not
+        gpus = sorted(_gpu_use(cluster, "gpu-a"))
+        negative = Decision("gpu-a", (Assigned("main", (gpus[0],), memory=-75000, cores=-90),))
+        eventually(lambda: create("negative", {MEMORY: "1"}, negative), 30, "negative created")
+        eventually(lambda: _failed(tenant, "negative"), 60, "negative refused")
+        use = _gpu_use(cluster, "gpu-a")
+        assert all(g["used"]["memory"] == 0 for g in use.values()), use
+        # two honest 20,000 MiB shares: one per L4 of gpu-a, a third finds no room
+        for i in range(3):
+            client.create(_pod(f"share-{i}", VICTIM, {MEMORY: "20000"}))
+        eventually(
+            lambda: sum(_phase(client, f"share-{i}", VICTIM) == "Running" for i in range(3)) == 2,
+            120,
+            "two shares running",
+        )
+        use = _gpu_use(cluster, "gpu-a")
+        assert all(g["used"]["memory"] <= L4_MIB for g in use.values()), use
+        _victim_unharmed(cluster, victim)
+    finally:
+        apply_manifest(client, "admission/extender-decisions.yaml")
+        for p in client.list(Pod, namespace=TENANT):
+            assert p.metadata is not None and p.metadata.name is not None
+            client.delete(Pod, p.metadata.name, namespace=TENANT, grace_period=0)
+        for i in range(3):
+            with contextlib.suppress(ApiError):
+                client.delete(Pod, f"share-{i}", namespace=VICTIM, grace_period=0)
