@@ -210,7 +210,7 @@ def test_a_whole_gpu_and_a_share_load_the_driver_through_the_cdi_spec(
 ) -> None:
     tb, ns = runtime_testbed, runtime_namespace
     client = tb.client()
-    client.create(one_gpu_claim("whole", ns))
+    client.create(gpu_claim("whole", ns, "!device.allowMultipleAllocations"))
     client.create(share_claim("share", ns))
     client.create(probe_pod("whole", ns, userland[0], **claimed("whole")))
     client.create(probe_pod("share", ns, userland[0], **claimed("share")))
