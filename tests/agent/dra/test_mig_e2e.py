@@ -134,8 +134,9 @@ def test_partition_and_whole_gpu_never_share_a_gpu_and_nvml_calls_in_order(
     assert env["KUBEACC_MIG_PROFILE"] == "3g.40gb"
     spec = json.loads((agent.cdi_dir / f"kubeacc.io-claim_{part_uid}.json").read_text())
     nodes = [n["path"] for n in spec["devices"][0]["containerEdits"]["deviceNodes"]]
-    assert nodes[0] == f"/dev/nvidia{index}" and len(nodes) == 3
-    assert all(n.startswith("/dev/nvidia-caps/nvidia-cap") for n in nodes[1:])
+    assert nodes[0] == f"/dev/nvidia{index}" and len(nodes) == 6
+    assert all(n.startswith("/dev/nvidia-caps/nvidia-cap") for n in nodes[1:3])
+    assert nodes[3:] == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
     assert calls(agent) == [CREATE_GI, CREATE_CI]  # the whole GPU needs no NVML call
 
     # Each GPU is taken (one whole, one partly): another whole-GPU claim cannot be allocated.
