@@ -65,8 +65,8 @@ def userland(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path
 
 def probe_pod(name: str, ns: str, glibc: Path, **spec: Any) -> Any:
     script = (
-        "/sbin/ldconfig -p | grep -E 'libcuda|libnvidia'; echo ===; env | grep -E '^(NVIDIA|KUBEACC_"
-        "NVIDIA|LD_PRELOAD)' | sort; echo ===; "
+        "/sbin/ldconfig -p | grep -E 'libcuda|libnvidia'; echo ===; "
+        "env | grep -E '^(NVIDIA|KUBEACC_NVIDIA|LD_PRELOAD)' | sort; echo ===; "
         f"{GLIBC}/dlprobe 64 2>&1; echo END-OF-PROBE; sleep 3600"
     )
     container = {
