@@ -10,8 +10,6 @@ victim's pods run in namespace ``victim``. See docs/security.md, "Placement deci
 from __future__ import annotations
 
 import contextlib
-import json
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -147,9 +145,7 @@ def _failed(client: Client, name: str) -> str | None:
 
 
 def _gpu_use(cluster: Cluster, node: str) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{cluster.extender.port}/state?node={node}"
-    with urllib.request.urlopen(url, timeout=5) as r:
-        return dict(json.loads(r.read())["node"]["gpus"])
+    return dict(cluster.extender.state(node)["gpus"])
 
 
 def _victim_unharmed(cluster: Cluster, bdf: str) -> None:
