@@ -87,9 +87,14 @@ class Extender:
         eventually(self.ready, 60, "extender /readyz")
 
     def ready(self) -> bool:
+        """This start's process listens (its own log says so: a /readyz answer alone could
+        come from another process that took the port while the old one was down) and is
+        ready."""
         assert self.proc is not None
         if self.proc.poll() is not None:
             raise AssertionError(f"extender exited:\n{self.log()[-3000:]}")
+        if self.log().count("kubeacc extender listening on port") < self.starts:
+            return False
         try:
             url = f"http://127.0.0.1:{self.probe_port}/readyz"
             with urllib.request.urlopen(url, timeout=5) as r:
