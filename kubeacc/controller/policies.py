@@ -11,7 +11,9 @@ applies on the GPU; a memory-shared or MPS policy's class selects only devices p
 memory-shared (``device.allowMultipleAllocations``), which the agents do for the devices the
 policy selects (:mod:`kubeacc.agent.dra.policyshare`). A ``MIG`` policy's class selects only the
 MIG partitions of its ``migProfiles`` (attribute ``migProfile``), which the agents publish for
-the MIG-mode GPUs the policy selects.
+the MIG-mode GPUs the policy selects; every other policy's class selects whole devices only
+(``!has(...migProfile)``), as the driver's own classes do: a partition is only ever given where
+it was asked for.
 """
 
 from __future__ import annotations
@@ -65,6 +67,11 @@ def mig_selector(profiles: list[str]) -> str:
     return f"has({attr}) && {attr} in {_cel_list(sorted(set(profiles)))}"
 
 
+def whole_device_selector() -> str:
+    """CEL for a whole device: never a MIG partition (a device with attribute ``migProfile``)."""
+    return f'!has(device.attributes["{DRIVER}"].{MIG_PROFILE_ATTR})'
+
+
 def device_class(policy: dict[str, Any]) -> dict[str, Any]:
     """The DeviceClass manifest a policy object generates (owned by the policy)."""
     meta = policy["metadata"]
@@ -76,6 +83,8 @@ def device_class(policy: dict[str, Any]) -> dict[str, Any]:
         expression += " && device.allowMultipleAllocations"
     elif spec.sharing.mode is SharingMode.MIG:
         expression += " && " + mig_selector(spec.sharing.mig_profiles)
+    else:
+        expression += " && " + whole_device_selector()
     configs = [sharing_parameters(meta["name"], spec.sharing)]
     gpu = policy_gpu_parameters(spec.sharing, spec.selector.types == [DeviceType.GPU])
     if gpu is not None:

@@ -1,12 +1,12 @@
 """A model preference as a DRA ResourceClaim: one ``firstAvailable`` request whose subrequests
 are the models in order ("H100, else A100, else KunLun R200").
 
-Each subrequest takes devices of the class ``accelerator.kubeacc.io`` (every kube-acc device,
-so GPUs and XPUs can follow each other in one list) whose ``kubeacc.io/model`` matches the
-name by tokens, case-insensitively (the same rule as the extender's ``prefer-models``). With a
-number of normalized units, each subrequest asks for as many devices of its model as the unit
-table says are needed (``ceil(units / units per device)``); the scheduler allocates the first
-subrequest that fits, on each node.
+Each subrequest takes devices of the class ``accelerator.kubeacc.io`` (every whole kube-acc
+device, never a MIG partition, so GPUs and XPUs can follow each other in one list) whose
+``kubeacc.io/model`` matches the name by tokens, case-insensitively (the same rule as the
+extender's ``prefer-models``). With a number of normalized units, each subrequest asks for as
+many devices of its model as the unit table says are needed (``ceil(units / units per
+device)``); the scheduler allocates the first subrequest that fits, on each node.
 """
 
 from __future__ import annotations

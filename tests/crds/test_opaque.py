@@ -144,6 +144,20 @@ def test_a_time_sliced_policy_over_any_type_adds_no_gpu_config() -> None:
     assert [e["opaque"]["parameters"]["kind"] for e in cls["spec"]["config"]] == ["SharingConfig"]
 
 
+@pytest.mark.parametrize("mode", ["Exclusive", "TimeSliced"])
+def test_a_policy_class_other_than_mig_selects_whole_devices_only(mode: str) -> None:
+    cls = device_class(
+        {
+            "metadata": {"name": "p", "uid": "u"},
+            "spec": {"selector": {"types": ["gpu"]}, "sharing": {"mode": mode}},
+        }
+    )
+    (selector,) = cls["spec"]["selectors"]
+    assert selector["cel"]["expression"].endswith(
+        ' && !has(device.attributes["kubeacc.io"].migProfile)'
+    )
+
+
 def test_a_mig_policy_class_selects_only_partitions_of_its_profiles() -> None:
     cls = device_class(
         {

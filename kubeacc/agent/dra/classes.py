@@ -13,6 +13,7 @@ from kubeacc.agent.dra import FIELD_MANAGER
 
 CLASS_NAMES = (
     "gpu.kubeacc.io",
+    "mig.kubeacc.io",
     "fpga.kubeacc.io",
     "nic.kubeacc.io",
     "xpu.kubeacc.io",

@@ -1,4 +1,5 @@
-"""MIG partitions on the testbed: the real scheduler never puts a partition and the whole GPU
+"""MIG partitions on the testbed: partitions come only from their class (``mig.kubeacc.io``),
+never as GPUs of ``gpu.kubeacc.io``; the real scheduler never puts a partition and the whole GPU
 on one GPU (shared counters), the real kubelet's prepare creates the GPU and compute instance
 through NVML and its unprepare destroys them (the synthetic NVML's call log shows it, in order),
 and an agent killed between creating an instance and its checkpoint leaves no orphan."""
@@ -48,6 +49,7 @@ PROFILE_3G = (
     'device.attributes["kubeacc.io"].migProfile == "3g.40gb"'
 )
 WHOLE = '!has(device.attributes["kubeacc.io"].migProfile)'
+GPU_CLASS, MIG_CLASS, ANY_CLASS = "gpu.kubeacc.io", "mig.kubeacc.io", "accelerator.kubeacc.io"
 CREATE_GI = "nvmlDeviceCreateGpuInstanceWithPlacement"
 CREATE_CI = "nvmlGpuInstanceCreateComputeInstance"
 DESTROY_CI = "nvmlComputeInstanceDestroy"
@@ -60,14 +62,13 @@ def agent(testbed: Testbed, tmp_path: Path) -> Iterator[AgentProcess]:
         yield a
 
 
-def gpu_claim(name: str, ns: str, cel: str) -> Any:
-    request = {
-        "name": "gpu",
-        "exactly": {
-            "deviceClassName": "gpu.kubeacc.io",
-            "selectors": [{"cel": {"expression": cel}}],
-        },
-    }
+def gpu_claim(
+    name: str, ns: str, cel: str | None = None, cls: str = GPU_CLASS, count: int = 1
+) -> Any:
+    exactly: dict[str, Any] = {"deviceClassName": cls, "count": count}
+    if cel is not None:
+        exactly["selectors"] = [{"cel": {"expression": cel}}]
+    request = {"name": "gpu", "exactly": exactly}
     return from_dict(
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -112,7 +113,7 @@ def test_partition_and_whole_gpu_never_share_a_gpu_and_nvml_calls_in_order(
     names, _ = published(kube_client, testbed.node_name)
     assert {H100, A100, f"{H100}-mig-3g-40gb-4", f"{A100}-mig-7g-80gb-0"} <= names
 
-    kube_client.create(gpu_claim("part", namespace, PROFILE_3G))
+    kube_client.create(gpu_claim("part", namespace, PROFILE_3G, MIG_CLASS))
     kube_client.create(claim_pod("part", namespace, "part"))
     eventually(lambda: running_pod(kube_client, "part", namespace), 90, "part Running")
     kube_client.create(gpu_claim("whole", namespace, WHOLE))
@@ -159,6 +160,49 @@ def test_partition_and_whole_gpu_never_share_a_gpu_and_nvml_calls_in_order(
     assert "Traceback" not in agent.log()
 
 
+def test_gpu_class_gives_whole_gpus_only_never_partitions(
+    testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
+) -> None:
+    """Two whole GPUs and 30+ partitions on the node: five GPUs of ``gpu.kubeacc.io`` are refused
+    with a reason (the partitions are not GPUs), three devices of ``accelerator.kubeacc.io`` too
+    (planner), two GPUs are the two whole GPUs, and a partition comes from ``mig.kubeacc.io``."""
+    eventually(
+        lambda: published(kube_client, testbed.node_name)[1] == 2, 60, "two MIG counter sets"
+    )
+    names, _ = published(kube_client, testbed.node_name)
+    assert len([n for n in names if "-mig-" in n]) >= 5  # enough partitions to fill five
+
+    kube_client.create(gpu_claim("five", namespace, count=5))
+    kube_client.create(claim_pod("five", namespace, "five"))
+    reason = eventually(lambda: unschedulable(kube_client, "five", namespace), 60, "five refused")
+    assert "cannot allocate all claims" in reason, reason
+    kube_client.create(gpu_claim("any3", namespace, cls=ANY_CLASS, count=3))  # planned only
+    plan = plan_json(testbed, namespace)
+    verdicts = {p["claim"].split("/")[-1]: p for p in json.loads(plan.stdout)}
+    for claim, cls in (("five", GPU_CLASS), ("any3", ANY_CLASS)):
+        assert not verdicts[claim]["allocated"], verdicts[claim]
+        # the planner's reason: the node has two devices in the class, not five (or three)
+        assert f"2 in class {cls}" in json.dumps(verdicts[claim]["explanation"]), verdicts[claim]
+    kube_client.delete(Pod, "five", namespace=namespace)
+    kube_client.delete(ResourceClaim, "five", namespace=namespace)
+
+    kube_client.create(gpu_claim("two", namespace, count=2))
+    kube_client.create(claim_pod("two", namespace, "two"))
+    eventually(lambda: running_pod(kube_client, "two", namespace), 90, "two Running")
+    claim = as_dict(kube_client.get(ResourceClaim, "two", namespace=namespace))
+    got = {r["device"] for r in claim["status"]["allocation"]["devices"]["results"]}
+    assert got == {H100, A100}
+    kube_client.delete(Pod, "two", namespace=namespace)
+    kube_client.delete(ResourceClaim, "two", namespace=namespace)
+    eventually(lambda: not agent.checkpoint_claims(), 90, "two unprepared")
+
+    kube_client.create(gpu_claim("part", namespace, cls=MIG_CLASS))
+    kube_client.create(claim_pod("part", namespace, "part"))
+    eventually(lambda: running_pod(kube_client, "part", namespace), 90, "part Running")
+    assert "-mig-" in allocated(kube_client, "part", namespace)[1]
+    assert "Traceback" not in agent.log()
+
+
 def test_agent_killed_between_create_and_checkpoint_leaves_no_orphan(
     testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
 ) -> None:
@@ -168,7 +212,7 @@ def test_agent_killed_between_create_and_checkpoint_leaves_no_orphan(
     agent.stop()
     agent.start(pause_at="prepare-after-mig")
     agent.wait_registered(90)
-    kube_client.create(gpu_claim("part", namespace, PROFILE_3G))
+    kube_client.create(gpu_claim("part", namespace, PROFILE_3G, MIG_CLASS))
     kube_client.create(claim_pod("part", namespace, "part"))
     assert agent.wait_paused() == "prepare-after-mig"
     uid, dev = allocated(kube_client, "part", namespace)
@@ -244,7 +288,7 @@ def test_mig_mode_operation_waits_for_an_idle_gpu(
             part = (
                 f'{PROFILE_3G} && device.attributes["kubeacc.io"].parentPciBusID == "0000:01:00.0"'
             )
-            kube_client.create(gpu_claim("part", namespace, part))
+            kube_client.create(gpu_claim("part", namespace, part, MIG_CLASS))
             kube_client.create(claim_pod("part", namespace, "part"))
             eventually(lambda: running_pod(kube_client, "part", namespace), 90, "part Running")
             wait_for("the claim in allocatedTo", users, timeout=60)

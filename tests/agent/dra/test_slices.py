@@ -50,7 +50,15 @@ def test_device_classes_manifest() -> None:
     docs = device_classes()
     assert tuple(d["metadata"]["name"] for d in docs) == CLASS_NAMES
     gpu = docs[0]["spec"]["selectors"][0]["cel"]["expression"]
-    assert gpu == 'device.driver == "kubeacc.io" && device.attributes["kubeacc.io"].type == "gpu"'
+    assert gpu == (
+        'device.driver == "kubeacc.io" && device.attributes["kubeacc.io"].type == "gpu" && '
+        '!has(device.attributes["kubeacc.io"].migProfile)'
+    )
+    by_name = {d["metadata"]["name"]: d["spec"]["selectors"][0]["cel"]["expression"] for d in docs}
+    assert by_name["mig.kubeacc.io"].endswith('&& has(device.attributes["kubeacc.io"].migProfile)')
+    assert by_name["accelerator.kubeacc.io"].endswith(
+        '&& !has(device.attributes["kubeacc.io"].migProfile)'
+    )
 
 
 def _slices(client: Client, node: str) -> list[ResourceSlice]:
