@@ -27,7 +27,8 @@ from kubeacc.engine.quantity import format_quantity, parse_quantity
 from kubeacc.engine.state import CounterKey, Ledger
 
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
-NUMA_ATTRS = ("kubeacc.io/numaNode",)
+#: The standard attribute first (any driver's device), then kube-acc's own (older agents).
+NUMA_ATTRS = ("resource.kubernetes.io/numaNode", "kubeacc.io/numaNode")
 
 #: selector verdict cache: (expression, device fingerprint) -> True/False or the error text
 SelectorCache = dict[tuple[str, str], bool | str]

@@ -1,8 +1,9 @@
 """Inventory devices as ``resource.k8s.io/v1`` slice devices (plain dicts, API field names).
 
 One entry per accelerator plus one per enabled SR-IOV virtual function. Attribute names without
-a domain are qualified by the driver name (``type`` is ``kubeacc.io/type`` in CEL); the two
-standard PCI attributes carry their own domain. GPUs chosen by ``--memory-shared`` selectors are
+a domain are qualified by the driver name (``type`` is ``kubeacc.io/type`` in CEL); the standard
+attributes (``resource.kubernetes.io/pcieRoot``, ``pciBusID`` and ``numaNode``) carry their own
+domain. GPUs chosen by ``--memory-shared`` selectors are
 published as memory-shared (:mod:`kubeacc.agent.dra.sharing`).
 """
 
@@ -22,6 +23,12 @@ from kubeacc.units.table import active_table
 UNHEALTHY_TAINT = "kubeacc.io/unhealthy"
 PCIE_ROOT_ATTR = "resource.kubernetes.io/pcieRoot"
 PCI_BUS_ID_ATTR = "resource.kubernetes.io/pciBusID"
+#: The standard NUMA attribute (an int; Kubernetes 1.37 defines it in k8s.io/dynamic-resource-
+#: allocation's deviceattribute): published only where the NUMA node is known, since a device
+#: without affinity would otherwise match every other such device under ``matchAttribute``.
+NUMA_NODE_ATTR = "resource.kubernetes.io/numaNode"
+#: Linux's highest possible NUMA node number is 1023 (MAX_NUMNODES with CONFIG_NODES_SHIFT 10).
+MAX_NUMA_NODE = 1023
 #: The DRA API caps string attribute values at 64 characters.
 _MAX_STRING = 64
 
@@ -44,6 +51,8 @@ def _common(dev: Device) -> dict[str, Any]:
     }
     if dev.pcie_root:
         attrs[PCIE_ROOT_ATTR] = _s(dev.pcie_root)
+    if 0 <= dev.numa_node <= MAX_NUMA_NODE:
+        attrs[NUMA_NODE_ATTR] = _int(dev.numa_node)
     return attrs
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from kubeacc.agent.dra.devices import (
+    NUMA_NODE_ATTR,
     PCI_BUS_ID_ATTR,
     PCIE_ROOT_ATTR,
     UNHEALTHY_TAINT,
@@ -31,6 +32,22 @@ def test_gpu_attributes_and_memory_capacity(dgx: Inventory) -> None:
     assert a[PCI_BUS_ID_ATTR] == {"string": "0000:1b:00.0"}
     assert gpu["capacity"] == {"kubeacc.io/memory": {"value": "85520809984"}}
     assert "taints" not in gpu
+
+
+def test_standard_numa_attribute_only_where_the_numa_node_is_known(dgx: Inventory) -> None:
+    dgx.devices[0].numa_node = -1  # the platform reports none
+    devs = slice_devices(dgx)
+    assert {d["attributes"]["type"]["string"] for d in devs} >= {"gpu", "nic"}
+    for d in devs:
+        own = d["attributes"]["numaNode"]
+        if own["int"] < 0:
+            assert NUMA_NODE_ATTR not in d["attributes"], d["name"]
+        else:
+            assert d["attributes"][NUMA_NODE_ATTR] == own, d["name"]
+    first = next(d for d in devs if d["name"] == dgx.devices[0].name)
+    assert NUMA_NODE_ATTR not in first["attributes"]
+    vfs = [d for d in devs if "sriovVF" in d["attributes"]]
+    assert vfs and all(NUMA_NODE_ATTR in d["attributes"] for d in vfs)
 
 
 def test_every_name_is_a_dns_label_and_attribute_limits_hold(dgx: Inventory) -> None:

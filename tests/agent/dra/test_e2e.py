@@ -279,3 +279,32 @@ def test_reregisters_and_republishes_after_kubelet_restart(
     kube_client.create(claim_obj("gpu", namespace, one_gpu()))
     kube_client.create(pod_obj("app", namespace, "gpu"))
     eventually(lambda: running(kube_client, "app", namespace), 90, "pod Running after restart")
+
+
+def test_standard_numa_attribute_aligns_a_gpu_and_a_nic(
+    testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
+) -> None:
+    """Every device with a known NUMA node carries ``resource.kubernetes.io/numaNode`` (the API
+    server accepts it), equal to ``kubeacc.io/numaNode``; a claim for a GPU and a NIC with
+    ``matchAttribute`` on it gets two devices of one NUMA node."""
+    std = "resource.kubernetes.io/numaNode"
+    numa: dict[str, int] = {}
+    for s in wait_slices(kube_client, testbed.node_name):
+        for d in s.spec.devices or []:
+            attrs: dict[str, Any] = d.attributes or {}
+            own = attrs["numaNode"]["int"]
+            assert attrs.get(std, {"int": -1})["int"] == own, d.name
+            numa[d.name] = own
+    assert {n for n in numa.values()} == {0, 1}  # both NUMA nodes hold devices
+    requests = [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}},
+        {"name": "nic", "exactly": {"deviceClassName": "nic.kubeacc.io"}},
+    ]
+    spec = {"devices": {"requests": requests, "constraints": [{"matchAttribute": std}]}}
+    kube_client.create(claim_obj("aligned", namespace, spec))
+    kube_client.create(pod_obj("aligned", namespace, "aligned"))
+    eventually(lambda: running(kube_client, "aligned", namespace), 90, "pod Running")
+    claim = kube_client.get(ResourceClaim, "aligned", namespace=namespace)
+    gpu, nic = (r.device for r in claim.status.allocation.devices.results)
+    assert gpu.startswith("gpu-") and nic.startswith("nic-")
+    assert numa[gpu] == numa[nic]
