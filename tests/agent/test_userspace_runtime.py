@@ -30,7 +30,7 @@ from kubeacc.synthetic.mig_hw import MAX_COMPUTE_INSTANCES, MAX_GPU_INSTANCES, c
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.images import WORKLOAD_IMAGE
 from tests.agent.dra.agentproc import AgentProcess
-from tests.agent.dra.test_mig_e2e import PROFILE_3G, gpu_claim
+from tests.agent.dra.test_mig_e2e import MIG_CLASS, PROFILE_3G, gpu_claim
 from tests.agent.test_real_runtime import host, one_gpu_claim, wait_running
 from tests.driverroot import LIB_DIR, driver_version, stand_in_driver
 from tests.hosts import discover
@@ -324,7 +324,7 @@ def test_a_mig_partition_loads_the_driver_through_the_cdi_spec(
     a = start(tb, mig_host, tmp_path, userland, "--driver-root=/driver")
     try:
         a.wait_registered()
-        client.create(gpu_claim("part", ns, PROFILE_3G))
+        client.create(gpu_claim("part", ns, PROFILE_3G, MIG_CLASS))
         client.create(probe_pod("part", ns, userland[0], **claimed("part")))
         wait_running(client, "part", ns)
         env = check_probe(tb, ns, "part", driver_version(mig_host))
