@@ -48,8 +48,9 @@ def test_policy_change_updates_its_device_class(
     cls = f"{name}.policy.kubeacc.io"
     _policy(kube_client, name, {"selector": {"types": ["fpga"]}})
     expr = wait_for("DeviceClass", lambda: _class_expression(kube_client, cls))
-    assert (
-        expr == 'device.driver == "kubeacc.io" && device.attributes["kubeacc.io"].type in ["fpga"]'
+    assert expr == (  # whole devices only: a partition is given only where it was asked for
+        'device.driver == "kubeacc.io" && device.attributes["kubeacc.io"].type in ["fpga"]'
+        ' && !has(device.attributes["kubeacc.io"].migProfile)'
     )
     dc = kube_client.get(DeviceClass, cls)
     assert dc.metadata and dc.metadata.ownerReferences
