@@ -22,7 +22,6 @@ import http.client
 import json
 import multiprocessing
 import random
-import socket
 import ssl
 import tempfile
 import threading
@@ -41,6 +40,7 @@ from kubeacc.extender.service import Extender
 from kubeacc.extender.wants import PREFER_ANNOTATION, Decision
 from kubeacc.netserve.tls import ReloadingContext
 from kubeacc.testbed.extendertls import ExtenderPKI, issue_extender_pki
+from kubeacc.testbed.slowclients import SlowClients
 
 
 class MemoryBinder:
@@ -156,42 +156,6 @@ def _shapes(rng: random.Random, names: list[str]) -> list[bytes]:
     return out
 
 
-def _slow_clients(port: int, count: int, seconds: float, stop: threading.Event) -> int:
-    """``count`` connections at a time that stall in the handshake or send a byte now and
-    then; re-opened as the extender closes them. How many were opened."""
-    opened = 0
-    held: list[socket.socket] = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and not stop.is_set():
-        held = [s for s in held if s.fileno() != -1]
-        while len(held) < count:
-            try:
-                s = socket.create_connection(("127.0.0.1", port), timeout=2)
-            except OSError:
-                break
-            held.append(s)
-            opened += 1
-        for s in held:
-            try:
-                s.setblocking(False)
-                if s.recv(1) == b"":
-                    s.close()
-                    continue
-            except BlockingIOError:
-                pass
-            except OSError:
-                s.close()
-                continue
-            try:
-                s.send(b"\x16")  # a byte of a TLS record, now and then
-            except OSError:
-                s.close()
-        time.sleep(0.5)
-    for s in held:
-        s.close()
-    return opened
-
-
 def request_sizes(nodes: int) -> dict[str, int]:
     pod = PODS["share_8gib"]
     out = {}
@@ -283,26 +247,20 @@ def main() -> None:
     ]
     scenarios["concurrent_binds_64"] = _run("binds", binds, 64)
 
-    stop = threading.Event()
-    opened: list[int] = []
-    slow = threading.Thread(
-        target=lambda: opened.append(_slow_clients(port, args.slow, args.slow_seconds, stop))
-    )
-    slow.start()
-    time.sleep(1.0)
     latencies = []
     codes: Counter[int] = Counter()
-    end = time.monotonic() + args.slow_seconds - 2
-    while time.monotonic() < end:
-        t = time.perf_counter()
-        codes[ok.post("/filter", filter_body)] += 1
-        latencies.append((time.perf_counter() - t) * 1000)
-    stop.set()
-    slow.join()
+    # stalled in the TLS handshake, a byte of a TLS record now and then
+    with SlowClients(port, args.slow, drip=b"\x16") as slow:
+        time.sleep(1.0)
+        end = time.monotonic() + args.slow_seconds - 2
+        while time.monotonic() < end:
+            t = time.perf_counter()
+            codes[ok.post("/filter", filter_body)] += 1
+            latencies.append((time.perf_counter() - t) * 1000)
     latencies.sort()
     scenarios["slow_clients"] = {
         "held_at_once": args.slow,
-        "opened": opened[0] if opened else 0,
+        "opened": slow.opened,
         "legit_filter_codes": {str(k): v for k, v in codes.items()},
         "legit_filter_p50_ms_new_tls_connection": round(latencies[len(latencies) // 2], 1),
         "legit_filter_p99_ms_new_tls_connection": round(

@@ -11,21 +11,27 @@ workload image is static busybox alone).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 
 from kubeacc.extender.wants import DECISION_ANNOTATION, Assigned, Decision
 from kubeacc.native import build
 from kubeacc.testbed import Testbed
-from kubeacc.testbed.images import WORKLOAD_IMAGE
 from tests.agent.dra.agentproc import AgentProcess
+from tests.agent.runtimeprobe import (
+    SHARED_BDF,
+    claimed,
+    copy_glibc,
+    probe_log,
+    probe_pod,
+    share_claim,
+    start_agent,
+)
 from tests.agent.test_real_runtime import host, wait_running
 from tests.testbed.helpers import eventually
 
@@ -33,7 +39,6 @@ pytestmark = pytest.mark.cluster
 __all__ = ["host"]  # the fixture
 
 DRIVER_DIR = "/opt/kubeacc-driver"
-SHARED_BDF = "0000:1b:00.0"
 #: The probe's run: 600 MiB fit a 1024 MiB share, 500 more do not, 400 more do.
 PROBE = "ctx 0 info nvml 0 alloc 600 alloc 500 alloc 400 info"
 EXPECTED = [
@@ -54,9 +59,7 @@ def driver_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     library = build.build_library(out / "lib")
     root = out / "driver"
     build.build_stub(root)
-    loader = Path("/lib64/ld-linux-x86-64.so.2").resolve()
-    for lib in (loader, Path("/lib/x86_64-linux-gnu/libc.so.6").resolve()):
-        shutil.copy(lib, root / ("ld-linux-x86-64.so.2" if lib == loader else "libc.so.6"))
+    copy_glibc(root)
     here = Path(__file__).resolve().parent.parent / "native" / "shareprobe.c"
     build.build_program(
         here, root / "shareprobe", root, f"-Wl,--dynamic-linker={DRIVER_DIR}/ld-linux-x86-64.so.2"
@@ -65,69 +68,40 @@ def driver_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return library, root
 
 
-def probe_pod(name: str, ns: str, root: Path, **spec: Any) -> Any:
+def share_probe_pod(name: str, ns: str, root: Path, **spec: Any) -> Any:
     script = (
         "env | grep -E '^(LD_PRELOAD|KUBEACC_)' | sort; echo ===; "
-        f"{DRIVER_DIR}/shareprobe {PROBE} 2>&1; echo END-OF-PROBE; sleep 3600"
+        f"{DRIVER_DIR}/shareprobe {PROBE} 2>&1"
     )
-    container: dict[str, Any] = {
-        "name": "app",
-        "image": WORKLOAD_IMAGE,
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", script],
-        "env": [
-            {"name": "LD_LIBRARY_PATH", "value": DRIVER_DIR},
-            {"name": "KUBEACC_STUB_GPUS", "value": f"{SHARED_BDF}=81559"},
-        ],
-        "volumeMounts": [{"name": "driver", "mountPath": DRIVER_DIR, "readOnly": True}],
-        **spec.pop("container", {}),
-    }
-    return from_dict(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns, **spec.pop("metadata", {})},
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "automountServiceAccountToken": False,
-                "containers": [container],
-                "volumes": [{"name": "driver", "hostPath": {"path": str(root)}}],
-                **spec,
-            },
-        }
+    return probe_pod(
+        name,
+        ns,
+        script,
+        {"driver": (DRIVER_DIR, {"hostPath": {"path": str(root)}})},
+        {"LD_LIBRARY_PATH": DRIVER_DIR, "KUBEACC_STUB_GPUS": f"{SHARED_BDF}=81559"},
+        **spec,
     )
 
 
 def probe_output(tb: Testbed, ns: str, pod: str) -> tuple[dict[str, str], list[list[str]], str]:
-    def complete() -> str:
-        text = tb.kubelet.container_log(ns, pod, "app")
-        return text if "END-OF-PROBE" in text else ""
-
-    text = eventually(complete, 90, f"the output of {pod}")
-    env_part, _, rest = text.partition("===\n")
+    env_part, _, rest = probe_log(tb, ns, pod).partition("===\n")
     env = dict(line.split("=", 1) for line in env_part.splitlines() if "=" in line)
-    lines = rest.split("END-OF-PROBE")[0].splitlines()
+    lines = rest.splitlines()
     rows = [line.split() for line in lines if not line.startswith("kubeacc-sharelimit:")]
     return env, rows, "\n".join(line for line in lines if line.startswith("kubeacc-sharelimit:"))
 
 
-def start_agent(
+def start_share_agent(
     tb: Testbed, host: Path, tmp_path: Path, library: Path, *extra: str
 ) -> AgentProcess:
-    kubelet = tb.kubelet
-    a = AgentProcess(kubelet.node_name, host, tb.kubeconfig, kubelet.root_dir, tmp_path)
-    a.cdi_dir = kubelet.cdi_dir
-    a.start(
-        extra=[f"--device-root={kubelet.device_root}", f"--sharelimit-library={library}", *extra]
-    )
-    return a
+    return start_agent(tb, host, tmp_path, f"--sharelimit-library={library}", *extra)
 
 
 @pytest.fixture
 def dra_agent(
     runtime_testbed: Testbed, host: Path, tmp_path: Path, driver_root: tuple[Path, Path]
 ) -> Iterator[AgentProcess]:
-    a = start_agent(
+    a = start_share_agent(
         runtime_testbed, host, tmp_path, driver_root[0], f"--memory-shared=pci={SHARED_BDF}"
     )
     try:
@@ -145,31 +119,8 @@ def test_a_dra_share_is_held_to_its_limit_in_a_real_container(
 ) -> None:
     tb, ns = runtime_testbed, runtime_namespace
     client = tb.client()
-    request = {
-        "name": "gpu",
-        "exactly": {
-            "deviceClassName": "gpu.kubeacc.io",
-            "selectors": [{"cel": {"expression": "device.allowMultipleAllocations"}}],
-            "capacity": {"requests": {"kubeacc.io/memory": "1Gi"}},
-        },
-    }
-    client.create(
-        from_dict(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": "share", "namespace": ns},
-                "spec": {"devices": {"requests": [request]}},
-            }
-        )
-    )
-    pod = probe_pod(
-        "dra-share",
-        ns,
-        driver_root[1],
-        container={"resources": {"claims": [{"name": "acc"}]}},
-        resourceClaims=[{"name": "acc", "resourceClaimName": "share"}],
-    )
+    client.create(share_claim("share", ns))
+    pod = share_probe_pod("dra-share", ns, driver_root[1], **claimed("share"))
     client.create(pod)
     wait_running(client, "dra-share", ns)
     env, rows, messages = probe_output(tb, ns, "dra-share")
@@ -195,11 +146,11 @@ def test_a_device_plugin_share_is_held_to_its_limit_in_a_real_container(
         "apiVersion: kubeacc.io/v1alpha1\nkind: DevicePluginConfig\n"
         "types: {gpu: {shared: true}}\ncdi: true\n"
     )
-    a = start_agent(tb, host, tmp_path, driver_root[0], f"--device-plugin-config={config}")
+    a = start_share_agent(tb, host, tmp_path, driver_root[0], f"--device-plugin-config={config}")
     try:
         # The decision kubeacc extender would record at bind (this pod is bound by hand).
         decision = Decision(tb.node_name, (Assigned("app", (SHARED_BDF,), memory=1024),), 1.0)
-        pod = probe_pod(
+        pod = share_probe_pod(
             "dp-share",
             ns,
             driver_root[1],

@@ -14,23 +14,29 @@ runtime does, with no ``LD_LIBRARY_PATH``: only the ld cache can lead the loader
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Event, Pod
 
 from kubeacc.native import build
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.mig_hw import MAX_COMPUTE_INSTANCES, MAX_GPU_INSTANCES, cap_minor
 from kubeacc.testbed import Testbed
-from kubeacc.testbed.images import WORKLOAD_IMAGE
 from tests.agent.dra.agentproc import AgentProcess
 from tests.agent.dra.test_mig_e2e import MIG_CLASS, PROFILE_3G, gpu_claim
+from tests.agent.runtimeprobe import (
+    SHARED_BDF,
+    claimed,
+    copy_glibc,
+    probe_log,
+    probe_pod,
+    share_claim,
+    start_agent,
+)
 from tests.agent.test_real_runtime import host, one_gpu_claim, wait_running
 from tests.driverroot import LIB_DIR, driver_version, stand_in_driver
 from tests.hosts import discover
@@ -40,7 +46,6 @@ pytestmark = pytest.mark.cluster
 __all__ = ["host"]  # the fixture
 
 GLIBC = "/opt/glibc"
-SHARED_BDF = "0000:1b:00.0"
 NATIVE = Path(__file__).resolve().parent.parent / "native"
 
 
@@ -50,8 +55,7 @@ def userland(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path
     out = tmp_path_factory.mktemp("userland")
     glibc = out / "glibc"
     glibc.mkdir()
-    shutil.copy(Path("/lib64/ld-linux-x86-64.so.2").resolve(), glibc / "ld-linux-x86-64.so.2")
-    shutil.copy(Path("/lib/x86_64-linux-gnu/libc.so.6").resolve(), glibc / "libc.so.6")
+    copy_glibc(glibc)
     build.build_program(
         NATIVE / "dlprobe.c",
         glibc / "dlprobe",
@@ -63,52 +67,22 @@ def userland(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path
     return glibc, build.build_hook(out / "native"), build.build_library(out / "native")
 
 
-def probe_pod(name: str, ns: str, glibc: Path, **spec: Any) -> Any:
+def userspace_pod(name: str, ns: str, glibc: Path, **spec: Any) -> Any:
     script = (
         "/sbin/ldconfig -p | grep -E 'libcuda|libnvidia'; echo ===; "
         "env | grep -E '^(NVIDIA|KUBEACC_NVIDIA|LD_PRELOAD)' | sort; echo ===; "
-        f"{GLIBC}/dlprobe 64 2>&1; echo END-OF-PROBE; sleep 3600"
+        f"{GLIBC}/dlprobe 64 2>&1"
     )
-    container = {
-        "name": "app",
-        "image": WORKLOAD_IMAGE,
-        "imagePullPolicy": "Never",
-        "command": ["sh", "-c", script],
-        "env": [{"name": "KUBEACC_STUB_GPUS", "value": f"{SHARED_BDF}=81559"}],
-        "volumeMounts": [
-            {"name": "glibc", "mountPath": GLIBC, "readOnly": True},
-            {"name": "ldconfig", "mountPath": "/sbin/ldconfig", "readOnly": True},
-        ],
-        **spec.pop("container", {}),
+    mounts = {
+        "glibc": (GLIBC, {"hostPath": {"path": str(glibc)}}),
+        "ldconfig": ("/sbin/ldconfig", {"hostPath": {"path": "/sbin/ldconfig", "type": "File"}}),
     }
-    return from_dict(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "automountServiceAccountToken": False,
-                "containers": [container],
-                "volumes": [
-                    {"name": "glibc", "hostPath": {"path": str(glibc)}},
-                    {"name": "ldconfig", "hostPath": {"path": "/sbin/ldconfig", "type": "File"}},
-                ],
-                **spec,
-            },
-        }
-    )
+    return probe_pod(name, ns, script, mounts, {"KUBEACC_STUB_GPUS": f"{SHARED_BDF}=81559"}, **spec)
 
 
 def probe_output(tb: Testbed, ns: str, pod: str) -> tuple[str, dict[str, str], str]:
     """(what ldconfig -p listed, the NVIDIA environment, what the probe printed)."""
-
-    def complete() -> str:
-        text = tb.kubelet.container_log(ns, pod, "app")
-        return text if "END-OF-PROBE" in text else ""
-
-    text = eventually(complete, 90, f"the output of {pod}")
-    cache, env_part, probe = text.split("END-OF-PROBE")[0].split("===\n")
+    cache, env_part, probe = probe_log(tb, ns, pod).split("===\n")
     env = dict(line.split("=", 1) for line in env_part.splitlines() if "=" in line)
     return cache, env, probe
 
@@ -116,19 +90,15 @@ def probe_output(tb: Testbed, ns: str, pod: str) -> tuple[str, dict[str, str], s
 def start(
     tb: Testbed, host: Path, tmp_path: Path, userland: tuple[Path, Path, Path], *extra: str
 ) -> AgentProcess:
-    kubelet = tb.kubelet
-    a = AgentProcess(kubelet.node_name, host, tb.kubeconfig, kubelet.root_dir, tmp_path)
-    a.cdi_dir = kubelet.cdi_dir
-    a.start(
-        extra=[
-            f"--device-root={kubelet.device_root}",
-            "--driver-user-space=cdi",
-            f"--cdi-hook={userland[1]}",
-            f"--sharelimit-library={userland[2]}",
-            *extra,
-        ]
+    return start_agent(
+        tb,
+        host,
+        tmp_path,
+        "--driver-user-space=cdi",
+        f"--cdi-hook={userland[1]}",
+        f"--sharelimit-library={userland[2]}",
+        *extra,
     )
-    return a
 
 
 @pytest.fixture
@@ -175,32 +145,6 @@ def check_probe(tb: Testbed, ns: str, pod: str, version: str) -> dict[str, str]:
     return env
 
 
-def share_claim(name: str, ns: str) -> Any:
-    request = {
-        "name": "gpu",
-        "exactly": {
-            "deviceClassName": "gpu.kubeacc.io",
-            "selectors": [{"cel": {"expression": "device.allowMultipleAllocations"}}],
-            "capacity": {"requests": {"kubeacc.io/memory": "1Gi"}},
-        },
-    }
-    return from_dict(
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"devices": {"requests": [request]}},
-        }
-    )
-
-
-def claimed(claim: str) -> dict[str, Any]:
-    return {
-        "container": {"resources": {"claims": [{"name": "acc"}]}},
-        "resourceClaims": [{"name": "acc", "resourceClaimName": claim}],
-    }
-
-
 def test_a_whole_gpu_and_a_share_load_the_driver_through_the_cdi_spec(
     runtime_testbed: Testbed,
     runtime_namespace: str,
@@ -212,8 +156,8 @@ def test_a_whole_gpu_and_a_share_load_the_driver_through_the_cdi_spec(
     client = tb.client()
     client.create(gpu_claim("whole", ns, "!device.allowMultipleAllocations"))
     client.create(share_claim("share", ns))
-    client.create(probe_pod("whole", ns, userland[0], **claimed("whole")))
-    client.create(probe_pod("share", ns, userland[0], **claimed("share")))
+    client.create(userspace_pod("whole", ns, userland[0], **claimed("whole")))
+    client.create(userspace_pod("share", ns, userland[0], **claimed("share")))
     wait_running(client, "whole", ns)
     wait_running(client, "share", ns)
     env = check_probe(tb, ns, "whole", driver)
@@ -249,7 +193,7 @@ def test_a_device_plugin_gpu_loads_the_driver_through_the_cdi_spec(
             60,
             "the kubeacc.io/gpu device plugin",
         )
-        pod = probe_pod(
+        pod = userspace_pod(
             "dp-gpu",
             ns,
             userland[0],
@@ -279,7 +223,7 @@ def test_a_wrong_driver_root_fails_the_claim_with_its_path(
         a.wait_registered()
         assert "NVIDIA driver user space not found (--driver-root /run/nvidia/driver)" in a.log()
         client.create(one_gpu_claim("wrong", ns))
-        client.create(probe_pod("wrong", ns, userland[0], **claimed("wrong")))
+        client.create(userspace_pod("wrong", ns, userland[0], **claimed("wrong")))
 
         def refused() -> str | None:
             for e in client.list(Event, namespace=ns, fields={"involvedObject.name": "wrong"}):
@@ -325,7 +269,7 @@ def test_a_mig_partition_loads_the_driver_through_the_cdi_spec(
     try:
         a.wait_registered()
         client.create(gpu_claim("part", ns, PROFILE_3G, MIG_CLASS))
-        client.create(probe_pod("part", ns, userland[0], **claimed("part")))
+        client.create(userspace_pod("part", ns, userland[0], **claimed("part")))
         wait_running(client, "part", ns)
         env = check_probe(tb, ns, "part", driver_version(mig_host))
         assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")

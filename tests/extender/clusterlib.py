@@ -262,3 +262,31 @@ def extender_cluster(
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print(f"\nextender testbed kept in {workdir}, extender log {tmp / 'extender.log'}")
+
+
+def limits_pod(
+    name: str,
+    namespace: str,
+    limits: dict[str, str],
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> Any:
+    """A pause pod whose one container has ``limits`` (the extender's resources)."""
+    return from_dict(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"limits": limits},
+                    }
+                ],
+                **spec,
+            },
+        }
+    )

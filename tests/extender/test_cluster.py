@@ -27,7 +27,7 @@ from kubeacc.crds.deploy import manifests
 from kubeacc.crds.resources import as_dict
 from kubeacc.extender.wants import MEMORY, Decision
 from kubeacc.model.names import DECISION_ANNOTATION
-from tests.extender.clusterlib import Cluster, Extender, extender_cluster
+from tests.extender.clusterlib import Cluster, Extender, extender_cluster, limits_pod
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster
@@ -83,24 +83,7 @@ def _allocatable(client: Client, node: str) -> dict[str, str]:
 
 
 def _pod(name: str, limits: dict[str, str], **spec: Any) -> Any:
-    return from_dict(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS},
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"limits": limits},
-                    }
-                ],
-                **spec,
-            },
-        }
-    )
+    return limits_pod(name, NS, limits, **spec)
 
 
 def _get(client: Client, name: str) -> dict[str, Any]:

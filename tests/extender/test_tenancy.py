@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
-from lightkube.codecs import from_dict
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import ValidatingAdmissionPolicyBinding
 from lightkube.resources.core_v1 import Namespace, Pod
@@ -29,7 +28,7 @@ from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
 from kubeacc.extender.wants import DECISION_ANNOTATION, GPU, MEMORY, Assigned, Decision
 from kubeacc.testbed.identities import cert_client
 from tests.crdfixtures import create_operation, operation_finished, running, wait_for
-from tests.extender.clusterlib import Cluster, extender_cluster
+from tests.extender.clusterlib import Cluster, extender_cluster, limits_pod
 from tests.testbed.helpers import eventually, eventually_refused
 
 pytestmark = pytest.mark.cluster
@@ -104,24 +103,7 @@ def _pod(
     **spec: Any,
 ) -> Any:
     notes = {DECISION_ANNOTATION: decision.to_json()} if decision else {}
-    return from_dict(
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "annotations": notes},
-            "spec": {
-                "terminationGracePeriodSeconds": 0,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"limits": limits},
-                    }
-                ],
-                **spec,
-            },
-        }
-    )
+    return limits_pod(name, namespace, limits, notes, **spec)
 
 
 def _get(client: Client, name: str, namespace: str) -> dict[str, Any]:

@@ -10,12 +10,9 @@ kubeacc.io/ labels unchanged, no failed discovery pass, the claim prepared and t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +26,7 @@ from lightkube.resources.core_v1 import Pod
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.procs import free_port
+from kubeacc.testbed.slowclients import SlowClients
 
 from ...nodestack import claim_pod as pod_obj
 from ...testbed.helpers import eventually
@@ -82,57 +80,6 @@ def _get(port: int, path: str) -> int:
         return 0
 
 
-class Attack:
-    """Keeps ``count`` connections open on ``port``, each with half a request head."""
-
-    def __init__(self, port: int, count: int) -> None:
-        self.port = port
-        self.count = count
-        self.stop = threading.Event()
-        self.opened = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Attack:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        held: list[socket.socket] = []
-        try:
-            while not self.stop.is_set():
-                alive = []
-                for s in held:  # drop those the agent closed
-                    try:
-                        s.setblocking(False)
-                        if s.recv(1) == b"":
-                            s.close()
-                            continue
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        s.close()
-                        continue
-                    alive.append(s)
-                held = alive
-                while len(held) < self.count and not self.stop.is_set():
-                    try:
-                        s = socket.create_connection(("127.0.0.1", self.port), timeout=2)
-                        s.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
-                    except OSError:
-                        break
-                    held.append(s)
-                    self.opened += 1
-                self.stop.wait(0.5)
-        finally:
-            for s in held:
-                with contextlib.suppress(OSError):
-                    s.close()
-
-
 def test_idle_connections_on_the_probe_port_take_nothing_down(
     testbed: Testbed,
     kube_client: Client,
@@ -150,7 +97,7 @@ def test_idle_connections_on_the_probe_port_take_nothing_down(
 
     probes: list[int] = []
     most_fds = at_rest
-    with Attack(port, ATTACKERS) as attack:
+    with SlowClients(port, ATTACKERS, opening=b"GET /metrics HTTP/1.1\r\nX-Slow: ") as attack:
         kube_client.create(claim_obj("gpu", namespace, one_gpu()))
         kube_client.create(pod_obj("app", namespace, "gpu"))
         end = time.monotonic() + ATTACK_SECONDS
