@@ -317,11 +317,16 @@ class Agent:
 
     def _not_enforced(self, message: str) -> None:
         """The cluster drops slice fields kube-acc relies on: one Event on the Node."""
+        self._node_warning("DRAFeaturesMissing", message)
+
+    def _node_warning(self, reason: str, message: str) -> None:
+        """A Warning Event on this agent's Node (uid: the node's name, as the kubelet's own
+        node events have it, so ``kubectl describe node`` lists it)."""
         node = self.opts.node_name
         emit_event(
             self.client,
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": node}},
-            "DRAFeaturesMissing",
+            reason,
             message,
             warning=True,
             component=f"kubeacc-agent-{node}",  # the admission rule
@@ -502,14 +507,7 @@ class Agent:
             self.metrics.discovery_failures.inc()
             message = str(exc) if isinstance(exc, HostReadError) else f"discovery failed: {exc}"
             if not self.discovery_error:  # once per episode: log, metric and an Event
-                emit_event(
-                    self.client,
-                    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.opts.node_name}},
-                    "DiscoveryFailed",
-                    f"{message}; serving the last good inventory",
-                    warning=True,
-                    component=f"kubeacc-agent-{self.opts.node_name}",
-                )
+                self._node_warning("DiscoveryFailed", f"{message}; serving the last good inventory")
             self.discovery_error = message
             return None
         if self.discovery_error:
