@@ -163,10 +163,11 @@ class AppliedSharing:
         check_record(self.path, gpus)
         return gpus
 
-    def _save(self) -> None:
-        body = json.dumps({"gpus": self.gpus}, indent=1, sort_keys=True).encode()
+    def _save(self, gpus: dict[str, dict[str, Any]] | None = None) -> None:
+        """Write ``gpus`` (default: the record in memory) durably."""
+        text = json.dumps({"gpus": self.gpus if gpus is None else gpus}, indent=1, sort_keys=True)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, body)
+        write_atomic(self.path, text.encode())
 
     # -- prepare / unprepare --------------------------------------------------------------------
     def acquire(self, uid: str, wants: Sequence[GpuWant]) -> None:
@@ -291,8 +292,10 @@ class AppliedSharing:
             log.error("%s (retried)", err)
             self._save()
             return err
+        # On disk first: a failed write (full disk) leaves the entry in memory too, so the
+        # retry undoes and writes again instead of skipping a GPU the disk still records.
+        self._save({b: e for b, e in self.gpus.items() if b != bus_id})
         del self.gpus[bus_id]
-        self._save()
         log.info("GPU %s: %s undone", entry["device"], describe_entry(entry))
         return None
 

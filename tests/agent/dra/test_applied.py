@@ -27,6 +27,7 @@ from kubeacc.crds.opaque import SharingStrategy
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.tools.hoststate import gpu_state, locked_state, read_calls, read_state
+from tests.agent.dra import faultyos
 from tests.hosts import discover
 
 NODE = "n1"
@@ -181,6 +182,27 @@ def test_a_claim_is_forgotten_only_after_its_gpu_is_put_back(host: Host) -> None
     assert json.loads((host.state / STATE_FILE).read_text())["gpus"][BUS0]["claims"] == ["u1"]
     assert driver.unprepare([a])["u1"].startswith("unprepare failed: ")  # retried, fails again
     gpu["computeModes"] = [0, 1, 2, 3]
+    assert driver.unprepare([a]) == {"u1": ""}
+    assert host.compute_mode(0) == 2
+    assert read_claims(host.state) == {} and cdi.spec_uids(host.cdi) == set()
+    assert json.loads((host.state / STATE_FILE).read_text()) == {"gpus": {}}
+
+
+def test_a_full_disk_at_unprepare_keeps_the_claim_until_a_retry_can_record_it(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The state directory full while the GPU is put back: unprepare fails with the reason,
+    the claim stays prepared (spec and checkpoint), and the kubelet's retry finishes it."""
+    host.describe(0, computeMode=2)
+    driver = host.driver()
+    a = host.claim("a", "u1", [{"device": GPU0}], strategy="TimeSlicing")
+    assert driver.prepare([a])["u1"].error == ""
+    fos = faultyos.install(monkeypatch)
+    fos.space = 0
+    out = driver.unprepare([a])
+    assert out["u1"].startswith("unprepare failed: ") and "No space left" in out["u1"], out
+    assert set(read_claims(host.state)) == {"u1"} and cdi.spec_uids(host.cdi) == {"u1"}
+    fos.space = None
     assert driver.unprepare([a]) == {"u1": ""}
     assert host.compute_mode(0) == 2
     assert read_claims(host.state) == {} and cdi.spec_uids(host.cdi) == set()
