@@ -116,6 +116,14 @@ class NodePlugin(Protocol):
         """What the kubelet has not accepted (yet); empty when ready."""
         ...
 
+    def share_enforcement(self, inv: Inventory) -> dict[tuple[str, str], str]:
+        """(shared resource, GPU name) -> how a share of it is enforced (for allocatedTo)."""
+        ...
+
+    def shared_id_devices(self, inv: Inventory) -> dict[tuple[str, str], str]:
+        """(shared resource, ID key) -> the GPU that the plugin's unit IDs stand for."""
+        ...
+
 
 @dataclass
 class AgentOptions:
@@ -356,14 +364,11 @@ class Agent:
                 for d in self.inventory.devices
                 if d.type in self.opts.device_plugin_types and d.pci is not None
             }
-            from kubeacc.agent.deviceplugin.manager import DevicePluginManager
-
             enforcement: dict[tuple[str, str], str] = {}
             shared_ids: dict[tuple[str, str], str] = {}
             for p in self._plugins:
-                if isinstance(p, DevicePluginManager):
-                    enforcement |= p.share_enforcement(self.inventory)
-                    shared_ids |= p.shared_id_devices(self.inventory)
+                enforcement |= p.share_enforcement(self.inventory)
+                shared_ids |= p.shared_id_devices(self.inventory)
             parts.append(device_plugin_users(client.list(), by_address, enforcement, shared_ids))
         return merge(*parts)
 
