@@ -134,14 +134,21 @@ def test_host_root_moves_the_host_paths_and_the_device_root(helm: Helm) -> None:
     assert paths["host-proc-driver"] == "/srv/node-a/proc/driver"
 
 
+def _agent_container(
+    helm: Helm, *settings: str
+) -> tuple[list[str], dict[str, str], dict[str, dict[str, Any]]]:
+    """The rendered agent container's args, host paths by volume and mounts by volume."""
+    out = helm("template", "t", str(CHART), K8S, *settings).stdout
+    (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
+    spec = ds["spec"]["template"]["spec"]
+    paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    return spec["containers"][0]["args"], paths, mounts
+
+
 def test_driver_tools_are_mounted_from_the_driver_root(helm: Helm) -> None:
     def agent(*settings: str) -> tuple[list[str], dict[str, str], dict[str, dict[str, Any]]]:
-        out = helm("template", "t", str(CHART), K8S, *settings).stdout
-        (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
-        spec = ds["spec"]["template"]["spec"]
-        paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
-        return spec["containers"][0]["args"], paths, mounts
+        return _agent_container(helm, *settings)
 
     args, paths, mounts = agent()
     assert "--driver-tools-dir=/run/kubeacc/nvidia-bin" in args
@@ -465,12 +472,7 @@ def test_units_table_reaches_the_agent_and_the_extender(helm: Helm) -> None:
 
 def test_the_driver_user_space_comes_from_the_driver_root_or_the_toolkit(helm: Helm) -> None:
     def agent(*settings: str) -> tuple[list[str], dict[str, str], dict[str, dict[str, Any]]]:
-        out = helm("template", "t", str(CHART), K8S, *settings).stdout
-        (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
-        spec = ds["spec"]["template"]["spec"]
-        paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-        mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
-        return spec["containers"][0]["args"], paths, mounts
+        return _agent_container(helm, *settings)
 
     args, paths, mounts = agent("--set", "nvidia.driverRoot=/run/nvidia/driver")
     assert "--driver-user-space=cdi" in args
