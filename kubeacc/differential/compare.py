@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from kubeacc.differential.generator import scenario
 from kubeacc.differential.harness import GoAllocator
 from kubeacc.differential.validator import pinned_scenario
 from kubeacc.engine.engine import Engine
+from kubeacc.engine.quantity import parse_quantity
 
 
 @dataclass
@@ -70,7 +72,18 @@ def compare_seed(seed: int, go: GoAllocator, report: Report) -> None:
             if ours.ok and ours.allocation is not None:
                 report.both_allocate += 1
                 if _devices(ours.allocation) == _devices(theirs["allocation"]):
-                    continue  # the scheduler's own pick
+                    # The scheduler's own pick: what each share consumes must match too.
+                    if _consumed(ours.allocation) != _consumed(theirs["allocation"]):
+                        report.disagreements.append(
+                            {
+                                "seed": seed,
+                                "claim": ci,
+                                "node": name,
+                                "scheduler": _consumed(theirs["allocation"]),
+                                "engine": _consumed(ours.allocation),
+                            }
+                        )
+                    continue
                 check = go.pairs(pinned_scenario(scen, claim, name, ours.allocation))[0][0]
                 if not check["ok"]:
                     report.invalid_picks.append(
@@ -87,6 +100,25 @@ def compare_seed(seed: int, go: GoAllocator, report: Report) -> None:
 def _devices(allocation: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return sorted(
         (r["request"], r["driver"], r["pool"], r["device"])
+        for r in allocation["devices"]["results"]
+    )
+
+
+def _consumed(
+    allocation: dict[str, Any],
+) -> list[tuple[str, str, tuple[tuple[str, Fraction], ...]]]:
+    """Per result, the capacity it consumes by name as written, in exact numbers."""
+    return sorted(
+        (
+            r["request"],
+            r["device"],
+            tuple(
+                sorted(
+                    (k, parse_quantity(str(v)))
+                    for k, v in (r.get("consumedCapacity") or {}).items()
+                )
+            ),
+        )
         for r in allocation["devices"]["results"]
     )
 

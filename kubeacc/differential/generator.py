@@ -45,6 +45,9 @@ VERSIONS = ("1.2.3", "1.2.3+build.5", "1.10.0", "2.0.0-rc.1", "1.2.4")
 class _Gen:
     def __init__(self, seed: int) -> None:
         self.r = random.Random(seed)
+        #: draws of features added later, from their own stream so that the scenarios the
+        #: older features drew stay the same seed for seed
+        self.later = random.Random(seed ^ 0x5EED_CAFE)
         self.features: set[str] = set()
         self.devices: list[tuple[str, str, str, dict[str, Any]]] = []  # driver, pool, name, raw
 
@@ -53,6 +56,17 @@ class _Gen:
         if hit and feature:
             self.features.add(feature)
         return hit
+
+    def later_chance(self, p: float, feature: str) -> bool:
+        hit = self.later.random() < p
+        if hit:
+            self.features.add(feature)
+        return hit
+
+    def capacity_name(self) -> str:
+        """``memory`` as a slice or claim may write it: short, or qualified by the driver
+        (the allocator looks names up literally, so the two are different capacities)."""
+        return f"{DRIVER}/memory" if self.later_chance(0.3, "qualified-capacity") else "memory"
 
     # -- devices and slices ------------------------------------------------------------
     def device(self, name: str, index: int, shared_counter: str | None) -> dict[str, Any]:
@@ -70,10 +84,11 @@ class _Gen:
         if self.chance(0.3):
             attrs["resource.kubernetes.io/pcieRoot"] = {"string": r.choice(("pci0", "pci1"))}
         mem = r.choice(("16Gi", "20Gi", "40Gi"))
+        cap = self.capacity_name()
         dev: dict[str, Any] = {
             "name": name,
             "attributes": attrs,
-            "capacity": {"memory": {"value": mem}},
+            "capacity": {cap: {"value": mem}},
         }
         if self.chance(0.15, "consumable-capacity"):
             dev["allowMultipleAllocations"] = True
@@ -82,7 +97,7 @@ class _Gen:
                 policy["validRange"] = {"min": "2Gi", "step": "2Gi"}
             else:
                 policy["validValues"] = ["4Gi", "8Gi", "16Gi"]
-            dev["capacity"]["memory"]["requestPolicy"] = policy
+            dev["capacity"][cap]["requestPolicy"] = policy
         if shared_counter and self.chance(0.7, "counters"):
             dev["consumesCounters"] = [
                 {
@@ -190,7 +205,9 @@ class _Gen:
             req["allocationMode"] = "ExactCount"
             req["count"] = r.choice((1, 1, 2, 3))
         if self.chance(0.15, "capacity-requests"):
-            req["capacity"] = {"requests": {"memory": r.choice(("4Gi", "6Gi", "8Gi", "12Gi"))}}
+            req["capacity"] = {
+                "requests": {self.capacity_name(): r.choice(("4Gi", "6Gi", "8Gi", "12Gi"))}
+            }
         if self.chance(0.08, "admin-access"):
             req["adminAccess"] = True
         if self.chance(0.25, "tolerations"):
@@ -261,7 +278,12 @@ class _Gen:
             }
             if raw.get("allowMultipleAllocations"):
                 res["shareID"] = f"00000000-0000-0000-0000-00000000000{i}"
-                res["consumedCapacity"] = {"memory": r.choice(("4Gi", "8Gi", "16Gi"))}
+                # Mostly the name the device wrote; sometimes the other spelling, which the
+                # allocator then counts against nothing.
+                written = next(iter(raw.get("capacity") or {"memory": None}))
+                if self.later_chance(0.2, "qualified-capacity"):
+                    written = self.capacity_name()
+                res["consumedCapacity"] = {written: r.choice(("4Gi", "8Gi", "16Gi"))}
             elif self.chance(0.1, "admin-access"):
                 res["adminAccess"] = True
             results.append(res)

@@ -330,7 +330,9 @@ class Engine:
             if p.alt.tolerations:
                 r["tolerations"] = list(p.alt.tolerations)
             if p.consumed is not None:
-                r["consumedCapacity"] = {k: format_quantity(v) for k, v in p.consumed.items()}
+                r["consumedCapacity"] = {
+                    p.device.written_capacity(k): format_quantity(v) for k, v in p.consumed.items()
+                }
                 r["shareID"] = str(uuid.uuid4())
             results.append(r)
         config: list[dict[str, Any]] = []

@@ -164,8 +164,8 @@ def consumption(alt: Alternative, d: Device) -> dict[str, Fraction] | None:
     capacity the device lacks (the device is skipped)."""
     requested: dict[str, Fraction] = {}
     for name, q in alt.capacity:
-        qn = name if "/" in name else f"{d.driver}/{name}"
-        if qn not in d.capacity:
+        qn = d.capacity_key(name)
+        if qn is None:
             return None
         requested[qn] = q
     return {

@@ -127,8 +127,13 @@ class Device:
     node_selector: dict[str, Any] | None
     all_nodes: bool
     raw: dict[str, Any]
+    #: capacity names as the slice writes them -> the qualified keys of ``capacity``. A claim's
+    #: capacity request and a result's ``consumedCapacity`` use the written name, literally:
+    #: the allocator looks ``memory`` and ``<driver>/memory`` up as different names.
+    capacity_names: dict[str, str] = field(default_factory=dict)
     _env: DeviceEnv | None = None
     _fp: str | None = None
+    _written: dict[str, str] | None = None
     _typed: dict[str, tuple[str, Any]] | None = None
 
     def typed_attribute(self, qualified: str) -> tuple[str, Any] | None:
@@ -161,6 +166,17 @@ class Device:
             return self.node_name == node.name
         return node_selector_matches(self.node_selector, node)
 
+    def capacity_key(self, name: str) -> str | None:
+        """The ``capacity`` key a claim's capacity request ``name`` refers to, or None when the
+        device has no capacity written exactly so."""
+        return self.capacity_names.get(name)
+
+    def written_capacity(self, qualified: str) -> str:
+        """The name the slice wrote for the capacity kept under ``qualified``."""
+        if self._written is None:
+            self._written = {q: w for w, q in self.capacity_names.items()}
+        return self._written.get(qualified, qualified)
+
     @property
     def fingerprint(self) -> str:
         """Identity of what a selector can see (driver, attributes, capacity, sharing): equal
@@ -172,6 +188,7 @@ class Device:
                     self.allow_multiple,
                     self.attributes,
                     {k: str(v) for k, v in self.capacity.items()},
+                    self.capacity_names,
                 ],
                 sort_keys=True,
                 default=str,
@@ -258,9 +275,11 @@ def _device(driver: str, pool: str, slc: Mapping[str, Any], raw: Mapping[str, An
         qualify(k, driver): _attr_value(v) for k, v in (get(raw, "attributes", {}) or {}).items()
     }
     capacity: dict[str, Fraction] = {}
+    capacity_names: dict[str, str] = {}
     policy: dict[str, dict[str, Any]] = {}
     for k, v in (get(raw, "capacity", {}) or {}).items():
         q = qualify(k, driver)
+        capacity_names[str(k)] = q
         capacity[q] = parse_quantity(str(get(v, "value", "0")))
         rp = get(v, "requestPolicy")
         if rp:
@@ -284,6 +303,7 @@ def _device(driver: str, pool: str, slc: Mapping[str, Any], raw: Mapping[str, An
         attributes=attrs,
         capacity=capacity,
         capacity_policy=policy,
+        capacity_names=capacity_names,
         consumes=consumes,
         allow_multiple=bool(get(raw, "allowMultipleAllocations", False)),
         taints=list(get(raw, "taints", []) or []),

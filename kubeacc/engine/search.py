@@ -117,12 +117,8 @@ def tolerated(
 
 
 def _capacity_of(dev: Device, name: str) -> tuple[str, Fraction] | None:
-    if name in dev.capacity:
-        return name, dev.capacity[name]
-    q = f"{dev.driver}/{name}"
-    if q in dev.capacity:
-        return q, dev.capacity[q]
-    return None
+    q = dev.capacity_key(name)
+    return None if q is None else (q, dev.capacity[q])
 
 
 def _round_to_policy(requested: Fraction, policy: Mapping[str, Any] | None) -> Fraction | None:

@@ -46,7 +46,14 @@ class Ledger:
             if get(r, "shareID") is not None:
                 used = self.capacity_used.setdefault(key, {})
                 for name, q in (consumed or {}).items():
-                    cap = qualify(str(name), key[0])
+                    # The result names the capacity as the slice wrote it; a name the device
+                    # does not have (an older slice) counts against nothing, as in the allocator.
+                    if dev is None:
+                        cap: str | None = qualify(str(name), key[0])
+                    else:
+                        cap = dev.capacity_key(str(name))
+                    if cap is None:
+                        continue
                     used[cap] = used.get(cap, Fraction(0)) + parse_quantity(str(q))
             else:
                 self.in_use.add(key)

@@ -38,14 +38,14 @@ def test_plan_says_how_each_share_is_enforced(tmp_path: Path) -> None:
         dev["attributes"]["shareEnforcement"] = {"string": how}
         return dev
 
-    share = {"requests": {"kubeacc.io/memory": "10Gi"}}
+    share = {"requests": {"memory": "10Gi"}}
     docs = [
         slice_("a", [shared("g0", "library")]),
         slice_("b", [shared("g1", "advisory")]),
         device_class(),
         claim(exactly(count=1, capacity=share), name="one"),
         # g0 has 70Gi left: this share goes to g1
-        claim(exactly(count=1, capacity={"requests": {"kubeacc.io/memory": "75Gi"}}), name="two"),
+        claim(exactly(count=1, capacity={"requests": {"memory": "75Gi"}}), name="two"),
         claim(exactly(count=1), name="whole"),
     ]
     (tmp_path / "all.yaml").write_text(yaml.safe_dump_all(docs))

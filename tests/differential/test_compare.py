@@ -44,6 +44,7 @@ FEATURES = {
     "incomplete-pools",
     "limits",
     "node-selection",
+    "qualified-capacity",
     "quantity",
     "taints",
     "tolerations",

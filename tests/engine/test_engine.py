@@ -254,13 +254,45 @@ def test_consumable_capacity_shares_a_device() -> None:
         },
     )
     e = eng(slice_("a", [dev]))
-    req = exactly(count=1, capacity={"requests": {"kubeacc.io/memory": "35Gi"}})
+    req = exactly(count=1, capacity={"requests": {"memory": "35Gi"}})
     p = e.allocate(claim(req))
     assert p.allocation is not None
     r = p.allocation["devices"]["results"][0]
-    assert r["consumedCapacity"] == {"kubeacc.io/memory": "40Gi"} and r["shareID"]
+    # The result names the capacity as the slice wrote it, not its qualified form.
+    assert r["consumedCapacity"] == {"memory": "40Gi"} and r["shareID"]
     assert e.allocate(claim(req)).ok  # 80Gi total: two 40Gi shares
     assert not e.allocate(claim(req)).ok
+
+
+def test_capacity_names_are_looked_up_as_written() -> None:
+    """kube-scheduler finds a requested capacity by its literal name: ``kubeacc.io/memory``
+    is not the capacity a slice wrote as ``memory`` (and the other way round), although CEL
+    reaches both as ``device.capacity["kubeacc.io"].memory``."""
+    short = gpu("short", allowMultipleAllocations=True)
+    long_ = gpu(
+        "long", allowMultipleAllocations=True, capacity={"kubeacc.io/memory": {"value": "80Gi"}}
+    )
+    for dev, fits, misses in (
+        (short, "memory", "kubeacc.io/memory"),
+        (long_, "kubeacc.io/memory", "memory"),
+    ):
+        e = eng(slice_("a", [dev]))
+        assert not e.allocate(claim(exactly(capacity={"requests": {misses: "1Gi"}}))).ok
+        p = e.allocate(claim(exactly(capacity={"requests": {fits: "1Gi"}})))
+        assert p.allocation is not None
+        assert p.allocation["devices"]["results"][0]["consumedCapacity"] == {fits: "1Gi"}
+        assert not e.allocate(claim(exactly(capacity={"requests": {misses: "1Gi"}}))).ok
+
+
+def test_an_allocated_share_counts_under_the_name_it_was_given() -> None:
+    dev = gpu("shared", allowMultipleAllocations=True, capacity={"memory": {"value": "80Gi"}})
+    held = allocated("a", "shared")
+    held["status"]["allocation"]["devices"]["results"][0].update(
+        shareID="0b3e1c52-9d7a-4d57-8a2f-1f4f2d1c0a11", consumedCapacity={"memory": "60Gi"}
+    )
+    e = eng(slice_("a", [dev]), allocated_claims=[held])
+    assert not e.allocate(claim(exactly(capacity={"requests": {"memory": "30Gi"}}))).ok
+    assert e.allocate(claim(exactly(capacity={"requests": {"memory": "20Gi"}}))).ok
 
 
 def test_the_explanation_names_the_capacity_that_ran_out() -> None:
@@ -269,8 +301,8 @@ def test_the_explanation_names_the_capacity_that_ran_out() -> None:
         "shared",
         allowMultipleAllocations=True,
         capacity={
-            "memory": {"value": "80Gi"},
-            "cores": {"value": "100", "requestPolicy": policy},
+            "kubeacc.io/memory": {"value": "80Gi"},
+            "kubeacc.io/cores": {"value": "100", "requestPolicy": policy},
         },
     )
     e = eng(slice_("a", [dev]))
@@ -292,7 +324,7 @@ def test_the_explanation_names_the_capacity_that_ran_out() -> None:
 
 def test_capacity_request_filters_unshared_devices() -> None:
     e = eng(slice_("a", [gpu("small", memory="24Gi"), gpu("big", memory="80Gi")]))
-    p = e.allocate(claim(exactly(capacity={"requests": {"kubeacc.io/memory": "40Gi"}})))
+    p = e.allocate(claim(exactly(capacity={"requests": {"memory": "40Gi"}})))
     assert devices_of(p.allocation or {}) == ["big"]
 
 
