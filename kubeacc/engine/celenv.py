@@ -90,6 +90,37 @@ def _unsupported(expression: str) -> str | None:
     return f"unsupported CEL feature {key!r}: {k8scel.UNSUPPORTED[key]}"
 
 
+_NUMERIC = r"(?:int|uint|double)"
+#: compile errors for what kube-scheduler's environment accepts and this one cannot declare
+_UNSUPPORTED_OVERLOADS = (
+    (
+        re.compile(
+            rf"no matching overload for '_(?:<|<=|>|>=)_' applied to '\({_NUMERIC}, {_NUMERIC}\)'"
+        ),
+        "cross-type numeric comparison",
+        "ordering an int, uint and double literal against each other (kube-scheduler enables "
+        "cross-type numeric comparisons; this checker only at run time, on attribute values)",
+    ),
+    (
+        re.compile(r"no matching overload for '(?:indexOf|lastIndexOf)' applied to '\(list"),
+        "indexOf",
+        k8scel.UNSUPPORTED["indexOf"],
+    ),
+    (
+        re.compile(r"no matching overload for 'string' applied to '\(kubeacc\.cel\.(?:IP|CIDR)\)'"),
+        "string",
+        k8scel.UNSUPPORTED["string"],
+    ),
+)
+
+
+def _unsupported_overload(message: str) -> str | None:
+    for pattern, feature, why in _UNSUPPORTED_OVERLOADS:
+        if pattern.search(message):
+            return f"unsupported CEL feature {feature!r}: {why}"
+    return None
+
+
 @lru_cache(maxsize=4096)
 def compile_selector(expression: str) -> Selector:
     """Compile once; raises :class:`CelError` for what kube-scheduler would not compile, or
@@ -100,7 +131,8 @@ def compile_selector(expression: str) -> Selector:
     try:
         program = environment().compile(expression)
     except Exception as e:  # the binding raises one exception type per status code
-        raise CelError(f"compile {expression!r}: {_first_line(e)}") from None
+        msg = _first_line(e)
+        raise CelError(f"compile {expression!r}: {_unsupported_overload(msg) or msg}") from None
     try:
         literal = "{" in expression or _LIST_LITERAL_RE.search(expression) is not None
         if literal or "range" in expression:

@@ -117,7 +117,14 @@ def test_runtime_errors(expr: str, reason: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "expr", ['format.dns1123Label().validate("a").hasValue()', 'string(ip("::1")) == "::1"']
+    "expr",
+    [
+        'format.dns1123Label().validate("a").hasValue()',
+        'string(ip("::1")) == "::1"',
+        'cel.bind(c, cidr("10.0.0.0/8"), string(c) == "10.0.0.0/8")',
+        "[1, 2].indexOf(2) == 1",
+        "1 < 1.5",
+    ],
 )
 def test_unsupported_feature_is_named(expr: str) -> None:
     with pytest.raises(CelError, match="unsupported CEL feature"):
