@@ -102,6 +102,11 @@ _UNSUPPORTED_OVERLOADS = (
         "cross-type numeric comparisons; this checker only at run time, on attribute values)",
     ),
     (
+        re.compile(r"cel\.@mapInsert"),
+        "transformMap",
+        k8scel.UNSUPPORTED["transformMap"],
+    ),
+    (
         re.compile(r"no matching overload for '(?:indexOf|lastIndexOf)' applied to '\(list"),
         "indexOf",
         k8scel.UNSUPPORTED["indexOf"],
@@ -176,7 +181,8 @@ class DeviceEnv:
         try:
             result = selector.program.eval(self._activation(selector))
         except Exception as e:
-            raise CelError(f"{selector.short()}: {_first_line(e)}") from None
+            msg = _first_line(e)
+            raise CelError(f"{selector.short()}: {_unsupported_overload(msg) or msg}") from None
         value = result.value()
         if isinstance(value, bool):
             return value

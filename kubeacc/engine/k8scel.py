@@ -42,6 +42,8 @@ UNSUPPORTED: dict[str, str] = {
     "format": "the format library returns optional values that custom functions cannot build",
     "string": "string(ip) and string(cidr): the implementation does not let a library add "
     "overloads to the standard string() conversion",
+    "transformMap": "transformMap and transformMapEntry: the implementation's runtime lacks the "
+    "map insertion they expand to",
     "indexOf": "list.indexOf(x) and list.lastIndexOf(x): the strings extension owns those "
     "function names in this implementation",
 }
