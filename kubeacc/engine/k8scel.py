@@ -98,9 +98,17 @@ def _fail(msg: str) -> KubernetesCelError:
 def _q(x: Any) -> Fraction:
     if isinstance(x, int) and not isinstance(x, bool):
         return Fraction(x)
-    return Fraction(x.value)
+    return _fraction(x.value)
 
 
+@lru_cache(maxsize=4096)
+def _fraction(canonical: str) -> Fraction:
+    return Fraction(canonical)
+
+
+#: literal arguments repeat on every device a selector runs on; the messages are never
+#: modified, so one per literal is shared
+@lru_cache(maxsize=4096)
 def _quantity(s: str) -> Any:
     try:
         return qvalue(parse_quantity(s))
@@ -125,6 +133,7 @@ def _cmp(a: Fraction | Semver, b: Fraction | Semver) -> int:
 # -- semver --------------------------------------------------------------------------------
 
 
+@lru_cache(maxsize=4096)
 def _semver(s: str, normalize: bool = False) -> Any:
     try:
         return svalue(parse_semver(s, normalize))
@@ -132,8 +141,13 @@ def _semver(s: str, normalize: bool = False) -> Any:
         raise _fail(str(e)) from None
 
 
+@lru_cache(maxsize=4096)
+def _parsed_semver(canonical: str) -> Semver:
+    return parse_semver(canonical)
+
+
 def _sv(x: Any) -> Semver:
-    return parse_semver(x.value)
+    return _parsed_semver(x.value)
 
 
 # -- regex ---------------------------------------------------------------------------------
@@ -311,8 +325,8 @@ def _val(x: Any) -> Fraction | Semver:
     if isinstance(x, int) and not isinstance(x, bool):
         return Fraction(x)
     if x.DESCRIPTOR.name == "Semver":
-        return parse_semver(x.value)
-    return Fraction(x.value)
+        return _parsed_semver(x.value)
+    return _fraction(x.value)
 
 
 def declarations() -> list[Any]:
