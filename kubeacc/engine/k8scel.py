@@ -153,8 +153,15 @@ def _sv(x: Any) -> Semver:
 # -- regex ---------------------------------------------------------------------------------
 
 
+#: what Python's ``re`` accepts and RE2 (kube-scheduler's engine) refuses: look-around and
+#: backreferences
+_NOT_RE2 = re.compile(r"\(\?<?[=!]|\\[1-9]|\(\?P=")
+
+
 @lru_cache(maxsize=1024)
 def _regex(pattern: str) -> re.Pattern[str]:
+    if _NOT_RE2.search(pattern):
+        raise _fail(f"invalid regex {pattern!r}: look-around and backreferences are not RE2")
     try:
         return re.compile(pattern)
     except re.error as e:

@@ -109,6 +109,7 @@ def test_rejected_at_compile_time(expr: str, reason: str) -> None:
         (f"{K}.nope == 1", "nope"),
         ('ip("10.0.0.300").family() == 4', "parse error"),
         ("[].min() == 0", "empty list"),
+        ('"aa".find("(a)\\\\1") == "aa"', "not RE2"),
     ],
 )
 def test_runtime_errors(expr: str, reason: str) -> None:
