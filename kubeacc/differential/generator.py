@@ -35,6 +35,44 @@ SELECTORS: tuple[tuple[str, str], ...] = (
     ("cel", "device.allowMultipleAllocations == false"),
 )
 
+#: Selectors for the rest of kube-scheduler's CEL environment, drawn from the later stream.
+#: Some fail to compile there (mixed literals, strings v3, cost) or at run time (missing
+#: attributes, asInteger of a fraction): both sides must fail alike.
+LATER_SELECTORS: tuple[tuple[str, str], ...] = (
+    ("cel-regex", f'{A}.model.find("[0-9]+") == "100"'),
+    ("cel-regex", f'{A}.model.findAll("[a-z]").size() == 1'),
+    ("cel-regex", f'{A}.model.matches("^(a|h)1")'),
+    ("cel-strings-ext", f'strings.quote({A}.model) == "\\"a100\\""'),
+    ("cel-strings-ext", f'{A}.model.upperAscii().startsWith("H")'),
+    ("cel-strings-ext", f'{A}.model.split("1").size() == 2'),
+    ("cel-lists-ext", f"lists.range(4).exists(i, i == {A}.index)"),
+    ("cel-lists-ext", f'["t4", "a100"].sort()[0] == {A}.model'),
+    ("cel-lists-ext", f"[{A}.numa, 1, 0].isSorted()"),
+    ("cel-lists-ext", f"[{A}.index, 2].max() == 2"),
+    ("cel-sets", f'sets.contains(["a100", "h100"], [{A}.model])'),
+    ("cel-sets", f"sets.intersects([0], [{A}.numa])"),
+    ("cel-ip", f"isIP({A}.addr) && ip({A}.addr).family() == 4"),
+    ("cel-ip", f'cidr("10.0.0.0/8").containsIP({A}.addr)'),
+    ("cel-ip", f'isCIDR({A}.addr + "/24")'),
+    ("cel-url", f'url({A}.endpoint).getScheme() == "https"'),
+    ("cel-url", f'isURL({A}.endpoint) && url({A}.endpoint).getHostname().endsWith(".com")'),
+    ("cel-two-var", f'{A}.exists(k, v, k == "model" && v == "h100")'),
+    ("cel-two-var", f"[1, 2].transformList(i, v, v * {A}.numa).sum() == 3"),
+    ("cel-optional", f"{A}.?ecc.orValue(false)"),
+    ("cel-optional", f'{{"a": 1}}[?{A}.model].orValue(0) == 0'),
+    ("cel-unicode", f"{A}.label.size() == 5"),
+    ("cel-has", f"has({A}.ecc) && {A}.ecc"),
+    ("cel-has", 'has(device.attributes["other.example.com"].x)'),
+    (
+        "cel-quantity-error",
+        f'{C}.memory.compareTo(quantity("1.5")) > 0 && quantity("1.5").asInteger() == 1',
+    ),
+    ("cel-compile-error", f'[1, "a"].size() == 2 || {A}.numa == 0'),
+    ("cel-compile-error", f'{{"a": 1, "b": "c"}}.size() == 2 || {A}.numa == 0'),
+    ("cel-compile-error", f'{A}.model.reverse() == "001a"'),
+    ("cel-cost", "lists.range(2000).all(i, lists.range(2000).all(j, i >= 0))"),
+)
+
 #: constraint attributes (qualified)
 MATCH_ATTRS = (f"{DRIVER}/model", f"{DRIVER}/numa", f"{DRIVER}/driverVersion", f"{DRIVER}/flag")
 DISTINCT_ATTRS = (f"{DRIVER}/index", f"{DRIVER}/numa")
@@ -81,6 +119,15 @@ class _Gen:
             attrs["ecc"] = {"bool": r.choice((True, False))}
         if self.chance(0.2, "bool-vs-int"):
             attrs["flag"] = r.choice(({"bool": True}, {"int": 1}))
+        if self.later_chance(0.6, "network-attributes"):
+            lr = self.later
+            attrs["addr"] = {
+                "string": lr.choice(("10.0.0.5", "10.1.2.3", "192.168.1.7", "fd00::1"))
+            }
+            attrs["endpoint"] = {
+                "string": lr.choice(("https://a.example.com:8443/x?q=1", "http://b.example.org/y"))
+            }
+            attrs["label"] = {"string": lr.choice(("gpu-\u00e9", "gpu-a", "\u00fcn\u00efts"))}
         if self.chance(0.3):
             attrs["resource.kubernetes.io/pcieRoot"] = {"string": r.choice(("pci0", "pci1"))}
         mem = r.choice(("16Gi", "20Gi", "40Gi"))
@@ -192,6 +239,10 @@ class _Gen:
         out = []
         for _ in range(self.r.choice((0, 1, 1, 2))):
             feature, expr = self.r.choice(SELECTORS)
+            self.features.add(feature)
+            out.append({"cel": {"expression": expr}})
+        if self.later_chance(0.25, "cel-environment"):
+            feature, expr = self.later.choice(LATER_SELECTORS)
             self.features.add(feature)
             out.append({"cel": {"expression": expr}})
         return out

@@ -1,229 +1,198 @@
-"""CEL device selectors, evaluated with a real CEL implementation plus the Kubernetes libraries.
+"""CEL device selectors in kube-scheduler's CEL environment.
 
-The evaluator is ``common-expression-language`` (the ``cel`` module, a Rust CEL interpreter).
-On top of its standard library this module registers the Kubernetes CEL extensions device
-selectors use:
+The evaluator is ``cel-expr-python`` (Google's CEL C++ implementation with its type checker;
+the choice and its measured conformance are in docs/dependencies.md). The environment is the
+one kube-scheduler 1.36 compiles device selectors with, as far as this implementation
+allows:
 
-* quantity: ``quantity(s)``, ``isQuantity(s)``, ``q.sign()``, ``q.isInteger()``,
-  ``q.asInteger()``, ``q.asApproximateFloat()``, ``q.add(q|int)``, ``q.sub(q|int)``,
-  ``q.isLessThan(q)``, ``q.isGreaterThan(q)``, ``q.compareTo(q)``;
-* semver: ``semver(s[, normalize])``, ``isSemver(s[, normalize])``, ``v.major()``,
-  ``v.minor()``, ``v.patch()``, ``v.isLessThan(v)``, ``v.isGreaterThan(v)``,
-  ``v.compareTo(v)``;
-* the cel-go strings/lists/sets/math extensions shipped by the ``cel`` package.
+* cel-go extensions of the Kubernetes base environment: strings (version 2), sets, lists,
+  optional types (``.?field``, ``[?key]``, ``orValue``), two-variable comprehensions, and
+  ``cel.bind`` from the DRA environment; no math or encoders (kube-scheduler has neither);
+* the Kubernetes libraries (:mod:`kubeacc.engine.k8scel`): quantity, semver, regex, URLs,
+  IP, CIDR and the list functions;
+* homogeneous aggregate literals checked at compile time (:mod:`kubeacc.engine.celcheck`);
+* the result must be a bool (or dyn), as the DRA compiler demands.
 
-Quantities and versions travel through CEL as one-key maps holding a canonical value, so ``==``
-compares values (``quantity("1") == quantity("1000m")``). The ``device`` variable has
-``driver``, ``attributes[domain][id]``, ``capacity[domain][id]`` (quantities) and
-``allowMultipleAllocations``; looking up a domain the device does not have yields an empty map
-(as the API documents), an unknown attribute is an evaluation error. Each expression is compiled
-once (cached); each device's evaluation context is built once and reused.
+``device`` has ``driver``, ``attributes[domain][id]``, ``capacity[domain][id]`` (quantities)
+and ``allowMultipleAllocations``. Looking up a domain the device does not have yields an empty
+map (as the API documents); an unknown attribute is an evaluation error. What the
+implementation cannot express is refused with "unsupported CEL feature" (see
+:data:`kubeacc.engine.k8scel.UNSUPPORTED` and docs/dra.md); the runtime cost limit is
+approximated by :mod:`kubeacc.engine.celcost`.
 """
 
 from __future__ import annotations
 
-import io
 import re
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-import cel
-from cel import stdlib as cel_stdlib
+from cel_expr_python import cel
 
-from kubeacc.engine.celbind import BindError, expand_bind
-from kubeacc.engine.quantity import QuantityError, is_quantity, parse_quantity
-from kubeacc.engine.semver import Semver, SemverError, is_semver, parse_semver
+from kubeacc.engine import k8scel
+from kubeacc.engine.celcheck import LiteralTypeError, check_homogeneous
+from kubeacc.engine.celcost import CostLimitError, check_cost
 
-QUANTITY_KEY = "__kubeacc.io/quantity__"
-SEMVER_KEY = "__kubeacc.io/semver__"
+qvalue = k8scel.qvalue
+svalue = k8scel.svalue
 
 _DOMAIN_RE = re.compile(r"device\s*\.\s*(attributes|capacity)\s*\[\s*(['\"])([^'\"]+)\2\s*\]")
+#: a ``[`` that opens a list literal rather than an index (the walk over the checked
+#: expression is skipped when there is none)
+_LIST_LITERAL_RE = re.compile(r"(?:^|[(,=!<>&|+\-*/%?:\[{]|\bin)\s*\[")
+_UNSUPPORTED_RE = re.compile(r"\bformat\s*\.|\bstring\s*\(\s*(ip|cidr)\s*\(")
 
-
-_PY_FAIL_RE = re.compile(
-    r"Python function call failed: \w+: (.*?)(?:\. Check function arguments.*)?$"
-)
+#: the cel-go extensions of kube-scheduler's device selector environment, by the
+#: implementation's names
+_EXTENSIONS = """name: kubernetes-dra-device-selectors
+extensions:
+  - name: strings
+    version: 2
+  - name: sets
+  - name: lists
+  - name: optional
+  - name: bindings
+  - name: two-var-comprehensions
+"""
 
 
 class CelError(Exception):
     """Compiling or evaluating a selector failed."""
 
 
-def qvalue(q: Fraction) -> dict[str, str]:
-    return {QUANTITY_KEY: str(q)}
-
-
-def svalue(v: Semver) -> dict[str, str]:
-    return {SEMVER_KEY: str(v)}
-
-
-def _q(x: Any, allow_int: bool = False) -> Fraction:
-    if isinstance(x, dict) and QUANTITY_KEY in x:
-        return Fraction(x[QUANTITY_KEY])
-    if allow_int and isinstance(x, int) and not isinstance(x, bool):
-        return Fraction(x)
-    raise CelError(f"expected a quantity, got {x!r}")
-
-
-def _s(x: Any) -> Semver:
-    if isinstance(x, dict) and SEMVER_KEY in x:
-        return parse_semver(x[SEMVER_KEY])
-    raise CelError(f"expected a semver, got {x!r}")
-
-
-def _cmp(a: Any, b: Any) -> int:
-    if isinstance(a, dict) and SEMVER_KEY in a:
-        return _s(a).compare(_s(b))
-    qa, qb = _q(a), _q(b)
-    return (qa > qb) - (qa < qb)
-
-
-def _quantity(s: str) -> dict[str, str]:
-    try:
-        return qvalue(parse_quantity(s))
-    except QuantityError as e:
-        raise CelError(str(e)) from None
-
-
-def _semver(s: str, normalize: bool = False) -> dict[str, str]:
-    try:
-        return svalue(parse_semver(s, normalize))
-    except SemverError as e:
-        raise CelError(str(e)) from None
-
-
-def _as_integer(q: Any) -> int:
-    v = _q(q)
-    if v.denominator != 1 or not -(2**63) <= v < 2**63:
-        raise CelError("cannot convert value to integer")
-    return int(v)
-
-
-def _semver_part(index: int) -> Callable[[Any], int]:
-    def part(v: Any) -> int:
-        s = _s(v)
-        return (s.major, s.minor, s.patch)[index]
-
-    return part
-
-
-KUBERNETES_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "quantity": _quantity,
-    "isQuantity": is_quantity,
-    "sign": lambda q: (_q(q) > 0) - (_q(q) < 0),
-    "isInteger": lambda q: _q(q).denominator == 1 and -(2**63) <= _q(q) < 2**63,
-    "asInteger": _as_integer,
-    "asApproximateFloat": lambda q: float(_q(q)),
-    "add": lambda a, b: qvalue(_q(a) + _q(b, allow_int=True)),
-    "sub": lambda a, b: qvalue(_q(a) - _q(b, allow_int=True)),
-    "isLessThan": lambda a, b: _cmp(a, b) < 0,
-    "isGreaterThan": lambda a, b: _cmp(a, b) > 0,
-    "compareTo": _cmp,
-    "semver": _semver,
-    "isSemver": is_semver,
-    "major": _semver_part(0),
-    "minor": _semver_part(1),
-    "patch": _semver_part(2),
-}
-
-
 @lru_cache(maxsize=1)
-def _base_functions() -> dict[str, Callable[..., Any]]:
-    ctx = cel.Context()
-    cel_stdlib.add_stdlib_to_context(ctx)
-    funcs = dict(ctx.functions)
-    funcs.update(KUBERNETES_FUNCTIONS)
-    return funcs
-
-
-def _functions_for(names: frozenset[str]) -> dict[str, Callable[..., Any]]:
-    base = _base_functions()
-    return {n: base[n] for n in names if n in base}
-
-
-#: The binding reports a failing Python function on sys.stderr before raising; the error is
-#: returned to the caller instead, so that report is swallowed.
-_SINK = io.StringIO()
+def environment() -> Any:
+    return cel.NewEnv(
+        descriptor_pool=k8scel.pool(),
+        config=cel.NewEnvConfigFromYaml(_EXTENSIONS),
+        functions=k8scel.declarations(),
+        variables={"device": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)},
+    )
 
 
 @dataclass(frozen=True)
 class Selector:
     expression: str
-    program: cel.Program
+    program: Any
     domains: frozenset[tuple[str, str]]
-    functions: frozenset[str]
 
     def short(self, width: int = 60) -> str:
         e = " ".join(self.expression.split())
         return e if len(e) <= width else e[: width - 3] + "..."
 
 
+def _unsupported(expression: str) -> str | None:
+    m = _UNSUPPORTED_RE.search(expression)
+    if m is None:
+        return None
+    key = "format" if m.group(0).startswith("format") else "string"
+    return f"unsupported CEL feature {key!r}: {k8scel.UNSUPPORTED[key]}"
+
+
+_NUMERIC = r"(?:int|uint|double)"
+#: compile errors for what kube-scheduler's environment accepts and this one cannot declare
+_UNSUPPORTED_OVERLOADS = (
+    (
+        re.compile(
+            rf"no matching overload for '_(?:<|<=|>|>=)_' applied to '\({_NUMERIC}, {_NUMERIC}\)'"
+        ),
+        "cross-type numeric comparison",
+        "ordering an int, uint and double literal against each other (kube-scheduler enables "
+        "cross-type numeric comparisons; this checker only at run time, on attribute values)",
+    ),
+    (
+        re.compile(r"cel\.@mapInsert"),
+        "transformMap",
+        k8scel.UNSUPPORTED["transformMap"],
+    ),
+    (
+        re.compile(r"no matching overload for '(?:indexOf|lastIndexOf)' applied to '\(list"),
+        "indexOf",
+        k8scel.UNSUPPORTED["indexOf"],
+    ),
+    (
+        re.compile(r"no matching overload for 'string' applied to '\(kubeacc\.cel\.(?:IP|CIDR)\)'"),
+        "string",
+        k8scel.UNSUPPORTED["string"],
+    ),
+)
+
+
+def _unsupported_overload(message: str) -> str | None:
+    for pattern, feature, why in _UNSUPPORTED_OVERLOADS:
+        if pattern.search(message):
+            return f"unsupported CEL feature {feature!r}: {why}"
+    return None
+
+
 @lru_cache(maxsize=4096)
 def compile_selector(expression: str) -> Selector:
-    """Compile once; raises :class:`CelError` for a syntax error."""
+    """Compile once; raises :class:`CelError` for what kube-scheduler would not compile, or
+    for a feature this evaluator does not support (the message says which)."""
+    unsupported = _unsupported(expression)
+    if unsupported:
+        raise CelError(f"compile {expression!r}: {unsupported}")
     try:
-        program = cel.compile(expand_bind(expression))
-    except BindError as e:
+        program = environment().compile(expression)
+    except Exception as e:  # the binding raises one exception type per status code
+        msg = _first_line(e)
+        raise CelError(f"compile {expression!r}: {_unsupported_overload(msg) or msg}") from None
+    try:
+        literal = "{" in expression or _LIST_LITERAL_RE.search(expression) is not None
+        if literal or "range" in expression:
+            checked = program.serialize()
+            if literal:
+                check_homogeneous(checked)
+            if "range" in expression:
+                check_cost(checked)
+    except (LiteralTypeError, CostLimitError) as e:
         raise CelError(f"compile {expression!r}: {e}") from None
-    except Exception as e:  # the binding raises several exception types
-        raise CelError(f"compile {expression!r}: {e}") from None
+    rtype = program.return_type()
+    if rtype not in (cel.Type.BOOL, cel.Type.DYN):
+        raise CelError(f"compile {expression!r}: must evaluate to bool, not {rtype.name()}")
     domains = frozenset((m.group(1), m.group(3)) for m in _DOMAIN_RE.finditer(expression))
-    functions = frozenset(f for f in program.functions() if f in _base_functions())
-    return Selector(expression, program, domains, functions)
+    return Selector(expression, program, domains)
 
 
 class DeviceEnv:
-    """The reusable CEL context of one device."""
+    """The reusable CEL activations of one device."""
 
-    __slots__ = ("_ctxs", "variable")
+    __slots__ = ("_acts", "variable")
 
     def __init__(self, variable: dict[str, Any]) -> None:
         self.variable = variable
-        self._ctxs: dict[tuple[frozenset[tuple[str, str]], frozenset[str]], cel.Context] = {}
+        self._acts: dict[frozenset[tuple[str, str]], Any] = {}
 
-    def _context(self, selector: Selector) -> cel.Context:
-        """One context per (domains indexed, functions used): domains an expression indexes
-        but the device lacks read as empty maps in that expression only, never in others."""
-        key = (selector.domains, selector.functions)
-        ctx = self._ctxs.get(key)
-        if ctx is None:
+    def _activation(self, selector: Selector) -> Any:
+        """One activation per set of domains indexed: domains an expression indexes but the
+        device lacks read as empty maps in that expression only, never in others."""
+        act = self._acts.get(selector.domains)
+        if act is None:
             variable = dict(self.variable)
             for kind, domain in selector.domains:
                 if domain not in variable[kind]:
                     variable[kind] = {**variable[kind], domain: {}}
-            ctx = cel.Context(
-                variables={"device": variable}, functions=_functions_for(selector.functions)
-            )
-            self._ctxs[key] = ctx
-        return ctx
+            act = environment().Activation({"device": variable})
+            self._acts[selector.domains] = act
+        return act
 
     def matches(self, selector: Selector) -> bool:
-        ctx = self._context(selector)
-        saved = sys.stderr
-        sys.stderr = _SINK
         try:
-            result = selector.program.execute(ctx)
+            result = selector.program.eval(self._activation(selector))
         except Exception as e:
-            raise CelError(f"{selector.short()}: {_clean(e)}") from None
-        finally:
-            sys.stderr = saved
-            if _SINK.tell():
-                _SINK.seek(0)
-                _SINK.truncate()
-        if not isinstance(result, bool):
-            raise CelError(f"{selector.short()}: expression must evaluate to bool, got {result!r}")
-        return result
+            msg = _first_line(e)
+            raise CelError(f"{selector.short()}: {_unsupported_overload(msg) or msg}") from None
+        value = result.value()
+        if isinstance(value, bool):
+            return value
+        if result.type() == cel.Type.ERROR:
+            raise CelError(f"{selector.short()}: {_first_line(result.plain_value())}")
+        if not isinstance(value, bool):
+            raise CelError(f"{selector.short()}: expression must evaluate to bool, got {value!r}")
+        return value
 
 
-def _clean(e: BaseException) -> str:
+def _first_line(e: object) -> str:
     msg = str(e).strip()
-    if isinstance(e, KeyError):
-        return f"no such key: {msg}"
-    m = _PY_FAIL_RE.search(msg)
-    if m:
-        return m.group(1)
     return msg.splitlines()[0] if msg else type(e).__name__

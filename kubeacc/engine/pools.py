@@ -28,6 +28,9 @@ from kubeacc.engine.semver import SemverError, parse_semver
 
 AttrValue = int | bool | str
 
+#: a version attribute outside CEL: a one-key map holding the canonical version
+SEMVER_KEY = "__kubeacc.io/semver__"
+
 DeviceKey = tuple[str, str, str]  # driver, pool, device
 
 
@@ -205,7 +208,7 @@ class Device:
             attrs: dict[str, dict[str, Any]] = {}
             for q, v in self.attributes.items():
                 domain, _, ident = q.rpartition("/")
-                attrs.setdefault(domain, {})[ident] = v
+                attrs.setdefault(domain, {})[ident] = _cel_attr(v)
             caps: dict[str, dict[str, Any]] = {}
             for q, c in self.capacity.items():
                 domain, _, ident = q.rpartition("/")
@@ -232,6 +235,12 @@ def qualify(name: str, driver: str) -> str:
     return name if "/" in name else f"{driver}/{name}"
 
 
+def _cel_attr(v: AttrValue | dict[str, str]) -> Any:
+    if isinstance(v, dict):
+        return svalue(parse_semver(v[SEMVER_KEY]))
+    return v
+
+
 def _attr_value(raw: Mapping[str, Any]) -> AttrValue | dict[str, str]:
     for kind in ("string", "int", "bool"):
         v = get(raw, kind)
@@ -240,7 +249,7 @@ def _attr_value(raw: Mapping[str, Any]) -> AttrValue | dict[str, str]:
     ver = get(raw, "version")
     if ver is not None:
         try:
-            return svalue(parse_semver(str(ver)))
+            return {SEMVER_KEY: str(parse_semver(str(ver)))}
         except SemverError:
             return str(ver)
     raise ValueError(f"attribute without a value: {dict(raw)!r}")

@@ -207,7 +207,9 @@ class NodeSearch:
         self.all_blocked: dict[str, str] = {}
 
     # -- filtering -------------------------------------------------------------------
-    def _match(self, sel: Selector, dev: Device) -> bool:
+    def _match(self, sel: Selector | str, dev: Device) -> bool:
+        if isinstance(sel, str):  # kube-scheduler compiles when a device first reaches it
+            raise CelAbort(f"device {dev.id}: CEL compile error: {sel}")
         key = (sel.expression, dev.fingerprint)
         v = self.cache.get(key)
         if v is None:
@@ -231,13 +233,13 @@ class NodeSearch:
             cls = self.classes[alt.device_class]
             devs = list(self.devices)
             stages.append(("devices on node", len(devs)))
-            class_sels = [compile_selector(e) for e in cls.selectors]
+            class_sels = [_compiled(e) for e in cls.selectors]
             devs = [d for d in devs if all(self._match(s, d) for s in class_sels)]
             stages.append((f"in class {cls.name}", len(devs)))
             for expr in alt.selectors:
-                sel = compile_selector(expr)
+                sel = _compiled(expr)
                 devs = [d for d in devs if self._match(sel, d)]
-                stages.append((f"pass selector '{sel.short(50)}'", len(devs)))
+                stages.append((f"pass selector '{_short(expr)}'", len(devs)))
             hit = (devs, stages)
             self.static[skey] = hit
         devs, stages = hit
@@ -608,3 +610,16 @@ class NodeSearch:
     def _undo(self) -> None:
         self.picks.pop()
         self._rollback(self._undo_stack.pop())
+
+
+def _compiled(expr: str) -> Selector | str:
+    """The compiled selector, or its compile error (raised once a device reaches it)."""
+    try:
+        return compile_selector(expr)
+    except CelError as e:
+        return str(e)
+
+
+def _short(expr: str, width: int = 50) -> str:
+    e = " ".join(expr.split())
+    return e if len(e) <= width else e[: width - 3] + "..."
