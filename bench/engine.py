@@ -7,7 +7,9 @@
 * time to a reasoned "no" for infeasible claims on the same cluster;
 * side by side with kube-scheduler's allocator (the Go harness in tools/allocator, same inputs,
   same run, same procedure: nodes tried in rotation until 4 fit, the claim committed): claims/s
-  and per-claim p50/p99 at 500 x 8 and 5,000 x 8 devices, and the time to a "no" on both.
+  and per-claim p50/p99 at 500 x 8 and 5,000 x 8 devices, and the time to a "no" on both;
+  claims equal but for their names, claims each with a selector of its own, and pods of two
+  such claims placed together (one Allocate call per node for both, as kube-scheduler does).
 
 Run: ``python bench/engine.py [--claims N] [--side-by-side-claims N]``.
 """
@@ -220,13 +222,15 @@ def _latency(seconds: list[float]) -> dict[str, float]:
 
 
 def bench_side_by_side(
-    nodes: int, n_claims: int, go: GoAllocator, distinct: bool = False
+    nodes: int, n_claims: int, go: GoAllocator, distinct: bool = False, pod_size: int = 1
 ) -> dict[str, Any]:
     """The engine and the scheduler's allocator on the same cluster and claims, interleaved
-    by phase in one run; the first (warm-up) claim of each is left out of the numbers.
+    by phase in one run; the first (warm-up) pod of each is left out of the numbers.
 
     Claims are equal but for their names (pods of one template), or with ``distinct`` each has
-    a selector of its own, so the engine can reuse no answer from an earlier claim."""
+    a selector of its own, so the engine can reuse no answer from an earlier claim. With
+    ``pod_size`` > 1 the claims are cut into pods of that many, each pod's claims placed
+    together (``n_claims`` pods then); rates are pods/s."""
     slices, classes = cluster(nodes)
     node_objs = node_objects(nodes)
     claims = [
@@ -236,20 +240,27 @@ def bench_side_by_side(
             SELECTOR + (f' && device.attributes["kubeacc.io"].model != "m{i}"' if distinct else ""),
             "resource.kubernetes.io/pcieRoot",
         )
-        for i in range(n_claims + 1)
+        for i in range((n_claims + 1) * pod_size)
     ]
+    pods = [list(range(i, i + pod_size)) for i in range(0, len(claims), pod_size)]
     eng = Engine(slices, classes, nodes=node_objs, max_feasible_nodes=4)
     ours: list[float] = []
     ours_ok = 0
-    for c in claims:
+    for pod in pods:
         t = time.perf_counter()
-        p = eng.allocate(c)
+        if pod_size == 1:
+            ok = eng.allocate(claims[pod[0]]).ok
+        else:
+            ok = eng.allocate_pod([claims[i] for i in pod]).ok
         ours.append(time.perf_counter() - t)
-        ours_ok += p.ok
+        ours_ok += ok
     scenario = {"slices": slices, "classes": classes, "nodes": node_objs, "allocated": []}
-    theirs = go.run({**scenario, "mode": "plan", "maxFeasibleNodes": 4, "claims": claims})
+    grouping = {"pods": pods} if pod_size > 1 else {}
+    theirs = go.run(
+        {**scenario, "mode": "plan", "maxFeasibleNodes": 4, "claims": claims, **grouping}
+    )
     placements = theirs["placements"]
-    theirs_ok = sum(1 for p in placements if p.get("allocation"))
+    theirs_ok = sum(1 for p in placements if p.get("allocation") or p.get("allocations"))
     no_claim = claim(10**6, 3, "true", "resource.kubernetes.io/pcieRoot")
     t = time.perf_counter()
     no = eng.allocate(no_claim, commit=False)
@@ -262,6 +273,7 @@ def bench_side_by_side(
         "devices_per_node": 8,
         "claims": n_claims,
         "distinct_claims": distinct,
+        "claims_per_pod": pod_size,
         "engine": {**ours_stats, "allocated": ours_ok},
         "go_allocator": {**theirs_stats, "allocated": theirs_ok},
         "engine_vs_go_claims_per_s": round(
@@ -284,16 +296,30 @@ def main() -> None:
     ap.add_argument(
         "--distinct-claims", type=int, default=300, help="claims, each its own selector"
     )
+    ap.add_argument(
+        "--pods", type=int, default=150, help="pods of two claims, each its own selector"
+    )
+    ap.add_argument(
+        "--only-distinct",
+        action="store_true",
+        help="only the side-by-side runs with distinct claims and pods",
+    )
     args = ap.parse_args()
-    out: dict[str, Any] = {
-        "best_set": bench_best_set(),
-        "allocation": bench_allocation(args.claims),
-    }
+    out: dict[str, Any] = {}
+    if not args.only_distinct:
+        out["best_set"] = bench_best_set()
+        out["allocation"] = bench_allocation(args.claims)
     with GoAllocator() as go:
         shapes = [int(n) for n in args.shapes.split(",")]
-        out["side_by_side"] = [bench_side_by_side(n, args.side_by_side_claims, go) for n in shapes]
+        if not args.only_distinct:
+            out["side_by_side"] = [
+                bench_side_by_side(n, args.side_by_side_claims, go) for n in shapes
+            ]
         out["side_by_side_distinct_claims"] = [
             bench_side_by_side(n, args.distinct_claims, go, distinct=True) for n in shapes
+        ]
+        out["side_by_side_distinct_pods"] = [
+            bench_side_by_side(n, args.pods, go, distinct=True, pod_size=2) for n in shapes
         ]
     print(json.dumps(out, indent=2))
 

@@ -1,7 +1,8 @@
 """The engine against kube-scheduler's allocator on thousands of generated scenarios; JSON out.
 
-Same comparison as tests/differential (feasibility per claim and node, the engine's allocations
-validated by the scheduler's allocator), on a larger seed range, with the generator's coverage
+Same comparison as tests/differential (errors that fail the pod and feasibility per pod and node,
+the engine's allocations the scheduler's own or validated by the scheduler's allocator), on a
+larger seed range, with the generator's coverage
 per feature and the first disagreements if any.
 
 Run: ``python bench/engine_differential.py [--start S] [--scenarios N]``.

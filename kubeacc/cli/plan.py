@@ -3,8 +3,12 @@
 Reads every ``*.yaml``/``*.yml``/``*.json`` file under a folder (multi-document YAML and ``List``
 kinds are fine), or, without a folder, the live objects of the cluster the kubeconfig names
 (``--kubeconfig``, ``$KUBECONFIG``, in-cluster, ``~/.kube/config``), sorts the objects by kind
-(ResourceSlice, DeviceClass, ResourceClaim, Node), treats claims that already carry
-``status.allocation`` as existing allocations, and plans the others in order. Prints a
+(ResourceSlice, DeviceClass, ResourceClaim, Node, Pod), treats claims that already carry
+``status.allocation`` as existing allocations, and plans the others in order. The pending claims
+one Pod references (``spec.resourceClaims``: ``resourceClaimName``, or the claim a template made,
+named in ``status.resourceClaimStatuses``) are placed together, as kube-scheduler allocates a
+pod's claims in one go (all on one node, or none); a pod that references a claim missing from the
+input is not placed (the scheduler waits for the claim). Prints a
 table, or JSON / YAML with ``-o json`` / ``-o yaml``. Verdicts are kube-scheduler's (its
 allocator's quirks included); an explanation names the scheduler deviation when one decides
 (docs/placement.md, "Deviations").
@@ -13,6 +17,8 @@ allocator's quirks included); an explanation names the scheduler deviation when 
 from __future__ import annotations
 
 import sys
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +28,7 @@ from kubeacc.cli.errors import fail
 from kubeacc.cli.options import KubeconfigOption, UnitsTableOption, use_units_table
 from kubeacc.cli.output import Format, OutputOption, dump, print_table
 from kubeacc.engine.engine import Engine, Placement
+from kubeacc.engine.explain import Explanation
 from kubeacc.safeyaml import InputError, load_file
 from kubeacc.units.explain import preference_lines, why_not
 
@@ -44,7 +51,7 @@ def load_objects(folder: Path) -> list[dict[str, Any]]:
 
 def cluster_objects(kubeconfig: Path | None, namespace: str | None = None) -> list[dict[str, Any]]:
     """ResourceSlices, DeviceClasses, Nodes and ResourceClaims of a live cluster, as dicts."""
-    from lightkube.resources.core_v1 import Node
+    from lightkube.resources.core_v1 import Node, Pod
     from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
     from kubeacc.clientconfig import make_client
@@ -64,6 +71,11 @@ def cluster_objects(kubeconfig: Path | None, namespace: str | None = None) -> li
         mine = namespace is None or claim["metadata"].get("namespace") == namespace
         if mine or (claim.get("status") or {}).get("allocation"):
             objs.append(claim)
+    # Pods group the pending claims they reference (placed together).
+    for po in client.list(Pod, namespace=namespace or "*"):
+        pod = {**po.to_dict(), "kind": "Pod"}
+        if (pod.get("spec") or {}).get("resourceClaims"):
+            objs.append(pod)
     return objs
 
 
@@ -87,10 +99,87 @@ def run_plan_explained(objs: list[dict[str, Any]]) -> list[tuple[Placement, list
         nodes if nodes else None,
     )
     out: list[tuple[Placement, list[str]]] = []
-    for claim in pending:  # as Engine.plan, one after another
-        tried = why_not(engine, claim)
-        placement = engine.allocate(claim)
-        out.append((placement, preference_lines(tried, placement) if tried else []))
+    for group in pod_groups(pending, existing, by_kind.get("Pod", [])):
+        if group.missing:
+            for c in group.claims:
+                ref = _ref(c)
+                why = f"pod {group.pod}: {'; '.join(group.missing)} (kube-scheduler waits for it)"
+                expl = Explanation(ref, [why])
+                out.append((Placement(ref, None, None, explanation=expl, pod=group.pod), []))
+            continue
+        tried = [why_not(engine, c) for c in group.claims]
+        if group.pod is None:  # as Engine.plan, one after another
+            placements = [engine.allocate(group.claims[0])]
+        else:
+            placements = engine.allocate_pod(group.claims, pod=group.pod).placements
+        for t, placement in zip(tried, placements, strict=True):
+            out.append((placement, preference_lines(t, placement) if t else []))
+    return out
+
+
+@dataclass
+class PodGroup:
+    """Pending claims placed together: a pod's (``pod`` its namespace/name), or one claim no pod
+    in the input references (``pod`` None)."""
+
+    pod: str | None
+    claims: list[dict[str, Any]]
+    #: claims the pod references that the input lacks: the pod cannot be scheduled yet
+    missing: list[str] = field(default_factory=list)
+
+
+def _ref(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
+
+
+def _pod_claim_refs(pod: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(entry name, namespace/claim name or None when its template made none yet), in order."""
+    meta = pod.get("metadata") or {}
+    ns = meta.get("namespace") or "default"
+    made = {
+        str(s.get("name")): s.get("resourceClaimName")
+        for s in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])
+        if isinstance(s, dict)
+    }
+    out: list[tuple[str, str | None]] = []
+    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
+        if not isinstance(entry, dict):
+            continue
+        entry_name = str(entry.get("name", "?"))
+        name = entry.get("resourceClaimName") or made.get(entry_name)
+        out.append((entry_name, f"{ns}/{name}" if name else None))
+    return out
+
+
+def pod_groups(
+    pending: list[dict[str, Any]], existing: list[dict[str, Any]], pods: list[dict[str, Any]]
+) -> list[PodGroup]:
+    """The pending claims in input order, those of one pod gathered where the pod's first one
+    comes (a claim two pods share goes with the first pod that names it)."""
+    by_ref = {_ref(c): c for c in pending}
+    allocated = {_ref(c) for c in existing}
+    owner: dict[str, PodGroup] = {}
+    for pod in pods:
+        group = PodGroup(_ref(pod), [])
+        for entry, ref in _pod_claim_refs(pod):
+            if ref is None:
+                group.missing.append(f"the claim of resourceClaims[{entry}] is not created yet")
+            elif ref in by_ref:
+                if ref not in owner:
+                    owner[ref] = group
+                    group.claims.append(by_ref[ref])
+            elif ref not in allocated:
+                group.missing.append(f"claim {ref} not found")
+    out: list[PodGroup] = []
+    emitted: set[int] = set()
+    for c in pending:
+        mine = owner.get(_ref(c))
+        if mine is None:
+            out.append(PodGroup(None, [c]))
+        elif id(mine) not in emitted:
+            emitted.add(id(mine))
+            out.append(mine)
     return out
 
 
@@ -124,12 +213,21 @@ def plan(
     placements = [p for p, _ in explained]
     enforcement = share_enforcement(objs)
     if output is Format.TABLE:
-        print_table(
-            ("CLAIM", "NODE", "DEVICES", "WHY NOT"),
-            [_row(p, enforcement) for p in placements],
-            title="kubeacc plan",
-            wrap=("DEVICES", "WHY NOT"),
-        )
+        sizes = Counter(p.pod for p in placements if p.pod is not None)
+        if any(n > 1 for n in sizes.values()):  # pods placed together: say which
+            print_table(
+                ("POD", "CLAIM", "NODE", "DEVICES", "WHY NOT"),
+                [[p.pod or "-", *_row(p, enforcement)] for p in placements],
+                title="kubeacc plan",
+                wrap=("DEVICES", "WHY NOT"),
+            )
+        else:
+            print_table(
+                ("CLAIM", "NODE", "DEVICES", "WHY NOT"),
+                [_row(p, enforcement) for p in placements],
+                title="kubeacc plan",
+                wrap=("DEVICES", "WHY NOT"),
+            )
         notes = [(p.claim, lines) for p, lines in explained if lines]
         if notes:
             typer.echo("\nModel preferences (firstAvailable):")

@@ -1,9 +1,13 @@
 """Run the engine and kube-scheduler's allocator on the same scenarios; count disagreements.
 
-For every scenario, claim and node (each claim on the scenario's existing allocations only):
-both must agree whether the claim can be allocated there (a scheduler error counts as "no");
-where both allocate, the engine's allocation must be the scheduler's own pick or be accepted by
-the scheduler's allocator when the scenario is pinned to it (:mod:`kubeacc.differential.validator`;
+For every scenario, pod and node (each pod's claims together, on the scenario's existing
+allocations only, as kube-scheduler allocates a pod's pending claims in one call): both must
+agree whether the pod fails with an error (an error that fails the pod in the scheduler must be
+one in the engine, not only a "no"; one that only rules the node out is a "no"), and whether the
+pod's claims can be allocated there; where both allocate, the engine's allocations (every
+device, under its request or chosen subrequest) must be the scheduler's own pick, with the same
+consumed capacity, or be accepted by the scheduler's allocator when the scenario is pinned to
+them (:mod:`kubeacc.differential.validator`;
 pinning removes the other devices, so it cannot reproduce picks that depend on the scheduler's
 search path, such as its distinctAttribute bookkeeping after a backtrack).
 """
@@ -17,8 +21,8 @@ from typing import Any
 
 from kubeacc.differential.generator import scenario
 from kubeacc.differential.harness import GoAllocator
-from kubeacc.differential.validator import pinned_scenario
-from kubeacc.engine.engine import Engine
+from kubeacc.differential.validator import pinned_pod
+from kubeacc.engine.engine import Engine, PodPlacement
 from kubeacc.engine.quantity import parse_quantity
 
 
@@ -48,53 +52,68 @@ def compare_seed(seed: int, go: GoAllocator, report: Report) -> None:
     scen, features = scenario(seed)
     report.scenarios += 1
     report.coverage.update(features)
+    pods: list[list[int]] = scen.get("pods") or [[i] for i in range(len(scen["claims"]))]
     rows = go.pairs(scen)
     engine = Engine(scen["slices"], scen["classes"], scen["allocated"], scen["nodes"])
-    for ci, claim in enumerate(scen["claims"]):
+    for pi, pod in enumerate(pods):
+        claims = [scen["claims"][i] for i in pod]
         for ni, node in enumerate(scen["nodes"]):
             name = node["metadata"]["name"]
-            theirs = rows[ci][ni]
+            theirs = rows[pi][ni]
             report.pairs += 1
-            if theirs.get("error"):
+            if theirs.get("fatal"):
                 report.go_errors += 1
-            ours = engine.allocate(claim, node=name, commit=False)
-            if ours.ok != theirs["ok"]:
+                if len(pod) > 1:
+                    report.coverage["pod-errors"] += 1
+            where = {"seed": seed, "pod": pi, "claims": pod, "node": name}
+            ours = engine.allocate_pod(claims, node=name, commit=False, pod=f"p{pi}")
+            if bool(theirs.get("fatal")) != (ours.error is not None):
                 report.disagreements.append(
                     {
-                        "seed": seed,
-                        "claim": ci,
-                        "node": name,
+                        **where,
                         "scheduler": theirs.get("error") or theirs["ok"],
-                        "engine": ours.ok or (ours.explanation.lines() if ours.explanation else []),
+                        "engine": ours.error or _engine_answer(ours),
                     }
                 )
                 continue
-            if ours.ok and ours.allocation is not None:
-                report.both_allocate += 1
-                if _devices(ours.allocation) == _devices(theirs["allocation"]):
-                    # The scheduler's own pick: what each share consumes must match too.
-                    if _consumed(ours.allocation) != _consumed(theirs["allocation"]):
-                        report.disagreements.append(
-                            {
-                                "seed": seed,
-                                "claim": ci,
-                                "node": name,
-                                "scheduler": _consumed(theirs["allocation"]),
-                                "engine": _consumed(ours.allocation),
-                            }
-                        )
-                    continue
-                check = go.pairs(pinned_scenario(scen, claim, name, ours.allocation))[0][0]
-                if not check["ok"]:
-                    report.invalid_picks.append(
-                        {
-                            "seed": seed,
-                            "claim": ci,
-                            "node": name,
-                            "allocation": ours.allocation["devices"]["results"],
-                            "scheduler": check.get("error") or "rejects the pinned claim",
-                        }
-                    )
+            if ours.ok != theirs["ok"]:
+                report.disagreements.append(
+                    {
+                        **where,
+                        "scheduler": theirs.get("error") or theirs["ok"],
+                        "engine": ours.ok or _engine_answer(ours),
+                    }
+                )
+                continue
+            if not ours.ok:
+                continue
+            report.both_allocate += 1
+            if len(pod) > 1:
+                report.coverage["pods-allocated"] += 1
+            mine = [p.allocation for p in ours.placements]
+            assert all(a is not None for a in mine)
+            allocs: list[dict[str, Any]] = theirs.get("allocations") or [theirs["allocation"]]
+            if all(_devices(a) == _devices(b) for a, b in zip(mine, allocs, strict=True) if a):
+                # The scheduler's own pick: what each share consumes must match too.
+                got = [_consumed(a) for a in mine if a]
+                want = [_consumed(b) for b in allocs]
+                if got != want:
+                    report.disagreements.append({**where, "scheduler": want, "engine": got})
+                continue
+            pinned = pinned_pod(scen, claims, name, [a for a in mine if a])
+            check = go.pairs(pinned)[0][0]
+            if not check["ok"]:
+                report.invalid_picks.append(
+                    {
+                        **where,
+                        "allocation": [a["devices"]["results"] for a in mine if a],
+                        "scheduler": check.get("error") or "rejects the pinned pod",
+                    }
+                )
+
+
+def _engine_answer(ours: PodPlacement) -> bool | list[str]:
+    return ours.ok or (ours.explanation.lines() if ours.explanation else [])
 
 
 def _devices(allocation: dict[str, Any]) -> list[tuple[str, str, str, str]]:

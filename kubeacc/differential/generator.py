@@ -2,8 +2,9 @@
 
 A scenario is plain JSON in the API's shapes, fully defaulted as the API server would store it
 (``allocationMode``, ``count``, toleration ``operator``): ``slices``, ``classes``, ``allocated``
-(claims with ``status.allocation``), ``nodes`` and ``claims``. :func:`scenario` also returns the
-features it used, so a run can count the coverage of each.
+(claims with ``status.allocation``), ``nodes``, ``claims`` and ``pods`` (claim indices: the
+claims of one pod, which kube-scheduler allocates together; 1-3 per pod). :func:`scenario` also
+returns the features it used, so a run can count the coverage of each.
 """
 
 from __future__ import annotations
@@ -234,6 +235,26 @@ class _Gen:
                         s["spec"]["nodeName"] = "n1" if s["spec"]["nodeName"] == "n0" else "n0"
         return slices
 
+    def pods(self, nclaims: int) -> list[list[int]]:
+        """The claims in order, cut into pods of 1-3."""
+        out: list[list[int]] = []
+        i = 0
+        while i < nclaims:
+            size = self.later.choice((1, 1, 2, 2, 3))
+            out.append(list(range(i, min(nclaims, i + size))))
+            i += size
+        if any(len(p) > 1 for p in out):
+            self.features.add("pods")
+        return out
+
+    def bind(self, devs: list[dict[str, Any]]) -> None:
+        """Binding conditions on one of the devices: the allocator then searches the whole
+        pool after the pools without any."""
+        if devs:
+            dev = self.later.choice(devs)
+            dev["bindingConditions"] = ["example.com/ready"]
+            dev["bindingFailureConditions"] = ["example.com/failed"]
+
     # -- claims ------------------------------------------------------------------------
     def selectors(self) -> list[dict[str, Any]]:
         out = []
@@ -409,11 +430,29 @@ def scenario(seed: int) -> tuple[dict[str, Any], set[str]]:
         ["nic"] if any(s["spec"]["driver"] == NIC for s in slices) else []
     )
     claims = [g.claim(f"c{i}", names) for i in range(r.randint(1, 3))]
+    # Features added later draw from g.later (and from g.r only after everything above), so the
+    # scenario above stays the same seed for seed.
+    if g.later.random() < 0.3:  # more claims, for pods of several
+        claims += [g.claim(f"c{len(claims) + i}", names) for i in range(g.later.randint(1, 2))]
+    pools: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for s in slices:
+        if s["spec"].get("devices"):
+            pools.setdefault((s["spec"]["driver"], s["spec"]["pool"]["name"]), []).append(s)
+    for group in pools.values():
+        if g.later_chance(0.15, "binding-conditions"):
+            g.bind(g.later.choice(group)["spec"]["devices"])
+    if g.later_chance(0.2, "binding-conditions"):
+        bound = g.pool("bound-n0", {"nodeName": "n0"}, g.later.randint(1, 2))
+        for s in bound:
+            if "devices" in s["spec"]:
+                g.bind(s["spec"]["devices"])
+        slices += bound
     scen = {
         "slices": slices,
         "classes": classes,
         "allocated": allocated,
         "nodes": nodes,
         "claims": claims,
+        "pods": g.pods(len(claims)),
     }
     return scen, g.features

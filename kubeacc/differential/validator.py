@@ -3,22 +3,40 @@
 The scenario is *pinned* to the allocation: slices keep only the chosen devices (and the
 devices existing claims hold, so their counters and capacity still count), each
 ``firstAvailable`` request becomes the chosen subrequest, constraints name what was chosen. The
-Go allocator then has to allocate the pinned claim on the same node: it can only use the chosen
-devices, so success means they satisfy every rule the scheduler applies. No engine code is used.
+Go allocator then has to allocate the pinned claim (a pod's pinned claims, together) on the same
+node: it can only use the chosen devices, so success means they satisfy every rule the scheduler
+applies. No engine code is used.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
 def pinned_scenario(
     scenario: Mapping[str, Any], claim: Mapping[str, Any], node: str, allocation: Mapping[str, Any]
 ) -> dict[str, Any]:
-    results = allocation["devices"]["results"]
-    keep = {(r["driver"], r["pool"], r["device"]) for r in results}
+    """The scenario pinned to one claim's allocation (the claim a pod of its own)."""
+    out = pinned_pod(scenario, [claim], node, [allocation])
+    del out["pods"]
+    return out
+
+
+def pinned_pod(
+    scenario: Mapping[str, Any],
+    claims: Sequence[Mapping[str, Any]],
+    node: str,
+    allocations: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The scenario pinned to a pod's allocations (one per claim, in order): the devices any
+    of them chose stay, every claim is pinned to its own choice, and the pod is the only one."""
+    keep = {
+        (r["driver"], r["pool"], r["device"])
+        for allocation in allocations
+        for r in allocation["devices"]["results"]
+    }
     for old in scenario.get("allocated", []):
         for r in old["status"]["allocation"]["devices"]["results"]:
             keep.add((r["driver"], r["pool"], r["device"]))
@@ -33,7 +51,22 @@ def pinned_scenario(
                 if (spec["driver"], spec["pool"]["name"], d["name"]) in keep
             ]
         slices.append(s2)
-    chosen = {r["request"] for r in results}
+    pinned = [
+        _pin(claim, allocation) for claim, allocation in zip(claims, allocations, strict=True)
+    ]
+    nodes = [n for n in scenario["nodes"] if n["metadata"]["name"] == node]
+    return {
+        **scenario,
+        "slices": slices,
+        "claims": pinned,
+        "nodes": nodes,
+        "pods": [list(range(len(pinned)))],
+    }
+
+
+def _pin(claim: Mapping[str, Any], allocation: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim with each firstAvailable request replaced by the subrequest chosen."""
+    chosen = {r["request"] for r in allocation["devices"]["results"]}
     c2 = copy.deepcopy(dict(claim))
     devices = c2["spec"]["devices"]
     renamed: dict[str, str] = {}
@@ -58,5 +91,4 @@ def pinned_scenario(
         devices["constraints"] = constraints
     else:
         devices.pop("constraints", None)
-    nodes = [n for n in scenario["nodes"] if n["metadata"]["name"] == node]
-    return {**scenario, "slices": slices, "claims": [c2], "nodes": nodes}
+    return c2

@@ -5,6 +5,12 @@ of what existing allocations already take. :meth:`Engine.allocate` tries the nod
 start like the scheduler does), stops after ``max_feasible_nodes`` nodes can take the claim,
 keeps the one with the best topology score, and returns the ``status.allocation`` the API would
 hold. When no node fits, the result carries an :class:`~kubeacc.engine.explain.Explanation`.
+
+:meth:`Engine.allocate_pod` places a pod's pending claims together, as kube-scheduler does (one
+allocator call per node for all of them, backtracking across claims); :meth:`Engine.allocate`
+is the one-claim pod. An error that fails the pod in kube-scheduler (its Filter returns an error
+status, e.g. a CEL runtime error on a device its search reaches on any node it tries) fails it
+here too, with the reason in ``error``: the pod is placed nowhere, not on another node.
 """
 
 from __future__ import annotations
@@ -50,6 +56,10 @@ class Placement:
     explanation: Explanation | None = None
     nodes_tried: int = 0
     seconds: float = 0.0
+    #: kube-scheduler's error that fails the pod (the claim is then placed nowhere)
+    error: str | None = None
+    #: the pod whose claims were placed together with this one
+    pod: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -57,12 +67,44 @@ class Placement:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"claim": self.claim, "allocated": self.ok}
+        if self.pod is not None:
+            out["pod"] = self.pod
+        if self.error is not None:
+            out["error"] = self.error
         if self.ok:
             out["node"] = self.node
             out["allocation"] = self.allocation
             out["score"] = self.score
         elif self.explanation is not None:
             out["explanation"] = self.explanation.to_dict()
+        return out
+
+
+@dataclass
+class PodPlacement:
+    """A pod's claims placed together (all on ``node``) or not at all."""
+
+    pod: str
+    placements: list[Placement]
+    node: str | None = None
+    error: str | None = None
+    explanation: Explanation | None = None
+    nodes_tried: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.node is not None and all(p.ok for p in self.placements)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pod": self.pod, "allocated": self.ok}
+        if self.ok:
+            out["node"] = self.node
+        if self.error is not None:
+            out["error"] = self.error
+        if self.explanation is not None and not self.ok:
+            out["explanation"] = self.explanation.to_dict()
+        out["claims"] = [p.to_dict() for p in self.placements]
         return out
 
 
@@ -171,6 +213,8 @@ class Engine:
         known = self._answers.get((ckey, sig))
         if known is not None:
             self._answers.move_to_end((ckey, sig))
+            if known[0] == "error":
+                return NodeResult(n.name, None, error=known[1][0])
             if known[0] == "no":
                 for r in known[1]:
                     expl.add(n.name, r)
@@ -179,6 +223,9 @@ class Engine:
             alts = {a.name: a for r in claim.requests for a in r.alternatives}
             return NodeResult(n.name, [Pick(alts[a], devs[i], c) for a, i, c in known[1]])
         res = self._search(claim, n, pools)
+        if res.error is not None:
+            self._remember((ckey, sig), ("error", [res.error]))
+            return res
         if res.picks is None:
             self._remember((ckey, sig), ("no", res.reasons))
             for r in res.reasons:
@@ -216,9 +263,12 @@ class Engine:
 
     def _search(self, claim: Claim, n: Node, pools: list[NodePool]) -> NodeResult:
         try:
-            fit = FirstFit(claim, n, pools, self.classes, self.ledger, self._matches).run()
+            fits = FirstFit([claim], n, pools, self.classes, self.ledger, self._matches).run()
         except AllocationError as e:
+            if e.fatal:
+                return NodeResult(n.name, None, error=str(e))
             return NodeResult(n.name, None, [f"kube-scheduler reports an error: {e}"])
+        fit = None if fits is None else fits[0]
         search = NodeSearch(
             claim,
             n,
@@ -244,7 +294,7 @@ class Engine:
             return NodeResult(n.name, None, why)
         picks = None
         if res.picks is not None:
-            picks = FirstFit(claim, n, pools, self.classes, self.ledger, self._matches).replay(
+            picks = FirstFit([claim], n, pools, self.classes, self.ledger, self._matches).replay(
                 res.picks
             )
         return NodeResult(n.name, picks if picks is not None else fit)
@@ -292,6 +342,10 @@ class Engine:
             n = nodes[(start + k) % count]
             tried += 1
             res = self._node_result(claim, ckey, n, expl)
+            if res is not None and res.error is not None:
+                if node is None:
+                    self._start = start + tried
+                return _failed(claim.ref, n.name, res.error, expl, tried, t0)
             if res is not None:
                 feasible.append(res)
                 if len(feasible) >= self.max_feasible_nodes:
@@ -329,6 +383,9 @@ class Engine:
                 r["adminAccess"] = True
             if p.alt.tolerations:
                 r["tolerations"] = list(p.alt.tolerations)
+            for field_name in ("bindingConditions", "bindingFailureConditions"):
+                if get(p.device.raw, field_name):
+                    r[field_name] = list(get(p.device.raw, field_name))
             if p.consumed is not None:
                 r["consumedCapacity"] = {
                     p.device.written_capacity(k): format_quantity(v) for k, v in p.consumed.items()
@@ -362,6 +419,210 @@ class Engine:
     def plan(self, claims: Sequence[Mapping[str, Any]]) -> list[Placement]:
         """Allocate claims one after another, each seeing the previous ones' devices taken."""
         return [self.allocate(c) for c in claims]
+
+    # -- pods -------------------------------------------------------------------------------
+    def allocate_pod(
+        self,
+        claim_objs: Sequence[Mapping[str, Any]],
+        node: str | None = None,
+        *,
+        commit: bool = True,
+        pod: str = "",
+    ) -> PodPlacement:
+        """Place a pod's pending claims together: on each node tried, one first-fit search for
+        all of them in claim order, going back into earlier claims when a later one does not
+        fit (kube-scheduler's allocator). A one-claim pod is :meth:`allocate`, with its
+        topology-aware pick; a pod of several claims gets the scheduler's own first fit."""
+        if len(claim_objs) == 1:
+            one = self.allocate(claim_objs[0], node, commit=commit)
+            one.pod = pod or None
+            return PodPlacement(
+                pod,
+                [one],
+                one.node if one.ok else None,
+                one.error,
+                one.explanation,
+                one.nodes_tried,
+                one.seconds,
+            )
+        t0 = time.perf_counter()
+        expl = Explanation(f"pod {pod}" if pod else "pod")
+        claims: list[Claim] = []
+        for obj in claim_objs:
+            try:
+                claims.append(parse_claim(obj))
+            except ClaimError as e:
+                name = str(get(get(obj, "metadata", {}), "name", "?"))
+                expl.general.append(f"claim {name}: {e}")
+        if len(claims) != len(claim_objs):
+            return self._pod_failed(pod, claim_objs, claims, expl, None, 0, t0)
+        missing = sorted(
+            {
+                a.device_class
+                for c in claims
+                for r in c.requests
+                for a in r.alternatives
+                if a.device_class not in self.classes
+            }
+        )
+        if missing:
+            expl.general.append(f"device class {', '.join(missing)} not found")
+            return self._pod_failed(pod, claim_objs, claims, expl, None, 0, t0)
+        nodes = self.nodes if node is None else [n for n in self.nodes if n.name == node]
+        if not nodes:
+            expl.general.append(f"node {node} not known" if node else "no nodes")
+            return self._pod_failed(pod, claim_objs, claims, expl, None, 0, t0)
+        pkey = json.dumps(
+            [get(get(c, "spec", {}), "devices", {}) for c in claim_objs], sort_keys=True
+        )
+        feasible: list[tuple[str, list[list[Pick]]]] = []
+        tried = 0
+        count = len(nodes)
+        start = self._start % count if node is None else 0
+        error: str | None = None
+        for k in range(count):
+            n = nodes[(start + k) % count]
+            tried += 1
+            res = self._pod_node_result(claims, pkey, n, expl)
+            if isinstance(res, str):
+                error = f"node {n.name}: {res}"
+                break
+            if res is not None:
+                feasible.append((n.name, res))
+                if len(feasible) >= self.max_feasible_nodes:
+                    break
+        if node is None:
+            self._start = start + tried
+        if error is not None or not feasible:
+            return self._pod_failed(pod, claim_objs, claims, expl, error, tried, t0)
+
+        def score(f: tuple[str, list[list[Pick]]]) -> int:
+            return sum(NodeResult(f[0], picks).score() for picks in f[1])
+
+        best_node, best = max(feasible, key=score)  # first of the best on ties
+        placements = []
+        for claim, picks in zip(claims, best, strict=True):
+            chosen = NodeResult(best_node, picks)
+            allocation = self._allocation(claim, chosen)
+            placements.append(
+                Placement(claim.ref, best_node, allocation, chosen.score(), pod=pod or None)
+            )
+        if commit:
+            for p in placements:
+                assert p.allocation is not None
+                self._commit(p.allocation["devices"]["results"])
+        seconds = time.perf_counter() - t0
+        for p in placements:
+            p.nodes_tried, p.seconds = tried, seconds
+        return PodPlacement(pod, placements, best_node, None, None, tried, seconds)
+
+    def _pod_failed(
+        self,
+        pod: str,
+        claim_objs: Sequence[Mapping[str, Any]],
+        claims: Sequence[Claim],
+        expl: Explanation,
+        error: str | None,
+        tried: int,
+        t0: float,
+    ) -> PodPlacement:
+        if error is not None:
+            expl.general.insert(0, _fails_pod(error))
+        seconds = time.perf_counter() - t0
+        refs = (
+            [c.ref for c in claims]
+            if len(claims) == len(claim_objs)
+            else [str(get(get(o, "metadata", {}), "name", "?")) for o in claim_objs]
+        )
+        placements = [
+            Placement(
+                ref,
+                None,
+                None,
+                explanation=Explanation(ref, list(expl.general), dict(expl.per_node)),
+                nodes_tried=tried,
+                seconds=seconds,
+                error=error,
+                pod=pod or None,
+            )
+            for ref in refs
+        ]
+        return PodPlacement(pod, placements, None, error, expl, tried, seconds)
+
+    def _pod_node_result(
+        self, claims: Sequence[Claim], pkey: str, n: Node, expl: Explanation
+    ) -> list[list[Pick]] | str | None:
+        """The picks of every claim of the pod on this node, None (with the reasons added to
+        ``expl``), or the error that fails the pod. Remembered per (pod content, node
+        signature) like single claims."""
+        pools = self.node_pools(n)
+        sig = self._signature(n)
+        known = self._answers.get((pkey, sig))
+        if known is not None:
+            self._answers.move_to_end((pkey, sig))
+            if known[0] == "error":
+                return str(known[1][0])
+            if known[0] == "no":
+                for r in known[1]:
+                    expl.add(n.name, r)
+                return None
+            devs = self.signatures.devices(pools)
+            out = []
+            for claim, picks in zip(claims, known[1], strict=True):
+                alts = {a.name: a for r in claim.requests for a in r.alternatives}
+                out.append([Pick(alts[a], devs[i], c) for a, i, c in picks])
+            return out
+        try:
+            fit = FirstFit(claims, n, pools, self.classes, self.ledger, self._matches).run()
+        except AllocationError as e:
+            if e.fatal:
+                self._remember((pkey, sig), ("error", [str(e)]))
+                return str(e)
+            fit, reasons = None, [f"kube-scheduler reports an error: {e}"]
+        else:
+            reasons = [
+                f"the pod's {len(claims)} claims do not fit together in kube-scheduler's "
+                "first-fit search (it backtracks across claims)"
+            ]
+        if fit is None:
+            self._remember((pkey, sig), ("no", reasons))
+            for r in reasons:
+                expl.add(n.name, r)
+            return None
+        index = {id(d): i for i, d in enumerate(self.signatures.devices(pools))}
+        self._remember(
+            (pkey, sig),
+            ("yes", [[(p.alt.name, index[id(p.device)], p.consumed) for p in c] for c in fit]),
+        )
+        return fit
+
+    def plan_pods(
+        self, pods: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]
+    ) -> list[PodPlacement]:
+        """Allocate pods one after another (each pod's claims together), each seeing the
+        previous pods' devices taken."""
+        return [self.allocate_pod(claims, pod=name) for name, claims in pods]
+
+
+def _fails_pod(error: str) -> str:
+    return (
+        f"kube-scheduler fails the pod with an error: {error} (its Filter returns an error "
+        "status: the pod is retried with backoff, not placed on another node)"
+    )
+
+
+def _failed(ref: str, node: str, error: str, expl: Explanation, tried: int, t0: float) -> Placement:
+    err = f"node {node}: {error}"
+    expl.general.insert(0, _fails_pod(err))
+    return Placement(
+        ref,
+        None,
+        None,
+        explanation=expl,
+        nodes_tried=tried,
+        seconds=time.perf_counter() - t0,
+        error=err,
+    )
 
 
 def _opaque(c: Mapping[str, Any]) -> dict[str, Any]:

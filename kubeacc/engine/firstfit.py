@@ -1,9 +1,12 @@
-"""Can this claim be allocated on this node? Answered the way kube-scheduler answers it.
+"""Can these claims (one pod's) be allocated on this node? Answered the way kube-scheduler
+answers it.
 
-A first-fit, exhaustive backtracking search over the node's pools (driver/pool order), slices
-(name order) and devices (slice order), request after request, with kube-scheduler's rules and
-quirks (``k8s.io/dynamic-resource-allocation/structured``, the allocator kube-scheduler 1.36
-uses with its default feature gates):
+A first-fit, exhaustive backtracking search over the node's pools (driver/pool order, pools with
+binding conditions last), slices (name order) and devices (slice order), claim after claim and
+request after request, backtracking across claims like kube-scheduler, which allocates all of a
+pod's pending claims in one call, with kube-scheduler's rules and quirks
+(``k8s.io/dynamic-resource-allocation/structured``, the allocator kube-scheduler 1.36 uses with
+its default feature gates):
 
 * every request and subrequest is validated up front; an ``All`` request, even an untried
   subrequest, fails the claim on the node (error) when a node's pool is incomplete or invalid,
@@ -18,7 +21,13 @@ uses with its default feature gates):
 * a device an ``All`` request cannot add because of a constraint is an error;
 * shared counters are checked for admin access too; a shared device whose capacity is already
   in use has its counters taken already; capacity requests are checked on every device;
-* when no allocation exists and some pool was invalid, the result is an error.
+* when no allocation exists and some pool was invalid, the result is an error for this node
+  only (the scheduler tries other nodes); every other error fails the whole pod (the
+  scheduler's Filter returns an error status: the pod is retried, placed nowhere);
+* the 32-result limit counts per claim; a claim past it makes the search go back into the
+  claims before it, but the first claim past it is an error;
+* a device an admin-access request takes is only off limits to other admin-access requests of
+  the same claim; a device any claim of the pod takes is in use for the others.
 """
 
 from __future__ import annotations
@@ -46,7 +55,12 @@ Matcher = Callable[[str, Device], bool]
 
 
 class AllocationError(Exception):
-    """What kube-scheduler reports as an error for this node (the claim cannot go there)."""
+    """What kube-scheduler reports as an error. ``fatal``: the error fails the whole pod (the
+    scheduler's Filter returns an error status); otherwise only this node is ruled out."""
+
+    def __init__(self, message: str, *, fatal: bool = True) -> None:
+        super().__init__(message)
+        self.fatal = fatal
 
 
 class _TooMany(Exception):
@@ -175,11 +189,12 @@ def consumption(alt: Alternative, d: Device) -> dict[str, Fraction] | None:
 
 
 class FirstFit:
-    """One claim on one node; :meth:`run` returns the picks, None, or raises AllocationError."""
+    """One pod's claims on one node; :meth:`run` returns the picks per claim, None, or raises
+    AllocationError."""
 
     def __init__(
         self,
-        claim: Claim,
+        claims: Sequence[Claim],
         node: Node,
         pools: Sequence[NodePool],
         classes: Mapping[str, DeviceClass],
@@ -187,7 +202,7 @@ class FirstFit:
         matches: Matcher,
         step_limit: int = 200_000,
     ) -> None:
-        self.claim = claim
+        self.claims = list(claims)
         self.node = node
         self.pools = pools
         self.classes = classes
@@ -195,19 +210,24 @@ class FirstFit:
         self.matches = matches
         self.step_limit = step_limit
         self.steps = 0
-        self.selectable: dict[tuple[DeviceKey, str], bool] = {}
+        #: selector verdicts per (device, claim index, alternative)
+        self.selectable: dict[tuple[DeviceKey, int, str], bool] = {}
         #: capacity verdicts of dedicated devices (they do not change during a search)
-        self.static_fit: dict[tuple[DeviceKey, str], bool] = {}
-        self.all_devices: dict[str, list[Device]] = {}
-        self.allocating: set[DeviceKey] = set()
+        self.static_fit: dict[tuple[DeviceKey, int, str], bool] = {}
+        self.all_devices: dict[tuple[int, str], list[Device]] = {}
+        #: devices being allocated, with the claims (indices) that take them
+        self.allocating: dict[DeviceKey, set[int]] = {}
         self.cap_pending: dict[DeviceKey, dict[str, Fraction]] = {}
         self.counters_pending: dict[str, dict[str, dict[str, Fraction]]] = {}
-        self.picks: list[Pick] = []
+        self.picks: list[list[Pick]] = [[] for _ in self.claims]
         self.constraints = [
-            _Constraint(
-                frozenset(c.requests), c.attribute, distinct=c.distinct_attribute is not None
-            )
-            for c in claim.constraints
+            [
+                _Constraint(
+                    frozenset(c.requests), c.attribute, distinct=c.distinct_attribute is not None
+                )
+                for c in claim.constraints
+            ]
+            for claim in self.claims
         ]
         self.pool_of: dict[tuple[str, str], NodePool] = {(p.driver, p.name): p for p in pools}
         #: usable pools' devices in search order, with their slice's per-device node selection
@@ -220,8 +240,8 @@ class FirstFit:
         ]
 
     # -- selection ----------------------------------------------------------------------
-    def _selectable(self, alt: Alternative, d: Device, per_device: bool) -> bool:
-        key = (d.key, alt.name)
+    def _selectable(self, ci: int, alt: Alternative, d: Device, per_device: bool) -> bool:
+        key = (d.key, ci, alt.name)
         hit = self.selectable.get(key)
         if hit is not None:
             return hit
@@ -233,7 +253,7 @@ class FirstFit:
                 break
         if ok:
             for i, expr in enumerate(alt.selectors):
-                if not self._eval(expr, d, f"claim selector #{i}"):
+                if not self._eval(expr, d, f"claim {self.claims[ci].ref}: selector #{i}"):
                     ok = False
                     break
         if ok and per_device:
@@ -254,9 +274,9 @@ class FirstFit:
                 "selector error on any device its search reaches)"
             ) from None
 
-    def _capacity_fits(self, alt: Alternative, d: Device) -> bool:
+    def _capacity_fits(self, ci: int, alt: Alternative, d: Device) -> bool:
         if not d.allow_multiple:
-            key = (d.key, alt.name)
+            key = (d.key, ci, alt.name)
             hit = self.static_fit.get(key)
             if hit is None:
                 hit = self.static_fit[key] = self._capacity_check(alt, d)
@@ -280,63 +300,82 @@ class FirstFit:
 
     # -- validation ---------------------------------------------------------------------
     def _validate(self) -> None:
-        minimum = 0
-        for req in self.claim.requests:
-            counts = []
-            for alt in req.alternatives:
-                if alt.mode == ALL:
-                    devs: list[Device] = []
-                    for pool in self.pools:
-                        if pool.incomplete:
-                            raise AllocationError(
-                                f"request {alt.name}: asks for all devices, but pool "
-                                f"{pool.id} is incomplete (being updated){_UPFRONT}"
-                            )
-                        if pool.invalid:
-                            raise AllocationError(
-                                f"request {alt.name}: asks for all devices, but pool "
-                                f"{pool.id} is invalid ({pool.invalid}){_UPFRONT}"
-                            )
-                        for per_device, sdevs in pool.slices:
-                            for d in sdevs:
-                                if self._selectable(alt, d, per_device) and self._capacity_fits(
-                                    alt, d
-                                ):
-                                    devs.append(d)
-                    self.all_devices[alt.name] = devs
-                    counts.append(len(devs))
-                else:
-                    counts.append(alt.count)
-            minimum += min(counts)
-        if minimum > MAX_RESULTS:
-            raise AllocationError(
-                f"the claim needs {minimum} devices, more than the limit of {MAX_RESULTS}"
-            )
+        for ci, claim in enumerate(self.claims):
+            minimum = 0
+            for req in claim.requests:
+                counts = []
+                for alt in req.alternatives:
+                    if alt.mode == ALL:
+                        devs: list[Device] = []
+                        for pool in self.pools:
+                            if pool.incomplete:
+                                raise AllocationError(
+                                    f"claim {claim.ref}, request {alt.name}: asks for all "
+                                    f"devices, but pool {pool.id} is incomplete (being updated)"
+                                    f"{_UPFRONT}"
+                                )
+                            if pool.invalid:
+                                raise AllocationError(
+                                    f"claim {claim.ref}, request {alt.name}: asks for all "
+                                    f"devices, but pool {pool.id} is invalid ({pool.invalid})"
+                                    f"{_UPFRONT}"
+                                )
+                            for per_device, sdevs in pool.slices:
+                                for d in sdevs:
+                                    if self._selectable(
+                                        ci, alt, d, per_device
+                                    ) and self._capacity_fits(ci, alt, d):
+                                        devs.append(d)
+                        self.all_devices[(ci, alt.name)] = devs
+                        counts.append(len(devs))
+                    else:
+                        counts.append(alt.count)
+                minimum += min(counts)
+            if minimum > MAX_RESULTS:
+                raise AllocationError(
+                    f"claim {claim.ref} needs {minimum} devices, more than the limit of "
+                    f"{MAX_RESULTS}"
+                )
 
     # -- search -------------------------------------------------------------------------
-    def run(self) -> list[Pick] | None:
+    def run(self) -> list[list[Pick]] | None:
+        """The picks of every claim (in claim order), or None when the node cannot take
+        them all."""
         self._validate()
+        if not self.claims:
+            return []
         try:
-            done = self._request(0)
+            done = self._request(0, 0)
         except _TooMany:
-            done = False
+            raise AllocationError(
+                f"claim {self.claims[0].ref}: every way to allocate it needs more than "
+                f"{MAX_RESULTS} devices (kube-scheduler's allocator stops with 'allocation max "
+                "size exceeded')"
+            ) from None
         if done:
-            return list(self.picks)
+            return [list(p) for p in self.picks]
         bad = [p for p in self.pools if p.invalid]
         if bad:
-            raise AllocationError(f"pool {bad[0].id} is invalid ({bad[0].invalid})")
+            raise AllocationError(f"pool {bad[0].id} is invalid ({bad[0].invalid})", fatal=False)
         return None
 
-    def _request(self, ri: int) -> bool:
-        if ri == len(self.claim.requests):
-            return True
-        req = self.claim.requests[ri]
+    def _request(self, ci: int, ri: int) -> bool:
+        claim = self.claims[ci]
+        if ri == len(claim.requests):
+            if ci + 1 == len(self.claims):
+                return True
+            try:
+                return self._request(ci + 1, 0)
+            except _TooMany:
+                # a later claim past the limit: other picks for this one may leave it room
+                return False
+        req = claim.requests[ri]
         if not req.first_available:
-            return self._alt(req.alternatives[0], ri, 0, 0)
+            return self._alt(ci, req.alternatives[0], ri, 0, 0)
         all_too_many = True
         for alt in req.alternatives:
             try:
-                ok = self._alt(alt, ri, 0, 0)
+                ok = self._alt(ci, alt, ri, 0, 0)
             except _TooMany:
                 continue
             all_too_many = False
@@ -346,61 +385,72 @@ class FirstFit:
             raise _TooMany
         return False
 
-    def _alt(self, alt: Alternative, ri: int, k: int, start: int) -> bool:
+    def _alt(self, ci: int, alt: Alternative, ri: int, k: int, start: int) -> bool:
         self.steps += 1
         if self.steps > self.step_limit:
             raise AllocationError(f"search stopped after {self.step_limit} steps")
         if alt.mode == ALL:
-            devs = self.all_devices[alt.name]
+            devs = self.all_devices[(ci, alt.name)]
             if not devs:
                 return False
             need = len(devs)
         else:
             need = alt.count
         if k >= need:
-            return self._request(ri + 1)
-        if len(self.picks) + need - k > MAX_RESULTS:
+            return self._request(ci, ri + 1)
+        if len(self.picks[ci]) + need - k > MAX_RESULTS:
             raise _TooMany
         if alt.mode == ALL:
-            d = self.all_devices[alt.name][k]
-            undo = self._allocate(alt, d, must=True)
+            d = self.all_devices[(ci, alt.name)][k]
+            undo = self._allocate(ci, alt, d, must=True)
             if undo is None:
                 return False
-            if self._alt(alt, ri, k + 1, start):
-                return True
-            undo()
-            return False
-        if need - k > 1 and self._hopeless(alt, start, need - k):
+            return self._deeper(undo, ci, alt, ri, k + 1, start)
+        if need - k > 1 and self._hopeless(ci, alt, start, need - k):
             return False
         for j in range(start, len(self.flat)):
             per_device, d = self.flat[j]
-            if alt.admin_access and d.key in self.allocating:
+            if alt.admin_access and ci in self.allocating.get(d.key, ()):
                 continue
             if not alt.admin_access and self._in_use(d):
                 continue
-            if not self._selectable(alt, d, per_device):
+            if not self._selectable(ci, alt, d, per_device):
                 continue
-            if not self._capacity_fits(alt, d):
+            if not self._capacity_fits(ci, alt, d):
                 continue
-            undo = self._allocate(alt, d, must=False)
+            undo = self._allocate(ci, alt, d, must=False)
             if undo is None:
                 continue
-            if self._alt(alt, ri, k + 1, j + 1):
+            if self._deeper(undo, ci, alt, ri, k + 1, j + 1):
                 return True
-            undo()
         return False
 
-    def _hopeless(self, alt: Alternative, start: int, need: int) -> bool:
+    def _deeper(
+        self, undo: Callable[[], None], ci: int, alt: Alternative, ri: int, k: int, start: int
+    ) -> bool:
+        """Go on from a tentative pick; it is taken back unless a full allocation follows
+        (also when the search past it stops with the result limit, which an earlier request
+        or claim may still get round)."""
+        try:
+            done = self._alt(ci, alt, ri, k, start)
+        except _TooMany:
+            undo()
+            raise
+        if not done:
+            undo()
+        return done
+
+    def _hopeless(self, ci: int, alt: Alternative, start: int, need: int) -> bool:
         """Fewer devices left than still needed, judged only from verdicts already known:
         cutting the branch then skips no selector the scheduler would have run."""
         possible = 0
         for j in range(start, len(self.flat)):
             d = self.flat[j][1]
-            if alt.admin_access and d.key in self.allocating:
+            if alt.admin_access and ci in self.allocating.get(d.key, ()):
                 continue
             if not alt.admin_access and self._in_use(d):
                 continue
-            verdict = self.selectable.get((d.key, alt.name))
+            verdict = self.selectable.get((d.key, ci, alt.name))
             if verdict is None:
                 return False
             if verdict:
@@ -410,11 +460,13 @@ class FirstFit:
         return True
 
     def _in_use(self, d: Device) -> bool:
-        return d.key in self.ledger.in_use or d.key in self.allocating
+        return d.key in self.ledger.in_use or bool(self.allocating.get(d.key))
 
-    def _allocate(self, alt: Alternative, d: Device, must: bool) -> Callable[[], None] | None:
+    def _allocate(
+        self, ci: int, alt: Alternative, d: Device, must: bool
+    ) -> Callable[[], None] | None:
         shared = d.allow_multiple
-        if not shared and alt.admin_access and d.key in self.allocating:
+        if not shared and alt.admin_access and ci in self.allocating.get(d.key, ()):
             return None
         if not alt.admin_access and self._in_use(d):
             return None
@@ -432,20 +484,20 @@ class FirstFit:
         if taint_blocks(d, alt):
             rollback()
             return None
-        for c in self.constraints:
+        for c in self.constraints[ci]:
             if not c.add(alt, d):
                 rollback()
                 if must:
                     raise AllocationError(
-                        f"request {alt.name}: cannot add device {d.id} because a claim "
-                        "constraint would not be satisfied"
+                        f"claim {self.claims[ci].ref}, request {alt.name}: cannot add device "
+                        f"{d.id} because a claim constraint would not be satisfied"
                     )
                 return None
             undo.append(lambda c=c: c.remove(alt))  # type: ignore[misc]
         if not shared:
-            self.allocating.add(d.key)
-            undo.append(lambda: self.allocating.discard(d.key))
-        if not self._capacity_fits(alt, d):
+            self.allocating.setdefault(d.key, set()).add(ci)
+            undo.append(lambda: self._unmark(d.key, ci))
+        if not self._capacity_fits(ci, alt, d):
             rollback()
             return None
         consumed = None
@@ -464,12 +516,19 @@ class FirstFit:
                     pend[c2] -= v2
 
             undo.append(uncap)
-        self.picks.append(Pick(alt, d, consumed))
-        undo.append(self._pop_pick)
+        picks = self.picks[ci]
+        picks.append(Pick(alt, d, consumed))
+        undo.append(lambda: self._pop_pick(ci))
         return rollback
 
-    def _pop_pick(self) -> None:
-        self.picks.pop()
+    def _pop_pick(self, ci: int) -> None:
+        self.picks[ci].pop()
+
+    def _unmark(self, key: DeviceKey, ci: int) -> None:
+        claims = self.allocating[key]
+        claims.discard(ci)
+        if not claims:
+            del self.allocating[key]
 
     def _available(self, pool: NodePool) -> dict[str, dict[str, Fraction]]:
         out = {}
@@ -500,24 +559,25 @@ class FirstFit:
                 pending[cs][n] -= v
 
     def replay(self, picks: Sequence[Pick]) -> list[Pick] | None:
-        """Whether another search's picks are an allocation the scheduler could make: each
-        request (one subrequest of a firstAvailable) fully served, in request order, every
-        device usable and every rule above kept. Returns the picks as this search would
-        record them, or None."""
+        """Whether another search's picks for the (single) claim are an allocation the
+        scheduler could make: each request (one subrequest of a firstAvailable) fully served,
+        in request order, every device usable and every rule above kept. Returns the picks as
+        this search would record them, or None."""
+        assert len(self.claims) == 1
         self._validate()
         i = 0
-        for req in self.claim.requests:
+        for req in self.claims[0].requests:
             if i >= len(picks):
                 return None
             alt = picks[i].alt
             if alt.request != req.name or alt not in req.alternatives:
                 return None
-            need = len(self.all_devices[alt.name]) if alt.mode == ALL else alt.count
+            need = len(self.all_devices[(0, alt.name)]) if alt.mode == ALL else alt.count
             group = picks[i : i + need]
             if len(group) != need or any(p.alt != alt for p in group):
                 return None
             if alt.mode == ALL and {p.device.key for p in group} != {
-                d.key for d in self.all_devices[alt.name]
+                d.key for d in self.all_devices[(0, alt.name)]
             }:
                 return None
             for p in group:
@@ -525,14 +585,16 @@ class FirstFit:
                 if found is None:
                     return None
                 per_device, d = found
-                if not self._selectable(alt, d, per_device) or not self._capacity_fits(alt, d):
+                if not self._selectable(0, alt, d, per_device) or not self._capacity_fits(
+                    0, alt, d
+                ):
                     return None
-                if self._allocate(alt, d, must=False) is None:
+                if self._allocate(0, alt, d, must=False) is None:
                     return None
             i += need
         if i != len(picks) or len(picks) > MAX_RESULTS:
             return None
-        return list(self.picks)
+        return list(self.picks[0])
 
     def _node_device(self, key: DeviceKey) -> tuple[bool, Device] | None:
         pool = self.pool_of.get((key[0], key[1]))

@@ -7,7 +7,9 @@ generation is used when the newest one only targets other nodes; if the node's s
 than ``resourceSliceCount``, all slices of the pool decide: a newer generation anywhere makes
 the pool obsolete (ignored), too few slices make it incomplete. Duplicate device names or
 counters that name an unknown counter set make a pool invalid. Pools are ordered by driver and
-name, slices by name: the order the scheduler's first-fit search walks.
+name, those with a device that has binding conditions after all others (a device that needs
+the driver to confirm binding is the last resort), slices by name: the order the scheduler's
+first-fit search walks.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class NodePool:
     #: (per-device node selection, devices) of each slice targeting the node, in slice order
     slices: list[tuple[bool, list[Device]]] = field(default_factory=list)
     counters: dict[str, dict[str, Fraction]] = field(default_factory=dict)
+    #: a device of the pool (as the node sees it) lists ``bindingConditions``
+    binding_conditions: bool = False
 
     @property
     def id(self) -> str:
@@ -100,7 +104,7 @@ def gather_node_pools(
                 out.append(NodePool(key[0], key[1], incomplete=True))
                 continue
         out.append(_build(key, sorted(group, key=_slice_name), every, cache))
-    out.sort(key=lambda p: (p.driver, p.name))
+    out.sort(key=lambda p: (p.binding_conditions, p.driver, p.name))
     return out
 
 
@@ -151,4 +155,8 @@ def _build(
                 if missing:
                     pool.invalid = f"counter {missing[0]} not found in counter set {cs}"
                     return pool
+    # Present at all counts, as in the allocator (the API server stores no empty list).
+    pool.binding_conditions = any(
+        get(d.raw, "bindingConditions") is not None for _, devs in pool.slices for d in devs
+    )
     return pool

@@ -62,6 +62,8 @@ class NodeResult:
     picks: list[Pick] | None
     reasons: list[str] = field(default_factory=list)
     steps: int = 0
+    #: an error that fails the whole pod in kube-scheduler (not only this node)
+    error: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -1,9 +1,10 @@
 """The engine and kube-scheduler's own allocator agree on a seeded corpus.
 
-Every claim of every scenario is judged on every node by both (the Go harness runs
-k8s.io/dynamic-resource-allocation/structured v0.36.3 with kube-scheduler 1.36's default
-feature gates). Feasibility must agree exactly; where both allocate, the engine's allocation
-must be accepted by the scheduler's allocator when the scenario is pinned to it. The corpus
+Every pod (1-3 claims, allocated together) of every scenario is judged on every node by both
+(the Go harness runs k8s.io/dynamic-resource-allocation/structured v0.36.3 with kube-scheduler
+1.36's default feature gates). Errors that fail the pod and feasibility must agree exactly;
+where both allocate, the engine's allocations must be the scheduler's (same consumed capacity)
+or be accepted by the scheduler's allocator when the scenario is pinned to them. The corpus
 must exercise every feature the engine claims.
 """
 
@@ -14,7 +15,7 @@ import pytest
 from kubeacc.differential.compare import run_range
 from kubeacc.differential.generator import scenario
 from kubeacc.differential.harness import GoAllocator
-from kubeacc.differential.validator import pinned_scenario
+from kubeacc.differential.validator import pinned_pod, pinned_scenario
 
 #: the CI corpus: seeds [CI_SEED_START, CI_SEED_START + CI_SEEDS)
 CI_SEED_START = 0
@@ -23,6 +24,7 @@ CI_SEEDS = 300
 FEATURES = {
     "admin-access",
     "all-mode",
+    "binding-conditions",
     "bool-vs-int",
     "capacity-requests",
     "cel",
@@ -59,6 +61,9 @@ FEATURES = {
     "limits",
     "network-attributes",
     "node-selection",
+    "pod-errors",
+    "pods",
+    "pods-allocated",
     "qualified-capacity",
     "quantity",
     "taints",
@@ -89,6 +94,7 @@ def test_validator_rejects_an_allocation_the_scheduler_cannot_make(
     # Find a claim both allocate, then hand the validator a device of another node.
     for seed in range(50):
         scen, _ = scenario(seed)
+        del scen["pods"]  # each claim a pod of its own: one row (and allocation) per claim
         rows = go_allocator.pairs(scen)
         for ci, row in enumerate(rows):
             ok = row[0]
@@ -109,3 +115,47 @@ def test_validator_rejects_an_allocation_the_scheduler_cannot_make(
             assert not check[0][0]["ok"]
             return
     pytest.fail("no seed in 0..49 with a claim allocated on n0")
+
+
+def test_harness_allocates_a_pods_claims_together(go_allocator: GoAllocator) -> None:
+    # One h100 and one a100: [any GPU, h100] fits as one pod (the scheduler backtracks across
+    # the claims); each claim alone on the base state fits too; pinned to the engine's picks,
+    # the pod is accepted.
+    h100 = 'device.attributes["gpu.example.com"].model == "h100"'
+    scen, _ = scenario(0)
+    devices = [
+        {"name": "dev-0", "attributes": {"model": {"string": "h100"}}},
+        {"name": "dev-1", "attributes": {"model": {"string": "a100"}}},
+    ]
+    scen["slices"] = [
+        {
+            "metadata": {"name": "s"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                "nodeName": "n0",
+                "devices": devices,
+            },
+        }
+    ]
+    scen["allocated"] = []
+    scen["nodes"] = scen["nodes"][:1]
+
+    def one(name: str, selectors: list[str]) -> dict[str, object]:
+        exact = {"deviceClassName": "gpu", "allocationMode": "ExactCount", "count": 1}
+        if selectors:
+            exact["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+        return {
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "spec": {"devices": {"requests": [{"name": "r0", "exactly": exact}]}},
+        }
+
+    scen["claims"] = [one("any", []), one("h100", [h100])]
+    scen["pods"] = [[0, 1]]
+    row = go_allocator.pairs(scen)[0][0]
+    assert row["ok"], row
+    assert [a["devices"]["results"][0]["device"] for a in row["allocations"]] == ["dev-1", "dev-0"]
+    pinned = pinned_pod(scen, scen["claims"], "n0", row["allocations"])
+    assert go_allocator.pairs(pinned)[0][0]["ok"]
+    twice = [row["allocations"][1]] * 2  # the h100 for both claims: one device for two
+    assert not go_allocator.pairs(pinned_pod(scen, scen["claims"], "n0", twice))[0][0]["ok"]

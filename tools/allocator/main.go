@@ -3,20 +3,32 @@
 // kube-scheduler enables by default) on scenarios read from stdin, one JSON
 // object per line, and writes one JSON result line per scenario.
 //
+// A scenario may group its claims into pods ("pods": lists of claim indices);
+// the claims of a pod are allocated together in one Allocate call, as
+// kube-scheduler's DRA plugin does for a pod's pending claims. Without "pods"
+// every claim is a pod of its own.
+//
 // Modes:
-//   - "pairs": every claim against every node, each on the scenario's
-//     existing allocations only (nothing is committed);
-//   - "plan": claims one after another; each is tried on the nodes in order,
-//     starting where the previous claim's search stopped, until
-//     maxFeasibleNodes nodes fit; the first fitting node is committed.
-//     Per-claim seconds are reported (allocator setup included, as the
+//   - "pairs": every pod against every node, each on the scenario's
+//     existing allocations only (nothing is committed); one row per claim
+//     without "pods", one row per pod (with "allocations", one per claim)
+//     with them;
+//   - "plan": pods one after another; each is tried on the nodes in order,
+//     starting where the previous pod's search stopped, until
+//     maxFeasibleNodes nodes fit; the first fitting node is committed. An
+//     error fails the pod (the scheduler's Filter returns an error status),
+//     except one that only rules out the node (ErrFailedAllocationOnNode).
+//     Per-pod seconds are reported (allocator setup included, as the
 //     scheduler builds one allocator per pod).
+//
+// "fatal" marks an error that fails the pod rather than only the node.
 package main
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -47,20 +59,24 @@ type scenario struct {
 	Allocated        []*resourceapi.ResourceClaim `json:"allocated"`
 	Nodes            []*v1.Node                   `json:"nodes"`
 	Claims           []*resourceapi.ResourceClaim `json:"claims"`
+	Pods             [][]int                      `json:"pods"`
 	MaxFeasibleNodes int                          `json:"maxFeasibleNodes"`
 }
 
 type pairResult struct {
-	OK         bool                          `json:"ok"`
-	Error      string                        `json:"error,omitempty"`
-	Allocation *resourceapi.AllocationResult `json:"allocation,omitempty"`
+	OK          bool                           `json:"ok"`
+	Error       string                         `json:"error,omitempty"`
+	Fatal       bool                           `json:"fatal,omitempty"`
+	Allocation  *resourceapi.AllocationResult  `json:"allocation,omitempty"`
+	Allocations []resourceapi.AllocationResult `json:"allocations,omitempty"`
 }
 
 type placement struct {
-	Node       string                        `json:"node,omitempty"`
-	Error      string                        `json:"error,omitempty"`
-	Seconds    float64                       `json:"seconds"`
-	Allocation *resourceapi.AllocationResult `json:"allocation,omitempty"`
+	Node        string                         `json:"node,omitempty"`
+	Error       string                         `json:"error,omitempty"`
+	Seconds     float64                        `json:"seconds"`
+	Allocation  *resourceapi.AllocationResult  `json:"allocation,omitempty"`
+	Allocations []resourceapi.AllocationResult `json:"allocations,omitempty"`
 }
 
 type output struct {
@@ -117,16 +133,46 @@ func record(s structured.AllocatedState, alloc *resourceapi.AllocationResult) {
 	}
 }
 
-func allocateOne(ctx context.Context, sc *scenario, classes classLister, cache *cel.Cache, state structured.AllocatedState, node *v1.Node, claim *resourceapi.ResourceClaim) (*resourceapi.AllocationResult, error) {
+// fatal: the error fails the pod in kube-scheduler (Filter returns an error
+// status) rather than ruling out only this node.
+func fatal(err error) bool {
+	return err != nil && !errors.Is(err, structured.ErrFailedAllocationOnNode)
+}
+
+// pods: the scenario's claims grouped into pods (each claim alone without
+// "pods"); an index out of range is an error.
+func pods(sc *scenario) ([][]*resourceapi.ResourceClaim, error) {
+	if sc.Pods == nil {
+		out := make([][]*resourceapi.ResourceClaim, 0, len(sc.Claims))
+		for _, c := range sc.Claims {
+			out = append(out, []*resourceapi.ResourceClaim{c})
+		}
+		return out, nil
+	}
+	out := make([][]*resourceapi.ResourceClaim, 0, len(sc.Pods))
+	for pi, indices := range sc.Pods {
+		pod := make([]*resourceapi.ResourceClaim, 0, len(indices))
+		for _, i := range indices {
+			if i < 0 || i >= len(sc.Claims) {
+				return nil, fmt.Errorf("pod %d: claim index %d out of range", pi, i)
+			}
+			pod = append(pod, sc.Claims[i])
+		}
+		out = append(out, pod)
+	}
+	return out, nil
+}
+
+func allocatePod(ctx context.Context, sc *scenario, classes classLister, cache *cel.Cache, state structured.AllocatedState, node *v1.Node, claims []*resourceapi.ResourceClaim) ([]resourceapi.AllocationResult, error) {
 	a, err := structured.NewAllocator(ctx, features, state, classes, sc.Slices, cache)
 	if err != nil {
 		return nil, err
 	}
-	res, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
-	if err != nil || len(res) == 0 {
+	res, err := a.Allocate(ctx, node, claims)
+	if err != nil || len(res) != len(claims) {
 		return nil, err
 	}
-	return &res[0], nil
+	return res, nil
 }
 
 func run(sc *scenario) (out output) {
@@ -140,15 +186,28 @@ func run(sc *scenario) (out output) {
 	for _, c := range sc.Allocated {
 		record(state, c.Status.Allocation)
 	}
+	groups, err := pods(sc)
+	if err != nil {
+		out.Error = err.Error()
+		return out
+	}
 	switch sc.Mode {
 	case "pairs":
-		for _, claim := range sc.Claims {
+		for _, pod := range groups {
 			row := make([]pairResult, 0, len(sc.Nodes))
 			for _, node := range sc.Nodes {
-				alloc, err := allocateOne(ctx, sc, classes, cache, state, node, claim)
-				r := pairResult{OK: alloc != nil, Allocation: alloc}
+				res, err := allocatePod(ctx, sc, classes, cache, state, node, pod)
+				r := pairResult{OK: res != nil}
+				if res != nil {
+					if sc.Pods == nil {
+						r.Allocation = &res[0]
+					} else {
+						r.Allocations = res
+					}
+				}
 				if err != nil {
 					r.Error = err.Error()
+					r.Fatal = fatal(err)
 				}
 				row = append(row, r)
 			}
@@ -160,7 +219,7 @@ func run(sc *scenario) (out output) {
 			maxFeasible = 1
 		}
 		start := 0
-		for _, claim := range sc.Claims {
+		for _, pod := range groups {
 			t0 := time.Now()
 			p := placement{}
 			a, err := structured.NewAllocator(ctx, features, state, classes, sc.Slices, cache)
@@ -172,23 +231,27 @@ func run(sc *scenario) (out output) {
 				for k := 0; k < len(sc.Nodes) && feasible < maxFeasible; k++ {
 					node := sc.Nodes[(start+k)%len(sc.Nodes)]
 					tried++
-					res, err := a.Allocate(ctx, node, []*resourceapi.ResourceClaim{claim})
-					if err != nil {
+					res, err := a.Allocate(ctx, node, pod)
+					if fatal(err) {
 						p.Error = err.Error()
+						p.Node, p.Allocations = "", nil
 						break
 					}
-					if len(res) > 0 {
+					if err == nil && len(res) == len(pod) {
 						feasible++
-						if p.Allocation == nil {
+						if p.Allocations == nil {
 							p.Node = node.Name
-							p.Allocation = &res[0]
+							p.Allocations = res
 						}
 					}
 				}
 				start += tried
 			}
-			if p.Allocation != nil {
-				record(state, p.Allocation)
+			for i := range p.Allocations {
+				record(state, &p.Allocations[i])
+			}
+			if sc.Pods == nil && len(p.Allocations) == 1 {
+				p.Allocation, p.Allocations = &p.Allocations[0], nil
 			}
 			p.Seconds = time.Since(t0).Seconds()
 			out.Placements = append(out.Placements, p)
