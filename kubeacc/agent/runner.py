@@ -72,6 +72,7 @@ from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
 
 if TYPE_CHECKING:
+    from kubeacc.agent.telemetry.faults import DeviceFault
     from kubeacc.agent.telemetry.holders import Holders
     from kubeacc.agent.telemetry.sampler import TelemetrySampler
 
@@ -411,9 +412,18 @@ class Agent:
             lambda: self.inventory,
             self._holders,
             self.opts.telemetry_interval,
+            on_faults=self._device_faults,
         )
         self.metrics.registry.register(self.telemetry.collector)
         self.telemetry.start()
+
+    def _device_faults(self, faults: list[DeviceFault]) -> None:
+        """Faults the telemetry saw appear: one Warning Event on the Node each."""
+        for f in faults:
+            what = f"XID {f.xid}" if f.xid is not None else str(f.event)
+            detail = f" ({f.detail})" if f.detail else ""
+            log.warning("device %s: %s%s", f.device, what, detail)
+            self._node_warning("DeviceFault", f"device {f.device}: {what}{detail}")
 
     def _plugin_inventory(self) -> Inventory:
         self._plugin_cordons = self._cordoned()

@@ -17,6 +17,7 @@ from typing import Any
 
 from kubeacc.agent.supervise import supervised
 from kubeacc.agent.telemetry.collector import Snapshot, TelemetryCollector
+from kubeacc.agent.telemetry.faults import DeviceFault, FaultDetector
 from kubeacc.agent.telemetry.holders import Holders
 from kubeacc.agent.telemetry.nvidia import NvidiaReader
 from kubeacc.agent.telemetry.sysfs import SysfsReader
@@ -40,6 +41,7 @@ class TelemetrySampler:
         inventory: Callable[[], Inventory],
         holders: Callable[[], Holders],
         interval: float = DEFAULT_INTERVAL_S,
+        on_faults: Callable[[list[DeviceFault]], None] | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError("the telemetry interval must be positive (0 turns telemetry off)")
@@ -51,6 +53,9 @@ class TelemetrySampler:
         self.nvidia = NvidiaReader(nvml)
         self.sysfs = SysfsReader()
         self.collector = TelemetryCollector(node, self.snapshot)
+        #: Faults that appeared since the previous pass go to ``on_faults``.
+        self.faults = FaultDetector()
+        self.on_faults = on_faults
         self.passes = 0
         self._snapshot: Snapshot | None = None
         self._lock = threading.Lock()
@@ -67,6 +72,12 @@ class TelemetrySampler:
         inv = self.inventory()
         readings = self.nvidia.read(inv.devices)
         readings += self.sysfs.read(self.host.files(deadline=FILES_DEADLINE_S), inv.devices)
+        faults = self.faults.update(readings)
+        if faults and self.on_faults is not None:
+            try:
+                self.on_faults(faults)
+            except Exception as exc:  # an API server away must not stop the sampling
+                log.warning("reporting device faults failed: %s", exc)
         models = {}
         for d in inv.devices:
             models[d.name] = d.model or "unknown"
