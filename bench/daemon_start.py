@@ -16,7 +16,8 @@ Each daemon is started as ``kubeacc <command>`` the way a node or a Deployment s
 
 Per daemon: the modules it imported and their summed import time (a run under
 ``-X importtime``, stopped once ready), and over ``--runs`` plain runs the min / median start
-time and the median RSS ``--settle`` seconds after it was ready.
+time, the CPU time the process had used when it was ready (less sensitive to a busy machine
+than the wall time) and the median RSS ``--settle`` seconds after it was ready.
 """
 
 from __future__ import annotations
@@ -138,6 +139,12 @@ def _start(
     return proc, (time.monotonic() - t0) * 1000, cleanup, log
 
 
+def _cpu_ms(pid: int) -> float:
+    """User + system CPU time of the process so far (clock ticks of /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.terminate()
     try:
@@ -158,10 +165,11 @@ def measure(daemon: Daemon, work: Path, runs: int, settle: float) -> dict[str, o
     _stop(proc)
     cleanup()
     result: dict[str, object] = {**imports(log), "ready_means": daemon.what}
-    starts, rss = [], []
+    starts, cpu, rss = [], [], []
     for n in range(runs):
         proc, ms, cleanup, _ = _start(daemon, work / f"run{n}", importtime=False)
         starts.append(ms)
+        cpu.append(_cpu_ms(proc.pid))
         time.sleep(settle)
         rss.append(proc_status(proc.pid)["rss_mb"])
         _stop(proc)
@@ -170,6 +178,8 @@ def measure(daemon: Daemon, work: Path, runs: int, settle: float) -> dict[str, o
         "start_ms": [round(s, 1) for s in starts],
         "start_min_ms": round(min(starts), 1),
         "start_median_ms": round(statistics.median(starts), 1),
+        "start_cpu_ms": cpu,
+        "start_cpu_median_ms": statistics.median(cpu),
         "rss_mb": rss,
         "rss_median_mb": statistics.median(rss),
     }
