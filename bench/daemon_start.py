@@ -56,6 +56,9 @@ NODE = "bench-node"
 TARGET_START_MS = 150.0
 TARGET_RSS_MB = 50.0
 KUBEACC = str(Path(sys.executable).parent / "kubeacc")
+#: How the daemons start: the console script (their slim entry paths), or ``--full-cli``: the
+#: whole interactive application, the way every daemon but the agent started before issue 30.
+LAUNCHERS = {"entry": [KUBEACC], "full_cli": ["-m", "kubeacc.cli.main"]}
 _IMPORT = re.compile(r"^import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")
 
 
@@ -116,13 +119,15 @@ class Daemon:
 
 
 def _start(
-    daemon: Daemon, work: Path, importtime: bool, timeout: float = 60
+    daemon: Daemon, work: Path, importtime: bool, launcher: str = "entry", timeout: float = 60
 ) -> tuple[subprocess.Popen[bytes], float, Callable[[], None], Path]:
     """Start ``daemon``; (process, ms to ready, clean-up, log file)."""
     work.mkdir(parents=True, exist_ok=True)
     ready, cleanup = daemon.probe(work)
     log = work / "daemon.log"
-    cmd = [sys.executable, "-X", "importtime", KUBEACC] if importtime else [KUBEACC]
+    cmd = LAUNCHERS[launcher]
+    if importtime or cmd[0] == "-m":  # the console script is a Python script too
+        cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), *cmd]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     t0 = time.monotonic()
     with log.open("wb") as out:
@@ -160,14 +165,17 @@ def imports(log: Path) -> dict[str, object]:
     return {"modules": len(own), "import_ms": round(sum(own) / 1000, 1)}
 
 
-def measure(daemon: Daemon, work: Path, runs: int, settle: float) -> dict[str, object]:
-    proc, _, cleanup, log = _start(daemon, work / "importtime", importtime=True)
+def measure(
+    daemon: Daemon, work: Path, runs: int, settle: float, launcher: str = "entry"
+) -> dict[str, object]:
+    work = work / launcher
+    proc, _, cleanup, log = _start(daemon, work / "importtime", True, launcher)
     _stop(proc)
     cleanup()
     result: dict[str, object] = {**imports(log), "ready_means": daemon.what}
     starts, cpu, rss = [], [], []
     for n in range(runs):
-        proc, ms, cleanup, _ = _start(daemon, work / f"run{n}", importtime=False)
+        proc, ms, cleanup, _ = _start(daemon, work / f"run{n}", False, launcher)
         starts.append(ms)
         cpu.append(_cpu_ms(proc.pid))
         time.sleep(settle)
@@ -275,6 +283,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--settle", type=float, default=3.0, help="seconds before the RSS")
     parser.add_argument("--only", nargs="*", help="these daemons only")
+    parser.add_argument(
+        "--full-cli", action="store_true", help="also start each through the full application"
+    )
     args = parser.parse_args()
     compile_package()
     with tempfile.TemporaryDirectory(prefix="kubeacc-start-") as tmp:
@@ -292,6 +303,10 @@ def main() -> None:
             for d in daemons(host, kubeconfig or Path()):
                 if d.name in chosen:
                     result[d.name] = measure(d, work / d.name, args.runs, args.settle)
+                    if args.full_cli:
+                        result[f"{d.name} (full_cli)"] = measure(
+                            d, work / d.name, args.runs, args.settle, "full_cli"
+                        )
             result["load_1min_after"] = round(os.getloadavg()[0], 2)
     print(json.dumps(result, indent=2))
 
