@@ -207,7 +207,9 @@ def daemons(host: Path, kubeconfig: Path) -> list[Daemon]:
     ports: dict[Path, int] = {}
 
     def port(work: Path) -> int:
-        return ports.setdefault(work, free_port())
+        if work not in ports:
+            ports[work] = free_port()
+        return ports[work]
 
     def http_probe(work: Path) -> tuple[Callable[[], bool], Callable[[], None]]:
         return lambda: _readyz(port(work)), lambda: None
