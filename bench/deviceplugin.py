@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -62,6 +63,7 @@ def rpc_latencies(runs: int) -> dict[str, object]:
         host = profiles.build("dgx-h100", Path(tmp) / "host")
         inv = discover(SyntheticHost(host))
         plugin_dir = Path(tmp) / "dp"
+        plugin_dir.mkdir()  # the kubelet's directory: the plugin refuses one that is missing
         plugin = _plugin_process(host, plugin_dir, Path(tmp) / "plugin.log")
         ids = sorted(d.pci_bus_id for d in inv.by_type(DeviceType.GPU) if d.pci_bus_id)
         with grpc.insecure_channel(f"unix://{plugin_dir / 'kubeacc-gpu.sock'}") as channel:
@@ -134,7 +136,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--kubelet", action="store_true", help="also measure re-registration")
     args = parser.parse_args()
-    result: dict[str, object] = {"benchmark": "deviceplugin", **rpc_latencies(args.runs)}
+    load = round(os.getloadavg()[0], 2)
+    result: dict[str, object] = {
+        "benchmark": "deviceplugin",
+        "load_1min": load,
+        **rpc_latencies(args.runs),
+    }
     if args.kubelet:
         result.update(reregistration(3))
     print(json.dumps(result, indent=2))

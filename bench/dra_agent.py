@@ -159,6 +159,7 @@ def bench_agent(
             host_dir.extend([host, work / "state"])
         kubelet_root = work / "kubelet"
         compile_package()
+        toolkit = ["--driver-user-space=toolkit"]
         log = (work / "agent.log").open("wb")
         agent = subprocess.Popen(
             [
@@ -172,6 +173,8 @@ def bench_agent(
                 f"--state-dir={work / 'state'}",
                 f"--metrics-address=127.0.0.1:{free_port()}",  # as the Helm chart runs it
                 *args,
+                # a synthetic host has no NVIDIA driver user space for the CDI specs to carry
+                *([] if any(a.startswith("--driver-user-space") for a in args) else toolkit),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -6,7 +6,7 @@ CDI write + durable checkpoint, over the unix socket: p99 <= 5 ms; agent steady-
 
 Set-up: :mod:`dra_agent` (real kube-apiserver, an allocated claim, ``kubeacc agent`` on a
 synthetic 8-GPU server). The benchmark is the kubelet's side: a gRPC client on the plugin's
-unix socket calling NodePrepareResources then NodeUnprepareResources; only prepare is timed.
+unix socket calling NodePrepareResources then NodeUnprepareResources, each timed.
 Each prepare is a full one: the claim is read from the API server, checked, its CDI spec written
 and the checkpoint replaced durably (fsync of file and directory) before the answer.
 """
@@ -35,10 +35,14 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def time_prepares(
-    agent: BenchAgent, runs: int, check: Callable[[Any], None] | None = None
+    agent: BenchAgent,
+    runs: int,
+    check: Callable[[Any], None] | None = None,
+    unprepares: list[float] | None = None,
 ) -> list[float]:
-    """Milliseconds of ``runs`` NodePrepareResources calls (each undone by an unprepare, which
-    is not timed), after 20 warm-up calls; ``check`` sees each answer of the claim."""
+    """Milliseconds of ``runs`` NodePrepareResources calls (each undone by an unprepare),
+    after 20 warm-up calls; ``check`` sees each answer of the claim; ``unprepares`` gets the
+    milliseconds of the unprepares."""
     uid = agent.claim_uid
     prep, unprep = agent.prepare_request(), agent.unprepare_request()
     times: list[float] = []
@@ -52,9 +56,13 @@ def time_prepares(
                 raise RuntimeError(resp.claims[uid].error)
             if check is not None:
                 check(resp.claims[uid])
+            t0 = time.perf_counter()
+            stub.NodeUnprepareResources(unprep, timeout=10)
+            undo = (time.perf_counter() - t0) * 1000
             if i >= 20:  # warm-up: connections, imports, page cache
                 times.append(dt)
-            stub.NodeUnprepareResources(unprep, timeout=10)
+                if unprepares is not None:
+                    unprepares.append(undo)
     return times
 
 
@@ -69,8 +77,10 @@ def latency(times: list[float]) -> dict[str, float]:
 
 
 def main(runs: int = 300) -> dict[str, object]:
+    undo: list[float] = []
+    load = round(os.getloadavg()[0], 2)
     with bench_agent() as agent:
-        times = time_prepares(agent, runs)
+        times = time_prepares(agent, runs, unprepares=undo)
         time.sleep(7)  # a re-discovery cycle or so: steady state
         rss = proc_status(agent.proc.pid)["rss_mb"]
     p99 = _pct(times, 0.99)
@@ -80,6 +90,8 @@ def main(runs: int = 300) -> dict[str, object]:
         "devices_per_claim": 1,
         "runs": runs,
         "prepare_ms": latency(times),
+        "unprepare_ms": latency(undo),
+        "load_1min": load,
         "target_p99_ms": TARGET_P99_MS,
         "p99_ok": p99 <= TARGET_P99_MS,
         "agent_rss_mb": rss,

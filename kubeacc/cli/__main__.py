@@ -1,5 +1,5 @@
 """``python -m kubeacc.cli``: the same as the ``kubeacc`` command."""
 
-from kubeacc.cli.main import main
+from kubeacc.cli.entry import main
 
 main()

@@ -1,26 +1,44 @@
 """The ``kubeacc`` console script.
 
-``kubeacc agent`` runs for the life of the node, so it loads only the agent's own modules; every
-other command goes through the full application in :mod:`kubeacc.cli.main` (which also imports
-the planner and the allocation engine, about 25 MB the agent never uses).
+The long-running commands (:data:`DAEMONS`) run for the life of a node or a control plane and
+restart on every upgrade, so each starts through a one-command application that loads only its
+own module: no terminal UI, no planner, no allocation engine. Every other command goes through
+the full application in :mod:`kubeacc.cli.main`. ``tests/cli/test_entry_imports.py`` holds each
+daemon to this, and ``bench/daemon_start.py`` measures what it costs.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+
+#: Command -> (module, function) of each long-running command.
+DAEMONS: dict[str, tuple[str, str]] = {
+    "agent": ("kubeacc.cli.agent", "agent_command"),
+    "device-plugin": ("kubeacc.cli.deviceplugin", "device_plugin_command"),
+    "lifecycle-agent": ("kubeacc.cli.lifecycle", "lifecycle_agent_command"),
+    "controller": ("kubeacc.cli.controller", "controller_command"),
+    "extender": ("kubeacc.cli.extender", "extender_command"),
+}
+
+
+def run_daemon(name: str, args: list[str]) -> None:
+    """Run the long-running command ``name`` with its options ``args`` (never returns)."""
+    import typer
+
+    from kubeacc.cli.errors import run_app
+
+    module, function = DAEMONS[name]
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(name)(getattr(importlib.import_module(module), function))
+    # A one-command typer app takes the command's options directly.
+    run_app(app, args=args, prog_name=f"kubeacc {name}")
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["agent"]:
-        import typer
-
-        from kubeacc.cli.agent import agent_command
-        from kubeacc.cli.errors import run_app
-
-        agent_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-        agent_app.command("agent")(agent_command)
-        # A one-command typer app takes the command's options directly.
-        run_app(agent_app, args=sys.argv[2:], prog_name="kubeacc agent")
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command in DAEMONS:
+        run_daemon(command, sys.argv[2:])
     from kubeacc.cli.main import main as full
 
     full()

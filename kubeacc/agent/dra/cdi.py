@@ -9,12 +9,13 @@ runtime applies whenever it injects any device of the spec.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from kubeacc.agent.dra.atomic import write_atomic
 
@@ -23,6 +24,8 @@ CDI_KIND = "kubeacc.io/claim"
 SPEC_PREFIX = "kubeacc.io-claim_"
 DEFAULT_CDI_DIR = Path("/var/run/cdi")
 _SPEC_RE = re.compile(r"^kubeacc\.io-claim_(?P<uid>[A-Za-z0-9-]+)\.json$")
+#: A spec's encoding: keys sorted (one byte form per spec), then indented for the reader.
+_SORTED = msgspec.json.Encoder(order="sorted").encode
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,7 @@ def write_spec(cdi_dir: Path, claim_uid: str, spec: Mapping[str, Any]) -> Path:
     Flushing spec and directory would add two flushes to every prepare (p50 2.7 -> 8.5 ms).
     """
     path = spec_path(cdi_dir, claim_uid)
-    write_atomic(path, json.dumps(spec, indent=1, sort_keys=True).encode(), durable=False)
+    write_atomic(path, msgspec.json.format(_SORTED(spec), indent=1), durable=False)
     return path
 
 

@@ -8,6 +8,13 @@ Two files in the state directory:
 * ``dra-journal.log``: one line per prepare/unprepare call since that snapshot, each with its own
   checksum, appended and flushed with one ``fsync`` before the kubelet gets its answer.
 
+A journal line is ``{"sha":<hex>,"body":<call>}``: the call encoded once (msgspec, keys sorted,
+no spaces) and ``sha`` the SHA-256 of exactly those bytes, so a call costs one encoding and one
+hash (a decoded body encodes back to the same bytes, which is how a line is checked). Lines of
+earlier versions (``{"sum":...}``: SHA-256 of ``json.dumps(body, sort_keys=True)``) are still
+read. An agent older than this format reads the new lines as damaged, so a clean stop folds the
+journal into the snapshot (whose format is unchanged): rolling back after a clean stop is safe.
+
 Order of a change: journal line durable first, then the in-memory state, then (when the journal
 has ``compact_after`` lines) a snapshot of that state. So the call that crosses the compaction
 boundary is in the snapshot, and a failed snapshot only leaves a longer journal. A failed append
@@ -30,6 +37,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from kubeacc.agent.dra.atomic import fsync_dir, write_all, write_atomic
 
@@ -73,8 +82,25 @@ class PreparedClaim:
         )
 
 
+#: The journal's encoding of a call: keys sorted, no spaces (one canonical form per value).
+_ENCODE = msgspec.json.Encoder(order="sorted").encode
+
+
 def _digest(data: Any) -> str:
+    """The snapshot's checksum (and that of journal lines before the ``sha`` format)."""
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def journal_line(body: Any) -> bytes:
+    """One journal line for the call ``body`` (dataclasses allowed), newline included."""
+    raw = _ENCODE(body)
+    return b'{"sha":"' + hashlib.sha256(raw).hexdigest().encode() + b'","body":' + raw + b"}\n"
+
+
+def _intact(entry: dict[str, Any]) -> bool:
+    if "sha" in entry:
+        return bool(entry["sha"] == hashlib.sha256(_ENCODE(entry["body"])).hexdigest())
+    return bool(entry["sum"] == _digest(entry["body"]))
 
 
 def parse_snapshot(data: bytes) -> dict[str, PreparedClaim]:
@@ -105,11 +131,10 @@ def replay(data: bytes, claims: dict[str, PreparedClaim]) -> tuple[int, int]:
             if not line.endswith(b"\n"):
                 raise ValueError("torn")
             entry = json.loads(line)
-            body = entry["body"]
-            if entry["sum"] != _digest(body):
+            if not _intact(entry):
                 raise ValueError("checksum")
-            _apply(body, claims)
-        except (ValueError, KeyError, TypeError, AttributeError):
+            _apply(entry["body"], claims)
+        except (ValueError, KeyError, TypeError, AttributeError, msgspec.EncodeError):
             damaged_at = start if damaged_at is None else damaged_at
             continue
         if damaged_at is not None:
@@ -223,9 +248,9 @@ class Checkpoint:
         if self._journal_dirty:  # cut off what an earlier failed append left
             os.ftruncate(fd, self._journal_size)
             self._journal_dirty = False
-        line = json.dumps({"sum": _digest(body), "body": body}, separators=(",", ":")).encode()
+        line = journal_line(body)
         try:
-            write_all(fd, line + b"\n")
+            write_all(fd, line)
             os.fsync(fd)
         except OSError:
             try:
@@ -233,7 +258,7 @@ class Checkpoint:
             except OSError:
                 self._journal_dirty = True
             raise
-        self._journal_size += len(line) + 1
+        self._journal_size += len(line)
         self._journal_lines += 1
 
     def _maybe_compact(self) -> None:
@@ -246,7 +271,7 @@ class Checkpoint:
 
     def record_prepare(self, claims: dict[str, PreparedClaim]) -> None:
         """Durably add claims (one flush for all of them), then apply them in memory."""
-        self._append({"op": "prepare", "claims": {u: asdict(c) for u, c in claims.items()}})
+        self._append({"op": "prepare", "claims": claims})
         self.claims.update(claims)
         self._maybe_compact()
 
@@ -258,6 +283,12 @@ class Checkpoint:
         self._maybe_compact()
 
     def close(self) -> None:
+        """Fold the journal into the snapshot (module docstring: roll-back), then close it."""
+        if self._journal_fd is not None and self._journal_lines:
+            try:
+                self.compact()
+            except OSError as exc:  # the journal still holds everything
+                log.warning("compaction at stop failed (%s); journal kept", _oneline(exc))
         if self._journal_fd is not None:
             os.close(self._journal_fd)
             self._journal_fd = None

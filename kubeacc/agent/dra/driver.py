@@ -333,12 +333,14 @@ class Driver:
         for uid, claim in written.items():
             out[uid] = PrepareResult(devices=claim.devices)
         pause_point("prepare-after-checkpoint", self.state_dir)
+        if not log.isEnabledFor(logging.DEBUG):  # one line per call only at debug
+            return
         for claim in written.values():
             devices = ", ".join(
                 f"{d.device} (share {d.share_id})" if d.share_id else d.device
                 for d in claim.devices
             )
-            log.info("prepared claim %s/%s: %s", claim.namespace, claim.name, devices)
+            log.debug("prepared claim %s/%s: %s", claim.namespace, claim.name, devices)
 
     def _give_back(self, uids: list[str]) -> None:
         """Undo the GPU settings of claims that were not prepared after all."""
@@ -569,7 +571,7 @@ class Driver:
                 out.update(dict.fromkeys(present, ""))
                 for uid in present:
                     if (ref := todo[uid]) is not None:
-                        log.info("unprepared claim %s/%s", ref.namespace, ref.name)
+                        log.debug("unprepared claim %s/%s", ref.namespace, ref.name)
         return out
 
     def _unprepare(self, uids: list[str]) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import random
 from pathlib import Path
@@ -19,6 +20,7 @@ from kubeacc.agent.dra.checkpoint import (
     PreparedDevice,
     StateError,
     _digest,
+    parse_snapshot,
     read_claims,
 )
 
@@ -164,8 +166,7 @@ def test_damaged_journal_line_before_intact_ones_refuses_to_start(tmp_path: Path
     cp = Checkpoint(tmp_path)
     cp.load()
     cp.record_prepare({"u1": claim(1)})
-    cp.record_prepare({"u2": claim(2)})
-    cp.close()
+    cp.record_prepare({"u2": claim(2)})  # and then a crash: no clean stop
     journal = tmp_path / JOURNAL_NAME
     first, second = journal.read_bytes().splitlines(keepends=True)
     journal.write_bytes(first[:20] + b"\n" + second)
@@ -197,13 +198,55 @@ def test_share_ids_survive_the_journal_and_the_snapshot(tmp_path: Path) -> None:
 def test_a_device_recorded_before_shares_existed_loads(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path)
     cp.load()
-    cp.record_prepare({"u1": claim(1)})
-    cp.close()
+    cp.record_prepare({"u1": claim(1)})  # and then a crash: no clean stop
     journal = tmp_path / JOURNAL_NAME
     entry = json.loads(journal.read_text())
     del entry["body"]["claims"]["u1"]["devices"][0]["share_id"]  # as older agents wrote it
+    del entry["sha"]  # in the line format of older agents too
     entry["sum"] = _digest(entry["body"])
     journal.write_text(json.dumps(entry) + "\n")
     again = Checkpoint(tmp_path)
     again.load()
     assert again.claims["u1"].devices[0].share_id is None
+
+
+def test_a_journal_line_is_its_call_encoded_once_with_the_hash_of_those_bytes(
+    tmp_path: Path,
+) -> None:
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    cp.record_prepare({"u1": claim(1)})
+    cp.record_unprepare(["u1"])
+    lines = (tmp_path / JOURNAL_NAME).read_bytes().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        head, _, raw = line.partition(b',"body":')
+        assert hashlib.sha256(raw[:-1]).hexdigest() == json.loads(head + b"}")["sha"]
+    assert json.loads(lines[1]) == {
+        "sha": hashlib.sha256(b'{"op":"unprepare","uids":["u1"]}').hexdigest(),
+        "body": {"op": "unprepare", "uids": ["u1"]},
+    }
+
+
+def test_a_line_whose_body_does_not_match_its_hash_is_damaged(tmp_path: Path) -> None:
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    cp.record_prepare({"u1": claim(1)})
+    cp.record_prepare({"u2": claim(2)})  # and then a crash
+    journal = tmp_path / JOURNAL_NAME
+    first, second = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(first.replace(b'"c1"', b'"c7"') + second)
+    with pytest.raises(StateError, match="damaged line at byte 0"):
+        Checkpoint(tmp_path).load()
+
+
+def test_a_clean_stop_folds_the_journal_into_the_snapshot(tmp_path: Path) -> None:
+    """So an agent of a version before the ``sha`` lines can be rolled back to."""
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    cp.record_prepare({"u1": claim(1), "u2": claim(2)})
+    cp.record_unprepare(["u2"])
+    cp.close()
+    assert (tmp_path / JOURNAL_NAME).read_bytes() == b""
+    assert set(parse_snapshot((tmp_path / FILE_NAME).read_bytes())) == {"u1"}
+    cp.close()  # a second close has nothing left to do

@@ -1,0 +1,317 @@
+"""Start of the long-running commands: modules imported, import time, start to registered, RSS.
+
+Prints one JSON object. Targets (DESIGN.md, issue 30): start to registered <= 150 ms, steady RSS
+<= 50 MB for the agent and the device plugin.
+
+Each daemon is started as ``kubeacc <command>`` the way a node or a Deployment starts it:
+
+- ``device-plugin`` on a synthetic 8-GPU server, with a kubelet stand-in (grpcio, not the
+  plugin's own gRPC implementation) serving ``Registration`` on ``kubelet.sock``: start to
+  registered is the time from ``Popen`` to the plugin's ``Register`` call arriving there;
+- ``agent`` on the same host against a testbed control plane (real kube-apiserver, no kubelet):
+  start to registered is the time until its registration socket answers the kubelet's
+  ``GetInfo`` (the first thing the kubelet's plugin watcher asks);
+- ``lifecycle-agent``, ``controller`` and ``extender`` against the same API server: start to
+  ready is the time until their ``/readyz`` answers 200.
+
+Per daemon: the modules it imported and their summed import time (a run under
+``-X importtime``, stopped once ready), and over ``--runs`` plain runs the min / median start
+time, the CPU time the process had used when it was ready (less sensitive to a busy machine
+than the wall time) and the median RSS ``--settle`` seconds after it was ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from dra_agent import compile_package, proc_status
+from kubelet_client import stubs
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Node
+
+from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as dpb
+from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
+from kubeacc.crds.resources import install_crds
+from kubeacc.synthetic import profiles
+from kubeacc.testbed import Testbed
+from kubeacc.testbed.procs import free_port
+
+NODE = "bench-node"
+TARGET_START_MS = 150.0
+TARGET_RSS_MB = 50.0
+KUBEACC = str(Path(sys.executable).parent / "kubeacc")
+#: How the daemons start: the console script (their slim entry paths), or ``--full-cli``: the
+#: whole interactive application, the way every daemon but the agent started before issue 30.
+LAUNCHERS = {"entry": [KUBEACC], "full_cli": ["-m", "kubeacc.cli.main"]}
+_IMPORT = re.compile(r"^import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")
+
+
+class _Kubelet:
+    """The kubelet's Registration service on ``kubelet.sock``; remembers when Register came."""
+
+    def __init__(self, plugin_dir: Path) -> None:
+        self.arrived = threading.Event()
+        self.at = 0.0
+        kubelet = self
+
+        class Servicer(stubs("deviceplugin_v1beta1_pb2_grpc").RegistrationServicer):  # type: ignore[misc]
+            def Register(self, request: object, context: object) -> dpb.Empty:
+                kubelet.at = time.monotonic()
+                kubelet.arrived.set()
+                return dpb.Empty()
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        stubs("deviceplugin_v1beta1_pb2_grpc").add_RegistrationServicer_to_server(
+            Servicer(), self.server
+        )
+        self.server.add_insecure_port(f"unix://{plugin_dir / 'kubelet.sock'}")
+        self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop(0)
+
+
+def _answers_getinfo(sock: Path) -> bool:
+    if not sock.exists():
+        return False
+    try:
+        with grpc.insecure_channel(f"unix://{sock}") as ch:
+            stub = stubs("pluginregistration_v1_pb2_grpc").RegistrationStub(ch)
+            stub.GetInfo(rpb.InfoRequest(), timeout=1)
+        return True
+    except grpc.RpcError:
+        return False
+
+
+def _readyz(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class Daemon:
+    """How to start one daemon in ``work`` and tell when it is registered / ready."""
+
+    name: str
+    args: Callable[[Path], list[str]]
+    #: Given the work dir: (set-up before the start, ready check, clean-up).
+    probe: Callable[[Path], tuple[Callable[[], bool], Callable[[], None]]]
+    what: str
+
+
+def _start(
+    daemon: Daemon, work: Path, importtime: bool, launcher: str = "entry", timeout: float = 60
+) -> tuple[subprocess.Popen[bytes], float, Callable[[], None], Path]:
+    """Start ``daemon``; (process, ms to ready, clean-up, log file)."""
+    work.mkdir(parents=True, exist_ok=True)
+    ready, cleanup = daemon.probe(work)
+    log = work / "daemon.log"
+    cmd = LAUNCHERS[launcher]
+    if importtime or cmd[0] == "-m":  # the console script is a Python script too
+        cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), *cmd]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    t0 = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*cmd, daemon.name, *daemon.args(work)], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+    deadline = t0 + timeout
+    while not ready():
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            cleanup()
+            raise RuntimeError(f"{daemon.name} not ready:\n{log.read_text()[-3000:]}")
+        time.sleep(0.002)
+    return proc, (time.monotonic() - t0) * 1000, cleanup, log
+
+
+def _cpu_ms(pid: int) -> float:
+    """User + system CPU time of the process so far (clock ticks of /proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def imports(log: Path) -> dict[str, object]:
+    """Modules imported and their summed own import time, from ``-X importtime`` output."""
+    own = [int(m[1]) for line in log.read_text().splitlines() if (m := _IMPORT.match(line))]
+    return {"modules": len(own), "import_ms": round(sum(own) / 1000, 1)}
+
+
+def measure(
+    daemon: Daemon, work: Path, runs: int, settle: float, launcher: str = "entry"
+) -> dict[str, object]:
+    work = work / launcher
+    proc, _, cleanup, log = _start(daemon, work / "importtime", True, launcher)
+    _stop(proc)
+    cleanup()
+    result: dict[str, object] = {**imports(log), "ready_means": daemon.what}
+    starts, cpu, rss = [], [], []
+    for n in range(runs):
+        proc, ms, cleanup, _ = _start(daemon, work / f"run{n}", False, launcher)
+        starts.append(ms)
+        cpu.append(_cpu_ms(proc.pid))
+        time.sleep(settle)
+        rss.append(proc_status(proc.pid)["rss_mb"])
+        _stop(proc)
+        cleanup()
+    result |= {
+        "start_ms": [round(s, 1) for s in starts],
+        "start_min_ms": round(min(starts), 1),
+        "start_median_ms": round(statistics.median(starts), 1),
+        "start_cpu_ms": cpu,
+        "start_cpu_median_ms": statistics.median(cpu),
+        "rss_mb": rss,
+        "rss_median_mb": statistics.median(rss),
+    }
+    return result
+
+
+def daemons(host: Path, kubeconfig: Path) -> list[Daemon]:
+    def device_plugin_probe(work: Path) -> tuple[Callable[[], bool], Callable[[], None]]:
+        (work / "dp").mkdir()
+        kubelet = _Kubelet(work / "dp")
+        return kubelet.arrived.is_set, kubelet.stop
+
+    def agent_probe(work: Path) -> tuple[Callable[[], bool], Callable[[], None]]:
+        sock = work / "kubelet" / "plugins_registry" / "kubeacc.io-reg.sock"
+        return lambda: _answers_getinfo(sock), lambda: None
+
+    ports: dict[Path, int] = {}
+
+    def port(work: Path) -> int:
+        if work not in ports:
+            ports[work] = free_port()
+        return ports[work]
+
+    def http_probe(work: Path) -> tuple[Callable[[], bool], Callable[[], None]]:
+        return lambda: _readyz(port(work)), lambda: None
+
+    node = [f"--node-name={NODE}", f"--host-root={host}", f"--kubeconfig={kubeconfig}"]
+    return [
+        Daemon(
+            "device-plugin",
+            lambda w: [f"--host-root={host}", f"--plugin-dir={w / 'dp'}", "--type=gpu"],
+            device_plugin_probe,
+            "Register arrived at the kubelet stand-in",
+        ),
+        Daemon(
+            "agent",
+            lambda w: [
+                *node,
+                f"--kubelet-root={w / 'kubelet'}",
+                f"--cdi-dir={w / 'cdi'}",
+                f"--state-dir={w / 'state'}",
+                f"--metrics-address=127.0.0.1:{port(w)}",
+            ],
+            agent_probe,
+            "registration socket answers GetInfo",
+        ),
+        Daemon(
+            "lifecycle-agent",
+            lambda w: [
+                *node,
+                f"--bitstream-dir={w / 'bitstreams'}",
+                f"--metrics-address=127.0.0.1:{port(w)}",
+            ],
+            http_probe,
+            "/readyz 200",
+        ),
+        Daemon(
+            "controller",
+            lambda w: [
+                f"--kubeconfig={kubeconfig}",
+                f"--identity=bench-{w.name}",
+                f"--metrics-address=127.0.0.1:{port(w)}",
+            ],
+            http_probe,
+            "/readyz 200",
+        ),
+        Daemon(
+            "extender",
+            lambda w: [
+                f"--kubeconfig={kubeconfig}",
+                "--insecure-http",
+                "--no-leader-elect",
+                f"--address=127.0.0.1:{port(w)}",
+            ],
+            http_probe,
+            "/readyz 200",
+        ),
+    ]
+
+
+@contextmanager
+def _cluster(with_api: bool) -> Iterator[Path | None]:
+    if not with_api:
+        yield None
+        return
+    with Testbed.start(with_kubelet=False) as tb:
+        client = tb.client()
+        client.create(Node(metadata=ObjectMeta(name=NODE)))
+        install_crds(client)
+        yield tb.kubeconfig
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--settle", type=float, default=3.0, help="seconds before the RSS")
+    parser.add_argument("--only", nargs="*", help="these daemons only")
+    parser.add_argument(
+        "--full-cli", action="store_true", help="also start each through the full application"
+    )
+    args = parser.parse_args()
+    compile_package()
+    with tempfile.TemporaryDirectory(prefix="kubeacc-start-") as tmp:
+        work = Path(tmp)
+        host = profiles.build("dgx-h100", work / "host")
+        chosen = [d.name for d in daemons(host, Path()) if not args.only or d.name in args.only]
+        with _cluster(chosen != ["device-plugin"]) as kubeconfig:
+            result: dict[str, object] = {
+                "benchmark": "daemon_start",
+                "load_1min": round(os.getloadavg()[0], 2),
+                "runs": args.runs,
+                "target_start_ms": TARGET_START_MS,
+                "target_rss_mb": TARGET_RSS_MB,
+            }
+            for d in daemons(host, kubeconfig or Path()):
+                if d.name in chosen:
+                    result[d.name] = measure(d, work / d.name, args.runs, args.settle)
+                    if args.full_cli:
+                        result[f"{d.name} (full_cli)"] = measure(
+                            d, work / d.name, args.runs, args.settle, "full_cli"
+                        )
+            result["load_1min_after"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""``kubeacc controller``: policies to DeviceClasses, operations, inventory clean-up.
+
+A module of its own so that the controller starts without the host and discovery modules the
+node commands next to it need (kubeacc/cli/entry.py).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Annotated
+
+import typer
+
+from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
+from kubeacc.cli.options import KubeconfigOption
+from kubeacc.cli.probes import start_probes
+from kubeacc.cli.signals import stop_on_signals
+
+
+def controller_command(
+    kubeconfig: KubeconfigOption = None,
+    identity: Annotated[str | None, typer.Option(help="Leader-election identity")] = None,
+    lease_namespace: Annotated[str, typer.Option()] = "kube-system",
+    admin_namespace: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--admin-namespace",
+            metavar="NAMESPACE",
+            help="Namespace whose AcceleratorOperations may target any device (repeatable; "
+            "default: the Lease's namespace). Other namespaces need an AcceleratorPolicy "
+            "allowedNamespaces grant. '*': every namespace (not for shared clusters).",
+        ),
+    ] = None,
+    interval: Annotated[
+        float,
+        typer.Option(
+            min=0.0, help="Minimum seconds between reconcile passes (changes are coalesced)"
+        ),
+    ] = 0.2,
+    resync_seconds: Annotated[
+        float, typer.Option(min=1.0, help="Full reconcile pass at least this often, changes or not")
+    ] = 30.0,
+    install_crds: Annotated[bool, typer.Option(help="Apply the CRDs at start")] = False,
+    log_level: LogLevelOption = LogLevel.INFO,
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)"),
+    ] = None,
+) -> None:
+    """Run the controller: policies -> DeviceClasses, operations, inventory clean-up."""
+    from kubeacc.clientconfig import make_client
+    from kubeacc.controller.controller import Controller
+    from kubeacc.controller.status import FIELD_MANAGER
+    from kubeacc.crds.resources import install_crds as install
+
+    setup_logging(log_level)
+    stop = stop_on_signals()
+    client = make_client(kubeconfig, FIELD_MANAGER)
+    who = identity or f"{socket.gethostname()}-{os.getpid()}"
+    controller = Controller(
+        client,
+        identity=who,
+        lease_namespace=lease_namespace,
+        interval=interval,
+        resync_seconds=resync_seconds,
+        admin_namespaces=admin_namespace,
+    )
+    probes = start_probes(
+        metrics_address,
+        controller.metrics.registry,
+        healthy=controller.failing_health,
+        ready=controller.not_ready,
+    )
+    if install_crds:
+        install(client)
+    try:
+        controller.run(stop)
+    finally:
+        if probes is not None:
+            probes.stop()

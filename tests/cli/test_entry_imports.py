@@ -1,0 +1,133 @@
+"""The long-running commands start through their slim entry path (kubeacc/cli/entry.py).
+
+Each daemon is started for real as ``kubeacc <command>`` under ``python -X importtime`` (the
+node daemons on a synthetic host, the ones that talk to the API server against a kubeconfig
+whose server refuses connections) and stopped once its log shows it got past its start-up.
+The modules it imported then must not include the terminal UI, the planner or the allocation
+engine, and must stay under a budget. This guards what a daemon loads; it times nothing
+(bench/daemon_start.py measures that).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kubeacc.cli.entry import DAEMONS
+from tests.hosts import HostFactory
+
+#: Modules (and their submodules) no daemon may import.
+FORBIDDEN = (
+    "rich",
+    "typer.rich_utils",
+    "kubeacc.cli.main",
+    "kubeacc.cli.plan",
+    "kubeacc.cli.demo",
+    "kubeacc.engine.engine",
+    "kubeacc.engine.search",
+    "kubeacc.engine.claims",
+    "kubeacc.engine.celenv",
+    "cel",
+)
+#: At most this many modules per daemon (what each imported when the budget was set, plus
+#: about 5 %: a new dependency is a decision, not a side effect).
+BUDGET = {
+    "agent": 760,
+    "device-plugin": 560,
+    "lifecycle-agent": 630,
+    "controller": 595,
+    "extender": 615,
+}
+#: A log line each daemon writes once its start-up is behind it (None: it exits by itself).
+STARTED = {
+    "agent": "agent ready on node",
+    "device-plugin": "serving kubeacc.io/gpu",
+    "lifecycle-agent": "agent pass failed",
+    "controller": "leader election",
+    "extender": None,
+}
+_IMPORT = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$")
+
+_REFUSING = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: u, user: {token: not-used}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+"""
+
+
+def _args(name: str, host: Path, work: Path) -> list[str]:
+    kubeconfig = work / "kubeconfig"
+    kubeconfig.write_text(_REFUSING)
+    api = [f"--kubeconfig={kubeconfig}"]
+    node = ["--node-name=n", f"--host-root={host}", *api]
+    return {
+        "agent": [
+            *node,
+            f"--kubelet-root={work / 'kubelet'}",
+            f"--cdi-dir={work / 'cdi'}",
+            f"--state-dir={work / 'state'}",
+        ],
+        "device-plugin": [f"--host-root={host}", f"--plugin-dir={work}", "--type=gpu"],
+        "lifecycle-agent": [*node, f"--bitstream-dir={work / 'bitstreams'}"],
+        "controller": api,
+        "extender": [*api, "--insecure-http", "--address=127.0.0.1:0"],
+    }[name]
+
+
+def imported(name: str, args: list[str], log: Path, timeout: float = 60) -> set[str]:
+    """The modules ``kubeacc name args`` imported by the time its start-up line appeared."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-X", "importtime", "-m", "kubeacc.cli", name, *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    marker = STARTED[name]
+    try:
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None and (marker is None or marker not in log.read_text()):
+            assert time.monotonic() < deadline, f"{name} did not start:\n{log.read_text()}"
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    text = log.read_text()
+    assert marker is not None or "cannot reach the API server" in text, text
+    return {m[1] for line in text.splitlines() if (m := _IMPORT.match(line))}
+
+
+@pytest.mark.parametrize("name", sorted(DAEMONS))
+def test_daemon_imports_only_what_it_runs(name: str, hosts: HostFactory, tmp_path: Path) -> None:
+    host = hosts.pristine("dgx-h100")
+    modules = imported(name, _args(name, host, tmp_path), tmp_path / "daemon.log")
+    assert "kubeacc.cli.entry" in modules  # it went through the console script's entry
+    bad = sorted(m for m in modules if any(m == f or m.startswith(f"{f}.") for f in FORBIDDEN))
+    assert not bad, f"kubeacc {name} imports {bad}"
+    assert len(modules) <= BUDGET[name], (
+        f"kubeacc {name} imports {len(modules)} modules, budget {BUDGET[name]}"
+    )
+
+
+def test_every_daemon_has_a_budget_and_a_start_line() -> None:
+    assert set(DAEMONS) == set(BUDGET) == set(STARTED)
+
+
+def test_the_full_application_is_what_the_budget_keeps_out(tmp_path: Path) -> None:
+    """The guard can fail: the interactive commands do load the terminal UI and the engine."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "kubeacc.cli", "plan", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    modules = {m[1] for line in out.stderr.splitlines() if (m := _IMPORT.match(line))}
+    assert "rich" in modules
+    assert "kubeacc.cli.plan" in modules
