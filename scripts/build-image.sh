@@ -54,6 +54,7 @@ mmdebstrap --quiet --mode=root --variant=minbase \
   --customize-hook='mkdir -p "$1/opt/kubeacc/native"' \
   --customize-hook="copy-in $work/native/libkubeacc-sharelimit.so /opt/kubeacc/native" \
   --customize-hook="copy-in $work/native/kubeacc-cdi-hook /opt/kubeacc/native" \
+  --customize-hook="copy-in $work/native/kubeacc-cuda-smoke /opt/kubeacc/native" \
   --customize-hook="$in_root /opt/kubeacc/bin/pip uninstall -q -y setuptools pip" \
   --customize-hook="$in_root apt-get purge -qq -y --autoremove python3-venv python3.11-venv python3-pip-whl python3-setuptools-whl >/dev/null" \
   --customize-hook='find "$1/opt/kubeacc" -name __pycache__ -prune -exec rm -rf {} +' \
