@@ -18,6 +18,7 @@ from kubeacc.cli.hosts import (
     open_host,
 )
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
+from kubeacc.cli.multiarch import MultiarchError, expand
 from kubeacc.cli.options import (
     DeviceRootOption,
     HostRootOption,
@@ -90,7 +91,10 @@ def agent_command(
     ] = NvmlMode.AUTO,
     nvml_library: Annotated[
         Path | None,
-        typer.Option(help="NVML library file (the host driver's libnvidia-ml.so.1, mounted)."),
+        typer.Option(
+            help="NVML library file (the host driver's libnvidia-ml.so.1, mounted); {multiarch} "
+            "stands for this machine's multiarch directory (x86_64-linux-gnu, aarch64-linux-gnu)."
+        ),
     ] = None,
     driver_tools_dir: Annotated[
         Path | None,
@@ -103,7 +107,8 @@ def agent_command(
         Path | None,
         typer.Option(
             help="The host NVIDIA driver's libraries, mounted: the driver tools run with its "
-            "libnvidia-*/libcuda* (linked into <state-dir>/driver-libs) on LD_LIBRARY_PATH."
+            "libnvidia-*/libcuda* (linked into <state-dir>/driver-libs) on LD_LIBRARY_PATH; "
+            "{multiarch} as in --nvml-library."
         ),
     ] = None,
     discovery_config: Annotated[
@@ -207,6 +212,11 @@ def agent_command(
     except ValueError as err:  # the config errors and MetricsAddressError
         fail(str(err))
     use_units_table(units_table)
+    try:
+        nvml_library = expand(nvml_library)
+        driver_library_dir = expand(driver_library_dir)
+    except MultiarchError as err:
+        fail(str(err))
     if nvml_library is not None:
         from kubeacc.discovery.nvml import use_nvml_library
 

@@ -1,15 +1,23 @@
-"""``kubeacc selftest``: check a node's driver user space and kube-acc's CDI specs against the
-host, and print a report to attach to a bug (exit 1 when a check fails)."""
+"""``kubeacc selftest``: the hardware conformance kit (docs/selftest.md). Checks a node's GPUs,
+driver user space and kube-acc's CDI specs against the host, runs a CUDA smoke program in a
+container through the runtime, and (when asked) MIG, MPS and the time slice; prints a report
+to attach to a bug (exit 1 when a check fails)."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from kubeacc.cli.hosts import HostKind, HostKindOption, open_host
-from kubeacc.cli.options import HostRootOption
+from kubeacc.cli.options import DeviceRootOption, HostRootOption
+
+
+class ReportFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
 
 
 def selftest_command(
@@ -25,14 +33,87 @@ def selftest_command(
     cdi_dir: Annotated[Path, typer.Option(help="Where the agent writes CDI specs.")] = Path(
         "/var/run/cdi"
     ),
+    cdi_hook: Annotated[
+        Path,
+        typer.Option(help="kube-acc's CDI hook, a host path (the agent copies it there)."),
+    ] = Path("/var/lib/kubeacc/native/kubeacc-cdi-hook"),
+    device_root: DeviceRootOption = Path("/"),
+    ctr: Annotated[Path, typer.Option(help="containerd's client, ctr.")] = Path("/usr/bin/ctr"),
+    containerd_address: Annotated[Path, typer.Option(help="containerd's socket.")] = Path(
+        "/run/containerd/containerd.sock"
+    ),
+    containerd_namespace: Annotated[
+        str, typer.Option(help="containerd namespace of the smoke image.")
+    ] = "k8s.io",
+    runtime_cdi_dir: Annotated[
+        Path,
+        typer.Option(help="A CDI directory ctr reads (/etc/cdi or /var/run/cdi)."),
+    ] = Path("/var/run/cdi"),
+    smoke_image: Annotated[
+        str | None,
+        typer.Option(
+            help="Image for the CUDA smoke container (has a C library and ldconfig; pulled "
+            "already). Without it the smoke check is skipped."
+        ),
+    ] = None,
+    smoke_program: Annotated[
+        Path, typer.Option(help="The smoke program, a host path (kubeacc-cuda-smoke).")
+    ] = Path("/opt/kubeacc/native/kubeacc-cuda-smoke"),
+    smoke_timeout: Annotated[float, typer.Option(help="Seconds the smoke container may run.")] = (
+        120.0
+    ),
+    mig: Annotated[
+        bool, typer.Option("--mig", help="Create and destroy a MIG instance on a free MIG GPU.")
+    ] = False,
+    mps: Annotated[
+        bool, typer.Option("--mps", help="Start and stop an MPS control daemon on one GPU.")
+    ] = False,
+    timeslice: Annotated[
+        bool, typer.Option("--timeslice", help="Set one GPU's time slice and restore it.")
+    ] = False,
+    output: Annotated[
+        ReportFormat, typer.Option("--output", "-o", help="text or json.")
+    ] = ReportFormat.TEXT,
 ) -> None:
-    """Check the NVIDIA driver user space and the CDI specs against this node."""
-    from kubeacc.agent.userspace.conformance import report, spec_checks, user_space_checks
+    """Check this node's GPUs, driver user space and CDI specs; print a report."""
+    from kubeacc.agent.userspace.nvidia import DriverRootError, module_version
     from kubeacc.agent.userspace.provider import DriverUserSpace
+    from kubeacc.selftest.discovery import discovery_checks, nvidia_gpus
+    from kubeacc.selftest.gpuops import mig_check, mps_check, timeslice_check
+    from kubeacc.selftest.report import Report, node_facts, skipped
+    from kubeacc.selftest.smoke import Runtime, smoke_check
+    from kubeacc.selftest.userspace import spec_checks, user_space_checks
 
     host = open_host(host_root, host_kind)
-    us = DriverUserSpace(host, driver_root, runtime_root=runtime_driver_root)
-    checks, version = user_space_checks(us)
-    checks += spec_checks(cdi_dir, version)
-    typer.echo(report(checks))
-    raise typer.Exit(0 if all(c.ok for c in checks) else 1)
+    try:
+        driver: str | None = module_version(host.files())
+    except DriverRootError:
+        driver = None
+    hook = cdi_hook if cdi_hook.is_file() else None
+    us = DriverUserSpace(host, driver_root, hook, runtime_root=runtime_driver_root)
+    gpus = nvidia_gpus(host, "off")
+    report = Report(node_facts(host, driver))
+    report.checks += discovery_checks(host)
+    if gpus or driver:
+        checks, version = user_space_checks(us)
+        report.checks += checks
+    else:
+        version = None
+        report.checks.append(skipped("NVIDIA driver user space", "no NVIDIA GPU on this node"))
+    report.checks += spec_checks(cdi_dir, version or driver)
+    runtime = Runtime(
+        ctr,
+        containerd_address,
+        smoke_image,
+        smoke_program,
+        runtime_cdi_dir,
+        containerd_namespace,
+        device_root,
+        smoke_timeout,
+    )
+    report.checks.append(smoke_check(runtime, us, gpus[0] if gpus else None))
+    report.checks.append(mig_check(host, gpus, mig))
+    report.checks.append(mps_check(host, gpus, mps))
+    report.checks.append(timeslice_check(host, gpus, timeslice))
+    typer.echo(report.as_json() if output is ReportFormat.JSON else report.text())
+    raise typer.Exit(0 if report.ok else 1)

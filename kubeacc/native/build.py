@@ -1,4 +1,5 @@
-"""Compile the share-limit library (and, for tests, the stand-in CUDA driver) with ``cc``.
+"""Compile the share-limit library, the CDI hook, the CUDA smoke program (and, for tests, the
+stand-in CUDA driver) with ``cc``.
 
 ``python -m kubeacc.native.build [--out DIR] [--stub]`` builds into ``DIR`` (default
 ``.cache/native`` of the current directory) and prints the paths. A build is cached: the output
@@ -23,6 +24,7 @@ LIBRARY = "libkubeacc-sharelimit.so"
 STUB_CUDA = "libcuda.so.1"
 STUB_NVML = "libnvidia-ml.so.1"
 HOOK = "kubeacc-cdi-hook"
+SMOKE = "kubeacc-cuda-smoke"
 CFLAGS = (
     "-std=c11",
     "-O2",
@@ -38,6 +40,9 @@ CFLAGS = (
 )
 #: The CDI hook: one static program, so that it runs on any host it is copied to.
 PROGRAM_FLAGS = ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-static")
+#: The CUDA smoke program: linked against the C library of the container it runs in (it
+#: dlopens the driver, which a static program cannot do reliably).
+DYNAMIC_PROGRAM_FLAGS = ("-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{SRC}")
 
 
 class BuildError(RuntimeError):
@@ -52,10 +57,18 @@ def compiler() -> str:
 
 
 def _build(
-    out: Path, name: str, source: str, extra: tuple[str, ...] = (), program: bool = False
+    out: Path,
+    name: str,
+    source: str,
+    extra: tuple[str, ...] = (),
+    program: bool = False,
+    dynamic: bool = False,
 ) -> Path:
     cc = compiler()
-    args = [*PROGRAM_FLAGS] if program else [*CFLAGS, f"-Wl,-soname,{name}", *extra]
+    if program:
+        args = [*(DYNAMIC_PROGRAM_FLAGS if dynamic else PROGRAM_FLAGS)]
+    else:
+        args = [*CFLAGS, f"-Wl,-soname,{name}", *extra]
     digest = hashlib.sha256()
     for part in (cc, *args, (SRC / source).read_text(), (SRC / "cuda_api.h").read_text()):
         digest.update(part.encode() + b"\0")
@@ -99,6 +112,11 @@ def build_hook(out: Path) -> Path:
     return _build(out, HOOK, "cdihook.c", program=True)
 
 
+def build_smoke(out: Path) -> Path:
+    """The conformance kit's CUDA smoke program, ``out/kubeacc-cuda-smoke`` (docs/selftest.md)."""
+    return _build(out, SMOKE, "cudasmoke.c", program=True, dynamic=True)
+
+
 def build_program(source: Path, out: Path, stub_dir: Path | None, *extra: str) -> Path:
     """A test program (``source``) linked against the stand-in driver in ``stub_dir`` (None:
     not linked against it, the program opens it itself); ``extra``: more linker arguments."""
@@ -120,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stub", action="store_true", help="also the stand-in CUDA driver and NVML")
     ns = ap.parse_args(argv)
     try:
-        paths = [build_library(ns.out), build_hook(ns.out)]
+        paths = [build_library(ns.out), build_hook(ns.out), build_smoke(ns.out)]
         if ns.stub:
             paths += build_stub(ns.out)
     except (BuildError, OSError) as exc:

@@ -162,14 +162,21 @@ def test_driver_tools_are_mounted_from_the_driver_root(helm: Helm) -> None:
 
     args, paths, mounts = agent()
     assert "--driver-tools-dir=/run/kubeacc/nvidia-bin" in args
-    assert "--driver-library-dir=/run/kubeacc/nvidia" in args
+    # One release for x86-64 and Arm64 nodes: the agent picks its own multiarch directory.
+    assert "--driver-library-dir=/run/kubeacc/nvidia/{multiarch}" in args
+    assert "--nvml-library=/run/kubeacc/nvidia/{multiarch}/libnvidia-ml.so.1" in args
+    assert paths["nvidia-lib"] == "/usr/lib"
     assert paths["nvidia-bin"] == "/usr/bin"
     assert mounts["nvidia-bin"] == {
         "name": "nvidia-bin", "mountPath": "/run/kubeacc/nvidia-bin", "readOnly": True
     }  # fmt: skip
     args, paths, _ = agent("--set", "nvidia.driverRoot=/run/nvidia/driver")
     assert paths["nvidia-bin"] == "/run/nvidia/driver/usr/bin"
-    assert paths["nvidia-lib"] == "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"
+    assert paths["nvidia-lib"] == "/run/nvidia/driver/usr/lib"
+    args, paths, _ = agent("--set", "nvidia.libraryDir=/usr/lib64")  # a layout of its own
+    assert "--driver-library-dir=/run/kubeacc/nvidia" in args
+    assert "--nvml-library=/run/kubeacc/nvidia/libnvidia-ml.so.1" in args
+    assert paths["nvidia-lib"] == "/usr/lib64"
     args, _, mounts = agent("--set", "nvidia.nvml=off")  # tools without the driver's libraries
     assert "--driver-tools-dir=/run/kubeacc/nvidia-bin" in args
     assert not [a for a in args if a.startswith("--driver-library-dir")]

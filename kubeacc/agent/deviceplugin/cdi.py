@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra.atomic import write_atomic
-from kubeacc.agent.dra.cdi import CDI_VERSION, device_node
+from kubeacc.agent.dra.cdi import CDI_VERSION, device_node, node_gids
+from kubeacc.agent.userspace.groups import cdi_version
 from kubeacc.model import Device
 
 CDI_KIND = "kubeacc.io/device"
@@ -24,12 +25,17 @@ DRIVER_DEVICE = "nvidia-driver"
 
 def build_spec(devices: Iterable[Device], device_root: Path = Path("/")) -> dict[str, Any]:
     entries = []
+    gids: set[int] = set()
     for dev in sorted(devices, key=lambda d: d.name):
         edits: dict[str, Any] = {"env": [f"KUBEACC_DEVICE={dev.pci_bus_id or dev.name}"]}
         if dev.device_nodes:
             edits["deviceNodes"] = [device_node(n, device_root) for n in dev.device_nodes]
+            groups = node_gids(edits["deviceNodes"])
+            if groups:
+                edits["additionalGids"] = sorted(groups)  # kubeacc.agent.userspace.groups
+                gids |= groups
         entries.append({"name": dev.name, "containerEdits": edits})
-    return {"cdiVersion": CDI_VERSION, "kind": CDI_KIND, "devices": entries}
+    return {"cdiVersion": cdi_version(CDI_VERSION, gids), "kind": CDI_KIND, "devices": entries}
 
 
 def write_spec(cdi_dir: Path, spec: dict[str, Any]) -> Path:

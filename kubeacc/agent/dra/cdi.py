@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from kubeacc.agent.dra.atomic import write_atomic
+from kubeacc.agent.userspace.groups import cdi_version, node_group
 
 CDI_VERSION = "0.6.0"
 CDI_KIND = "kubeacc.io/claim"
@@ -72,10 +73,12 @@ def build_spec(
     space, :mod:`kubeacc.agent.userspace`)."""
     units = ",".join(d.bus_id for d in devices if d.bus_id)
     cdi_devices = []
+    gids: set[int] = set()
     for d in devices:
         edits: dict[str, Any] = {}
         if d.device_nodes:
             edits["deviceNodes"] = [device_node(p, device_root) for p in d.device_nodes]
+            gids |= node_gids(edits["deviceNodes"])
         env = [f"KUBEACC_DEVICE_{_env_suffix(d.name)}={d.bus_id}"]
         env += [f"{k}={v}" for k, v in sorted(d.env.items())]
         edits["env"] = env
@@ -86,14 +89,14 @@ def build_spec(
                 for h, c, mode in mounts
             ]
         cdi_devices.append({"name": d.cdi_name(claim_uid), "containerEdits": edits})
+    base: dict[str, Any] = {"env": [f"ACCELERATOR_UNITS={units}", f"KUBEACC_CLAIM={claim_ref}"]}
+    if gids:
+        base["additionalGids"] = sorted(gids)
     return {
-        "cdiVersion": CDI_VERSION,
+        "cdiVersion": cdi_version(CDI_VERSION, gids),
         "kind": CDI_KIND,
         "devices": cdi_devices,
-        "containerEdits": merge(
-            {"env": [f"ACCELERATOR_UNITS={units}", f"KUBEACC_CLAIM={claim_ref}"]},
-            claim_edits or {},
-        ),
+        "containerEdits": merge(base, claim_edits or {}),
     }
 
 
@@ -109,7 +112,7 @@ def _env_suffix(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
-def device_node(path: str, device_root: Path) -> dict[str, str]:
+def device_node(path: str, device_root: Path) -> dict[str, Any]:
     """A CDI device node: ``path`` in the container, ``<device_root>/<path>`` on the host.
 
     The runtime (containerd on the host) opens ``hostPath``, so ``device_root`` is where the
@@ -117,10 +120,18 @@ def device_node(path: str, device_root: Path) -> dict[str, str]:
     agent's own ``--host-root`` is (the synthetic ``/sys`` tree of a test node holds regular
     files, not device nodes). A test node points it at a directory of real ``mknod`` nodes.
     """
-    entry = {"path": path}
+    entry: dict[str, Any] = {"path": path}
     if device_root != Path("/"):
         entry["hostPath"] = str(device_root / path.lstrip("/"))
+    gid = node_group(path, device_root)
+    if gid is not None:
+        entry["gid"] = gid  # the host's group (kubeacc.agent.userspace.groups)
     return entry
+
+
+def node_gids(nodes: Sequence[Mapping[str, Any]]) -> set[int]:
+    """The groups of device node entries (``additionalGids`` of the container)."""
+    return {int(n["gid"]) for n in nodes if "gid" in n}
 
 
 def write_spec(cdi_dir: Path, claim_uid: str, spec: Mapping[str, Any]) -> Path:

@@ -1,8 +1,7 @@
-"""The self test's checks of a node: its NVIDIA driver user space and kube-acc's CDI specs
-against what is really on the host (``kubeacc selftest``, docs/dra.md "Self test").
+"""The self test's checks of the NVIDIA driver user space and kube-acc's CDI specs against
+what is really on the host (docs/selftest.md).
 
-Each check is one line of the report: what was checked, passed or not, and the detail an admin
-attaches to a bug. The specs' paths are the container runtime's (host paths), checked as such.
+The specs' paths are the container runtime's (host paths), checked as such.
 """
 
 from __future__ import annotations
@@ -10,27 +9,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.userspace.nvidia import DriverRootError
 from kubeacc.agent.userspace.provider import DriverUserSpace
+from kubeacc.selftest.report import Check, failed, passed, skipped, verdict
 
 VERSION_ENV = "KUBEACC_NVIDIA_DRIVER_VERSION="
 SPEC_GLOB = "kubeacc.io-*.json"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    detail: str = ""
-
-    def line(self) -> str:
-        return f"{'PASS' if self.ok else 'FAIL'}  {self.name}" + (
-            f": {self.detail}" if self.detail else ""
-        )
 
 
 def user_space_checks(us: DriverUserSpace) -> tuple[list[Check], str | None]:
@@ -38,18 +25,17 @@ def user_space_checks(us: DriverUserSpace) -> tuple[list[Check], str | None]:
     try:
         found = us.find()
     except DriverRootError as exc:
-        return [Check("NVIDIA driver user space", False, str(exc))], None
+        return [failed("NVIDIA driver user space", str(exc))], None
     out = [
-        Check(
+        passed(
             "NVIDIA driver user space",
-            True,
             f"driver {found.version}, {len(found.libraries)} libraries in {found.library_dir}"
             + (f"; absent: {', '.join(found.absent)}" if found.absent else ""),
         )
     ]
     for path in (*found.files, *found.sockets):
         host = us.where / path.lstrip("/")
-        out.append(Check(f"driver file {path}", host.exists(), str(host)))
+        out.append(verdict(f"driver file {path}", host.exists(), str(host)))
     return out, found.version
 
 
@@ -58,12 +44,12 @@ def spec_checks(cdi_dir: Path, version: str | None) -> list[Check]:
     out = []
     specs = sorted(cdi_dir.glob(SPEC_GLOB))
     if not specs:
-        return [Check(f"CDI specs in {cdi_dir}", True, "none (no claim prepared)")]
+        return [skipped(f"CDI specs in {cdi_dir}", "none: no claim prepared on this node")]
     for spec_path in specs:
         try:
             spec = json.loads(spec_path.read_bytes())
         except (OSError, ValueError) as exc:
-            out.append(Check(f"CDI spec {spec_path.name}", False, str(exc)))
+            out.append(failed(f"CDI spec {spec_path.name}", str(exc)))
             continue
         missing, versions = [], set()
         for edits in _edits(spec):
@@ -74,7 +60,7 @@ def spec_checks(cdi_dir: Path, version: str | None) -> list[Check]:
                 e[len(VERSION_ENV) :] for e in edits.get("env") or [] if e.startswith(VERSION_ENV)
             }
         out.append(
-            Check(
+            verdict(
                 f"CDI spec {spec_path.name}: files",
                 not missing,
                 f"missing: {', '.join(missing)}" if missing else "every file it names exists",
@@ -83,7 +69,7 @@ def spec_checks(cdi_dir: Path, version: str | None) -> list[Check]:
         if versions:
             good = versions == {version}
             out.append(
-                Check(
+                verdict(
                     f"CDI spec {spec_path.name}: driver version",
                     good,
                     f"spec {', '.join(sorted(versions))}, loaded module {version or 'none'}",
@@ -107,10 +93,3 @@ def _paths(edits: dict[str, Any]) -> Iterator[str]:
         yield n.get("hostPath") or n["path"]
     for h in edits.get("hooks") or []:
         yield h["path"]
-
-
-def report(checks: list[Check]) -> str:
-    failed = sum(1 for c in checks if not c.ok)
-    lines = [c.line() for c in checks]
-    lines.append(f"{len(checks) - failed} passed, {failed} failed")
-    return "\n".join(lines)

@@ -1,0 +1,121 @@
+"""The CUDA smoke check: a container started through the node's container runtime with a CDI
+spec of one GPU and the driver's user space, running kube-acc's smoke program
+(``kubeacc-cuda-smoke``, kubeacc/native/cudasmoke.c): the driver library found through the
+container's ld cache, cuInit, a context, an allocation freed again.
+
+The runtime is containerd, driven by its ``ctr`` client (``ctr run --device <CDI name>``, which
+applies CDI specs from ``/etc/cdi`` and ``/var/run/cdi``, the directories the agent's default
+``--cdi-dir`` is one of). The spec is written for the run only (``kubeacc-selftest-<id>.json``,
+not a name the agent's spec checks read) and removed after it. The image is the admin's: any
+image with a C library and ``ldconfig`` (a CUDA base image, a distribution's), already in
+containerd's store; the smoke program is bind-mounted into it read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubeacc.agent.dra.cdi import CDI_VERSION, device_node
+from kubeacc.agent.userspace.nvidia import DriverRootError
+from kubeacc.agent.userspace.provider import DriverUserSpace
+from kubeacc.model import Device
+from kubeacc.selftest.report import Check, failed, passed, skipped
+
+NAME = "CUDA smoke in a container"
+KIND = "kubeacc.io/selftest"
+CONTAINER_PROGRAM = "/kubeacc-cuda-smoke"
+OK_LINE = "smoke ok"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How to start a container on this node."""
+
+    #: containerd's client binary.
+    ctr: Path
+    #: containerd's socket.
+    address: Path
+    #: The image to run the smoke program in (None: the check is skipped).
+    image: str | None
+    #: The smoke program, a host path.
+    program: Path
+    #: Where ``ctr`` reads CDI specs (the spec is written there for the run).
+    spec_dir: Path = Path("/var/run/cdi")
+    namespace: str = "k8s.io"
+    #: Where the device nodes are, a host path (``/`` on a node).
+    device_root: Path = Path("/")
+    timeout: float = 120.0
+
+
+def smoke_check(rt: Runtime, us: DriverUserSpace, gpu: Device | None) -> Check:
+    if rt.image is None:
+        return skipped(NAME, "no --smoke-image given (an image with a C library and ldconfig)")
+    if gpu is None:
+        return skipped(NAME, "no NVIDIA GPU on this node")
+    for what, path in (("--ctr", rt.ctr), ("--smoke-program", rt.program)):
+        if not os.access(path, os.X_OK):
+            return failed(NAME, f"{what} {path} is not an executable file")
+    try:
+        edits = us.nvidia_edits()
+    except DriverRootError as exc:
+        return failed(NAME, f"no driver user space to hand the container: {exc}")
+    name = f"smoke-{os.getpid()}"
+    spec = {
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "devices": [
+            {
+                "name": name,
+                "containerEdits": {
+                    "deviceNodes": [device_node(p, rt.device_root) for p in gpu.device_nodes],
+                    "env": [f"NVIDIA_VISIBLE_DEVICES={gpu.uuid or 'all'}"],
+                },
+            }
+        ],
+        "containerEdits": edits,
+    }
+    spec_path = rt.spec_dir / f"kubeacc-selftest-{name}.json"
+    container = f"kubeacc-selftest-{name}"
+    try:
+        rt.spec_dir.mkdir(parents=True, exist_ok=True)
+        spec_path.write_text(json.dumps(spec, indent=1))
+        done = _ctr(
+            rt,
+            "run",
+            "--rm",
+            "--device",
+            f"{KIND}={name}",
+            "--mount",
+            f"type=bind,src={rt.program},dst={CONTAINER_PROGRAM},options=rbind:ro",
+            rt.image,
+            container,
+            CONTAINER_PROGRAM,
+        )
+    except subprocess.TimeoutExpired:
+        _ctr(rt, "task", "kill", "--signal", "SIGKILL", container, check_timeout=False)
+        _ctr(rt, "containers", "rm", container, check_timeout=False)
+        return failed(NAME, f"the container did not end within {rt.timeout:.0f} s")
+    except OSError as exc:
+        return failed(NAME, f"{spec_path}: {exc.strerror or exc}")
+    finally:
+        spec_path.unlink(missing_ok=True)
+    output = (done.stdout + done.stderr).strip()
+    last = output.splitlines()[-1] if output else "no output"
+    gpu_name = f"GPU {gpu.pci.bus_id if gpu.pci else gpu.name}"
+    if done.returncode == 0 and OK_LINE in done.stdout:
+        return passed(NAME, f"{gpu_name}, image {rt.image}: {'; '.join(output.splitlines())}")
+    return failed(NAME, f"{gpu_name}, image {rt.image}: exit {done.returncode}: {last}")
+
+
+def _ctr(rt: Runtime, *args: str, check_timeout: bool = True) -> subprocess.CompletedProcess[str]:
+    argv = [str(rt.ctr), f"--address={rt.address}", f"--namespace={rt.namespace}", *args]
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=rt.timeout, check=False)
+    except subprocess.TimeoutExpired:
+        if check_timeout:
+            raise
+        return subprocess.CompletedProcess(argv, -1, "", "timed out")

@@ -1,0 +1,151 @@
+"""The conformance kit's CUDA smoke check on the testbed's real runtime: containerd (its own
+``ctr`` client, CDI) and runc start a container of an image with a C library and ``ldconfig``
+(as a CUDA base image has), with the CDI spec ``kubeacc selftest`` writes: the stand-in
+``libcuda.so.1`` of a synthetic driver root reaches the container read-only, the kube-acc hook
+makes its ld cache list it, and the smoke program (kubeacc/native/cudasmoke.c) loads it by name
+and calls cuInit, cuDeviceGetCount, cuMemAlloc and cuMemFree. A driver root without the library
+and an image the runtime lacks fail the check, each with its reason."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kubeacc.native import build
+from kubeacc.testbed.images import busybox_layer, write_image
+from kubeacc.testbed.kubelet import make_device_nodes
+from kubeacc.testbed.runtime import Containerd, ensure_runtime
+from tests.cli.clirun import kubeacc
+from tests.driverroot import LIB_DIR, driver_version, stand_in_driver
+from tests.hosts import HostFactory, discover
+
+pytestmark = pytest.mark.cluster
+
+IMAGE = "kubeacc.local/glibc:1"
+#: The host's C library, its loader and ldconfig, where a Debian image has them.
+GLIBC_FILES = {
+    "/lib64/ld-linux-x86-64.so.2": "lib64/ld-linux-x86-64.so.2",
+    "/lib/x86_64-linux-gnu/libc.so.6": "lib/x86_64-linux-gnu/libc.so.6",
+    "/sbin/ldconfig": "sbin/ldconfig",
+}
+
+
+def glibc_layer() -> bytes:
+    """busybox's layer plus a C library, its loader and ldconfig."""
+    out = io.BytesIO()
+    with (
+        tarfile.open(fileobj=io.BytesIO(busybox_layer())) as base,
+        tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for member in base.getmembers():
+            tar.addfile(member, base.extractfile(member) if member.isfile() else None)
+        for d in ("lib", "lib64", "lib/x86_64-linux-gnu", "sbin", "etc/ld.so.conf.d"):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
+        for src, dst in GLIBC_FILES.items():
+            data = Path(src).resolve().read_bytes()
+            info = tarfile.TarInfo(dst)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+        conf = b"include /etc/ld.so.conf.d/*.conf\n"
+        info = tarfile.TarInfo("etc/ld.so.conf")
+        info.size, info.mode = len(conf), 0o644
+        tar.addfile(info, io.BytesIO(conf))
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]:
+    work = tmp_path_factory.mktemp("containerd")
+    (work / "logs").mkdir()
+    runtime = Containerd(work, ensure_runtime(), [work / "cdi"], work / "logs")
+    runtime.start()
+    try:
+        runtime.import_image(write_image(IMAGE, ["sh"], glibc_layer(), work / "glibc.tar"))
+        yield runtime
+    finally:
+        runtime.shutdown()
+
+
+def run_selftest(
+    host: Path,
+    tmp_path: Path,
+    containerd: Containerd,
+    native: Path,
+    devices: Path,
+    image: str = IMAGE,
+) -> tuple[int, dict[str, str]]:
+    got = kubeacc(
+        "selftest",
+        f"--host-root={host}",
+        "--driver-root=/driver",
+        f"--cdi-dir={tmp_path / 'cdi'}",
+        f"--cdi-hook={native / build.HOOK}",
+        f"--device-root={devices}",
+        f"--ctr={containerd.bin_dir / 'ctr'}",
+        f"--containerd-address={containerd.socket}",
+        f"--smoke-image={image}",
+        f"--smoke-program={native / build.SMOKE}",
+        "-o",
+        "json",
+        home=tmp_path,
+        timeout=300,
+    )
+    assert got.returncode in (0, 1), got.stderr
+    checks = {c["name"]: c for c in json.loads(got.stdout)["checks"]}
+    return got.returncode, checks["CUDA smoke in a container"]
+
+
+def test_the_smoke_program_loads_the_driver_through_the_runtime(
+    containerd: Containerd, hosts: HostFactory, tmp_path: Path
+) -> None:
+    host = hosts.copy("dgx-h100")
+    version = driver_version(host)
+    stand_in_driver(host / "driver", version)
+    native = tmp_path / "native"
+    build.build_hook(native)
+    build.build_smoke(native)
+    devices = tmp_path / "devices"
+    gpu = next(d for d in discover(host).devices if d.vendor == "NVIDIA")
+    make_device_nodes(devices, gpu.device_nodes)
+    (tmp_path / "cdi").mkdir()
+
+    rc, smoke = run_selftest(host, tmp_path, containerd, native, devices)
+    assert smoke["status"] == "pass", smoke
+    detail = smoke["detail"]
+    assert f"GPU {gpu.pci.bus_id if gpu.pci else ''}, image {IMAGE}" in detail
+    for step in ("cuInit 0", "devices 1", "cuMemAlloc 0", "cuMemFree 0", "smoke ok"):
+        assert step in detail, detail
+    assert not list(Path("/var/run/cdi").glob("kubeacc-selftest-*.json"))  # removed after
+    assert not containerd.ctr("containers", "list", "--quiet").stdout.strip()  # --rm
+
+    (host / "driver" / LIB_DIR / f"libcuda.so.{version}").unlink()
+    rc, smoke = run_selftest(host, tmp_path, containerd, native, devices)
+    assert rc == 1 and smoke["status"] == "fail"
+    assert (
+        "no driver user space to hand the container: driver root /driver: no libcuda"
+        in (smoke["detail"])
+    )
+
+
+def test_an_image_the_runtime_lacks_fails_with_its_message(
+    containerd: Containerd, hosts: HostFactory, tmp_path: Path
+) -> None:
+    host = hosts.copy("dgx-h100")
+    stand_in_driver(host / "driver", driver_version(host))
+    native = tmp_path / "native"
+    build.build_hook(native)
+    build.build_smoke(native)
+    (tmp_path / "cdi").mkdir()
+    rc, smoke = run_selftest(
+        host, tmp_path, containerd, native, tmp_path / "devices", "kubeacc.local/absent:1"
+    )
+    assert rc == 1 and smoke["status"] == "fail"
+    assert "image kubeacc.local/absent:1: exit 1:" in smoke["detail"]
+    assert "not found" in smoke["detail"]
