@@ -17,7 +17,7 @@ from kubeacc.cli.hosts import (
     open_host,
 )
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import HostRootOption, KubeconfigOption
+from kubeacc.cli.options import ContextOption, HostRootOption, KubeconfigOption
 from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 from kubeacc.discovery.nvml import NvmlMode
@@ -25,6 +25,7 @@ from kubeacc.discovery.nvml import NvmlMode
 
 def controller_command(
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     identity: Annotated[str | None, typer.Option(help="Leader-election identity")] = None,
     lease_namespace: Annotated[str, typer.Option()] = "kube-system",
     admin_namespace: Annotated[
@@ -61,7 +62,7 @@ def controller_command(
 
     setup_logging(log_level)
     stop = stop_on_signals()
-    client = make_client(kubeconfig, FIELD_MANAGER)
+    client = make_client(kubeconfig, FIELD_MANAGER, context=context)
     who = identity or f"{socket.gethostname()}-{os.getpid()}"
     controller = Controller(
         client,
@@ -91,6 +92,7 @@ def lifecycle_agent_command(
     host_root: HostRootOption = Path("/"),
     host_kind: HostKindOption = HostKind.AUTO,
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     bitstream_dir: Annotated[
         Path, typer.Option(help="Node-local library of FPGA bitstreams")
     ] = Path("/var/lib/kubeacc/bitstreams"),
@@ -120,7 +122,7 @@ def lifecycle_agent_command(
     setup_logging(log_level)
     host = open_host(host_root, host_kind, simulate_kernel=simulate_kernel)
     agent = LifecycleAgent(
-        make_client(kubeconfig, f"kubeacc-agent-{node_name}"),
+        make_client(kubeconfig, f"kubeacc-agent-{node_name}", context=context),
         node_name=node_name,
         host=host,
         bitstream_dir=bitstream_dir,
