@@ -13,6 +13,7 @@ allocator's quirks included); an explanation names the scheduler deviation when 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +30,7 @@ from kubeacc.cli.options import (
     use_units_table,
 )
 from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
+from kubeacc.cli.planhints import unknown_memory_hint
 from kubeacc.engine.engine import Engine, Placement
 from kubeacc.safeyaml import InputError, load_file
 from kubeacc.units.explain import preference_lines, why_not
@@ -139,11 +141,12 @@ def plan(
         fail(str(err))
     explained = run_plan_explained(objs)
     placements = [p for p, _ in explained]
+    hints = {p.claim: unknown_memory_hint(objs, p) for p in placements}
     enforcement = share_enforcement(objs)
     if is_table(output):
         print_table(
             ("CLAIM", "NODE", "DEVICES", "WHY NOT"),
-            [_row(p, enforcement) for p in placements],
+            [_row(p, enforcement, hints[p.claim]) for p in placements],
             title="kubeacc plan",
             wrap=("DEVICES", "WHY NOT"),
             wide=output is Format.WIDE,
@@ -160,6 +163,7 @@ def plan(
             {
                 **p.to_dict(),
                 **({"preference": lines} if lines else {}),
+                **({"hints": hints[p.claim]} if hints[p.claim] else {}),
                 **({"shares": shares} if (shares := _shares(p, enforcement)) else {}),
             }
             for p, lines in explained
@@ -196,7 +200,9 @@ def _shares(p: Placement, enforcement: dict[tuple[str, str], str]) -> dict[str, 
     }
 
 
-def _row(p: Placement, enforcement: dict[tuple[str, str], str]) -> list[str]:
+def _row(
+    p: Placement, enforcement: dict[tuple[str, str], str], hints: Sequence[str] = ()
+) -> list[str]:
     if p.allocation is not None:
         shares = _shares(p, enforcement)
         devs = ", ".join(
@@ -205,5 +211,5 @@ def _row(p: Placement, enforcement: dict[tuple[str, str], str]) -> list[str]:
             for r in p.allocation["devices"]["results"]
         )
         return [p.claim, p.node or "(any)", devs, ""]
-    why = "\n".join(p.explanation.lines()) if p.explanation else "unknown"
+    why = "\n".join([*(p.explanation.lines() if p.explanation else ["unknown"]), *hints])
     return [p.claim, "-", "-", why]
