@@ -24,7 +24,6 @@ import pynvml
 from kubeacc.host.files import read_regular
 from kubeacc.synthetic.mig_state import MigState
 from kubeacc.synthetic.nvml_mig import MigCalls
-from kubeacc.synthetic.nvml_telemetry import TelemetryCalls
 
 #: The description of an 8-GPU host is a few tens of KB.
 DESCRIPTION_LIMIT = 4 << 20
@@ -80,10 +79,9 @@ def injectable(call: Callable[..., R]) -> Callable[..., R]:
     return checked
 
 
-class SyntheticNVML(TelemetryCalls, MigCalls):
+class SyntheticNVML(MigCalls):
     """Answers NVML calls from a description (see the module docstring); MIG calls from the
-    host's MIG state when the description came from a host (:mod:`.mig_state`); the running
-    figures (utilisation, errors, XID events) from :mod:`.nvml_telemetry`."""
+    host's MIG state when the description came from a host (:mod:`.mig_state`)."""
 
     NVMLError = pynvml.NVMLError
 
@@ -103,8 +101,6 @@ class SyntheticNVML(TelemetryCalls, MigCalls):
                     raise ValueError(f"'errors' names an unknown NVML call {call!r}")
                 error_code(str(name))
         self.mig_state = MigState(synthetic_dir, self.gpus) if synthetic_dir else None
-        #: Where ``telemetry.json`` is looked for (kubeacc.synthetic.nvml_telemetry).
-        self.telemetry_dir = synthetic_dir
 
     @classmethod
     def from_file(cls, path: str) -> SyntheticNVML:
@@ -147,10 +143,6 @@ class SyntheticNVML(TelemetryCalls, MigCalls):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if self.gpus[index].get("lost"):
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
-        self._told(index)  # GPU_IS_LOST for a GPU the test has taken off the bus
-        return _Handle(index)
-
-    def _handle(self, index: int) -> _Handle:
         return _Handle(index)
 
     # -- per device -------------------------------------------------------------------------
@@ -189,13 +181,11 @@ class SyntheticNVML(TelemetryCalls, MigCalls):
 
     @injectable
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> _Memory:
-        told = self._told(handle.gpu)
         if handle.mig is not None:
             total = int(self._mig(handle)["memoryTotal"])
         else:
             total = int(self._gpu(handle)["memoryTotal"])
-        used = min(total, self._memory_used(handle.gpu, told, total))
-        return _Memory(total=total, free=total - used, used=used)
+        return _Memory(total=total, free=total, used=0)
 
     @injectable
     def nvmlDeviceGetSerial(self, handle: _Handle) -> str:
@@ -214,7 +204,7 @@ class SyntheticNVML(TelemetryCalls, MigCalls):
 
     @injectable
     def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
-        return TelemetryCalls.nvmlDeviceGetTemperature(self, handle, sensor)
+        return int(self._gpu(handle).get("temperature", 35))
 
     @injectable
     def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:
