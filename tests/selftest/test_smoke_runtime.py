@@ -27,11 +27,16 @@ from tests.hosts import HostFactory, discover
 pytestmark = pytest.mark.cluster
 
 IMAGE = "kubeacc.local/glibc:1"
-#: The host's C library, its loader and ldconfig, where a Debian image has them.
+#: The host's C library, its loader and ldconfig, where a Debian image has them, and the glibc
+#: libraries the real libcuda.so.1 links against (its ldd on driver 580: libm, libdl,
+#: libpthread, librt; without libm.so.6 its dlopen fails, as seen on an H100 node).
 GLIBC_FILES = {
     "/lib64/ld-linux-x86-64.so.2": "lib64/ld-linux-x86-64.so.2",
-    "/lib/x86_64-linux-gnu/libc.so.6": "lib/x86_64-linux-gnu/libc.so.6",
     "/sbin/ldconfig": "sbin/ldconfig",
+    **{
+        f"/lib/x86_64-linux-gnu/{lib}": f"lib/x86_64-linux-gnu/{lib}"
+        for lib in ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1")
+    },
 }
 
 
