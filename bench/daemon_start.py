@@ -50,7 +50,7 @@ from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
 from kubeacc.crds.resources import install_crds
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
-from kubeacc.testbed.procs import free_port
+from kubeacc.testbed.procs import free_port, terminate
 
 NODE = "bench-node"
 TARGET_START_MS = 150.0
@@ -150,15 +150,6 @@ def _cpu_ms(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def imports(log: Path) -> dict[str, object]:
     """Modules imported and their summed own import time, from ``-X importtime`` output."""
     own = [int(m[1]) for line in log.read_text().splitlines() if (m := _IMPORT.match(line))]
@@ -170,7 +161,7 @@ def measure(
 ) -> dict[str, object]:
     work = work / launcher
     proc, _, cleanup, log = _start(daemon, work / "importtime", True, launcher)
-    _stop(proc)
+    terminate(proc)
     cleanup()
     result: dict[str, object] = {**imports(log), "ready_means": daemon.what}
     starts, cpu, rss = [], [], []
@@ -180,7 +171,7 @@ def measure(
         cpu.append(_cpu_ms(proc.pid))
         time.sleep(settle)
         rss.append(proc_status(proc.pid)["rss_mb"])
-        _stop(proc)
+        terminate(proc)
         cleanup()
     result |= {
         "start_ms": [round(s, 1) for s in starts],

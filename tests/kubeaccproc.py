@@ -8,6 +8,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from kubeacc.testbed.procs import terminate
+
 
 @contextlib.contextmanager
 def kubeacc_process(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
@@ -21,9 +23,4 @@ def kubeacc_process(args: list[str], log: Path) -> Iterator[subprocess.Popen[byt
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc, 10)

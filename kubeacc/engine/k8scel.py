@@ -199,14 +199,6 @@ def _ip(s: str) -> Any:
     return opaque("IP", str(_parse_ip(s)))
 
 
-def _is_ip(s: str) -> bool:
-    try:
-        _parse_ip(s)
-    except KubernetesCelError:
-        return False
-    return True
-
-
 def _ipv(x: Any) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
     return ipaddress.ip_address(x.value)
 
@@ -226,12 +218,21 @@ def _cidr(s: str) -> Any:
     return opaque("CIDR", str(_parse_cidr(s)))
 
 
-def _is_cidr(s: str) -> bool:
-    try:
-        _parse_cidr(s)
-    except KubernetesCelError:
-        return False
-    return True
+def _accepts(parse: Callable[[str], object]) -> Callable[[str], bool]:
+    """The ``isIP``/``isCIDR`` predicate of a parser: true when the string parses."""
+
+    def check(s: str) -> bool:
+        try:
+            parse(s)
+        except KubernetesCelError:
+            return False
+        return True
+
+    return check
+
+
+_is_ip = _accepts(_parse_ip)
+_is_cidr = _accepts(_parse_cidr)
 
 
 def _cv(x: Any) -> ipaddress.IPv4Interface | ipaddress.IPv6Interface:

@@ -105,13 +105,23 @@ def _plain_gpu(host: Host, gpus: list[Device]) -> Device | None:
     return None
 
 
-def mps_check(host: Host, gpus: list[Device], asked: bool) -> Check:
+def _asked_plain_gpu(
+    host: Host, gpus: list[Device], asked: bool, name: str, option: str
+) -> Check | tuple[str, str]:
+    """The bus id and UUID of the GPU a changing check works on, or why the check is skipped."""
     if not asked:
-        return skipped(MPS, "not asked for (--mps: starts an MPS daemon on one GPU)")
+        return skipped(name, f"not asked for ({option})")
     gpu = _plain_gpu(host, gpus)
     if gpu is None or gpu.pci is None:
-        return skipped(MPS, "no NVIDIA GPU outside MIG mode")
-    bus, uuid = gpu.pci.bus_id, gpu.uuid or ""
+        return skipped(name, "no NVIDIA GPU outside MIG mode")
+    return gpu.pci.bus_id, gpu.uuid or ""
+
+
+def mps_check(host: Host, gpus: list[Device], asked: bool) -> Check:
+    target = _asked_plain_gpu(host, gpus, asked, MPS, "--mps: starts an MPS daemon on one GPU")
+    if isinstance(target, Check):
+        return target
+    bus, uuid = target
     with tempfile.TemporaryDirectory(prefix="kubeacc-selftest-mps-") as base:
         daemons = MpsDaemons(host, Path(base))
         try:
@@ -128,12 +138,12 @@ def mps_check(host: Host, gpus: list[Device], asked: bool) -> Check:
 
 
 def timeslice_check(host: Host, gpus: list[Device], asked: bool) -> Check:
-    if not asked:
-        return skipped(TIMESLICE, "not asked for (--timeslice: changes one GPU's time slice)")
-    gpu = _plain_gpu(host, gpus)
-    if gpu is None or gpu.pci is None:
-        return skipped(TIMESLICE, "no NVIDIA GPU outside MIG mode")
-    bus, uuid = gpu.pci.bus_id, gpu.uuid or ""
+    target = _asked_plain_gpu(
+        host, gpus, asked, TIMESLICE, "--timeslice: changes one GPU's time slice"
+    )
+    if isinstance(target, Check):
+        return target
+    bus, uuid = target
     ctl = GpuControl(host)
     before = ctl.timeslice(bus, uuid)
     if before is None:

@@ -159,6 +159,17 @@ def wait_for(
         time.sleep(interval)
 
 
+def terminate(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
+    """SIGTERM to a child started with :class:`subprocess.Popen`, SIGKILL after ``grace``
+    seconds; returns once it is reaped."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def stop_all() -> None:
     """Stop every process still running (the atexit hook)."""
     with _live_lock:

@@ -17,6 +17,7 @@ from lightkube import Client
 
 from kubeacc.crds.resources import AcceleratorOperation, as_dict
 from kubeacc.synthetic.profiles import build
+from kubeacc.testbed.procs import terminate
 from kubeacc.testbed.testbed import Testbed
 from tests.cli.clirun import KUBEACC, assert_one_line_error, clean_env, kubeacc
 from tests.crdfixtures import create_operation, wait_for
@@ -47,12 +48,7 @@ def _process(args: list[str], log: Path, home: Path) -> Iterator[subprocess.Pope
     try:
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
 
 
 def _wait_log(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 90) -> str:
