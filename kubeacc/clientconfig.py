@@ -18,7 +18,7 @@ from typing import Any
 import httpx2
 import yaml
 from lightkube import Client
-from lightkube.config.kubeconfig import KubeConfig
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
@@ -72,25 +72,40 @@ def resolve(
 
 
 def make_client(
-    flag: Path | None, field_manager: str | None = None, *, timeout: float | None = None
+    flag: Path | None,
+    field_manager: str | None = None,
+    *,
+    timeout: float | None = None,
+    context: str | None = None,
 ) -> Client:
     """A lightkube client for the resolved configuration; bad configuration raises
     :class:`KubeconfigError` here, before any request is made. ``timeout``: per-request
-    deadline in seconds (lightkube's default without)."""
+    deadline in seconds (lightkube's default without). ``context``: the kubeconfig context to
+    use instead of its ``current-context`` (``--context``)."""
     resolved = resolve(flag)
     try:
-        _check_files(resolved.config)
+        single = _context(resolved, context)
+        _check_files(single)
         if timeout is None:
-            return Client(resolved.config, field_manager=field_manager)
-        return Client(resolved.config, field_manager=field_manager, timeout=httpx2.Timeout(timeout))
+            return Client(single, field_manager=field_manager)
+        return Client(single, field_manager=field_manager, timeout=httpx2.Timeout(timeout))
     except (ConfigError, KeyError, TypeError, ValueError, OSError, ssl.SSLError) as exc:
         raise KubeconfigError(f"{resolved.source}: {_reason(exc)}") from exc
 
 
-def _check_files(config: KubeConfig) -> None:
-    """The files the current context names exist (ssl would not say which one is missing)."""
-    single = config.get()
-    assert single is not None
+def _context(resolved: ResolvedConfig, name: str | None) -> SingleConfig:
+    """The context ``name`` (default: the current one); an unknown name lists the known ones."""
+    if name is not None and name not in resolved.config.contexts:
+        known = ", ".join(sorted(resolved.config.contexts)) or "none"
+        raise KubeconfigError(f"{resolved.source}: no context {name!r} (contexts: {known})")
+    single = resolved.config.get(context_name=name)
+    if single is None:
+        raise KubeconfigError(f"{resolved.source}: no current-context; give --context NAME")
+    return single
+
+
+def _check_files(single: SingleConfig) -> None:
+    """The files the context names exist (ssl would not say which one is missing)."""
     named = {"certificate-authority": single.cluster.certificate_auth}
     if single.user is not None:
         named |= {

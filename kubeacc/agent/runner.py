@@ -134,6 +134,8 @@ class AgentOptions:
     #: directory of real device nodes on a test node whose host root is synthetic.
     device_root: Path = Path("/")
     kubeconfig: Path | None = None
+    #: The kubeconfig context (``--context``; default: its current one).
+    context: str | None = None
     kubelet_root: Path = Path("/var/lib/kubelet")
     cdi_dir: Path = DEFAULT_CDI_DIR
     state_dir: Path = Path("/var/lib/kubeacc")
@@ -193,7 +195,7 @@ class Agent:
         claims: ClaimSource | None = None,
     ) -> None:
         self.opts = options
-        self.client = client or make_client(options.kubeconfig)
+        self.client = client or make_client(options.kubeconfig, context=options.context)
         self._stop = threading.Event()
         #: Wakes the loop early (stop, the kubelet registered us, a cordon changed).
         self._wake = threading.Event()
@@ -205,7 +207,9 @@ class Agent:
         self._watch: WatchingClaimSource | None = None
         # What a prepare reads (claims, policies) has a deadline well inside the kubelet's.
         self.prepare_client = (
-            make_client(options.kubeconfig, timeout=READ_TIMEOUT_S) if client is None else client
+            make_client(options.kubeconfig, timeout=READ_TIMEOUT_S, context=options.context)
+            if client is None
+            else client
         )
         self.accelerators: AcceleratorSync | None = None
         if options.sync_accelerators:

@@ -20,6 +20,7 @@ from kubeacc.cli.hosts import (
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
 from kubeacc.cli.multiarch import MultiarchError, expand
 from kubeacc.cli.options import (
+    ContextOption,
     DeviceRootOption,
     HostRootOption,
     KubeconfigOption,
@@ -41,6 +42,7 @@ def agent_command(
     host_kind: HostKindOption = HostKind.AUTO,
     device_root: DeviceRootOption = Path("/"),
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     kubelet_root: Annotated[Path, typer.Option(help="The kubelet's --root-dir.")] = Path(
         "/var/lib/kubelet"
     ),
@@ -236,6 +238,7 @@ def agent_command(
                 host=host,
                 device_root=device_root,
                 kubeconfig=kubeconfig,
+                context=context,
                 kubelet_root=kubelet_root,
                 cdi_dir=cdi_dir,
                 state_dir=state_dir,
@@ -335,17 +338,20 @@ def _device_plugin_config(types: list[DeviceType], path: Path | None) -> DeviceP
     return config if config.types else None
 
 
-def install_classes_command(kubeconfig: KubeconfigOption = None) -> None:
+def install_classes_command(
+    kubeconfig: KubeconfigOption = None, context: ContextOption = None
+) -> None:
     """Create or update the DeviceClasses of the kubeacc.io DRA driver."""
     from kubeacc.agent.dra.classes import apply_device_classes
     from kubeacc.clientconfig import make_client
 
-    for name in apply_device_classes(make_client(kubeconfig)):
+    for name in apply_device_classes(make_client(kubeconfig, context=context)):
         typer.echo(f"deviceclass {name} applied")
 
 
 def cleanup_command(
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     settle: Annotated[
         float, typer.Option(help="Seconds between passes (agents shutting down may write).")
     ] = 5.0,
@@ -354,6 +360,6 @@ def cleanup_command(
     from kubeacc.agent.cleanup import clean
     from kubeacc.clientconfig import make_client
 
-    removed = clean(make_client(kubeconfig), settle=settle)
+    removed = clean(make_client(kubeconfig, context=context), settle=settle)
     nodes = removed.labelled_nodes
     typer.echo(f"removed {removed.slices} ResourceSlices, kubeacc.io labels of {nodes} Nodes")

@@ -13,13 +13,14 @@ from typing import Annotated
 import typer
 
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import KubeconfigOption
+from kubeacc.cli.options import ContextOption, KubeconfigOption
 from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 
 
 def controller_command(
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     identity: Annotated[str | None, typer.Option(help="Leader-election identity")] = None,
     lease_namespace: Annotated[str, typer.Option()] = "kube-system",
     admin_namespace: Annotated[
@@ -56,7 +57,7 @@ def controller_command(
 
     setup_logging(log_level)
     stop = stop_on_signals()
-    client = make_client(kubeconfig, FIELD_MANAGER)
+    client = make_client(kubeconfig, FIELD_MANAGER, context=context)
     who = identity or f"{socket.gethostname()}-{os.getpid()}"
     controller = Controller(
         client,

@@ -72,7 +72,11 @@ def _run(console: Console, base: Path, keep: bool, timeout: float, real: bool = 
     from kubeacc.testbed.shapes import MULTINODE_SHAPES, multinode_options
 
     t0 = time.monotonic()
-    console.rule("kube-acc demo: one accelerator framework on a local four-node Kubernetes")
+    title = "kube-acc demo: one accelerator framework on a local four-node Kubernetes"
+    if console.is_terminal:
+        console.rule(title)
+    else:  # into a file or a pipe: no box-drawing line (docs/cli.md, "Tables")
+        console.print(f"== {title} ==", highlight=False)
     console.print("[bold]1.[/] testbed binaries (Kubernetes v1.36 built from upstream sources)")
     bins = ensure_built(out=sys.stderr)
     console.print(f"   ready in {bins}")

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kubeacc.cli.demo_claims import CLAIMS
+from kubeacc.cli.output import plain_table
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -46,9 +48,8 @@ def claims_table(console: Console, client: Client, stack: KubeaccStack, namespac
         p.metadata.name: p for p in client.list(Pod, namespace=namespace) if p.metadata
     }
     console.print("[bold]6.[/] what the scheduler allocated and each node's kubelet prepared")
-    table = Table(show_lines=True)
-    for col in ("claim", "wants", "node", "devices (request: device, model, PCIe root)", "pod"):
-        table.add_column(col)
+    columns = ("claim", "wants", "node", "devices (request: device, model, PCIe root)", "pod")
+    rows: list[list[str | Text]] = []
     for name, (what, _spec) in CLAIMS.items():
         c = claims.get(name)
         alloc = c.status.allocation if c and c.status else None
@@ -71,7 +72,22 @@ def claims_table(console: Console, client: Client, stack: KubeaccStack, namespac
             units = _units(stack.cdi_dir(node), c.metadata.uid) if c else None
             if units:
                 phase += f"\n{units}"
-        table.add_row(name, what, node, "\n".join(lines) or "[red]not allocated[/]", phase)
+        devices = Text.from_markup("\n".join(lines) or "[red]not allocated[/]")
+        rows.append([name, what, node, devices, phase])
+    print_rows(console, columns, rows)
+
+
+def print_rows(console: Console, columns: tuple[str, ...], rows: list[list[str | Text]]) -> None:
+    """A rich table on a terminal; plain ``kubectl``-style columns into a file or a pipe
+    (no box drawing, no colour), as every kubeacc table (docs/cli.md, "Tables")."""
+    if not console.is_terminal:
+        console.file.write(plain_table([c.upper() for c in columns], rows))
+        return
+    table = Table(show_lines=True)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
 
 

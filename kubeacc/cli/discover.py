@@ -12,7 +12,7 @@ from rich.text import Text
 
 from kubeacc.cli.errors import fail
 from kubeacc.cli.hosts import HostKind, HostKindOption, check_host_root, open_host
-from kubeacc.cli.output import Format, OutputOption, dump, print_table
+from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
 from kubeacc.discovery import ConfigError, discover, load_config
 from kubeacc.model import Device, DeviceType, Inventory
 
@@ -48,7 +48,7 @@ def type_facts(dev: Device) -> str:
 COLUMNS = ("TYPE", "NAME", "VENDOR", "MODEL", "BDF", "NUMA", "PCIE ROOT", "HEALTH", "DETAILS")
 
 
-def render_table(inv: Inventory, console: Console | None = None) -> None:
+def render_table(inv: Inventory, console: Console | None = None, *, wide: bool = False) -> None:
     rows: list[list[str | Text]] = []
     for dev in inv.devices:
         health: str | Text = dev.health.state.value
@@ -74,6 +74,7 @@ def render_table(inv: Inventory, console: Console | None = None) -> None:
         wrap=("DETAILS",),
         optional=("VENDOR", "PCIE ROOT", "DETAILS", "NUMA"),
         console=console,
+        wide=wide,
     )
 
 
@@ -114,8 +115,8 @@ def discover_command(
     except ConfigError as exc:
         fail(str(exc))
     inv = discover(open_host(host_root, host_kind), config=cfg, nvml=nvml, types=types)
-    if output is Format.TABLE:
-        render_table(inv)
+    if is_table(output):
+        render_table(inv, wide=output is Format.WIDE)
     else:
         sys.stdout.write(dump(inv.to_json_dict(), output))
     for warning in inv.warnings:

@@ -11,7 +11,12 @@ import typer
 
 from kubeacc.cli.errors import fail
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import KubeconfigOption, UnitsTableOption, use_units_table
+from kubeacc.cli.options import (
+    ContextOption,
+    KubeconfigOption,
+    UnitsTableOption,
+    use_units_table,
+)
 from kubeacc.cli.signals import stop_on_signals
 
 if TYPE_CHECKING:
@@ -27,6 +32,7 @@ def _address(text: str) -> tuple[str, int]:
 
 def extender_command(
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     address: Annotated[
         str, typer.Option(help="Serve the verbs, /healthz and /readyz on HOST:PORT or :PORT.")
     ] = ":8888",
@@ -81,7 +87,7 @@ def extender_command(
     use_units_table(units_table)
     tls = _tls(tls_cert_file, tls_key_file, client_ca_file, insecure_http)
     setup_logging(log_level)
-    client = make_client(kubeconfig, FIELD_MANAGER, timeout=30)
+    client = make_client(kubeconfig, FIELD_MANAGER, timeout=30, context=context)
     check_api(client)
     who = identity or f"{socket.gethostname()}-{os.getpid()}"
     try:

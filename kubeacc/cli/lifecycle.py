@@ -19,7 +19,7 @@ from kubeacc.cli.hosts import (
     open_host,
 )
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import HostRootOption, KubeconfigOption
+from kubeacc.cli.options import ContextOption, HostRootOption, KubeconfigOption
 from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 from kubeacc.discovery.nvml import NvmlMode
@@ -32,6 +32,7 @@ def lifecycle_agent_command(
     host_root: HostRootOption = Path("/"),
     host_kind: HostKindOption = HostKind.AUTO,
     kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     bitstream_dir: Annotated[
         Path, typer.Option(help="Node-local library of FPGA bitstreams")
     ] = Path("/var/lib/kubeacc/bitstreams"),
@@ -61,7 +62,7 @@ def lifecycle_agent_command(
     setup_logging(log_level)
     host = open_host(host_root, host_kind, simulate_kernel=simulate_kernel)
     agent = LifecycleAgent(
-        make_client(kubeconfig, f"kubeacc-agent-{node_name}"),
+        make_client(kubeconfig, f"kubeacc-agent-{node_name}", context=context),
         node_name=node_name,
         host=host,
         bitstream_dir=bitstream_dir,

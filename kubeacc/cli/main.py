@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from kubeacc import __version__
@@ -19,13 +21,27 @@ from kubeacc.cli.selftest import selftest_command
 app = typer.Typer(
     name="kubeacc",
     help="kube-acc: one accelerator management system for Kubernetes.",
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
 @app.callback(invoke_without_command=True)
-def _root(ctx: typer.Context) -> None:
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """kube-acc: one accelerator management system for Kubernetes."""
     if ctx.invoked_subcommand is None:
         typer.echo(ctx.get_help())

@@ -17,6 +17,18 @@ KubeconfigOption = Annotated[
         "then ~/.kube/config).",
     ),
 ]
+ContextOption = Annotated[
+    str | None,
+    typer.Option("--context", help="Kubeconfig context to use (default: its current-context)."),
+]
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option("--namespace", "-n", help="Only this namespace."),
+]
+AllNamespacesOption = Annotated[
+    bool,
+    typer.Option("--all-namespaces", "-A", help="Every namespace (the default)."),
+]
 HostRootOption = Annotated[
     Path, typer.Option("--host-root", help="Root of the host's /sys, /dev and /proc.")
 ]
@@ -50,3 +62,13 @@ def use_units_table(path: Path | None) -> None:
         use_table(load(path))
     except UnitTableError as err:
         fail(str(err))
+
+
+def namespace_scope(namespace: str | None, all_namespaces: bool) -> str | None:
+    """The one namespace ``-n`` names, or None for every namespace (``-A``, the default for
+    commands that look at devices, which the whole cluster shares); both at once is exit 2."""
+    if namespace is not None and all_namespaces:
+        from kubeacc.cli.errors import fail
+
+        fail("give -n/--namespace or -A/--all-namespaces, not both")
+    return namespace

@@ -23,17 +23,24 @@ from rich.text import Text
 
 class Format(StrEnum):
     TABLE = "table"
+    #: The table with every column, none left out for the terminal's width.
+    WIDE = "wide"
     JSON = "json"
     YAML = "yaml"
 
 
 OutputOption = Annotated[
     Format,
-    typer.Option("--output", "-o", case_sensitive=False, help="table, json or yaml."),
+    typer.Option("--output", "-o", case_sensitive=False, help="table, wide, json or yaml."),
 ]
 
 
+def is_table(fmt: Format) -> bool:
+    return fmt in (Format.TABLE, Format.WIDE)
+
+
 def dump(data: Any, fmt: Format) -> str:
+    """``data`` as a JSON or YAML document (the table formats are each command's own)."""
     if fmt is Format.JSON:
         return json.dumps(data, indent=2) + "\n"
     return yaml.safe_dump(data, sort_keys=False)
@@ -51,6 +58,7 @@ def print_table(
     wrap: Sequence[str] = (),
     optional: Sequence[str] = (),
     console: Console | None = None,
+    wide: bool = False,
 ) -> None:
     """Print ``rows`` under ``columns``; a cell is plain text (never markup) or a styled
     :class:`~rich.text.Text`, and may hold several lines.
@@ -58,6 +66,8 @@ def print_table(
     On a terminal, only the ``wrap`` columns wrap; every other column keeps its values whole.
     Where the terminal is too narrow for that, the ``optional`` columns are left out, in the
     order given, until the table fits, and a last line says which (``-o yaml`` has them all).
+    ``wide`` (``-o wide``) keeps every column and every value whole, wider than the terminal
+    where it must, as ``kubectl -o wide`` does.
     """
     out = console or Console()
     if not out.is_terminal:
@@ -75,7 +85,7 @@ def print_table(
 
     shown = list(columns)
     hidden: list[str] = []
-    for col in optional:
+    for col in () if wide else optional:
         if needed(shown) <= out.width:
             break
         shown.remove(col)
@@ -89,7 +99,13 @@ def print_table(
     keep = [columns.index(c) for c in shown]
     for row in cells:
         table.add_row(*(row[i] for i in keep))
-    out.print(table)
+    if wide:  # every column whole, lines as long as they need (the terminal wraps them)
+        width = max(out.width, sum(natural.values()) + 3 * len(columns))
+        # Console.print clamps to the console's width: a console as wide as the table instead
+        wider = Console(file=out.file, width=width, force_terminal=True, no_color=out.no_color)
+        wider.print(table)
+    else:
+        out.print(table)
     if hidden:
         out.print(f"({', '.join(hidden)} left out at this width; -o yaml shows everything)")
 

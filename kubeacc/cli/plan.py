@@ -25,8 +25,16 @@ from typing import Annotated, Any
 import typer
 
 from kubeacc.cli.errors import fail
-from kubeacc.cli.options import KubeconfigOption, UnitsTableOption, use_units_table
-from kubeacc.cli.output import Format, OutputOption, dump, print_table
+from kubeacc.cli.options import (
+    AllNamespacesOption,
+    ContextOption,
+    KubeconfigOption,
+    NamespaceOption,
+    UnitsTableOption,
+    namespace_scope,
+    use_units_table,
+)
+from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
 from kubeacc.engine.engine import Engine, Placement
 from kubeacc.engine.explain import Explanation
 from kubeacc.safeyaml import InputError, load_file
@@ -49,14 +57,16 @@ def load_objects(folder: Path) -> list[dict[str, Any]]:
     return objs
 
 
-def cluster_objects(kubeconfig: Path | None, namespace: str | None = None) -> list[dict[str, Any]]:
+def cluster_objects(
+    kubeconfig: Path | None, namespace: str | None = None, context: str | None = None
+) -> list[dict[str, Any]]:
     """ResourceSlices, DeviceClasses, Nodes and ResourceClaims of a live cluster, as dicts."""
     from lightkube.resources.core_v1 import Node, Pod
     from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
     from kubeacc.clientconfig import make_client
 
-    client = make_client(kubeconfig)
+    client = make_client(kubeconfig, context=context)
     objs: list[dict[str, Any]] = []
     for kind, name in (
         (ResourceSlice, "ResourceSlice"),
@@ -193,41 +203,47 @@ def plan(
         ),
     ] = None,
     kubeconfig: KubeconfigOption = None,
-    namespace: Annotated[
-        str | None, typer.Option(help="With a cluster: only claims of this namespace.")
-    ] = None,
+    context: ContextOption = None,
+    namespace: NamespaceOption = None,
+    all_namespaces: AllNamespacesOption = False,
     output: OutputOption = Format.TABLE,
     units_table: UnitsTableOption = None,
 ) -> None:
-    """Show where each ResourceClaim would be allocated, or why it cannot be."""
+    """Show where each ResourceClaim would be allocated, or why it cannot be.
+
+    With a cluster, the pending claims of every namespace are planned (-A, the default: they
+    compete for the same devices); -n NS plans only those of NS, against every allocation.
+    """
     use_units_table(units_table)
-    if folder is not None and kubeconfig is not None:
-        fail("give a folder or --kubeconfig, not both")
+    scope = namespace_scope(namespace, all_namespaces)
+    if folder is not None and (kubeconfig is not None or context is not None):
+        fail("give a folder or --kubeconfig/--context, not both")
     try:
         objs = (
-            load_objects(folder) if folder is not None else cluster_objects(kubeconfig, namespace)
+            load_objects(folder)
+            if folder is not None
+            else cluster_objects(kubeconfig, scope, context)
         )
     except InputError as err:
         fail(str(err))
     explained = run_plan_explained(objs)
     placements = [p for p, _ in explained]
     enforcement = share_enforcement(objs)
-    if output is Format.TABLE:
+    if is_table(output):
         sizes = Counter(p.pod for p in placements if p.pod is not None)
-        if any(n > 1 for n in sizes.values()):  # pods placed together: say which
-            print_table(
-                ("POD", "CLAIM", "NODE", "DEVICES", "WHY NOT"),
-                [[p.pod or "-", *_row(p, enforcement)] for p in placements],
-                title="kubeacc plan",
-                wrap=("DEVICES", "WHY NOT"),
-            )
-        else:
-            print_table(
-                ("CLAIM", "NODE", "DEVICES", "WHY NOT"),
-                [_row(p, enforcement) for p in placements],
-                title="kubeacc plan",
-                wrap=("DEVICES", "WHY NOT"),
-            )
+        together = any(n > 1 for n in sizes.values())  # pods placed together: say which
+        print_table(
+            ("POD", "CLAIM", "NODE", "DEVICES", "WHY NOT")
+            if together
+            else ("CLAIM", "NODE", "DEVICES", "WHY NOT"),
+            [
+                [p.pod or "-", *_row(p, enforcement)] if together else _row(p, enforcement)
+                for p in placements
+            ],
+            title="kubeacc plan",
+            wrap=("DEVICES", "WHY NOT"),
+            wide=output is Format.WIDE,
+        )
         notes = [(p.claim, lines) for p, lines in explained if lines]
         if notes:
             typer.echo("\nModel preferences (firstAvailable):")

@@ -105,7 +105,7 @@ def test_host_root_that_does_not_exist(tmp_path: Path, args: list[str]) -> None:
     ("args", "needle"),
     [
         (["discover", "-o", "xml"], "'--output'"),
-        (["plan", "-o", "wide"], "'--output'"),
+        (["plan", "-o", "wyde"], "'--output'"),
         (["discover", "--nvml", "sometimes"], "--nvml"),
         (["controller", "--log-level", "loud"], "'--log-level'"),
         (["device-plugin", "--interval", "0"], "'--interval'"),

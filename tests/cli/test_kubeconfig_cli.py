@@ -149,3 +149,20 @@ def test_tls_unauthorized_and_forbidden_are_one_line(
     assert_one_line_error(result, 1, "forbidden", f"system:serviceaccount:{namespace}:no-rights")
     result = kubeacc("install-classes", "--kubeconfig", kc, home=tmp_path)
     assert_one_line_error(result, 1, "forbidden", "deviceclasses")
+
+
+def test_context_flag_beats_current_context(
+    testbed: Testbed, namespace: str, tmp_path: Path
+) -> None:
+    # One file: current-context "c" points at nothing; "testbed" (from the testbed's own
+    # kubeconfig, merged in) is the real cluster. -n is --namespace.
+    first = kubeconfig_doc("https://127.0.0.1:1", cluster="c")
+    (tmp_path / "first").write_text(yaml.safe_dump(first))
+    listed = f"{tmp_path / 'first'}:{testbed.kubeconfig}"
+    current = kubeacc("plan", "-n", namespace, "-o", "json", home=tmp_path, KUBECONFIG=listed)
+    assert_one_line_error(current, 1, "cannot reach the API server https://127.0.0.1:1")
+    chosen = kubeacc(
+        "plan", "--context", "testbed", "-n", namespace, "-o", "json",
+        home=tmp_path, KUBECONFIG=listed,
+    )  # fmt: skip
+    assert _plan_json(chosen) == []
