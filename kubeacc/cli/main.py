@@ -17,6 +17,7 @@ from kubeacc.cli.extender import extender_command
 from kubeacc.cli.lifecycle import controller_command, crds_command, lifecycle_agent_command
 from kubeacc.cli.plan import plan
 from kubeacc.cli.selftest import selftest_command
+from kubeacc.cli.status import status_command
 
 app = typer.Typer(
     name="kubeacc",
@@ -50,6 +51,7 @@ def _root(
 app.command("discover")(discover_command)
 app.command("demo")(demo_command)
 app.command("plan")(plan)
+app.command("status")(status_command)
 app.command("claim")(claim_command)
 app.command("agent")(agent_command)
 app.command("install-classes")(install_classes_command)

@@ -19,6 +19,7 @@ from tests.hosts import HostFactory
 #: Every command that talks to the API server.
 CLUSTER_COMMANDS = (
     "plan",
+    "status",
     "install-classes",
     "cleanup",
     "agent",
@@ -53,7 +54,7 @@ def test_shell_completion(tmp_path: Path) -> None:
     script = kubeacc("--show-completion", "bash", home=tmp_path)
     assert script.returncode == 0, script.stderr
     assert "_KUBEACC_COMPLETE=complete_bash" in script.stdout
-    assert _complete("kubeacc pl", tmp_path) == ["plan"]
+    assert _complete("kubeacc sta", tmp_path) == ["status"]
     flags = _complete("kubeacc plan -", tmp_path)
     for flag in ("-n", "--namespace", "-A", "--all-namespaces", "--context", "--kubeconfig"):
         assert flag in flags, flags
