@@ -200,16 +200,46 @@ def test_dashboard_and_config_maps_render(helm: Helm) -> None:
 
 def test_uninstall_hook_runs_kubeacc_cleanup(helm: Helm) -> None:
     out = helm("template", "t", str(CHART), K8S, "-n", NS).stdout
-    hooks = [d for d in _docs(out) if "helm.sh/hook" in d["metadata"].get("annotations", {})]
+    hooks = [
+        d
+        for d in _docs(out)
+        if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "post-delete"
+    ]
     assert sorted(d["kind"] for d in hooks) == [
         "ClusterRole",
         "ClusterRoleBinding",
         "Job",
         "ServiceAccount",
     ]
-    assert {d["metadata"]["annotations"]["helm.sh/hook"] for d in hooks} == {"post-delete"}
     (job,) = [d for d in hooks if d["kind"] == "Job"]
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["kubeacc", "cleanup"]
+
+
+def test_helm_test_runs_kubeacc_status_read_only(helm: Helm) -> None:
+    out = _docs(helm("template", "t", str(CHART), K8S, "-n", NS).stdout)
+    tests = [d for d in out if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in tests}
+    pod = by[("Pod", "kubeacc-status-test")]
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["kubeacc", "status"]
+    assert container["args"] == [f"--namespace={NS}"]
+    assert pod["spec"]["serviceAccountName"] == "kubeacc-status-test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    # read-only: nothing but get and list
+    roles = [d for d in tests if d["kind"] in ("Role", "ClusterRole")]
+    assert len(roles) == 2
+    assert {v for r in roles for rule in r["rules"] for v in rule["verbs"]} == {"get", "list"}
+    # every object of the test is a test hook, so `helm install` creates none of them
+    assert {d["kind"] for d in tests} == {
+        "Pod", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"
+    }  # fmt: skip
+    off = helm("template", "t", str(CHART), K8S, "-n", NS, "--set", "helmTest.enabled=false")
+    assert "kubeacc-status-test" not in off.stdout
+    # the args the Pod runs are ones kubeacc status takes
+    from tests.cli.clirun import kubeacc
+
+    usage = kubeacc("status", *container["args"], "--help", home=Path("/nonexistent"))
+    assert usage.returncode == 0, usage.stderr
 
 
 # -- on a real cluster ---------------------------------------------------------------------------
@@ -567,3 +597,91 @@ def test_network_policy_needs_the_schedulers_addresses(helm: Helm) -> None:
     assert policies["kubeacc-agent"]["spec"]["ingress"] == []  # the node's probes only
     bad = helm(*base, "--set", "extender.enabled=true", check=False)
     assert bad.returncode != 0 and "networkPolicy.extenderFrom must name" in bad.stderr
+
+
+def _workloads(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """name -> pod spec of the long-running workloads (not hooks)."""
+    return {
+        d["metadata"]["name"]: d["spec"]["template"]
+        for d in docs
+        if d["kind"] in ("Deployment", "DaemonSet")
+    }
+
+
+def test_monitors_are_off_by_default_and_scrape_every_metrics_port(helm: Helm) -> None:
+    off = _docs(helm("template", "t", str(CHART), K8S, "-n", NS).stdout)
+    assert not [d for d in off if d["kind"] in ("PodMonitor", "ServiceMonitor")]
+    on = _docs(
+        helm(
+            "template", "t", str(CHART), K8S, "-n", NS, "--set",
+            "extender.enabled=true,metrics.podMonitor.enabled=true,"
+            "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.labels.release=prom",
+        ).stdout
+    )  # fmt: skip
+    by = {(d["kind"], d["metadata"]["name"]): d for d in on}
+    pm = by[("PodMonitor", "kubeacc")]["spec"]
+    sm = by[("ServiceMonitor", "kubeacc")]
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    # every named container port that serves /metrics is scraped by both
+    ports = {
+        p["name"]
+        for pod in _workloads(on).values()
+        for c in pod["spec"]["containers"]
+        for p in c.get("ports", [])
+        if p["name"] != "verbs"
+    }
+    assert ports == {"metrics", "lc-metrics", "probes"}
+    assert {e["port"] for e in pm["podMetricsEndpoints"]} == ports
+    assert {e["port"] for e in sm["spec"]["endpoints"]} == ports
+    services = [
+        d for d in on if d["kind"] == "Service" and d["metadata"]["name"].endswith("-metrics")
+    ]
+    served = {p["name"] for s in services for p in s["spec"]["ports"]}
+    assert served == ports and all(s["spec"]["clusterIP"] == "None" for s in services)
+
+
+def test_every_container_has_a_liveness_probe_and_scrape_annotations(helm: Helm) -> None:
+    docs = _docs(
+        helm("template", "t", str(CHART), K8S, "-n", NS, "--set", "extender.enabled=true").stdout
+    )
+    pods = _workloads(docs)
+    assert set(pods) == {"kubeacc-agent", "kubeacc-controller", "kubeacc-extender"}
+    for name, pod in pods.items():
+        for c in pod["spec"]["containers"]:
+            assert c["livenessProbe"]["httpGet"]["path"] == "/healthz", (name, c["name"])
+        notes = pod["metadata"]["annotations"]
+        assert notes["prometheus.io/scrape"] == "true", name
+        ports = {p["containerPort"] for c in pod["spec"]["containers"] for p in c.get("ports", [])}
+        assert int(notes["prometheus.io/port"]) in ports, name
+    agent = pods["kubeacc-agent"]["metadata"]["annotations"]
+    assert agent["kubeacc.io/metrics-ports"] == "9460,9462"
+
+
+def test_extra_env_volumes_and_mounts_reach_every_container(helm: Helm) -> None:
+    env = '[{"name":"HTTPS_PROXY","value":"http://proxy:3128"}]'
+    vol = '[{"name":"extra","configMap":{"name":"site"}}]'
+    mount = '[{"name":"extra","mountPath":"/etc/site","readOnly":true}]'
+    args = ["template", "t", str(CHART), K8S, "-n", NS, "--set", "extender.enabled=true"]
+    for comp in ("agent", "controller", "extender"):
+        args += ["--set-json", f"{comp}.extraEnv={env}", "--set-json", f"{comp}.extraVolumes={vol}"]
+        args += ["--set-json", f"{comp}.extraVolumeMounts={mount}"]
+    pods = _workloads(_docs(helm(*args).stdout))
+    for name, pod in pods.items():
+        assert {"name": "extra", "configMap": {"name": "site"}} in pod["spec"]["volumes"], name
+        for c in pod["spec"]["containers"]:
+            assert {"name": "HTTPS_PROXY", "value": "http://proxy:3128"} in c["env"], c["name"]
+            assert {"name": "extra", "mountPath": "/etc/site", "readOnly": True} in c[
+                "volumeMounts"
+            ], c["name"]
+    bad = helm(*args[:6], "--set-json", 'agent.extraVolumeMounts=[{"name":"x"}]', check=False)
+    assert bad.returncode != 0 and "mountPath" in bad.stderr
+
+
+def test_helm_template_needs_kube_version_as_install_md_says(helm: Helm) -> None:
+    bare = helm("template", "kubeacc", str(CHART), "-n", NS, check=False)
+    assert bare.returncode != 0 and "chart requires kubeVersion: >=1.36.0-0" in bare.stderr
+    doc = (REPO / "docs" / "install.md").read_text()
+    line = next(x for x in doc.splitlines() if x.startswith("helm template kubeacc"))
+    args = line.split()[1 : line.split().index(">")]
+    assert "--kube-version" in args
+    assert helm(*[str(CHART) if a == "charts/kubeacc" else a for a in args]).returncode == 0
