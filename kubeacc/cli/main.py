@@ -9,6 +9,7 @@ import typer
 from kubeacc import __version__
 from kubeacc.cli.agent import agent_command, cleanup_command, install_classes_command
 from kubeacc.cli.claim import claim_command
+from kubeacc.cli.completion import completion_command
 from kubeacc.cli.demo import demo_command
 from kubeacc.cli.deviceplugin import device_plugin_command
 from kubeacc.cli.discover import discover_command
@@ -62,6 +63,7 @@ app.command("extender")(extender_command)
 app.command("lifecycle-agent")(lifecycle_agent_command)
 app.command("crds")(crds_command)
 app.command("selftest")(selftest_command)
+app.command("completion")(completion_command)
 
 
 @app.command("schema")

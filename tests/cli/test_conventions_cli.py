@@ -51,9 +51,12 @@ def _complete(words: str, tmp_path: Path) -> list[str]:
 
 
 def test_shell_completion(tmp_path: Path) -> None:
-    script = kubeacc("--show-completion", "bash", home=tmp_path)
+    # named, the shell needs no detection (the test's parent is no shell)
+    script = kubeacc("completion", "bash", home=tmp_path)
     assert script.returncode == 0, script.stderr
     assert "_KUBEACC_COMPLETE=complete_bash" in script.stdout
+    assert kubeacc("completion", "zsh", home=tmp_path).stdout.startswith("#compdef kubeacc")
+    assert kubeacc("completion", "tcsh", home=tmp_path).returncode == 2
     assert _complete("kubeacc sta", tmp_path) == ["status"]
     flags = _complete("kubeacc plan -", tmp_path)
     for flag in ("-n", "--namespace", "-A", "--all-namespaces", "--context", "--kubeconfig"):
