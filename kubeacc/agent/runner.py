@@ -47,7 +47,7 @@ from kubeacc.agent.dra.migpublish import Published, device_infos
 from kubeacc.agent.dra.migpublish import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
-from kubeacc.agent.dra.sharing import Selector, ShareSelector
+from kubeacc.agent.dra.sharing import Selector, ShareSelector, unknown_memory
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices
 from kubeacc.agent.nodelabels import NodeLabeler, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
@@ -243,6 +243,8 @@ class Agent:
         self._mig = Published()
         #: (policy uid, message) of the MIG policy problems already reported as events.
         self._mig_warned: set[tuple[str, str]] = set()
+        #: Messages of MemorySharedUnknownMemory already recorded (once per agent run each).
+        self._memory_warned: set[str] = set()
         #: What enforces memory shares here (the library copied to the host, or nothing).
         self.limiter = Limiter(install(options.sharelimit_library, options.state_dir))
         self.user_space = _user_space(options)
@@ -326,6 +328,14 @@ class Agent:
                 component=f"kubeacc-agent-{self.opts.node_name}",  # the admission rule
             )
         return filters
+
+    def _warn_unknown_memory(self, shared: list[Selector]) -> None:
+        """Devices a memory-shared selector or policy picks but whose memory is unknown are
+        published whole: one Warning Event on the Node per selector saying so."""
+        for message in unknown_memory(self.dra_inventory.devices, shared):
+            if message not in self._memory_warned:
+                self._memory_warned.add(message)
+                self._node_warning("MemorySharedUnknownMemory", message)
 
     def _not_enforced(self, message: str) -> None:
         """The cluster drops slice fields kube-acc relies on: one Event on the Node."""
@@ -560,6 +570,7 @@ class Agent:
                 now = time.monotonic()
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
                 shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
+                self._warn_unknown_memory(shared)
                 devices = with_cordon_taints(
                     self._mig.apply(
                         slice_devices(self.dra_inventory, shared, self.limiter),

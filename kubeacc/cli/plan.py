@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,6 +36,7 @@ from kubeacc.cli.options import (
     use_units_table,
 )
 from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
+from kubeacc.cli.planhints import unknown_memory_hint
 from kubeacc.engine.engine import Engine, Placement
 from kubeacc.engine.explain import Explanation
 from kubeacc.safeyaml import InputError, load_file
@@ -228,6 +230,7 @@ def plan(
         fail(str(err))
     explained = run_plan_explained(objs)
     placements = [p for p, _ in explained]
+    hints = {p.claim: unknown_memory_hint(objs, p) for p in placements}
     enforcement = share_enforcement(objs)
     if is_table(output):
         sizes = Counter(p.pod for p in placements if p.pod is not None)
@@ -237,7 +240,9 @@ def plan(
             if together
             else ("CLAIM", "NODE", "DEVICES", "WHY NOT"),
             [
-                [p.pod or "-", *_row(p, enforcement)] if together else _row(p, enforcement)
+                [p.pod or "-", *_row(p, enforcement, hints[p.claim])]
+                if together
+                else _row(p, enforcement, hints[p.claim])
                 for p in placements
             ],
             title="kubeacc plan",
@@ -256,6 +261,7 @@ def plan(
             {
                 **p.to_dict(),
                 **({"preference": lines} if lines else {}),
+                **({"hints": hints[p.claim]} if hints[p.claim] else {}),
                 **({"shares": shares} if (shares := _shares(p, enforcement)) else {}),
             }
             for p, lines in explained
@@ -292,7 +298,9 @@ def _shares(p: Placement, enforcement: dict[tuple[str, str], str]) -> dict[str, 
     }
 
 
-def _row(p: Placement, enforcement: dict[tuple[str, str], str]) -> list[str]:
+def _row(
+    p: Placement, enforcement: dict[tuple[str, str], str], hints: Sequence[str] = ()
+) -> list[str]:
     if p.allocation is not None:
         shares = _shares(p, enforcement)
         devs = ", ".join(
@@ -301,5 +309,5 @@ def _row(p: Placement, enforcement: dict[tuple[str, str], str]) -> list[str]:
             for r in p.allocation["devices"]["results"]
         )
         return [p.claim, p.node or "(any)", devs, ""]
-    why = "\n".join(p.explanation.lines()) if p.explanation else "unknown"
+    why = "\n".join([*(p.explanation.lines() if p.explanation else ["unknown"]), *hints])
     return [p.claim, "-", "-", why]

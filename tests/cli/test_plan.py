@@ -10,7 +10,9 @@ import yaml
 from typer.testing import CliRunner
 
 from kubeacc.cli.plan import plan
+from tests.cli.clirun import kubeacc
 from tests.engine.helpers import claim, device_class, exactly, gpu, node_gpus, slice_
+from tests.hosts import HostFactory
 
 
 def test_plan_folder_json_and_table(tmp_path: Path) -> None:
@@ -134,3 +136,62 @@ def test_plan_does_not_place_a_pod_whose_claim_is_missing(tmp_path: Path) -> Non
         ("default/alone", True),
     ]
     assert "claim default/gone not found" in json.dumps(out[0]["explanation"])
+
+
+def test_plan_says_why_memory_shares_miss_gpus_of_unknown_memory(
+    hosts: HostFactory, tmp_path: Path
+) -> None:
+    """NVML not found: discovery knows no GPU memory, the agent publishes the GPUs whole, and
+    plan names that reason beside the allocator's '0 pass selector ...'."""
+    from kubeacc.agent.dra.classes import device_classes
+    from kubeacc.agent.dra.devices import slice_devices
+    from kubeacc.agent.dra.sharing import parse_selectors
+    from tests.hosts import discover
+
+    def folder(nvml: str) -> Path:
+        inv = discover(hosts.pristine("l4-pair"), nvml=nvml)
+        devices = slice_devices(inv, parse_selectors(["all"]))
+        out = tmp_path / nvml
+        out.mkdir()
+        share = {
+            "name": "gpu",
+            "exactly": {
+                "deviceClassName": "gpu.kubeacc.io",
+                "selectors": [{"cel": {"expression": "device.allowMultipleAllocations"}}],
+                "capacity": {"requests": {"kubeacc.io/memory": "4G"}},
+            },
+        }
+        docs = [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": "n1-kubeacc.io-0"},
+                "spec": {
+                    "driver": "kubeacc.io",
+                    "nodeName": "n1",
+                    "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            },
+            *device_classes(),
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": "infer", "namespace": "default"},
+                "spec": {"devices": {"requests": [share]}},
+            },
+        ]
+        (out / "all.yaml").write_text(yaml.safe_dump_all(docs))
+        return out
+
+    known = kubeacc("plan", str(folder("auto")), "-o", "json", home=tmp_path)
+    assert known.returncode == 0, known.stdout + known.stderr
+    assert "hints" not in json.loads(known.stdout)[0]
+    off = folder("off")
+    unknown = kubeacc("plan", str(off), "-o", "json", home=tmp_path)
+    assert unknown.returncode == 1
+    (placement,) = json.loads(unknown.stdout)
+    (hint,) = placement["hints"]
+    assert hint.startswith("2 GPUs on n1 have unknown memory") and "NVML not found" in hint
+    table = kubeacc("plan", str(off), home=tmp_path)
+    assert "2 GPUs on n1 have unknown memory" in table.stdout

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightkube.resources.core_v1 import Event
 
 from kubeacc.synthetic import profiles
 from kubeacc.testbed.kubelet import KubeletOptions
@@ -107,8 +108,19 @@ def test_status_passes_when_healthy_and_fails_on_each_broken_part(
 
             # the agent without NVML: GPU memory unknown
             agent.stop()
-            agent.start(extra=["--nvml", "off"])
+            agent.start(extra=["--nvml", "off", "--memory-shared", "model=*L4*"])
             agent.wait_registered()
+            # ...and the memory-shared selector over those GPUs says why they stay whole
+            client = testbed.client(field_manager="kubeacc-test")
+
+            def unknown_memory_event() -> str | None:
+                for e in client.list(Event, namespace="default"):
+                    if e.reason == "MemorySharedUnknownMemory" and e.involvedObject.name == node:
+                        return e.message
+                return None
+
+            said = eventually(unknown_memory_event, 60, "MemorySharedUnknownMemory", agent.log)
+            assert "model=*L4* selects 2 devices whose memory is unknown" in said
 
             def nvml_missing() -> dict[str, Any] | None:
                 code, checks = _status(testbed, home, "-n", namespace, "--node", node)

@@ -114,7 +114,8 @@ def test_a_mig_policy_publishes_its_profiles_and_its_class_gets_one(
         (message,) = eventually(
             lambda: policy_events(kube_client, "MigPolicyNotApplied"), 30, "Warning event"
         )
-        assert f"GPU {A100}" in message and "offers none of the MIG profiles 1g.5gb" in message
+        assert f"GPU {A100}" in message and "offer none of the MIG profiles 1g.5gb" in message
+        assert "1 of the 1 GPUs it selects here" in message
 
         kube_client.delete(AcceleratorPolicy, POLICY)
         kube_client.delete(AcceleratorPolicy, "a100-small")

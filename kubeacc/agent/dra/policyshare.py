@@ -123,45 +123,82 @@ def mig_filters(
     migs: Iterable[PolicyMig], gpus: Iterable[Device], offered: Mapping[str, Collection[str]]
 ) -> tuple[dict[str, MigFilter], list[tuple[PolicyMig, str]]]:
     """The filter of every MIG-mode GPU (by slice device name) some MIG policy selects, and
-    (policy, message) for each selected GPU that is not in MIG mode (it publishes nothing
-    extra) or offers none of the policy's profiles.
+    one (policy, message) per policy some of whose selected GPUs are not in MIG mode (they
+    publish nothing extra) or offer none of its profiles: the message counts and names them, so
+    a node of many such GPUs raises one Warning per policy, not one per GPU.
 
     ``offered``: the MIG-mode GPUs (by slice device name) and the profiles they offer."""
     in_mig = offered
     migs = tuple(migs)
     filters: dict[str, MigFilter] = {}
-    problems: list[tuple[PolicyMig, str]] = []
+    selected: dict[PolicyMig, int] = {}
+    not_mig: dict[PolicyMig, list[Device]] = {}
+    no_profile: dict[PolicyMig, list[Device]] = {}
     for dev in gpus:
         if dev.type is not DeviceType.GPU:
             continue
         selecting = [m for m in migs if m.matches(dev)]
         if not selecting:
             continue
+        for m in selecting:
+            selected[m] = selected.get(m, 0) + 1
         if dev.name not in in_mig:
-            problems.extend(
-                (
-                    m,
-                    f"GPU {dev.name} ({dev.model}) is not in MIG mode: no partitions published "
-                    "for it (turn MIG mode on with an AcceleratorOperation MigMode)",
-                )
-                for m in selecting
-            )
+            for m in selecting:
+                not_mig.setdefault(m, []).append(dev)
             continue
-        problems.extend(
-            (
-                m,
-                f"GPU {dev.name} ({dev.model}) offers none of the MIG profiles "
-                f"{', '.join(sorted(m.profiles))} "
-                f"(it offers {', '.join(sorted(in_mig[dev.name])) or 'no free placement'})",
-            )
-            for m in selecting
-            if not m.profiles & set(in_mig[dev.name])
-        )
+        for m in selecting:
+            if not m.profiles & set(in_mig[dev.name]):
+                no_profile.setdefault(m, []).append(dev)
         filters[dev.name] = MigFilter(
             frozenset().union(*(m.profiles for m in selecting)),
             any(m.whole for m in selecting),
         )
+    problems = [
+        (m, _mig_problem(m, selected[m], not_mig.get(m, []), no_profile.get(m, []), in_mig))
+        for m in migs
+        if m in not_mig or m in no_profile
+    ]
     return filters, problems
+
+
+#: GPUs named in one MIG problem message; the rest are counted.
+_NAMED_GPUS = 4
+
+
+def _gpus(devs: list[Device], describe: Callable[[Device], str]) -> str:
+    named = ", ".join(describe(d) for d in devs[:_NAMED_GPUS])
+    more = len(devs) - _NAMED_GPUS
+    return named + (f" and {more} more" if more > 0 else "")
+
+
+def _mig_problem(
+    m: PolicyMig,
+    selected: int,
+    not_mig: list[Device],
+    no_profile: list[Device],
+    offered: Mapping[str, Collection[str]],
+) -> str:
+    parts = []
+    if not_mig:
+        listed = _gpus(not_mig, lambda d: f"GPU {d.name} ({d.model})")
+        parts.append(
+            f"{len(not_mig)} not in MIG mode ({listed}) publish no partitions "
+            "(turn MIG mode on with an AcceleratorOperation MigMode)"
+        )
+    if no_profile:
+        listed = _gpus(
+            no_profile,
+            lambda d: (
+                f"GPU {d.name} ({d.model}) offers "
+                f"{', '.join(sorted(offered[d.name])) or 'no free placement'}"
+            ),
+        )
+        parts.append(
+            f"{len(no_profile)} offer none of the MIG profiles {', '.join(sorted(m.profiles))} "
+            f"({listed})"
+        )
+    count = len(not_mig) + len(no_profile)
+    return f"{count} of the {selected} GPUs it selects here: " + "; ".join(parts)
 
 
 class PolicyShares:

@@ -121,6 +121,34 @@ def is_memory_shared(dev: Device, selectors: Sequence[Selector]) -> bool:
     return any(s.matches(dev) and shareable(dev, s.explicit(dev)) for s in selectors)
 
 
+#: Enough memory to be shareable: stands in for an unknown size when asking "would it be?".
+SOME_MEMORY = (MEMORY_MIN_MIB + 1) * MIB
+
+
+def unknown_memory(devices: Iterable[Device], selectors: Sequence[Selector]) -> list[str]:
+    """One message per selector that matches devices it would share but whose memory discovery
+    could not read (for NVIDIA GPUs: NVML not found): those are published whole, and an admin
+    should hear why rather than find ``allowMultipleAllocations`` missing."""
+    out = []
+    for sel in selectors:
+        names = [
+            d.name
+            for d in devices
+            if sel.matches(d)
+            and not d.memory_bytes
+            and shareable(d.model_copy(update={"memory_bytes": SOME_MEMORY}), sel.explicit(d))
+        ]
+        if names:
+            listed = ", ".join(names[:4]) + (" and more" if len(names) > 4 else "")
+            out.append(
+                f"memory-shared selector {sel} selects {len(names)} devices whose memory is "
+                f"unknown ({listed}): published "
+                "whole, not memory-shared (NVIDIA GPUs: NVML not found; chart values "
+                "nvidia.driverRoot / nvidia.libraryDir, or --nvml on to log why)"
+            )
+    return out
+
+
 def shared_capacity(memory_bytes: int) -> dict[str, dict[str, object]]:
     """The ``capacity`` of a memory-shared GPU's slice entry, with request policies."""
     top = memory_bytes // MIB  # whole MiB: a share is always a whole number of MiB

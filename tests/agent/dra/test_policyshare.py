@@ -119,11 +119,28 @@ def test_a_mig_policy_on_a_gpu_not_in_mig_mode_says_why(make_inventory: Any) -> 
     migs = policy_migs([mig_policy("p", ["1g.5gb"], types=["gpu"])])
     filters, problems = mig_filters(migs, inv.devices, {a100: {"1g.10gb", "7g.80gb"}})
     assert set(filters) == {a100}  # the H100 (as if not in MIG mode) gets no filter
-    messages = sorted(m for _, m in problems)
-    assert len(messages) == 2
-    assert messages[0].startswith(f"GPU {h100} (") and "is not in MIG mode" in messages[0]
-    assert f"GPU {a100}" in messages[1]
-    assert "offers none of the MIG profiles 1g.5gb (it offers 1g.10gb, 7g.80gb)" in messages[1]
+    # one message for the policy, counting and naming both GPUs
+    ((policy, message),) = problems
+    assert policy.policy == "p"
+    assert message.startswith("2 of the 2 GPUs it selects here: "), message
+    assert f"1 not in MIG mode (GPU {h100} (" in message
+    assert f"1 offer none of the MIG profiles 1g.5gb (GPU {a100} (" in message
+    assert "offers 1g.10gb, 7g.80gb)" in message
+
+
+def test_a_mig_policy_over_many_gpus_not_in_mig_mode_warns_once(make_inventory: Any) -> None:
+    inv = make_inventory("dgx-h100")
+    gpus = sorted(d.name for d in inv.devices if d.type.value == "gpu")
+    assert len(gpus) == 8
+    one = policy_migs([mig_policy("p", ["3g.40gb"], types=["gpu"])])
+    two = policy_migs([mig_policy("q", ["1g.10gb"], types=["gpu"])])
+    # none of the 8 in MIG mode: one problem per policy, not one per GPU
+    filters, problems = mig_filters(one + two, inv.devices, {})
+    assert filters == {}
+    assert [p.policy for p, _ in problems] == ["p", "q"]
+    for _, message in problems:
+        assert message.startswith("8 of the 8 GPUs it selects here: 8 not in MIG mode (")
+        assert message.count("GPU gpu-") == 4 and "and 4 more" in message
 
 
 def test_a_failed_read_keeps_the_mig_policies() -> None:

@@ -26,6 +26,7 @@ from kubeacc.agent.dra.sharing import (
     limit_env,
     parse_selectors,
     shared_capacity,
+    unknown_memory,
 )
 from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
 from kubeacc.engine.quantity import parse_quantity
@@ -55,6 +56,23 @@ def test_selectors_pick_gpus_by_model_pci_and_name(dgx: Inventory) -> None:
     assert chosen("name=nic-0000-1c-00-0") == set()  # only GPUs
     assert chosen() == set()
     assert str(ShareSelector.parse(" model = H100* ")) == "model=H100*"
+
+
+def test_a_selector_over_gpus_of_unknown_memory_says_so(dgx: Inventory) -> None:
+    # NVML not found: discovery knows no memory for five of the GPUs
+    unknown = sorted(d.name for d in dgx.devices if d.type.value == "gpu")[:5]
+    devices = [
+        d.model_copy(update={"memory_bytes": None}) if d.name in unknown else d for d in dgx.devices
+    ]
+    assert not any(
+        is_memory_shared(d, parse_selectors(["all"])) for d in devices if d.name in unknown
+    )
+    (message,) = unknown_memory(devices, parse_selectors(["model=*h100*", "model=*A100*"]))
+    assert message.startswith("memory-shared selector model=*h100* selects 5 devices whose memory")
+    assert ", ".join(unknown[:4]) + " and more" in message and "NVML not found" in message
+    assert unknown_memory(dgx.devices, parse_selectors(["all"])) == []  # memory known: silent
+    # a device that could never be shared (a NIC) is not reported, memory or not
+    assert unknown_memory(devices, parse_selectors(["type=nic"])) == []
 
 
 @pytest.mark.parametrize(
