@@ -98,8 +98,14 @@ def status_command(
 
     if extender is not None and not extender.startswith(("http://", "https://")):
         fail(f"--extender must be an http:// or https:// URL, not {extender!r}")
+    import httpx2
+
     client = make_client(kubeconfig, context=context, timeout=15)
-    checks = run_checks(client, namespace, node, extender, extender_ca)
+    try:
+        checks = run_checks(client, namespace, node, extender, extender_ca)
+    except httpx2.HTTPStatusError as exc:  # /version or API discovery refused
+        code = exc.response.status_code
+        fail(f"the API server answered {code} to GET {exc.request.url.path}", code=1)
     bad = [c for c in checks if c.failed]
     if is_table(output):
         wide = output is Format.WIDE

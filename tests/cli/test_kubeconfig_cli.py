@@ -142,6 +142,8 @@ def test_tls_unauthorized_and_forbidden_are_one_line(
     kc = _token_kubeconfig(testbed, tmp_path, "not-a-token", pki.ca.cert_path)
     result = kubeacc("plan", "--kubeconfig", kc, home=tmp_path)
     assert_one_line_error(result, 1, "unauthorized")
+    result = kubeacc("status", "--kubeconfig", kc, home=tmp_path)
+    assert_one_line_error(result, 1, "the API server answered 401 to GET /version")
 
     token = _token(testbed, namespace, "no-rights")
     kc = _token_kubeconfig(testbed, tmp_path, token, pki.ca.cert_path)
@@ -149,6 +151,8 @@ def test_tls_unauthorized_and_forbidden_are_one_line(
     assert_one_line_error(result, 1, "forbidden", f"system:serviceaccount:{namespace}:no-rights")
     result = kubeacc("install-classes", "--kubeconfig", kc, home=tmp_path)
     assert_one_line_error(result, 1, "forbidden", "deviceclasses")
+    result = kubeacc("status", "--kubeconfig", kc, home=tmp_path)
+    assert_one_line_error(result, 1, "forbidden", f"system:serviceaccount:{namespace}:no-rights")
 
 
 def test_context_flag_beats_current_context(
