@@ -104,6 +104,10 @@ def status_command(
     try:
         checks = run_checks(client, namespace, node, extender, extender_ca)
     except httpx2.HTTPStatusError as exc:  # /version or API discovery refused
+        from lightkube import ApiError
+
+        if isinstance(exc, ApiError):  # a resource request: errors.describe says it best
+            raise
         code = exc.response.status_code
         fail(f"the API server answered {code} to GET {exc.request.url.path}", code=1)
     bad = [c for c in checks if c.failed]
