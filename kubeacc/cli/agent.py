@@ -24,6 +24,7 @@ from kubeacc.cli.options import (
     DeviceRootOption,
     HostRootOption,
     KubeconfigOption,
+    MetricsAddressOption,
     UnitsTableOption,
     use_units_table,
 )
@@ -126,12 +127,7 @@ def agent_command(
         bool,
         typer.Option(help="Label the Node with what was found (kubeacc.io/<type>.count, ...)."),
     ] = True,
-    metrics_address: Annotated[
-        str | None,
-        typer.Option(
-            help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)."
-        ),
-    ] = None,
+    metrics_address: MetricsAddressOption = None,
     units_table: UnitsTableOption = None,
     memory_shared: Annotated[
         list[str] | None,

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import ContextOption, KubeconfigOption
+from kubeacc.cli.options import ContextOption, KubeconfigOption, MetricsAddressOption
 from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 
@@ -44,10 +44,7 @@ def controller_command(
     ] = 30.0,
     install_crds: Annotated[bool, typer.Option(help="Apply the CRDs at start")] = False,
     log_level: LogLevelOption = LogLevel.INFO,
-    metrics_address: Annotated[
-        str | None,
-        typer.Option(help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)"),
-    ] = None,
+    metrics_address: MetricsAddressOption = None,
 ) -> None:
     """Run the controller: policies -> DeviceClasses, operations, inventory clean-up."""
     from kubeacc.clientconfig import make_client

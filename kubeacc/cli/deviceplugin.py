@@ -17,7 +17,7 @@ from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 from kubeacc.cli.errors import fail
 from kubeacc.cli.hosts import HostKind, HostKindOption, check_host_root, open_host
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import DeviceRootOption, HostRootOption
+from kubeacc.cli.options import DeviceRootOption, HostRootOption, MetricsAddressOption
 from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 from kubeacc.discovery import discover
@@ -51,12 +51,7 @@ def device_plugin_command(
         Path, typer.Option(help="Where the CDI spec goes when the config enables CDI.")
     ] = Path("/var/run/cdi"),
     log_level: LogLevelOption = LogLevel.INFO,
-    metrics_address: Annotated[
-        str | None,
-        typer.Option(
-            help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)."
-        ),
-    ] = None,
+    metrics_address: MetricsAddressOption = None,
 ) -> None:
     """Advertise accelerators to the kubelet as kubeacc.io/<type> and kubeacc.io/<type>-<model>."""
     if nvml not in ("auto", "on", "off"):

@@ -19,7 +19,12 @@ from kubeacc.cli.hosts import (
     open_host,
 )
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
-from kubeacc.cli.options import ContextOption, HostRootOption, KubeconfigOption
+from kubeacc.cli.options import (
+    ContextOption,
+    HostRootOption,
+    KubeconfigOption,
+    MetricsAddressOption,
+)
 from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 from kubeacc.discovery.nvml import NvmlMode
@@ -49,10 +54,7 @@ def lifecycle_agent_command(
     nvml: Annotated[
         NvmlMode, typer.Option(help="NVML for NVIDIA GPUs: auto, on (warn if unusable) or off")
     ] = NvmlMode.AUTO,
-    metrics_address: Annotated[
-        str | None,
-        typer.Option(help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)"),
-    ] = None,
+    metrics_address: MetricsAddressOption = None,
 ) -> None:
     """Run the node side of the life cycle: Accelerator status and operations on this node."""
     from kubeacc.agent.lifecycle.agent import LifecycleAgent

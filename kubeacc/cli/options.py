@@ -21,6 +21,14 @@ ContextOption = Annotated[
     str | None,
     typer.Option("--context", help="Kubeconfig context to use (default: its current-context)."),
 ]
+#: Every daemon's probe and metrics port, off unless given.
+MetricsAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--metrics-address",
+        help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off).",
+    ),
+]
 NamespaceOption = Annotated[
     str | None,
     typer.Option("--namespace", "-n", help="Only this namespace."),

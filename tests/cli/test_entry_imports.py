@@ -66,7 +66,7 @@ current-context: c
 def _args(name: str, host: Path, work: Path) -> list[str]:
     kubeconfig = work / "kubeconfig"
     kubeconfig.write_text(_REFUSING)
-    api = [f"--kubeconfig={kubeconfig}"]
+    api = [f"--kubeconfig={kubeconfig}", "--context=c"]  # the conventions, on the slim path
     node = ["--node-name=n", f"--host-root={host}", *api]
     return {
         "agent": [
