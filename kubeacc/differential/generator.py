@@ -74,6 +74,25 @@ LATER_SELECTORS: tuple[tuple[str, str], ...] = (
     ("cel-cost", "lists.range(2000).all(i, lists.range(2000).all(j, i >= 0))"),
 )
 
+#: Selectors for the CEL functions the engine reaches through renamed calls (see
+#: kubeacc.engine.celrewrite), drawn from the later stream after the ones above.
+RENAMED_SELECTORS: tuple[tuple[str, str], ...] = (
+    ("cel-cross-numeric", f"1 < 2.0 && {A}.numa >= 0"),
+    ("cel-cross-numeric", f"{A}.index > 0.5 || 2u > 3.0"),
+    ("cel-cross-numeric", f"{A}.numa <= 1u && -1 < 0.5"),
+    ("cel-ip-string", f'string(ip({A}.addr)).startsWith("10.")'),
+    ("cel-ip-string", f'string(cidr({A}.addr + "/16").masked()) == "10.1.0.0/16"'),
+    ("cel-ip-string", f'string(cidr({A}.addr + "/8")).endsWith(".3/8")'),
+    ("cel-list-index", f'["t4", "a100", "h100"].indexOf({A}.model) >= 1'),
+    ("cel-list-index", f"[0, 1, 1].lastIndexOf({A}.numa) == 2"),
+    ("cel-list-index", f'{A}.model.indexOf("1") == 1 && [1.5, 2.0].indexOf(2.0) == 1'),
+    ("cel-list-index", f"[1.0].indexOf({A}.numa) == -1"),
+    ("cel-transform-map", f'{{"a": 1, "b": 2}}.transformMap(k, v, v * {A}.numa)["b"] == 2'),
+    ("cel-transform-map", f"[{A}.model].transformMapEntry(i, m, {{m: i}}).size() == 1"),
+    ("cel-transform-map", f"[1, {A}.numa].transformMapEntry(i, v, {{v: i}}).size() == 2"),
+    ("cel-transform-map", f'{A}.transformMap(k, v, k != "index", k).size() >= 3'),
+)
+
 #: constraint attributes (qualified)
 MATCH_ATTRS = (f"{DRIVER}/model", f"{DRIVER}/numa", f"{DRIVER}/driverVersion", f"{DRIVER}/flag")
 DISTINCT_ATTRS = (f"{DRIVER}/index", f"{DRIVER}/numa")
@@ -264,6 +283,10 @@ class _Gen:
             out.append({"cel": {"expression": expr}})
         if self.later_chance(0.25, "cel-environment"):
             feature, expr = self.later.choice(LATER_SELECTORS)
+            self.features.add(feature)
+            out.append({"cel": {"expression": expr}})
+        if self.later_chance(0.2, "cel-renamed"):
+            feature, expr = self.later.choice(RENAMED_SELECTORS)
             self.features.add(feature)
             out.append({"cel": {"expression": expr}})
         return out

@@ -9,7 +9,8 @@ allows:
   optional types (``.?field``, ``[?key]``, ``orValue``), two-variable comprehensions, and
   ``cel.bind`` from the DRA environment; no math or encoders (kube-scheduler has neither);
 * the Kubernetes libraries (:mod:`kubeacc.engine.k8scel`): quantity, semver, regex, URLs,
-  IP, CIDR and the list functions;
+  IP, CIDR and the list functions; cross-type numeric ordering, ``string(ip)``,
+  ``list.indexOf`` and ``transformMap`` through :mod:`kubeacc.engine.celrewrite`;
 * homogeneous aggregate literals checked at compile time (:mod:`kubeacc.engine.celcheck`);
 * the result must be a bool (or dyn), as the DRA compiler demands.
 
@@ -30,7 +31,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from kubeacc.engine import k8scel
+from kubeacc.engine import celrewrite, k8scel
 from kubeacc.engine.celcheck import LiteralTypeError, check_homogeneous
 from kubeacc.engine.celcost import CostLimitError, check_cost
 
@@ -41,7 +42,10 @@ _DOMAIN_RE = re.compile(r"device\s*\.\s*(attributes|capacity)\s*\[\s*(['\"])([^'
 #: a ``[`` that opens a list literal rather than an index (the walk over the checked
 #: expression is skipped when there is none)
 _LIST_LITERAL_RE = re.compile(r"(?:^|[(,=!<>&|+\-*/%?:\[{]|\bin)\s*\[")
-_UNSUPPORTED_RE = re.compile(r"\bformat\s*\.|\bstring\s*\(\s*(ip|cidr)\s*\(")
+_UNSUPPORTED_RE = re.compile(r"\bformat\s*\.|@mapInsert")
+#: how many rounds of renaming rejected calls a compile may take (each round renames every
+#: call the checker reported; a call inside a rejected one is reported in a later round)
+_RENAME_ROUNDS = 8
 
 #: the cel-go extensions of kube-scheduler's device selector environment, by the
 #: implementation's names
@@ -65,7 +69,7 @@ class CelError(Exception):
 def environment() -> Any:
     return cel.NewEnv(
         descriptor_pool=k8scel.pool(),
-        config=cel.NewEnvConfigFromYaml(_EXTENSIONS),
+        config=cel.NewEnvConfigFromYaml(_EXTENSIONS + celrewrite.ORDERING_YAML),
         functions=k8scel.declarations(),
         variables={"device": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)},
     )
@@ -86,44 +90,8 @@ def _unsupported(expression: str) -> str | None:
     m = _UNSUPPORTED_RE.search(expression)
     if m is None:
         return None
-    key = "format" if m.group(0).startswith("format") else "string"
+    key = "format" if m.group(0).startswith("format") else "mapInsert"
     return f"unsupported CEL feature {key!r}: {k8scel.UNSUPPORTED[key]}"
-
-
-_NUMERIC = r"(?:int|uint|double)"
-#: compile errors for what kube-scheduler's environment accepts and this one cannot declare
-_UNSUPPORTED_OVERLOADS = (
-    (
-        re.compile(
-            rf"no matching overload for '_(?:<|<=|>|>=)_' applied to '\({_NUMERIC}, {_NUMERIC}\)'"
-        ),
-        "cross-type numeric comparison",
-        "ordering an int, uint and double literal against each other (kube-scheduler enables "
-        "cross-type numeric comparisons; this checker only at run time, on attribute values)",
-    ),
-    (
-        re.compile(r"cel\.@mapInsert"),
-        "transformMap",
-        k8scel.UNSUPPORTED["transformMap"],
-    ),
-    (
-        re.compile(r"no matching overload for '(?:indexOf|lastIndexOf)' applied to '\(list"),
-        "indexOf",
-        k8scel.UNSUPPORTED["indexOf"],
-    ),
-    (
-        re.compile(r"no matching overload for 'string' applied to '\(kubeacc\.cel\.(?:IP|CIDR)\)'"),
-        "string",
-        k8scel.UNSUPPORTED["string"],
-    ),
-)
-
-
-def _unsupported_overload(message: str) -> str | None:
-    for pattern, feature, why in _UNSUPPORTED_OVERLOADS:
-        if pattern.search(message):
-            return f"unsupported CEL feature {feature!r}: {why}"
-    return None
 
 
 @lru_cache(maxsize=4096)
@@ -133,11 +101,7 @@ def compile_selector(expression: str) -> Selector:
     unsupported = _unsupported(expression)
     if unsupported:
         raise CelError(f"compile {expression!r}: {unsupported}")
-    try:
-        program = environment().compile(expression)
-    except Exception as e:  # the binding raises one exception type per status code
-        msg = _first_line(e)
-        raise CelError(f"compile {expression!r}: {_unsupported_overload(msg) or msg}") from None
+    program = _check(expression)
     try:
         literal = "{" in expression or _LIST_LITERAL_RE.search(expression) is not None
         if literal or "range" in expression:
@@ -151,8 +115,31 @@ def compile_selector(expression: str) -> Selector:
     rtype = program.return_type()
     if rtype not in (cel.Type.BOOL, cel.Type.DYN):
         raise CelError(f"compile {expression!r}: must evaluate to bool, not {rtype.name()}")
+    if "transformMap" in expression:
+        serialized = program.serialize()
+        if celrewrite.MAP_INSERT in serialized:
+            program = environment().deserialize(celrewrite.own_map_insert(serialized))
     domains = frozenset((m.group(1), m.group(3)) for m in _DOMAIN_RE.finditer(expression))
     return Selector(expression, program, domains)
+
+
+def _check(expression: str) -> Any:
+    """Parse and type-check, renaming the calls the checker rejects that kube-scheduler's
+    environment accepts (:func:`kubeacc.engine.celrewrite.rename_rejected_calls`)."""
+    own = celrewrite.own_name_used(expression)
+    if own is not None:
+        raise CelError(f"compile {expression!r}: undeclared reference to {own!r}")
+    source = expression
+    for _ in range(_RENAME_ROUNDS):
+        try:
+            return environment().compile(source)
+        except Exception as e:  # the binding raises one exception type per status code
+            renamed = celrewrite.rename_rejected_calls(source, str(e))
+            if renamed is None:
+                msg = celrewrite.public_message(_first_line(e))
+                raise CelError(f"compile {expression!r}: {msg}") from None
+            source = renamed
+    raise CelError(f"compile {expression!r}: too many calls to rename")
 
 
 class DeviceEnv:
@@ -181,13 +168,14 @@ class DeviceEnv:
         try:
             result = selector.program.eval(self._activation(selector))
         except Exception as e:
-            msg = _first_line(e)
-            raise CelError(f"{selector.short()}: {_unsupported_overload(msg) or msg}") from None
+            msg = celrewrite.public_message(_first_line(e))
+            raise CelError(f"{selector.short()}: {msg}") from None
         value = result.value()
         if isinstance(value, bool):
             return value
         if result.type() == cel.Type.ERROR:
-            raise CelError(f"{selector.short()}: {_first_line(result.plain_value())}")
+            msg = celrewrite.public_message(_first_line(result.plain_value()))
+            raise CelError(f"{selector.short()}: {msg}")
         if not isinstance(value, bool):
             raise CelError(f"{selector.short()}: expression must evaluate to bool, got {value!r}")
         return value

@@ -132,6 +132,8 @@ class Engine:
             self.nodes = [Node(n, {"kubernetes.io/hostname": n}) for n in node_names(slice_list)]
         self.ledger = Ledger()
         self.cache: SelectorCache = {}
+        #: FirstFit's selector verdicts per (class selectors, request selectors, fingerprint)
+        self._verdicts: dict[tuple[tuple[str, ...], tuple[str, ...], str], bool] = {}
         self.static: StaticCache = {}
         self.max_feasible_nodes = max_feasible_nodes
         self.step_limit = step_limit
@@ -263,7 +265,9 @@ class Engine:
 
     def _search(self, claim: Claim, n: Node, pools: list[NodePool]) -> NodeResult:
         try:
-            fits = FirstFit([claim], n, pools, self.classes, self.ledger, self._matches).run()
+            fits = FirstFit(
+                [claim], n, pools, self.classes, self.ledger, self._matches, verdicts=self._verdicts
+            ).run()
         except AllocationError as e:
             if e.fatal:
                 return NodeResult(n.name, None, error=str(e))
@@ -294,9 +298,9 @@ class Engine:
             return NodeResult(n.name, None, why)
         picks = None
         if res.picks is not None:
-            picks = FirstFit([claim], n, pools, self.classes, self.ledger, self._matches).replay(
-                res.picks
-            )
+            picks = FirstFit(
+                [claim], n, pools, self.classes, self.ledger, self._matches, verdicts=self._verdicts
+            ).replay(res.picks)
         return NodeResult(n.name, picks if picks is not None else fit)
 
     def devices_on(self, node: str) -> list[Device]:
@@ -573,7 +577,9 @@ class Engine:
                 out.append([Pick(alts[a], devs[i], c) for a, i, c in picks])
             return out
         try:
-            fit = FirstFit(claims, n, pools, self.classes, self.ledger, self._matches).run()
+            fit = FirstFit(
+                claims, n, pools, self.classes, self.ledger, self._matches, verdicts=self._verdicts
+            ).run()
         except AllocationError as e:
             if e.fatal:
                 self._remember((pkey, sig), ("error", [str(e)]))

@@ -201,6 +201,7 @@ class FirstFit:
         ledger: Ledger,
         matches: Matcher,
         step_limit: int = 200_000,
+        verdicts: dict[tuple[tuple[str, ...], tuple[str, ...], str], bool] | None = None,
     ) -> None:
         self.claims = list(claims)
         self.node = node
@@ -209,6 +210,10 @@ class FirstFit:
         self.ledger = ledger
         self.matches = matches
         self.step_limit = step_limit
+        #: selector verdicts shared across nodes: (class selectors, request selectors, device
+        #: fingerprint) -> True/False; only verdicts, never errors (an error names the device
+        #: that raised it, so it is evaluated again)
+        self.verdicts = verdicts if verdicts is not None else {}
         self.steps = 0
         #: selector verdicts per (device, claim index, alternative)
         self.selectable: dict[tuple[DeviceKey, int, str], bool] = {}
@@ -245,21 +250,28 @@ class FirstFit:
         hit = self.selectable.get(key)
         if hit is not None:
             return hit
-        ok = True
         cls = self.classes[alt.device_class]
-        for i, expr in enumerate(cls.selectors):
-            if not self._eval(expr, d, f"class {cls.name}: selector #{i}"):
-                ok = False
-                break
-        if ok:
-            for i, expr in enumerate(alt.selectors):
-                if not self._eval(expr, d, f"claim {self.claims[ci].ref}: selector #{i}"):
-                    ok = False
-                    break
+        vkey = (cls.selectors, alt.selectors, d.fingerprint)
+        verdict = self.verdicts.get(vkey)
+        if verdict is None:
+            verdict = self._selected(ci, alt, d)
+            self.verdicts[vkey] = verdict
+        ok = verdict
         if ok and per_device:
             ok = device_node_matches(d.raw, self.node)
         self.selectable[key] = ok
         return ok
+
+    def _selected(self, ci: int, alt: Alternative, d: Device) -> bool:
+        """The class's and the request's selectors on the device, in the allocator's order."""
+        cls = self.classes[alt.device_class]
+        for i, expr in enumerate(cls.selectors):
+            if not self._eval(expr, d, f"class {cls.name}: selector #{i}"):
+                return False
+        for i, expr in enumerate(alt.selectors):
+            if not self._eval(expr, d, f"claim {self.claims[ci].ref}: selector #{i}"):
+                return False
+        return True
 
     def _eval(self, expr: str, d: Device, where: str) -> bool:
         try:

@@ -12,9 +12,11 @@ Opaque Kubernetes values travel as small protobuf messages holding a canonical s
 ``==`` compares values (``quantity("1") == quantity("1000m")``) and the type checker tells
 a quantity from a version from an IP.
 
-The ``format`` library (``format.dns1123Label()`` …) returns optional values, which a Python
-function cannot produce in this implementation; selectors that call it are refused with
-"unsupported CEL feature" (see :data:`UNSUPPORTED`).
+``string(ip)``/``string(cidr)``, ``list.indexOf``/``lastIndexOf`` and the map insertion of
+``transformMap`` are declared here under internal names (:mod:`kubeacc.engine.celrewrite` says
+why and how calls reach them). The ``format`` library (``format.dns1123Label()`` …) returns
+optional values, which a Python function cannot produce in this implementation; selectors that
+call it are refused with "unsupported CEL feature" (see :data:`UNSUPPORTED`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 from cel_expr_python import cel
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from kubeacc.engine import celrewrite
 from kubeacc.engine.quantity import QuantityError, is_quantity, parse_quantity
 from kubeacc.engine.semver import Semver, SemverError, is_semver, parse_semver
 
@@ -40,12 +43,7 @@ OPAQUE = ("Quantity", "Semver", "IP", "CIDR", "URL")
 #: functions kube-scheduler's environment has that this evaluator cannot run, and why
 UNSUPPORTED: dict[str, str] = {
     "format": "the format library returns optional values that custom functions cannot build",
-    "string": "string(ip) and string(cidr): the implementation does not let a library add "
-    "overloads to the standard string() conversion",
-    "transformMap": "transformMap and transformMapEntry: the implementation's runtime lacks the "
-    "map insertion they expand to",
-    "indexOf": "list.indexOf(x) and list.lastIndexOf(x): the strings extension owns those "
-    "function names in this implementation",
+    "mapInsert": "a string holding the name of the map insertion transformMap expands to",
 }
 
 
@@ -127,7 +125,10 @@ def _cmp(a: Fraction | Semver, b: Fraction | Semver) -> int:
     if isinstance(a, Semver) and isinstance(b, Semver):
         return a.compare(b)
     assert isinstance(a, Fraction) and isinstance(b, Fraction)
-    return (a > b) - (a < b)
+    # cross-multiplied integers: the same order as Fraction's operators, at a third of the
+    # cost (selectors compare capacities on every device they see; denominators are positive)
+    x, y = a.numerator * b.denominator, b.numerator * a.denominator
+    return (x > y) - (x < y)
 
 
 # -- semver --------------------------------------------------------------------------------
@@ -303,6 +304,31 @@ def _nonempty(name: str, xs: list[Any]) -> list[Any]:
     return xs
 
 
+def _equal(a: Any, b: Any) -> bool:
+    """CEL equality of two element values: a bool never equals a number."""
+    return isinstance(a, bool) == isinstance(b, bool) and bool(a == b)
+
+
+def _index_of(xs: list[Any], x: Any) -> int:
+    return next((i for i, v in enumerate(xs) if _equal(v, x)), -1)
+
+
+def _last_index_of(xs: list[Any], x: Any) -> int:
+    return next((i for i in range(len(xs) - 1, -1, -1) if _equal(xs[i], x)), -1)
+
+
+def _map_insert(m: dict[Any, Any], key: Any, *value: Any) -> dict[Any, Any]:
+    """``cel.@mapInsert(map, key, value)`` and ``cel.@mapInsert(map, map)``: a new map; a key
+    already present is an error, as in kube-scheduler."""
+    updates = {key: value[0]} if value else key
+    out = dict(m)
+    for k, v in updates.items():
+        if k in out:
+            raise _fail(f"insert failed: key {k} already exists")
+        out[k] = v
+    return out
+
+
 # -- declarations --------------------------------------------------------------------------
 
 T = cel.Type
@@ -312,6 +338,14 @@ def _t(name: str) -> Any:
     return cel.Type(f"{PACKAGE}.{name}")
 
 
+def _kind(t: Any) -> str:
+    """What the runtime dispatches an argument on: lists, maps and messages by kind only."""
+    if t.is_message():
+        return "message"
+    name: str = t.name()
+    return name.partition("<")[0]
+
+
 def _fn(name: str, *overloads: tuple[str, Any, list[Any], bool, Callable[..., Any]]) -> Any:
     """One function; the runtime tells overloads apart by argument kind only (every opaque
     value is a message), so overloads that differ in message type share one implementation,
@@ -319,7 +353,7 @@ def _fn(name: str, *overloads: tuple[str, Any, list[Any], bool, Callable[..., An
     seen: set[tuple[bool, tuple[str, ...]]] = set()
     decls = []
     for oid, ret, params, member, impl in overloads:
-        kinds = (member, tuple("message" if p.is_message() else p.name() for p in params))
+        kinds = (member, tuple(_kind(p) for p in params))
         if kinds in seen:
             decls.append(cel.Overload(oid, ret, params, is_member=member))
         else:
@@ -337,12 +371,50 @@ def _val(x: Any) -> Fraction | Semver:
     return _fraction(x.value)
 
 
+def _element_types() -> list[tuple[str, Any]]:
+    """The element types ``indexOf`` of a list is declared for (kube-scheduler's is generic;
+    the runtime here dispatches on the kind of each argument)."""
+    named = [("int", T.INT), ("uint", T.UINT), ("double", T.DOUBLE), ("bool", T.BOOL)]
+    named += [("string", T.STRING), ("bytes", T.BYTES), ("list", T.List(T.DYN))]
+    named += [("map", T.Map(T.DYN, T.DYN)), ("null", T.NULL)]
+    named += [("timestamp", T.TIMESTAMP), ("duration", T.DURATION)]
+    return named + [(n.lower(), _t(n)) for n in OPAQUE]
+
+
+def _renamed() -> list[Any]:
+    """The functions calls reach through :mod:`kubeacc.engine.celrewrite`."""
+    ip, cidr, m = _t("IP"), _t("CIDR"), T.Map(T.DYN, T.DYN)
+    elems = _element_types()
+    index_of = [(f"k_list_{n}_index_of", T.INT, [T.List(t), t], True, _index_of) for n, t in elems]
+    last_index_of = [
+        (f"k_list_{n}_last_index_of", T.INT, [T.List(t), t], True, _last_index_of) for n, t in elems
+    ]
+    keys = [("int", T.INT), ("uint", T.UINT), ("string", T.STRING), ("bool", T.BOOL)]
+    inserts = [
+        (f"k_map_insert_{kn}_{vn}", m, [m, kt, vt], False, _map_insert)
+        for kn, kt in keys
+        for vn, vt in elems
+    ]
+    inserts.append(("k_map_insert_map", m, [m, m], False, _map_insert))
+    return [
+        _fn(
+            celrewrite.RENAMED["string"],
+            ("k_ip_string", T.STRING, [ip], False, lambda a: a.value),
+            ("k_cidr_string", T.STRING, [cidr], False, lambda a: a.value),
+        ),
+        _fn(celrewrite.RENAMED["indexOf"], *index_of),
+        _fn(celrewrite.RENAMED["lastIndexOf"], *last_index_of),
+        _fn(celrewrite.OWN_MAP_INSERT, *inserts),
+    ]
+
+
 def declarations() -> list[Any]:
     """Every Kubernetes library function as a declaration with its implementation."""
     q, sv, ip, cidr, url = (_t(n) for n in OPAQUE)
     s, i, b, d = T.STRING, T.INT, T.BOOL, T.DOUBLE
     ls, ld = T.List(T.STRING), T.List(T.DYN)
     return [
+        *_renamed(),
         _fn("quantity", ("k_quantity", q, [s], False, _quantity)),
         _fn("isQuantity", ("k_is_quantity", b, [s], False, is_quantity)),
         _fn("sign", ("k_q_sign", i, [q], True, lambda a: (_q(a) > 0) - (_q(a) < 0))),

@@ -19,7 +19,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from kubeacc.engine.celenv import DeviceEnv, qvalue, svalue
@@ -151,8 +151,9 @@ class Device:
                         break
         return self._typed.get(qualified)
 
-    @property
+    @cached_property
     def key(self) -> DeviceKey:
+        """(driver, pool, name), made once: searches look devices up by it many times a node."""
         return (self.driver, self.pool, self.name)
 
     @property

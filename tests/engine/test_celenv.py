@@ -121,15 +121,44 @@ def test_runtime_errors(expr: str, reason: str) -> None:
     "expr",
     [
         'format.dns1123Label().validate("a").hasValue()',
-        'string(ip("::1")) == "::1"',
-        'cel.bind(c, cidr("10.0.0.0/8"), string(c) == "10.0.0.0/8")',
-        "[1, 2].indexOf(2) == 1",
-        "1 < 1.5",
-        '{"a": 1}.transformMap(k, v, v + 1) == {"a": 2}',
+        'format.named("uri").hasValue()',
+        '"cel.@mapInsert" != ""',
     ],
 )
 def test_unsupported_feature_is_named(expr: str) -> None:
     with pytest.raises(CelError, match="unsupported CEL feature"):
+        matches(expr)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        'string(ip("::1")) == "::1"',
+        'cel.bind(c, cidr("10.0.0.0/8"), string(c) == "10.0.0.0/8")',
+        'string(cidr("10.1.0.0/8")) == "10.1.0.0/8"',
+        "[1, 2].indexOf(2) == 1 && [1, 2, 1].lastIndexOf(1) == 2 && [3].indexOf(4) == -1",
+        '"abc".indexOf("c") == 2 && ["a"].indexOf("a") == 0',
+        "[[1].indexOf(1)].indexOf(0) == 0",
+        "1 < 1.5 && 2u > 1 && 1.5 >= 1u && !(2 <= 1.5)",
+        '{"a": 1}.transformMap(k, v, v + 1) == {"a": 2}',
+        "[5, 6].transformMap(i, v, v > 5, v) == {1: 6}",
+        '{"a": 1}.transformMapEntry(k, v, {v: k}) == {1: "a"}',
+    ],
+)
+def test_renamed_functions_evaluate(expr: str) -> None:
+    assert matches(expr)
+
+
+@pytest.mark.parametrize(
+    ("expr", "reason"),
+    [
+        ("[1.0].indexOf(1) == 0", "no matching overload for 'indexOf'"),
+        ('string(ip("::1")) + kubeacc_string(1) == ""', "undeclared reference"),
+        ("[1, 1].transformMapEntry(i, v, {v: i}).size() == 1", "key 1 already exists"),
+    ],
+)
+def test_renamed_functions_fail_like_kube_scheduler(expr: str, reason: str) -> None:
+    with pytest.raises(CelError, match=reason):
         matches(expr)
 
 

@@ -425,3 +425,17 @@ def test_search_limit_is_reported() -> None:
         claim(exactly(count=3), constraints=[{"distinctAttribute": "kubeacc.io/numaNode"}])
     )
     assert not p2.ok and "distinctAttribute kubeacc.io/numaNode: value" in str(p2.explanation)
+
+
+def test_selector_verdicts_are_shared_across_nodes_but_errors_are_not() -> None:
+    # Equal devices on two nodes: the second node reuses the first one's verdicts, and a
+    # device whose selector fails is evaluated (and named) again every time.
+    e = eng(slice_("a", node_gpus(2)), slice_("b", node_gpus(2)))
+    fits = claim(exactly(count=2, selectors=['device.attributes["kubeacc.io"].model == "h100"']))
+    placed = [e.allocate(fits, node=n, commit=False) for n in ("a", "b")]
+    assert [p.ok for p in placed] == [True, True]
+    assert devices_of(placed[1].allocation or {}) == ["gpu-0", "gpu-1"]
+    bad = claim(exactly(selectors=['device.attributes["kubeacc.io"].nope == 1']))
+    for node in ("a", "b", "a"):
+        p = e.allocate(bad, node=node, commit=False)
+        assert not p.ok and "CEL runtime error" in str(p.explanation), node
