@@ -1,10 +1,12 @@
 """Every manifest in examples/ is complete, names no node or Accelerator, runs a public image,
 and does what its header (and the docs) promise: applied with kubectl to the multi-node testbed
-running kube-acc (as ``kubeacc demo`` does) while the demo's own policies and claims hold their
-devices, the policies generate their DeviceClasses, the operations pick their targets by label
-and succeed with their effect on the Accelerators, and every claim's pod runs on the promised
-node and devices (none stays Pending). The discovery and device-plugin configs are run through
-``kubeacc discover`` and ``kubeacc device-plugin`` (the latter against the real kubelet).
+running kube-acc (as ``kubeacc demo`` does, but with the chart's controller rule: only its
+release namespace operates on any device, ml-team by the examples' grant) while the demo's own
+policies and claims hold their devices, the policies generate their DeviceClasses, the
+operations pick their targets by label and succeed with their effect on the Accelerators, and
+every claim's pod runs on the promised node and devices (none stays Pending). The discovery and
+device-plugin configs are run through ``kubeacc discover`` and ``kubeacc device-plugin`` (the
+latter against the real kubelet).
 
 The multi-node testbed's kubelets run the fake runtime: the examples' image (``busybox:1.36``)
 is never pulled there, so no image needs substituting; what a container gets is read from the
@@ -38,6 +40,7 @@ from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.bitstreams import BITSTREAMS
 from kubeacc.testbed import KubeletOptions, Testbed
+from kubeacc.testbed.shapes import MULTINODE_SHAPES
 from tests.agent.deviceplugin.test_kubelet import Plugin
 from tests.testbed.helpers import eventually
 
@@ -64,6 +67,7 @@ CLUSTER_FILES = [
     "policies/fpga-bitstreams.yaml",
     "policies/h100-exclusive.yaml",
     "policies/l4-time-sliced.yaml",
+    "policies/ml-team-operations.yaml",
     "operations/program-fpga.yaml",
     "operations/reset-gpu.yaml",
     "operations/drain-xpu.yaml",
@@ -75,6 +79,12 @@ CLUSTER_FILES = [
     "claims/sriov-vf.yaml",
     "claims/xpu-claim-template.yaml",
 ]
+POLICY_FILES = [f for f in CLUSTER_FILES if f.startswith("policies/")]
+OPERATION_FILES = [f for f in CLUSTER_FILES if f.startswith("operations/")]
+CLAIM_FILES = [f for f in CLUSTER_FILES if f.startswith("claims/")]
+#: The controller's admin namespace, as the chart installs it (its release namespace): an
+#: operation from any other namespace needs a policy's grant (allowedNamespaces).
+ADMIN_NAMESPACE = "kubeacc-system"
 CLUSTER_SCOPED = ("Namespace", "AcceleratorPolicy", "DiscoveryConfig", "DevicePluginConfig")
 CONFIG_FILES = ["discovery/discovery-config.yaml", "device-plugin/device-plugin-config.yaml"]
 
@@ -175,14 +185,41 @@ def _all_running(client: Client, namespace: str, pods: list[str]) -> bool:
     return all(phases.get(p) == "Running" for p in pods)
 
 
+@pytest.fixture(scope="module")
+def kubeacc_as_installed(
+    multinode_testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeaccStack]:
+    """kube-acc on the multi-node testbed (as ``kubeacc demo`` runs it), except that the
+    controller lets only ADMIN_NAMESPACE operate on any device, as the chart's does: the demo's
+    controller allows every namespace, which would hide an example that lacks a grant."""
+    stack = KubeaccStack(
+        multinode_testbed,
+        tmp_path_factory.mktemp("examples"),
+        {s.name: s.profile for s in MULTINODE_SHAPES},
+        interval=0.5,
+        admin_namespaces=(ADMIN_NAMESPACE,),
+    )
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
 @pytest.fixture
 def examples_cluster(
-    kubeacc_multinode: KubeaccStack, multinode_testbed: Testbed
+    kubeacc_as_installed: KubeaccStack, multinode_testbed: Testbed
 ) -> Iterator[tuple[Testbed, Client]]:
     tb = multinode_testbed
     client = tb.client()
     yield tb, client
-    for name in ("fpga-bitstreams", "h100-exclusive", "l4-time-sliced", *DEMO_POLICIES):
+    for name in (
+        "fpga-bitstreams",
+        "h100-exclusive",
+        "l4-time-sliced",
+        "ml-team-operations",
+        *DEMO_POLICIES,
+    ):
         with contextlib.suppress(AssertionError):
             _kubectl(tb, "delete", "acceleratorpolicy", name, "--ignore-not-found")
     with contextlib.suppress(AssertionError):
@@ -207,12 +244,13 @@ def test_examples_apply_and_do_what_they_promise(
     _apply(tb, "namespace.yaml")
     tb.wait_service_account(NAMESPACE)
 
-    for rel in CLUSTER_FILES[1:4]:
+    for rel in POLICY_FILES:
         _apply(tb, rel)
     classes = {
         "fpga-bitstreams.policy.kubeacc.io": 2,
         "exclusive-h100": 8,
         "l4-time-sliced.policy.kubeacc.io": 1,
+        "ml-team-operations.policy.kubeacc.io": 3,
     }
     for name in classes:
         eventually(lambda n=name: _exists(client, n), 60, f"DeviceClass {name}")
@@ -220,7 +258,7 @@ def test_examples_apply_and_do_what_they_promise(
     params = shared["spec"]["config"][0]["opaque"]["parameters"]
     assert (params["mode"], params["maxConsumers"]) == ("TimeSliced", 4)
 
-    for rel in CLUSTER_FILES[4:7]:
+    for rel in OPERATION_FILES:
         _apply(tb, rel)
     done = {}
     for op in ("program-gzip", "reset-gpu", "drain-xpu"):
@@ -235,7 +273,7 @@ def test_examples_apply_and_do_what_they_promise(
     xpu_acc = _target(client, done["drain-xpu"], "xpu")
     assert xpu_acc["spec"]["cordoned"] is True
 
-    for rel in CLUSTER_FILES[7:]:
+    for rel in CLAIM_FILES:
         _apply(tb, rel)
     pods = ["any-gpu", "h100", "gpu-nic-same-root", "h200-else-xpu", "fpga-crypto", "sriov-vf"]
     pods.append("xpu-from-template")
