@@ -13,6 +13,7 @@ from lightkube import ApiError, Client
 from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
+from kubeacc.agent.nodelabels import accelerator_labels
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.resources import (
@@ -67,12 +68,13 @@ def put_accelerator(
     device: Device,
     allocated_to: list[dict[str, str]] | None = None,
 ) -> str:
-    """Create an Accelerator as an admin would (spec, then status through the subresource)."""
+    """Create an Accelerator as an admin would (spec, then status through the subresource),
+    labelled as the node agent labels it."""
     name = f"{node}-{device.name}"
     body = {
         "apiVersion": API_VERSION,
         "kind": "Accelerator",
-        "metadata": {"name": name, "labels": {NODE_LABEL: node}},
+        "metadata": {"name": name, "labels": accelerator_labels(node, device)},
         "spec": {"node": node, "deviceName": device.name},
     }
     client.patch(Accelerator, name, body, patch_type=PatchType.APPLY, field_manager="test")

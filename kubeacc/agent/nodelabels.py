@@ -24,6 +24,7 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
+from kubeacc.crds.types import MODEL_LABEL, NODE_LABEL, TYPE_LABEL
 from kubeacc.model import Device, DeviceType, Inventory
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,17 @@ def label_value(text: str) -> str:
     """``text`` as a valid label value (at most 63 characters, alphanumeric at both ends)."""
     value = _UNSAFE.sub("-", text)[:63]
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def accelerator_labels(node: str, device: Device | None) -> dict[str, str]:
+    """The labels of ``device``'s Accelerator object: its node, type and model (label-safe),
+    what an AcceleratorOperation's ``spec.targetSelector`` selects on."""
+    labels = {NODE_LABEL: node}
+    if device is not None:
+        labels[TYPE_LABEL] = device.type.value
+        if model := label_value(device.model):
+            labels[MODEL_LABEL] = model
+    return labels
 
 
 def node_labels(inventory: Inventory) -> dict[str, str]:

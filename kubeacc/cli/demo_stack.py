@@ -46,6 +46,9 @@ class KubeaccStack:
     host_profiles: dict[str, str]
     #: seconds between the life-cycle agents' discoveries (operations wake them at once)
     interval: float = 1.0
+    #: namespaces whose AcceleratorOperations may act on any device (the demo is its cluster's
+    #: admin; a chart install allows only its release namespace, others by a policy's grant)
+    admin_namespaces: tuple[str, ...] = (ANY_NAMESPACE,)
     nodes: dict[str, NodeComponents] = field(default_factory=dict)
     #: bitstream library path -> sha256 (the same files on every node)
     bitstreams: dict[str, str] = field(default_factory=dict)
@@ -89,7 +92,7 @@ class KubeaccStack:
             identity="demo",
             interval=0.3,
             resync_seconds=30,
-            admin_namespaces=[ANY_NAMESPACE],  # the demo is its cluster's admin
+            admin_namespaces=self.admin_namespaces,
         )
         self._run(controller.run, "controller")
         for name, profile in self.host_profiles.items():

@@ -26,6 +26,7 @@ from kubeacc.controller.operations import (
     TargetView,
     attributable_results,
     busy,
+    choose_targets,
     claim_holders,
     validate,
 )
@@ -42,6 +43,7 @@ from kubeacc.crds.types import (
     Action,
     Dispatch,
     OperationPhase,
+    TargetSelector,
 )
 from kubeacc.crds.watch import WatchCache
 from kubeacc.metrics.controller import ControllerMetrics
@@ -50,6 +52,12 @@ DRA_DRIVER = "kubeacc.io"
 #: While an operation waits for consumers, it looks again at least this often (seconds): a
 #: claim's reservation ending wakes no watch of the controller.
 DRAIN_RECHECK_SECONDS = 2.0
+
+
+def target_names(spec: AcceleratorOperationSpec, status: AcceleratorOperationStatus) -> list[str]:
+    """The operation's targets: as recorded at its first sight (``status.targets``), else (an
+    operation from before that field, or not yet seen) ``spec.targets``."""
+    return list(status.targets or spec.targets or [])
 
 
 class OperationDispatch:
@@ -75,13 +83,13 @@ class OperationDispatch:
         self.cordons = cordons
         self.due_in = due_in
 
-    def _fresh_targets(
-        self, spec: AcceleratorOperationSpec
+    def _fresh(
+        self, names: list[str]
     ) -> tuple[dict[str, dict[str, Any]], dict[str, AcceleratorPolicySpec]]:
         """A new operation's targets (GET) and the policies (LIST), read from the API server:
         the caches may not have seen what was created just before the operation."""
         found: dict[str, dict[str, Any]] = {}
-        for name in spec.targets:
+        for name in names:
             try:
                 found[name] = as_dict(self.client.get(Accelerator, name))
             except ApiError as exc:
@@ -90,6 +98,44 @@ class OperationDispatch:
                 continue
             self.accelerators.observe(found[name])
         return found, policy_specs([as_dict(p) for p in self.client.list(AcceleratorPolicy)])
+
+    def _resolve(self, namespace: str, selector: TargetSelector) -> list[str] | Refusal:
+        """What ``spec.targetSelector`` names now (LIST with its labels, then
+        :func:`choose_targets`), or why it names nothing."""
+        wanted = ",".join(f"{k}={v}" for k, v in sorted(selector.match_labels.items()))
+        try:
+            labels: dict[str, Any] = dict(selector.match_labels)
+            found = [as_dict(a) for a in self.client.list(Accelerator, labels=labels)]
+        except ApiError as exc:
+            if exc.status.code in (400, 422):
+                return Refusal("InvalidTargetSelector", f"spec.targetSelector: {exc}")
+            raise
+        if not found:
+            return Refusal(
+                "NoTargetMatched",
+                f"no Accelerator is labelled {wanted} (see the labels with "
+                "kubectl get accelerators --show-labels)",
+            )
+        views = {a["metadata"]["name"]: TargetView.parse(a) for a in found}
+        policies = policy_specs([as_dict(p) for p in self.client.list(AcceleratorPolicy)])
+        return choose_targets(
+            namespace,
+            list(views.values()),
+            self._in_use(dict(views.items())),
+            selector.max_targets,
+            policies,
+            self.admin_namespaces,
+        )
+
+    def _fail(
+        self,
+        op: dict[str, Any],
+        before: AcceleratorOperationStatus,
+        status: AcceleratorOperationStatus,
+        refusal: Refusal,
+    ) -> None:
+        self.status.finish(op, status, OperationPhase.FAILED, refusal.reason, refusal.message)
+        self.status.apply(op, before, status)
 
     def reconcile(
         self,
@@ -105,11 +151,28 @@ class OperationDispatch:
         spec = AcceleratorOperationSpec.model_validate(op.get("spec") or {})
         gen = meta.get("generation")
         status.observed_generation = gen
+        if status.phase is None and not status.targets:
+            if spec.target_selector is None:
+                status.targets = list(spec.targets or [])
+            else:
+                resolved = self._resolve(meta["namespace"], spec.target_selector)
+                if isinstance(resolved, Refusal):
+                    status.start_time = now()
+                    self._fail(op, before, status, resolved)
+                    return
+                # Written before anything is done to them: a controller that restarts from
+                # here on acts on exactly these, whatever the selector would match then.
+                status.targets = resolved
+                self.status.apply(op, before, status)
+                before = status.model_copy(deep=True)
+                emit_event(
+                    self.client, op, "TargetsChosen", f"targetSelector chose {', '.join(resolved)}"
+                )
+        names = target_names(spec, status)
         if status.phase is None:
-            accelerators, policies = self._fresh_targets(spec)
+            accelerators, policies = self._fresh(names)
         targets = {
-            t: (TargetView.parse(accelerators[t]) if t in accelerators else None)
-            for t in spec.targets
+            t: (TargetView.parse(accelerators[t]) if t in accelerators else None) for t in names
         }
         if status.phase is None:
             status.start_time = now()
@@ -124,21 +187,14 @@ class OperationDispatch:
                         "for them to finish)",
                     )
             if refusal is not None:
-                self.status.finish(
-                    op,
-                    status,
-                    OperationPhase.FAILED,
-                    refusal.reason,
-                    refusal.message,
-                )
-                self.status.apply(op, before, status)
+                self._fail(op, before, status, refusal)
                 return
             status.phase = OperationPhase.PENDING
             status.message = "validated"
             status.conditions = set_condition(
                 status.conditions, "Validated", True, "Validated", "targets and policy checked", gen
             )
-            emit_event(self.client, op, "Validated", f"{spec.action.value} on {spec.targets}")
+            emit_event(self.client, op, "Validated", f"{spec.action.value} on {names}")
         if status.phase is OperationPhase.PENDING:
             self._pending(op, spec, status, targets)
         elif status.phase is OperationPhase.RUNNING:
@@ -165,7 +221,7 @@ class OperationDispatch:
             else:
                 self.due_in(left + 0.05)
         if status.phase in TERMINAL and spec.drain_first and spec.action is not Action.DRAIN:
-            self._lift_cordons(op, spec, accelerators)
+            self._lift_cordons(op, target_names(spec, status), accelerators)
         self.status.apply(op, before, status)
 
     def _pending(
@@ -289,12 +345,12 @@ class OperationDispatch:
     def _lift_cordons(
         self,
         op: dict[str, Any],
-        spec: AcceleratorOperationSpec,
+        names: list[str],
         accelerators: dict[str, dict[str, Any]],
     ) -> None:
         """Lift the cordons a drainFirst operation set, once it has ended."""
         ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
-        for name in spec.targets:
+        for name in names:
             acc = accelerators.get(name)
             if acc and (acc["metadata"].get("annotations") or {}).get(CORDONED_BY) == ref:
                 self.cordons.set(acc, ref, False)

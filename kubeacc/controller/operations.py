@@ -88,8 +88,7 @@ def validate(
         if dev is None:
             return Refusal("AcceleratorNotReady", f"{name}: its node agent has not reported it")
         names = covering(policies, dev)
-        admin = namespace in admins or ANY_NAMESPACE in admins
-        if not admin and not any(namespace in policies[p].allowed_namespaces for p in names):
+        if not granted(namespace, dev, policies, admins):
             where = (
                 f"none of the AcceleratorPolicies covering it ({', '.join(names)})"
                 if names
@@ -112,6 +111,41 @@ def validate(
             if refusal:
                 return refusal
     return None
+
+
+def granted(
+    namespace: str,
+    dev: Device,
+    policies: dict[str, AcceleratorPolicySpec],
+    admins: Collection[str] = (ANY_NAMESPACE,),
+) -> bool:
+    """Whether operations from ``namespace`` may touch ``dev`` (see :func:`validate`)."""
+    if namespace in admins or ANY_NAMESPACE in admins:
+        return True
+    return any(namespace in policies[p].allowed_namespaces for p in covering(policies, dev))
+
+
+def choose_targets(
+    namespace: str,
+    matched: list[TargetView],
+    in_use: Collection[str],
+    limit: int,
+    policies: dict[str, AcceleratorPolicySpec],
+    admins: Collection[str] = (ANY_NAMESPACE,),
+) -> list[str]:
+    """The names a ``spec.targetSelector`` resolves to among the ``matched`` Accelerators.
+
+    Devices the namespace may operate come first, then those whose agent has reported them,
+    then idle ones (not in ``in_use``), then name order; at most ``limit``. The choice is
+    validated afterwards like named targets, so a selector matching only devices the
+    namespace may not touch fails with the same reason as naming them."""
+
+    def rank(view: TargetView) -> tuple[bool, bool, bool, str]:
+        dev = view.device
+        allowed = dev is not None and granted(namespace, dev, policies, admins)
+        return (not allowed, dev is None, view.name in in_use, view.name)
+
+    return [v.name for v in sorted(matched, key=rank)[:limit]]
 
 
 def _check_program(

@@ -41,6 +41,8 @@ _KEEP = {
     "pattern",
     "minItems",
     "maxItems",
+    "minProperties",
+    "maxProperties",
     "format",
     "enum",
 }
@@ -224,8 +226,9 @@ def crds() -> list[dict[str, Any]]:
             AcceleratorOperationStatus,
             [
                 _col("Action", ".spec.action"),
-                _col("Targets", ".spec.targets"),
+                _col("Targets", ".status.targets"),
                 _col("Phase", ".status.phase"),
+                _col("Selector", ".spec.targetSelector.matchLabels", priority=1),
                 _col("Message", ".status.message", priority=1),
             ],
             ["accop"],

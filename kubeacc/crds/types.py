@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from kubeacc.model import Device, DeviceType
@@ -25,12 +25,17 @@ API_VERSION = f"{GROUP}/{VERSION}"
 POLICY_LABEL = "kubeacc.io/policy"
 #: Label on Accelerators: the node they live on (list by node with a label selector).
 NODE_LABEL = "kubeacc.io/node"
+#: Labels on Accelerators: the device type, and the model as a label value (other characters
+#: become ``-``), so that an operation's ``spec.targetSelector`` can pick devices by kind.
+TYPE_LABEL = "kubeacc.io/type"
+MODEL_LABEL = "kubeacc.io/model"
 #: Suffix of the DeviceClass a policy generates when it names none: ``<policy>.policy.kubeacc.io``.
 POLICY_CLASS_SUFFIX = ".policy.kubeacc.io"
 
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _SHA256 = r"^[a-f0-9]{64}$"
+_LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 #: A path relative to the bitstream library: segments that never start with a dot, so neither
 #: ``..`` nor hidden files nor absolute paths can be expressed.
 _LIBRARY_PATH = r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$"
@@ -348,10 +353,32 @@ class DetachSpec(_Model):
     )
 
 
+class TargetSelector(_Model):
+    """Accelerators picked by label instead of by name (``spec.targetSelector``).
+
+    The controller resolves it once, when it first sees the operation: idle devices before
+    busy ones, then in name order, at most ``maxTargets``; the names it chose are kept in
+    ``status.targets`` and used from then on."""
+
+    match_labels: dict[str, Annotated[str, Field(max_length=63, pattern=_LABEL_VALUE)]] = Field(
+        min_length=1,
+        max_length=16,
+        description=(
+            "Labels every target must carry (Accelerators are labelled kubeacc.io/node, "
+            "kubeacc.io/type and kubeacc.io/model)"
+        ),
+    )
+    max_targets: int = Field(default=1, ge=1, le=64, description="At most this many targets")
+
+
 class AcceleratorOperationSpec(_Model):
     model_config = ConfigDict(
         json_schema_extra=_rules(
             ("self == oldSelf", "spec is immutable; create a new operation instead"),
+            (
+                "has(self.targets) != has(self.targetSelector)",
+                "exactly one of spec.targets and spec.targetSelector is required",
+            ),
             (
                 "self.action == 'Program' ? has(self.program) : !has(self.program)",
                 "spec.program is required for action Program and not allowed otherwise",
@@ -372,11 +399,15 @@ class AcceleratorOperationSpec(_Model):
     )
 
     action: Action
-    targets: list[Annotated[str, Field(max_length=253, pattern=_DNS_SUBDOMAIN)]] = Field(
+    targets: list[Annotated[str, Field(max_length=253, pattern=_DNS_SUBDOMAIN)]] | None = Field(
+        default=None,
         min_length=1,
         max_length=64,
-        description="Accelerator names",
+        description="Accelerator names (or spec.targetSelector)",
         json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    target_selector: TargetSelector | None = Field(
+        default=None, description="Accelerators picked by label (or spec.targets)"
     )
     program: ProgramSpec | None = None
     power: PowerSpec | None = None
@@ -387,6 +418,12 @@ class AcceleratorOperationSpec(_Model):
         description="Cordon the targets and wait until nobody uses them instead of refusing",
     )
     timeout_seconds: int = Field(default=600, ge=1, le=86400)
+
+    @model_validator(mode="after")
+    def _one_way_to_name_targets(self) -> AcceleratorOperationSpec:
+        if (self.targets is None) == (self.target_selector is None):
+            raise ValueError("exactly one of spec.targets and spec.targetSelector is required")
+        return self
 
 
 class OperationPhase(StrEnum):
@@ -431,6 +468,14 @@ class AcceleratorOperationStatus(_Model):
     start_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     completion_time: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
     observed_generation: int | None = Field(default=None, ge=0)
+    targets: list[Annotated[str, Field(max_length=253)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "The Accelerators the operation acts on, fixed at its first sight (spec.targets, or "
+            "what spec.targetSelector matched then)"
+        ),
+    )
     dispatch: list[Dispatch] = _map_list("accelerator")
     results: list[TargetResult] = _map_list("accelerator")
     conditions: list[Condition] = _CONDITIONS

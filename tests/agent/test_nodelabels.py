@@ -15,7 +15,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from kubeacc.agent.nodelabels import NodeLabeler, label_value, node_labels
+from kubeacc.agent.nodelabels import NodeLabeler, accelerator_labels, label_value, node_labels
 from kubeacc.crds.deploy import apply_manifest
 from kubeacc.model import Inventory
 from kubeacc.synthetic import profiles
@@ -40,6 +40,16 @@ def test_labels_of_a_gpu_server(tmp_path: Path) -> None:
         "kubeacc.io/nic.model": "ConnectX-7",
         "kubeacc.io/nic.driver": "true",
     }
+
+
+def test_labels_of_an_accelerator(tmp_path: Path) -> None:
+    gpu = _inventory("dgx-h100", tmp_path).devices[0]
+    assert accelerator_labels("node-a", gpu) == {
+        "kubeacc.io/node": "node-a",
+        "kubeacc.io/type": "gpu",
+        "kubeacc.io/model": "NVIDIA-H100-80GB-HBM3",
+    }
+    assert accelerator_labels("node-a", None) == {"kubeacc.io/node": "node-a"}
 
 
 def test_no_devices_no_labels() -> None:

@@ -92,7 +92,7 @@ def workload(name: str, ns: str, claim: str | None = None, gpus: int = 0) -> Any
 
 
 def gpus_and_nic_claim(name: str, ns: str) -> Any:
-    """Two GPUs and a NIC physical function behind one PCIe root (as in examples/claims)."""
+    """Two GPUs and a NIC physical function behind one PCIe root (as in the demo's claims)."""
     return from_dict(
         {
             "apiVersion": "resource.k8s.io/v1",

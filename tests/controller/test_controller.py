@@ -8,15 +8,18 @@ from typing import Any
 
 from lightkube import ApiError, Client
 from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Event
 from lightkube.resources.resource_v1 import DeviceClass
 
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.leader import LeaderElector
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
+from kubeacc.crds.types import NODE_LABEL, TYPE_LABEL
 from kubeacc.model import Device
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import (
     create_operation,
+    make_controller,
     operation_finished,
     put_accelerator,
     running,
@@ -235,3 +238,88 @@ def test_lease_is_renewed_while_no_pass_runs(testbed: Testbed, kubeacc_crds: Non
     released = client.get(Lease, lease, namespace="default").spec
     assert released is not None and released.holderIdentity is None
     client.delete(Lease, lease, namespace="default")
+
+
+def _op(client: Client, namespace: str, name: str) -> dict[str, Any]:
+    return as_dict(client.get(AcceleratorOperation, name, namespace=namespace))
+
+
+def test_a_target_selector_is_resolved_once_even_across_a_restart(
+    testbed: Testbed,
+    kubeacc_crds: None,
+    kubeacc_cleanup: None,
+    kube_client: Client,
+    namespace: str,
+    fpgas: list[Device],
+) -> None:
+    """The selector's choice is written before anything is done and kept: a controller that
+    restarts while the operation waits does not pick the device that has become the better
+    match meanwhile."""
+    node = f"sel-{uuid.uuid4().hex[:5]}"
+    user = [{"kind": "Pod", "namespace": "x", "name": "p"}]
+    by_name = dict(sorted((put_accelerator(kube_client, node, d, user), d) for d in fpgas))
+    chosen, other = list(by_name)
+    spec = {
+        "action": "Reset",
+        "targetSelector": {"matchLabels": {NODE_LABEL: node, TYPE_LABEL: "fpga"}},
+        "drainFirst": True,
+        "timeoutSeconds": 120,
+    }
+
+    def draining() -> dict[str, Any] | None:
+        op = _op(kube_client, namespace, "by-label")
+        conds = (op.get("status") or {}).get("conditions") or []
+        return op if any(c["type"] == "Draining" and c["status"] == "True" for c in conds) else None
+
+    with running(make_controller(testbed)):
+        create_operation(kube_client, namespace, "by-label", spec)
+        op = wait_for("Draining", draining)
+    # both busy: name order
+    assert op["status"]["targets"] == [chosen]
+    assert as_dict(kube_client.get(Accelerator, chosen))["spec"]["cordoned"] is True
+    # with no controller running, the other device becomes idle: a fresh resolution would take it
+    put_accelerator(kube_client, node, by_name[other], allocated_to=[])
+    with running(make_controller(testbed)):
+        put_accelerator(kube_client, node, by_name[chosen], allocated_to=[])
+        op = wait_for(
+            "dispatched",
+            lambda: (o := _op(kube_client, namespace, "by-label"))["status"].get("dispatch") and o,
+        )
+    assert op["status"]["targets"] == [chosen]
+    assert [d["accelerator"] for d in op["status"]["dispatch"]] == [chosen]
+    assert not as_dict(kube_client.get(Accelerator, other))["spec"].get("cordoned")
+    assert any(
+        e.reason == "TargetsChosen" and chosen in (e.message or "")
+        for e in kube_client.list(Event, namespace=namespace)
+    )
+
+
+def test_a_selector_that_matches_nothing_fails_with_the_reason(
+    controller: Controller, kube_client: Client, namespace: str, fpgas: list[Device]
+) -> None:
+    node = f"sel-{uuid.uuid4().hex[:5]}"
+    put_accelerator(kube_client, node, fpgas[0])
+    for name, labels, reason, says in [
+        (
+            "no-match",
+            {NODE_LABEL: node, TYPE_LABEL: "gpu"},
+            "NoTargetMatched",
+            "kubeacc.io/type=gpu",
+        ),
+        ("bad-key", {"a/b/c": "x"}, "InvalidTargetSelector", "spec.targetSelector"),
+    ]:
+        create_operation(
+            kube_client,
+            namespace,
+            name,
+            {"action": "Reset", "targetSelector": {"matchLabels": labels}},
+        )
+        op = wait_for(name, lambda n=name: operation_finished(kube_client, namespace, n))
+        assert op["status"]["phase"] == "Failed"
+        cond = _condition(op, "Failed")
+        assert cond["reason"] == reason and says in cond["message"], cond
+        assert not op["status"].get("targets") and not op["status"].get("dispatch")
+        assert any(
+            e.reason == reason and e.involvedObject.name == name
+            for e in kube_client.list(Event, namespace=namespace)
+        )

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from kubeacc.controller.operations import TargetView, attributable_results, claim_holders, validate
+from kubeacc.controller.operations import (
+    TargetView,
+    attributable_results,
+    choose_targets,
+    claim_holders,
+    validate,
+)
 from kubeacc.controller.policies import cel_selector, device_class
 from kubeacc.crds.types import (
     AcceleratorOperationSpec,
@@ -28,14 +34,39 @@ def devices(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Device]:
     return {d.type.value: d for d in discover(Path(root)).devices}
 
 
-def _view(dev: Device) -> TargetView:
+def _view(dev: Device, node: str = "n", *, reported: bool = True) -> TargetView:
+    status = {"device": dev.model_dump(mode="json", by_alias=True)} if reported else {}
     return TargetView.parse(
         {
-            "metadata": {"name": f"n-{dev.name}"},
-            "spec": {"node": "n", "deviceName": dev.name},
-            "status": {"device": dev.model_dump(mode="json", by_alias=True)},
+            "metadata": {"name": f"{node}-{dev.name}"},
+            "spec": {"node": node, "deviceName": dev.name},
+            "status": status,
         }
     )
+
+
+def test_a_selector_prefers_granted_reported_idle_devices_then_names(
+    devices: dict[str, Device],
+) -> None:
+    gpu, fpga = devices["gpu"], devices["fpga"]
+    views = [_view(gpu, n) for n in ("d", "c", "b")] + [_view(gpu, "a", reported=False)]
+    names = [v.name for v in views]
+    # admins: reported before unreported, idle before busy, then name order
+    assert choose_targets("ns", views, {names[2]}, 4, {}) == [names[1], names[0], *names[2:]]
+    assert choose_targets("ns", views, set(), 2, {}) == [names[2], names[1]]
+    # a tenant: devices a policy grants its namespace come first
+    grant = AcceleratorPolicySpec.model_validate(
+        {"selector": {"types": ["fpga"]}, "allowedNamespaces": ["team-a"]}
+    )
+    mixed = [*views, _view(fpga, "z")]
+    chosen = choose_targets("team-a", mixed, set(), 1, {"fpgas": grant}, ("kube-system",))
+    assert chosen == [f"z-{fpga.name}"]
+    # none granted: the choice is made anyway, and validate refuses it as for a named target
+    (name,) = choose_targets("team-b", mixed, set(), 1, {"fpgas": grant}, ("kube-system",))
+    reset = AcceleratorOperationSpec.model_validate({"action": "Reset", "targets": [name]})
+    view = next(v for v in mixed if v.name == name)
+    refusal = validate("team-b", reset, {name: view}, {"fpgas": grant}, ("kube-system",))
+    assert refusal and refusal.reason == "NamespaceNotAllowed"
 
 
 def test_cel_selector_quotes_values() -> None:

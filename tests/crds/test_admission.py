@@ -212,3 +212,29 @@ def test_gpu_sharing_modes_are_accepted(kubeacc_crds: None, kube_client: Client)
     ):
         kube_client.create(_policy(name, {"selector": {"types": ["gpu"]}, "sharing": sharing}))
         kube_client.delete(AcceleratorPolicy, name)
+
+
+def test_operation_target_selector_rules(
+    kubeacc_crds: None, kube_client: Client, namespace: str
+) -> None:
+    selector = {"matchLabels": {"kubeacc.io/type": "gpu"}}
+    msg = _refused(kube_client, _op("no-target", {"action": "Reset"}), namespace)
+    assert "exactly one of spec.targets and spec.targetSelector is required" in msg
+    both = {"action": "Reset", "targets": ["a"], "targetSelector": selector}
+    msg = _refused(kube_client, _op("both", both), namespace)
+    assert "exactly one of spec.targets and spec.targetSelector is required" in msg
+    for bad, field in [
+        ({"matchLabels": {}}, "spec.targetSelector.matchLabels"),
+        ({**selector, "maxTargets": 0}, "spec.targetSelector.maxTargets"),
+        ({**selector, "maxTargets": 65}, "spec.targetSelector.maxTargets"),
+        ({"matchLabels": {"kubeacc.io/model": "NVIDIA H100"}}, "spec.targetSelector.matchLabels"),
+        ({"maxTargets": 2}, "spec.targetSelector.matchLabels"),
+    ]:
+        msg = _refused(
+            kube_client, _op("bad-selector", {"action": "Reset", "targetSelector": bad}), namespace
+        )
+        assert field in msg, (bad, msg)
+    ok = _op("by-label", {"action": "Reset", "targetSelector": {**selector, "maxTargets": 64}})
+    kube_client.create(ok, namespace=namespace)
+    got = kube_client.get(AcceleratorOperation, "by-label", namespace=namespace)
+    assert got.spec is not None and got.spec["targetSelector"]["maxTargets"] == 64

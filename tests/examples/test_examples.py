@@ -1,9 +1,16 @@
-"""Every manifest in examples/ is complete and does what its header (and the docs) promise:
-applied with kubectl to the multi-node testbed running kube-acc (as ``kubeacc demo`` does), the
-policies generate their DeviceClasses, the operations succeed with their effect on the
-Accelerators, and every claim's pod runs on the promised node and devices. The discovery and
+"""Every manifest in examples/ is complete, names no node or Accelerator, runs a public image,
+and does what its header (and the docs) promise: applied with kubectl to the multi-node testbed
+running kube-acc (as ``kubeacc demo`` does, but with the chart's controller rule: only its
+release namespace operates on any device, ml-team by the examples' grant) while the demo's own
+policies and claims hold their devices, the policies generate their DeviceClasses, the
+operations pick their targets by label and succeed with their effect on the Accelerators, and
+every claim's pod runs on the promised node and devices (none stays Pending). The discovery and
 device-plugin configs are run through ``kubeacc discover`` and ``kubeacc device-plugin`` (the
-latter against the real kubelet)."""
+latter against the real kubelet).
+
+The multi-node testbed's kubelets run the fake runtime: the examples' image (``busybox:1.36``)
+is never pulled there, so no image needs substituting; what a container gets is read from the
+runtime's records."""
 
 from __future__ import annotations
 
@@ -22,11 +29,18 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
+from kubeacc.cli.demo import NAMESPACE as DEMO_NAMESPACE
+from kubeacc.cli.demo_claims import CLAIMS as DEMO_CLAIMS
+from kubeacc.cli.demo_claims import POLICIES as DEMO_POLICIES
+from kubeacc.cli.demo_claims import claim as demo_claim
+from kubeacc.cli.demo_claims import pod as demo_pod
+from kubeacc.cli.demo_claims import policy as demo_policy
 from kubeacc.cli.demo_stack import KubeaccStack
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.bitstreams import BITSTREAMS
 from kubeacc.testbed import KubeletOptions, Testbed
+from kubeacc.testbed.shapes import MULTINODE_SHAPES
 from tests.agent.deviceplugin.test_kubelet import Plugin
 from tests.testbed.helpers import eventually
 
@@ -53,17 +67,24 @@ CLUSTER_FILES = [
     "policies/fpga-bitstreams.yaml",
     "policies/h100-exclusive.yaml",
     "policies/l4-time-sliced.yaml",
+    "policies/ml-team-operations.yaml",
     "operations/program-fpga.yaml",
     "operations/reset-gpu.yaml",
     "operations/drain-xpu.yaml",
     "claims/any-gpu.yaml",
     "claims/h100-by-model.yaml",
-    "claims/gpus-nic-same-pcie-root.yaml",
+    "claims/gpu-nic-same-pcie-root.yaml",
     "claims/h200-else-xpu.yaml",
     "claims/fpga-with-bitstream.yaml",
     "claims/sriov-vf.yaml",
     "claims/xpu-claim-template.yaml",
 ]
+POLICY_FILES = [f for f in CLUSTER_FILES if f.startswith("policies/")]
+OPERATION_FILES = [f for f in CLUSTER_FILES if f.startswith("operations/")]
+CLAIM_FILES = [f for f in CLUSTER_FILES if f.startswith("claims/")]
+#: The controller's admin namespace, as the chart installs it (its release namespace): an
+#: operation from any other namespace needs a policy's grant (allowedNamespaces).
+ADMIN_NAMESPACE = "kubeacc-system"
 CLUSTER_SCOPED = ("Namespace", "AcceleratorPolicy", "DiscoveryConfig", "DevicePluginConfig")
 CONFIG_FILES = ["discovery/discovery-config.yaml", "device-plugin/device-plugin-config.yaml"]
 
@@ -82,6 +103,14 @@ def test_manifest_is_complete(path: Path) -> None:
         if doc["kind"] not in CLUSTER_SCOPED:
             assert meta.get("namespace") == NAMESPACE, (path, doc["kind"])
     text = path.read_text()
+    # portable: no placeholder image, no node or Accelerator names
+    assert "registry.example" not in text
+    assert not re.search(r"gpu-server|fpga-node|kunlun-node|edge-node", _body(text)), path
+    for doc in docs:
+        if doc["kind"] == "AcceleratorOperation":
+            assert "targets" not in doc["spec"] and doc["spec"]["targetSelector"], path
+        for c in _containers(doc):
+            assert c["image"] == "busybox:1.36", (path, c)
     # every digest names a file of the synthetic bitstream library, with that file's digest
     named = re.findall(
         r"(?:name|bitstream): (\S+\.gbs)\s+(?:sha256|digest): (?:sha256:)?([0-9a-f]{64})", text
@@ -89,6 +118,18 @@ def test_manifest_is_complete(path: Path) -> None:
     assert len(named) == text.count(".gbs"), "a bitstream without its digest"
     for name, digest in named:
         assert DIGESTS[name] == digest, (path, name)
+
+
+def _body(text: str) -> str:
+    """The manifest without its header comments (which say where things land on the demo)."""
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+def _containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = doc.get("spec") or {}
+    if doc["kind"] == "Pod":
+        return list(spec.get("containers") or [])
+    return []
 
 
 def _kubectl(tb: Testbed, *args: str) -> str:
@@ -117,31 +158,99 @@ def _results(client: Client, claim: str) -> list[Any]:
     return list(alloc.devices.results) if alloc else []
 
 
+def _demo_claims_hold_their_devices(client: Client, tb: Testbed) -> None:
+    """What ``kubeacc demo`` leaves running: its policies, and its claims with a pod each."""
+    from lightkube.codecs import from_dict
+
+    for name in DEMO_POLICIES:
+        client.create(from_dict(demo_policy(name)))
+    _kubectl(tb, "create", "namespace", DEMO_NAMESPACE)
+    tb.wait_service_account(DEMO_NAMESPACE)
+    for name in DEMO_CLAIMS:
+        client.create(from_dict(demo_claim(name, DEMO_NAMESPACE)))
+        client.create(from_dict(demo_pod(name, DEMO_NAMESPACE)))
+    eventually(
+        lambda: _all_running(client, DEMO_NAMESPACE, [f"{n}-pod" for n in DEMO_CLAIMS]),
+        150,
+        "every demo pod Running",
+    )
+
+
+def _all_running(client: Client, namespace: str, pods: list[str]) -> bool:
+    phases = {
+        p.metadata.name: p.status.phase
+        for p in client.list(Pod, namespace=namespace)
+        if p.metadata and p.status
+    }
+    return all(phases.get(p) == "Running" for p in pods)
+
+
+@pytest.fixture(scope="module")
+def kubeacc_as_installed(
+    multinode_testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KubeaccStack]:
+    """kube-acc on the multi-node testbed (as ``kubeacc demo`` runs it), except that the
+    controller lets only ADMIN_NAMESPACE operate on any device, as the chart's does: the demo's
+    controller allows every namespace, which would hide an example that lacks a grant."""
+    stack = KubeaccStack(
+        multinode_testbed,
+        tmp_path_factory.mktemp("examples"),
+        {s.name: s.profile for s in MULTINODE_SHAPES},
+        interval=0.5,
+        admin_namespaces=(ADMIN_NAMESPACE,),
+    )
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
 @pytest.fixture
 def examples_cluster(
-    kubeacc_multinode: KubeaccStack, multinode_testbed: Testbed
+    kubeacc_as_installed: KubeaccStack, multinode_testbed: Testbed
 ) -> Iterator[tuple[Testbed, Client]]:
     tb = multinode_testbed
     client = tb.client()
     yield tb, client
-    for name in ("fpga-bitstreams", "h100-exclusive", "l4-time-sliced"):
+    for name in (
+        "fpga-bitstreams",
+        "h100-exclusive",
+        "l4-time-sliced",
+        "ml-team-operations",
+        *DEMO_POLICIES,
+    ):
         with contextlib.suppress(AssertionError):
             _kubectl(tb, "delete", "acceleratorpolicy", name, "--ignore-not-found")
+    with contextlib.suppress(AssertionError):
+        _kubectl(tb, "delete", "namespace", DEMO_NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+def _target(client: Client, op: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The one Accelerator the operation chose, checked to be of type ``kind``."""
+    (name,) = op["status"]["targets"]
+    dispatched = [d["accelerator"] for d in op["status"].get("dispatch") or []]
+    assert dispatched in ([name], [])  # a Drain is the controller's alone: no dispatch
+    acc = _acc(client, name)
+    assert acc["status"]["device"]["type"] == kind, acc
+    return acc
 
 
 def test_examples_apply_and_do_what_they_promise(
     examples_cluster: tuple[Testbed, Client],
 ) -> None:
     tb, client = examples_cluster
+    _demo_claims_hold_their_devices(client, tb)
     _apply(tb, "namespace.yaml")
     tb.wait_service_account(NAMESPACE)
 
-    for rel in CLUSTER_FILES[1:4]:
+    for rel in POLICY_FILES:
         _apply(tb, rel)
     classes = {
         "fpga-bitstreams.policy.kubeacc.io": 2,
-        "h100.policy.kubeacc.io": 8,
+        "exclusive-h100": 8,
         "l4-time-sliced.policy.kubeacc.io": 1,
+        "ml-team-operations.policy.kubeacc.io": 3,
     }
     for name in classes:
         eventually(lambda n=name: _exists(client, n), 60, f"DeviceClass {name}")
@@ -149,29 +258,26 @@ def test_examples_apply_and_do_what_they_promise(
     params = shared["spec"]["config"][0]["opaque"]["parameters"]
     assert (params["mode"], params["maxConsumers"]) == ("TimeSliced", 4)
 
-    for rel in CLUSTER_FILES[4:7]:
+    for rel in OPERATION_FILES:
         _apply(tb, rel)
+    done = {}
     for op in ("program-gzip", "reset-gpu", "drain-xpu"):
-        done = eventually(lambda o=op: _op_done(client, o), 90, f"operation {op}")
-        assert done["status"]["phase"] == "Succeeded", done["status"]
-    fpga = _acc(client, "fpga-node-fpga-0000-3b-00-0")
-    assert fpga["status"]["device"]["fpga"]["afuId"] == AFUS["n3000/gzip-v1.gbs"]
-    assert _acc(client, "kunlun-node-xpu-0000-b6-00-0")["spec"]["cordoned"] is True
+        done[op] = eventually(lambda o=op: _op_done(client, o), 90, f"operation {op}")
+        assert done[op]["status"]["phase"] == "Succeeded", done[op]["status"]
+    n3000 = _target(client, done["program-gzip"], "fpga")
+    assert n3000["status"]["device"]["model"].startswith("PAC N3000")
+    assert n3000["status"]["device"]["fpga"]["afuId"] == AFUS["n3000/gzip-v1.gbs"]
+    gpu = _target(client, done["reset-gpu"], "gpu")
+    (result,) = done["reset-gpu"]["status"]["results"]
+    assert (result["accelerator"], result["reason"]) == (gpu["metadata"]["name"], "Reset")
+    xpu_acc = _target(client, done["drain-xpu"], "xpu")
+    assert xpu_acc["spec"]["cordoned"] is True
 
-    for rel in CLUSTER_FILES[7:]:
+    for rel in CLAIM_FILES:
         _apply(tb, rel)
-    pods = ["any-gpu", "h100", "gpus-nic-same-root", "h200-else-xpu", "fpga-crypto", "sriov-vf"]
+    pods = ["any-gpu", "h100", "gpu-nic-same-root", "h200-else-xpu", "fpga-crypto", "sriov-vf"]
     pods.append("xpu-from-template")
-
-    def all_running() -> bool:
-        phases = {
-            p.metadata.name: p.status.phase
-            for p in client.list(Pod, namespace=NAMESPACE)
-            if p.metadata and p.status
-        }
-        return all(phases.get(p) == "Running" for p in pods)
-
-    eventually(all_running, 150, "every example pod Running")
+    eventually(lambda: _all_running(client, NAMESPACE, pods), 150, "every example pod Running")
     node_of = {
         p.metadata.name: p.spec.nodeName
         for p in client.list(Pod, namespace=NAMESPACE)
@@ -184,21 +290,28 @@ def test_examples_apply_and_do_what_they_promise(
     assert _acc(client, f"gpu-server-{h100.device}")["status"]["device"]["model"].startswith(
         "NVIDIA H100"
     )
-    same_root = _results(client, "gpus-nic-same-root")
-    roots = {
-        _acc(client, f"gpu-server-{r.device}")["status"]["device"]["pcieRoot"] for r in same_root
+    assert node_of["gpu-nic-same-root"] in ("gpu-server", "edge-node")
+    pair = {r.request: r.device for r in _results(client, "gpu-nic-same-root")}
+    assert sorted(pair) == ["gpu", "nic"] and "-vf" not in pair["nic"], pair  # a PF, not a VF
+    paired = {
+        req: _acc(client, f"{node_of['gpu-nic-same-root']}-{dev}")["status"]["device"]
+        for req, dev in pair.items()
     }
-    assert len(same_root) == 3 and len(roots) == 1
+    assert (paired["gpu"]["type"], paired["nic"]["type"]) == ("gpu", "nic")
+    assert paired["gpu"]["pcieRoot"] == paired["nic"]["pcieRoot"]
     (xpu,) = _results(client, "h200-else-xpu")
     assert (node_of["h200-else-xpu"], xpu.request) == ("kunlun-node", "acc/xpu")
+    assert xpu.device != xpu_acc["spec"]["deviceName"]  # the drained XPU is cordoned
     assert node_of["fpga-crypto"] == "fpga-node"
+    (fpga,) = _results(client, "fpga-crypto")
+    assert f"fpga-node-{fpga.device}" == n3000["metadata"]["name"]
     programmed = eventually(
         lambda: (
-            _acc(client, "fpga-node-fpga-0000-af-00-0")["status"]["device"]["fpga"].get("afuId")
-            == AFUS["crypto-offload-v3.gbs"]
+            _acc(client, n3000["metadata"]["name"])["status"]["device"]["fpga"].get("afuId")
+            == AFUS["n3000/crypto-offload-v3.gbs"]
         ),
         60,
-        "crypto-offload-v3 AFU on the Arria 10",
+        "crypto-offload-v3 AFU on the N3000",
     )
     assert programmed
     (vf,) = _results(client, "sriov-vf")
@@ -206,6 +319,9 @@ def test_examples_apply_and_do_what_they_promise(
     records = tb.node(node_of["sriov-vf"]).container_records(namespace=NAMESPACE, pod="sriov-vf")
     assert records and records[-1].cdi_devices
     assert node_of["xpu-from-template"] == "kunlun-node"
+    # the demo's own workloads kept their devices
+    demo_pods = [f"{n}-pod" for n in DEMO_CLAIMS]
+    assert _all_running(client, DEMO_NAMESPACE, demo_pods)
 
 
 def _exists(client: Client, name: str) -> bool:

@@ -39,6 +39,7 @@ from lightkube.types import PatchType
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import VFIO, Executor
 from kubeacc.agent.lifecycle.outcome import Outcome
+from kubeacc.agent.nodelabels import accelerator_labels
 from kubeacc.apiclient import prime_decoders
 from kubeacc.crds.resources import (
     Accelerator,
@@ -56,7 +57,9 @@ from kubeacc.crds.status import (
 )
 from kubeacc.crds.types import (
     API_VERSION,
+    MODEL_LABEL,
     NODE_LABEL,
+    TYPE_LABEL,
     AcceleratorOperationSpec,
     AcceleratorOperationStatus,
     AcceleratorStatus,
@@ -247,13 +250,19 @@ class LifecycleAgent:
         last, when = self._applied.get(name, ({}, 0.0))
         if current is not None and last == status and time.monotonic() - when < self.resync_seconds:
             return
+        have = ((current or {}).get("metadata") or {}).get("labels") or {}
+        labels = accelerator_labels(self.node, dev)
+        if dev is None:  # gone from the node: keep the type and model it had
+            labels.update({k: have[k] for k in (TYPE_LABEL, MODEL_LABEL) if k in have})
         body = {
             "apiVersion": API_VERSION,
             "kind": "Accelerator",
-            "metadata": {"name": name, "labels": {NODE_LABEL: self.node}},
+            "metadata": {"name": name, "labels": {**labels, NODE_LABEL: self.node}},
             "spec": {"node": self.node, "deviceName": device_name},
         }
-        if current is None:
+        # the status subresource ignores metadata: labels are written with the object itself
+        # (created, or labelled by an older agent without the type and model labels)
+        if current is None or any(have.get(k) != v for k, v in labels.items()):
             self.client.patch(
                 Accelerator,
                 name,

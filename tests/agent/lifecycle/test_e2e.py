@@ -23,10 +23,11 @@ from lightkube.types import PatchType
 
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.agent.nodelabels import label_value
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
-from kubeacc.crds.types import API_VERSION, NODE_LABEL
+from kubeacc.crds.types import API_VERSION, MODEL_LABEL, NODE_LABEL, TYPE_LABEL
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
@@ -150,6 +151,8 @@ def test_agent_populates_accelerators(stack: Stack) -> None:
     )
     assert acc["spec"] == {"node": NODE, "deviceName": "fpga-0000-3b-00-0", "cordoned": False}
     assert acc["metadata"]["labels"][NODE_LABEL] == NODE
+    assert acc["metadata"]["labels"][TYPE_LABEL] == "fpga"
+    assert acc["metadata"]["labels"][MODEL_LABEL] == label_value(acc["status"]["device"]["model"])
     dev = acc["status"]["device"]
     assert dev["type"] == "fpga" and dev["vendor"] == "Intel"
     assert dev["pciBusID"] == "0000:3b:00.0" and dev["numaNode"] == 0

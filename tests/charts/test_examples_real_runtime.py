@@ -1,0 +1,142 @@
+"""examples/ applied as written to the chart installed on a node that runs real containers.
+
+One node on containerd + runc with the synthetic ``dgx-h100`` host (8 H100, 8 ConnectX-7 with
+VFs; no FPGA, no XPU), kube-acc installed by ``helm install`` from its image, the controller
+with the chart's rule (only the release namespace operates on any device). The examples'
+``busybox:1.36`` is imported into containerd under that name (the node has no registry), as a
+node that pulled it would have it. What each header promises for a cluster of this shape:
+the GPU Reset succeeds, the FPGA Program and XPU Drain end ``Failed`` with ``NoTargetMatched``,
+the GPU, H100, GPU+NIC and VF pods run in real containers and print their units, and the
+claims for devices the node lacks (an N3000, an XPU) stay Pending.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from kubeacc.crds.resources import AcceleratorOperation, as_dict
+from kubeacc.synthetic import profiles
+from kubeacc.testbed import KubeletOptions, Testbed
+from kubeacc.testbed.images import busybox_layer, write_image
+from kubeacc.testbed.kubeacc_image import ensure_image
+from kubeacc.testbed.kubelet import make_device_nodes
+from tests.charts.test_chart_real_runtime import _values, _wait_ready
+from tests.hosts import discover
+from tests.testbed.helpers import eventually
+
+from .conftest import CHART, Helm
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NS = "kubeacc-system"
+NODE = "node-e"
+#: The examples' image as the kubelet asks containerd for it.
+BUSYBOX = "docker.io/library/busybox:1.36"
+RUNS = ["any-gpu", "h100", "gpu-nic-same-root", "sriov-vf"]
+PENDING = ["h200-else-xpu", "fpga-crypto", "xpu-from-template"]
+
+
+@pytest.fixture(scope="module")
+def real_node(
+    helm: Helm, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Testbed, Helm]]:
+    image = ensure_image()
+    tarball = write_image(
+        BUSYBOX, ["sh"], busybox_layer(), tmp_path_factory.mktemp("img") / "busybox.tar"
+    )
+    with Testbed.start(kubelet=KubeletOptions(node_name=NODE, runtime="containerd")) as tb:
+        assert tb.kubelet.containerd is not None
+        tb.kubelet.containerd.import_image(image)
+        tb.kubelet.containerd.import_image(tarball)
+        yield tb, Helm(helm.binary, tb.kubeconfig)
+
+
+def _kubectl(tb: Testbed, *args: str) -> str:
+    out = subprocess.run([*tb.kubectl(), *args], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _op(client: Client, name: str) -> dict[str, Any] | None:
+    op = as_dict(client.get(AcceleratorOperation, name, namespace="ml-team"))
+    return op if (op.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+
+
+def _phases(client: Client) -> dict[str, str]:
+    return {
+        p.metadata.name: p.status.phase
+        for p in client.list(Pod, namespace="ml-team")
+        if p.metadata and p.metadata.name and p.status and p.status.phase
+    }
+
+
+def test_examples_as_written_on_the_chart_install(
+    real_node: tuple[Testbed, Helm], tmp_path: Path
+) -> None:
+    tb, helm = real_node
+    client = tb.client()
+    host = profiles.build("dgx-h100", tmp_path / "host")
+    make_device_nodes(host, sorted({n for d in discover(host).devices for n in d.device_nodes}))
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(_values(tb, host, tmp_path)))
+    helm("install", "kubeacc", str(CHART), "-n", NS, "--create-namespace", "-f", str(values))
+    _wait_ready(client, "kubeacc-agent-")
+    _wait_ready(client, "kubeacc-controller-")
+
+    # The commands of examples/README.md, as written (the wait cut short: two operations fail).
+    _kubectl(tb, "apply", "-f", str(EXAMPLES / "namespace.yaml"))
+    tb.wait_service_account("ml-team")
+    _kubectl(tb, "apply", "-f", str(EXAMPLES / "policies"))
+    eventually(
+        lambda: "ml-team-operations.policy.kubeacc.io" in _kubectl(tb, "get", "deviceclasses"),
+        60,
+        "the grant policy's DeviceClass",
+    )
+    _kubectl(tb, "apply", "-f", str(EXAMPLES / "operations"))
+    done = {
+        name: eventually(lambda n=name: _op(client, n), 120, f"operation {name}")
+        for name in ("reset-gpu", "program-gzip", "drain-xpu")
+    }
+    reset = done["reset-gpu"]["status"]
+    assert reset["phase"] == "Succeeded", reset
+    (target,) = reset["targets"]
+    assert target.startswith(f"{NODE}-gpu-")
+    assert [r["reason"] for r in reset["results"]] == ["Reset"]
+    for name in ("program-gzip", "drain-xpu"):
+        status = done[name]["status"]
+        reasons = [c.get("reason") for c in status.get("conditions") or []]
+        assert status["phase"] == "Failed" and "NoTargetMatched" in reasons, status
+
+    _kubectl(tb, "apply", "-f", str(EXAMPLES / "claims"))
+    eventually(
+        lambda: all(_phases(client).get(p) == "Running" for p in RUNS), 180, f"{RUNS} Running"
+    )
+    for pod in RUNS:
+        claim = client.get(ResourceClaim, pod, namespace="ml-team")  # each named as its pod
+        alloc = claim.status.allocation if claim.status else None
+        assert alloc is not None, pod
+        log = eventually(
+            lambda p=pod: tb.kubelet.container_log("ml-team", p, "app"), 60, f"{pod}'s output"
+        )
+        units = log.splitlines()[0].removeprefix("ACCELERATOR_UNITS=").split(",")
+        assert len(units) == len(alloc.devices.results), (pod, log)
+        assert all(u.startswith("0000:") for u in units), (pod, log)
+    # what this node lacks stays Pending, its claims unallocated
+    phases = _phases(client)
+    assert all(phases.get(p) == "Pending" for p in PENDING), phases
+    unallocated = {
+        c.metadata.name.split("-acc-")[0]
+        for c in client.list(ResourceClaim, namespace="ml-team")
+        if c.metadata and c.metadata.name and not (c.status and c.status.allocation)
+    }
+    assert unallocated == set(PENDING), unallocated
