@@ -212,6 +212,15 @@ def plan(
     all_namespaces: AllNamespacesOption = False,
     output: OutputOption = Format.TABLE,
     units_table: UnitsTableOption = None,
+    add_node: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--add-node",
+            metavar="PROFILE[:NAME]",
+            help="Plan as if a node like this synthetic host profile had joined (dgx-h100, "
+            "l4-pair, h100-l4, ...; an unknown name lists them); repeatable.",
+        ),
+    ] = None,
     held: Annotated[
         bool,
         typer.Option(
@@ -240,6 +249,14 @@ def plan(
     except InputError as err:
         fail(str(err))
     holders = held_devices(objs, scope)
+    if add_node:
+        from kubeacc.cli.planwhatif import WhatIfError, add_nodes
+
+        try:
+            for note in add_nodes(objs, add_node):
+                typer.echo(f"what-if: {note}", err=True)
+        except WhatIfError as err:
+            fail(str(err))
     if held:
         _print_held(holders, output)
         return
