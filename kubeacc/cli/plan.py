@@ -36,6 +36,7 @@ from kubeacc.cli.options import (
     use_units_table,
 )
 from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
+from kubeacc.cli.planheld import HEADER, Held, held_devices, wants_pod
 from kubeacc.cli.planhints import unknown_memory_hint
 from kubeacc.engine.engine import Engine, Placement
 from kubeacc.engine.explain import Explanation
@@ -83,10 +84,11 @@ def cluster_objects(
         mine = namespace is None or claim["metadata"].get("namespace") == namespace
         if mine or (claim.get("status") or {}).get("allocation"):
             objs.append(claim)
-    # Pods group the pending claims they reference (placed together).
+    # Pods group the pending claims they reference (placed together); the extender's and the
+    # device plugin's pods say who holds what (--held).
     for po in client.list(Pod, namespace=namespace or "*"):
         pod = {**po.to_dict(), "kind": "Pod"}
-        if (pod.get("spec") or {}).get("resourceClaims"):
+        if wants_pod(pod):
             objs.append(pod)
     return objs
 
@@ -210,8 +212,26 @@ def plan(
     all_namespaces: AllNamespacesOption = False,
     output: OutputOption = Format.TABLE,
     units_table: UnitsTableOption = None,
+    add_node: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--add-node",
+            metavar="PROFILE[:NAME]",
+            help="Plan as if a node like this synthetic host profile had joined (dgx-h100, "
+            "l4-pair, h100-l4, ...; an unknown name lists them); repeatable.",
+        ),
+    ] = None,
+    held: Annotated[
+        bool,
+        typer.Option(
+            "--held",
+            help="Only who holds each device: claim, pods and path (DRA, extender, device "
+            "plugin), in every format (the table shows it after the plan).",
+        ),
+    ] = False,
 ) -> None:
-    """Show where each ResourceClaim would be allocated, or why it cannot be.
+    """Show where each ResourceClaim would be allocated, or why it cannot be, and who holds
+    the devices already given out.
 
     With a cluster, the pending claims of every namespace are planned (-A, the default: they
     compete for the same devices); -n NS plans only those of NS, against every allocation.
@@ -228,11 +248,25 @@ def plan(
         )
     except InputError as err:
         fail(str(err))
+    holders = held_devices(objs, scope)
+    if add_node:
+        from kubeacc.cli.planwhatif import WhatIfError, add_nodes
+
+        try:
+            for note in add_nodes(objs, add_node):
+                typer.echo(f"what-if: {note}", err=True)
+        except WhatIfError as err:
+            fail(str(err))
+    if held:
+        _print_held(holders, output)
+        return
     explained = run_plan_explained(objs)
     placements = [p for p, _ in explained]
     hints = {p.claim: unknown_memory_hint(objs, p) for p in placements}
     enforcement = share_enforcement(objs)
-    if is_table(output):
+    if is_table(output) and not placements:
+        typer.echo("No pending ResourceClaims: nothing to plan.")
+    elif is_table(output):
         sizes = Counter(p.pod for p in placements if p.pod is not None)
         together = any(n > 1 for n in sizes.values())  # pods placed together: say which
         print_table(
@@ -256,6 +290,9 @@ def plan(
                 typer.echo(f"{claim}:")
                 for line in lines:
                     typer.echo(f"  {line}")
+    if is_table(output):
+        typer.echo("")
+        _print_held(holders, output)
     else:
         docs = [
             {
@@ -269,6 +306,21 @@ def plan(
         sys.stdout.write(dump(docs, output))
     if any(not p.ok for p in placements):
         raise typer.Exit(code=1)
+
+
+def _print_held(holders: list[Held], output: Format) -> None:
+    if not is_table(output):
+        sys.stdout.write(dump([h.to_dict() for h in holders], output))
+    elif not holders:
+        typer.echo("No device is held (no allocated claim, no extender or device plugin pod).")
+    else:
+        typer.echo("Held devices (who holds each, and by which path):")
+        print_table(
+            HEADER,
+            [h.row() for h in holders],
+            wrap=("DEVICE", "CLAIM", "PODS"),
+            wide=output is Format.WIDE,
+        )
 
 
 def share_enforcement(objs: list[dict[str, Any]]) -> dict[tuple[str, str], str]:

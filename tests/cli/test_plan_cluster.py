@@ -131,6 +131,21 @@ def test_plan_of_one_namespace_counts_claims_of_all_others(
     (placement,) = json.loads(result.stdout)
     assert placement["claim"].endswith("/mine")
     assert placement["allocated"] is False, "2 of the 3 devices are held in another namespace"
+    # Who holds them: the other namespace's claim, for its pod, through DRA.
+    result = CliRunner().invoke(
+        app, ["plan", "--kubeconfig", str(testbed.kubeconfig), "--held", "-n", other, "-o", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    held_rows = json.loads(result.stdout)
+    assert len(held_rows) == 2
+    for row in held_rows:
+        assert (row["node"], row["claim"], row["pods"], row["path"]) == (
+            node,
+            f"{other}/held",
+            [f"{other}/holder"],
+            "DRA",
+        )
+    assert {r["device"] for r in held_rows} < {"gpu-0", "gpu-1", "gpu-2"}
 
 
 def test_plan_takes_a_folder_or_a_cluster_not_both(testbed: Testbed, tmp_path: Path) -> None:
