@@ -130,6 +130,14 @@ def agent_command(
             help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off)."
         ),
     ] = None,
+    telemetry_interval: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds between device telemetry samples on /metrics (utilisation, memory, "
+            "temperature, power, errors per device and holder); 0: off.",
+        ),
+    ] = 10.0,
     units_table: UnitsTableOption = None,
     memory_shared: Annotated[
         list[str] | None,
@@ -246,6 +254,7 @@ def agent_command(
                 bitstream_dir=bitstream_dir,
                 compact_after=compact_after,
                 metrics_address=metrics_address,
+                telemetry_interval=telemetry_interval,
                 node_labels=node_labels,
                 nvml=nvml.value,
                 discovery_config=discovery,

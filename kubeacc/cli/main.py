@@ -15,6 +15,7 @@ from kubeacc.cli.extender import extender_command
 from kubeacc.cli.lifecycle import controller_command, crds_command, lifecycle_agent_command
 from kubeacc.cli.plan import plan
 from kubeacc.cli.selftest import selftest_command
+from kubeacc.cli.top import top_command
 
 app = typer.Typer(
     name="kubeacc",
@@ -44,6 +45,7 @@ app.command("extender")(extender_command)
 app.command("lifecycle-agent")(lifecycle_agent_command)
 app.command("crds")(crds_command)
 app.command("selftest")(selftest_command)
+app.command("top")(top_command)
 
 
 @app.command("schema")

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from kubeacc.crds.remediation import Remediation
 from kubeacc.model import Device, DeviceType
 
 GROUP = "kubeacc.io"
@@ -286,6 +287,10 @@ class AcceleratorPolicySpec(_Model):
         description="FPGA images that may be programmed (by SHA-256); empty: none",
     )
     on_unhealthy: UnhealthyAction = UnhealthyAction.TAINT
+    remediation: Remediation | None = Field(
+        default=None,
+        description="What the controller does when a device reports a fault (per event class)",
+    )
     device_class: DeviceClassTemplate = Field(default_factory=DeviceClassTemplate)
 
 
