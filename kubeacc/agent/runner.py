@@ -74,6 +74,7 @@ from kubeacc.model import DeviceType, Inventory
 if TYPE_CHECKING:
     from kubeacc.agent.telemetry.faults import DeviceFault
     from kubeacc.agent.telemetry.holders import Holders
+    from kubeacc.agent.telemetry.report import FaultReporter
     from kubeacc.agent.telemetry.sampler import TelemetrySampler
 
 log = logging.getLogger(__name__)
@@ -279,6 +280,7 @@ class Agent:
         self.published = threading.Event()
         self.probes: ProbeServer | None = None
         self.telemetry: TelemetrySampler | None = None
+        self._faults: FaultReporter | None = None
         self._label_error = ""
         #: Why the last discovery pass failed ("" when it did not): the agent then serves its
         #: last good inventory and says so in /readyz.
@@ -418,12 +420,18 @@ class Agent:
         self.telemetry.start()
 
     def _device_faults(self, faults: list[DeviceFault]) -> None:
-        """Faults the telemetry saw appear: one Warning Event on the Node each."""
+        """Faults the telemetry saw appear: one Warning Event on the Node each, for people, and
+        ``status.lastFault`` on the device's Accelerator, for the controller's remediation."""
         for f in faults:
             what = f"XID {f.xid}" if f.xid is not None else str(f.event)
             detail = f" ({f.detail})" if f.detail else ""
             log.warning("device %s: %s%s", f.device, what, detail)
             self._node_warning("DeviceFault", f"device {f.device}: {what}{detail}")
+        if self._faults is None:
+            from kubeacc.agent.telemetry.report import FaultReporter
+
+            self._faults = FaultReporter(self.client, self.opts.node_name)
+        self._faults.report(faults)
 
     def _plugin_inventory(self) -> Inventory:
         self._plugin_cordons = self._cordoned()

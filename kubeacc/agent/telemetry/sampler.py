@@ -53,7 +53,8 @@ class TelemetrySampler:
         self.nvidia = NvidiaReader(nvml)
         self.sysfs = SysfsReader()
         self.collector = TelemetryCollector(node, self.snapshot)
-        #: Faults that appeared since the previous pass go to ``on_faults``.
+        #: Faults that appeared since the previous pass go to ``on_faults`` (called at every
+        #: pass, with an empty list when nothing new appeared).
         self.faults = FaultDetector()
         self.on_faults = on_faults
         self.passes = 0
@@ -73,7 +74,7 @@ class TelemetrySampler:
         readings = self.nvidia.read(inv.devices)
         readings += self.sysfs.read(self.host.files(deadline=FILES_DEADLINE_S), inv.devices)
         faults = self.faults.update(readings)
-        if faults and self.on_faults is not None:
+        if self.on_faults is not None:  # every pass: a report that failed is tried again
             try:
                 self.on_faults(faults)
             except Exception as exc:  # an API server away must not stop the sampling
