@@ -151,7 +151,6 @@ class Controller:
             client,
             accelerators=self.accelerators,
             operations=self.operations,
-            cordons=self.cordons,
             namespace=remediation_namespace or lease_namespace,
             due_in=self._due_in,
         )

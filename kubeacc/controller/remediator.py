@@ -34,7 +34,7 @@ from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.types import PatchType
 
-from kubeacc.controller.cordons import CORDONED_BY, Cordons
+from kubeacc.controller.cordons import CORDONED_BY
 from kubeacc.controller.operations import TargetView, covering
 from kubeacc.controller.remediation import (
     OPERATION_PREFIX,
@@ -95,7 +95,6 @@ class Remediator:
         *,
         accelerators: WatchCache,
         operations: WatchCache,
-        cordons: Cordons,
         namespace: str,
         due_in: Callable[[float], None],
         clock: Callable[[], float] | None = None,
@@ -103,7 +102,6 @@ class Remediator:
         self.client = client
         self.accelerators = accelerators
         self.operations = operations
-        self.cordons = cordons
         self.namespace = namespace
         self.due_in = due_in
         self.clock = clock or time.time
@@ -141,6 +139,8 @@ class Remediator:
             try:
                 if _annotations(acc).get(CORDONED_BY) == OUT:
                     self._follow(acc, ledger)
+                else:
+                    self._lifted(acc)
                 self._new_fault(acc, specs, ledger)
             except Exception:  # one device's trouble must not stop the others
                 log.exception("remediation of %s", name)
@@ -202,12 +202,14 @@ class Remediator:
         body = operation_for(decision, view.name, self.namespace, suffix)
         assert body is not None
         ref = f"{self.namespace}/{body['metadata']['name']}"
-        # Cordoned first (by remediation): the operation's drainFirst then finds it cordoned
-        # and leaves the cordon to us, so the device stays out until it is healthy again.
-        self._annotate(acc, {**notes, OPERATION_ANNOTATION: ref})
-        self.cordons.set(acc, OUT, True)
+        # The operation first: its name comes from the fault, so a pass that stops before the
+        # fault is recorded finds it again (409) instead of making a second. The device is
+        # cordoned (by remediation) before the dispatch first sees the operation (next pass),
+        # so drainFirst finds it cordoned and leaves the cordon to us: the device stays out
+        # until it is healthy again.
         created = self._create(body)
         self.operations.observe(created)
+        self._annotate(acc, {**notes, OPERATION_ANNOTATION: ref}, cordon=OUT)
         what = f"{decision.reason} (policy {policy}); operation {ref}"
         self._step(acc, view, True, "Draining", what, holders=True)
         self.due_in(RECHECK_SECONDS)
@@ -220,9 +222,8 @@ class Remediator:
         decision: Decision,
         notes: dict[str, str | None],
     ) -> None:
-        self._annotate(acc, notes)
-        if not view.spec.cordoned:
-            self.cordons.set(acc, HOLD, True)
+        # a device someone else cordoned keeps their cordon (and its lifting)
+        self._annotate(acc, notes, cordon=None if view.spec.cordoned else HOLD)
         reason = {
             RemediationAction.TAINT: "HeldBack" if decision.held else "Tainted",
             RemediationAction.HAND_TO_ADMIN: "HandedToAdmin",
@@ -266,8 +267,9 @@ class Remediator:
             self.due_in(RECHECK_SECONDS)
             return
         now = self.clock()
-        self._annotate(acc, {OPERATION_ANNOTATION: None, RETURNED_ANNOTATION: _stamp(now)})
-        self.cordons.set(acc, OUT, False)
+        self._annotate(
+            acc, {OPERATION_ANNOTATION: None, RETURNED_ANNOTATION: _stamp(now)}, cordon=""
+        )
         ledger.put_back(view.name, now)
         self._step(
             acc,
@@ -277,9 +279,15 @@ class Remediator:
             f"operation {ref} done and the device is healthy: back in service",
         )
 
+    def _lifted(self, acc: dict[str, Any]) -> None:
+        """A device remediation left out whose cordon a person lifted (Uncordon): back."""
+        view = TargetView.parse(acc)
+        cond = get_condition(view.status.conditions, CONDITION)
+        if cond is not None and cond.status.value == "True" and not view.spec.cordoned:
+            self._step(acc, view, False, "Uncordoned", "cordon lifted: back in service")
+
     def _give_up(self, acc: dict[str, Any], view: TargetView, why: str) -> None:
-        self._annotate(acc, {OPERATION_ANNOTATION: None})
-        self.cordons.set(acc, HOLD, True)
+        self._annotate(acc, {OPERATION_ANNOTATION: None}, cordon=HOLD)
         self._step(
             acc, view, True, "RemediationFailed", f"{why}; left cordoned for a person", warn=True
         )
@@ -308,11 +316,20 @@ class Remediator:
             # created by an earlier pass that stopped before it was recorded
             return self.client.get(AcceleratorOperation, meta["name"], namespace=self.namespace)
 
-    def _annotate(self, acc: dict[str, Any], notes: dict[str, str | None]) -> None:
+    def _annotate(
+        self, acc: dict[str, Any], notes: dict[str, str | None], *, cordon: str | None = None
+    ) -> None:
+        """One merge patch of the annotations and, unless ``cordon`` is None, the cordon: set
+        by ``cordon``, or lifted when it is empty."""
+        patch: dict[str, Any] = {"metadata": {"annotations": notes}}
+        if cordon is not None:
+            notes = {**notes, CORDONED_BY: cordon or None}
+            patch = {"metadata": {"annotations": notes}, "spec": {"cordoned": bool(cordon)}}
+            acc.setdefault("spec", {})["cordoned"] = bool(cordon)
         written = self.client.patch(
             Accelerator,
             acc["metadata"]["name"],
-            {"metadata": {"annotations": notes}},
+            patch,
             patch_type=PatchType.MERGE,
             field_manager=FIELD_MANAGER,
         )

@@ -9,7 +9,8 @@ agent with telemetry at 1 s) on the 8-GPU host:
    on the node -> the device is healthy -> back in service (uncordoned, ``Remediation`` False
    ``Returned``);
 2. the same GPU failing again within the back-off -> left cordoned for a person, no operation;
-3. a burst of XID 79 on three idle GPUs under ``maxDevicesOut: 1`` -> one reset, two held back.
+3. a burst of XID 79 on three idle GPUs under ``maxDevicesOut: 1`` -> one reset, two held back;
+   an Uncordon operation by a person returns one of them.
 """
 
 from __future__ import annotations
@@ -237,6 +238,18 @@ def test_xid_79_on_a_gpu_in_use_is_drained_reset_and_returned(
         returned = reset.removeprefix(f"{stack.node}-")
         eventually(lambda: _cordoned_by(stack, returned) is None, 30, "the reset one returned")
         assert all(_cordoned_by(stack, g) == HOLD for g in held_back)
+
+        # -- a person returns a held device with an Uncordon operation ----------------------
+        stack.operation(ns, "uncordon", "Uncordon", [f"{stack.node}-{held_back[0]}"])
+        assert stack.finished(ns, "uncordon")["status"]["phase"] == "Succeeded"
+        eventually(
+            lambda: (
+                (_condition(stack.accelerators()[held_back[0]]) or {}).get("reason") == "Uncordoned"
+            ),
+            30,
+            "condition Remediation False Uncordoned",
+        )
+        assert _cordoned_by(stack, held_back[1]) == HOLD
 
 
 def _remediation_ops_of(client: Client) -> Any:
