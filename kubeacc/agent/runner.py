@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lightkube import Client
 
@@ -70,6 +70,12 @@ from kubeacc.host.real import RealHost
 from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
+
+if TYPE_CHECKING:
+    from kubeacc.agent.telemetry.faults import DeviceFault
+    from kubeacc.agent.telemetry.holders import Holders
+    from kubeacc.agent.telemetry.report import FaultReporter
+    from kubeacc.agent.telemetry.sampler import TelemetrySampler
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +163,9 @@ class AgentOptions:
     users_poll_interval: float = 2.0
     #: ``HOST:PORT`` of /metrics, /healthz, /readyz; None: not served.
     metrics_address: str | None = None
+    #: Seconds between device telemetry samples on /metrics (kubeacc.agent.telemetry);
+    #: 0: no device telemetry. Sampled only while metrics are served.
+    telemetry_interval: float = 10.0
     #: Label the Node with what discovery found (``kubeacc.io/<type>.count`` and so on).
     node_labels: bool = True
     #: NVML: ``auto`` (when it answers), ``on`` (warn when it can't be used) or ``off``.
@@ -276,6 +285,8 @@ class Agent:
         self.dra_inventory = Inventory()
         self.published = threading.Event()
         self.probes: ProbeServer | None = None
+        self.telemetry: TelemetrySampler | None = None
+        self._faults: FaultReporter | None = None
         self._label_error = ""
         #: Why the last discovery pass failed ("" when it did not): the agent then serves its
         #: last good inventory and says so in /readyz.
@@ -386,6 +397,56 @@ class Agent:
             parts.append(device_plugin_users(client.list(), by_address, enforcement, shared_ids))
         return merge(*parts)
 
+    def _holders(self) -> Holders:
+        """Who holds each device, as telemetry labels (kubeacc.agent.telemetry.holders)."""
+        from kubeacc.agent.telemetry import holders
+
+        parts = [holders.dra_holders(self.driver.prepared(), self._claim, self._index)]
+        if self.opts.device_plugin_types and self.opts.kubelet_plugin:
+            client = PodResourcesClient(self.opts.kubelet_root / POD_RESOURCES_SOCKET)
+            by_address = {
+                d.pci.bus_id: d.name
+                for d in self.inventory.devices
+                if d.type in self.opts.device_plugin_types and d.pci is not None
+            }
+            shared_ids: dict[tuple[str, str], str] = {}
+            for p in self._plugins:
+                shared_ids |= p.shared_id_devices(self.inventory)
+            parts.append(holders.device_plugin_holders(client.list(), by_address, shared_ids))
+        return holders.merge(*parts)
+
+    def _start_telemetry(self) -> None:
+        """Device telemetry on the metrics registry (only where metrics are served)."""
+        if self.probes is None or self.opts.telemetry_interval <= 0:
+            return
+        from kubeacc.agent.telemetry.sampler import TelemetrySampler
+
+        self.telemetry = TelemetrySampler(
+            self.opts.node_name,
+            self.opts.host,
+            nvml_for(self.opts.host, self.opts.nvml),
+            lambda: self.inventory,
+            self._holders,
+            self.opts.telemetry_interval,
+            on_faults=self._device_faults,
+        )
+        self.metrics.registry.register(self.telemetry.collector)
+        self.telemetry.start()
+
+    def _device_faults(self, faults: list[DeviceFault]) -> None:
+        """Faults the telemetry saw appear: one Warning Event on the Node each, for people, and
+        ``status.lastFault`` on the device's Accelerator, for the controller's remediation."""
+        for f in faults:
+            what = f"XID {f.xid}" if f.xid is not None else str(f.event)
+            detail = f" ({f.detail})" if f.detail else ""
+            log.warning("device %s: %s%s", f.device, what, detail)
+            self._node_warning("DeviceFault", f"device {f.device}: {what}{detail}")
+        if self._faults is None:
+            from kubeacc.agent.telemetry.report import FaultReporter
+
+            self._faults = FaultReporter(self.client, self.opts.node_name)
+        self._faults.report(faults)
+
     def _plugin_inventory(self) -> Inventory:
         self._plugin_cordons = self._cordoned()
         return with_cordons_unhealthy(self.inventory, self._plugin_cordons)
@@ -429,6 +490,7 @@ class Agent:
             self.registration.start()
         for p in self._plugins:
             p.start(self._plugin_inventory())
+        self._start_telemetry()
         self._thread = supervised(
             "agent-loop",
             self._loop,
@@ -451,6 +513,8 @@ class Agent:
             self._watch.stop()
         if self.accelerators is not None:
             self.accelerators.stop()
+        if self.telemetry is not None:
+            self.telemetry.stop()
         self.policies.close()
         self.driver.checkpoint.close()
         if self.probes is not None:

@@ -128,6 +128,14 @@ def agent_command(
         typer.Option(help="Label the Node with what was found (kubeacc.io/<type>.count, ...)."),
     ] = True,
     metrics_address: MetricsAddressOption = None,
+    telemetry_interval: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds between device telemetry samples on /metrics (utilisation, memory, "
+            "temperature, power, errors per device and holder); 0: off.",
+        ),
+    ] = 10.0,
     units_table: UnitsTableOption = None,
     memory_shared: Annotated[
         list[str] | None,
@@ -245,6 +253,7 @@ def agent_command(
                 bitstream_dir=bitstream_dir,
                 compact_after=compact_after,
                 metrics_address=metrics_address,
+                telemetry_interval=telemetry_interval,
                 node_labels=node_labels,
                 nvml=nvml.value,
                 discovery_config=discovery,

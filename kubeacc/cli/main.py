@@ -19,6 +19,7 @@ from kubeacc.cli.lifecycle import controller_command, crds_command, lifecycle_ag
 from kubeacc.cli.plan import plan
 from kubeacc.cli.selftest import selftest_command
 from kubeacc.cli.status import status_command
+from kubeacc.cli.top import top_command
 
 app = typer.Typer(
     name="kubeacc",
@@ -64,6 +65,7 @@ app.command("lifecycle-agent")(lifecycle_agent_command)
 app.command("crds")(crds_command)
 app.command("selftest")(selftest_command)
 app.command("completion")(completion_command)
+app.command("top")(top_command)
 
 
 @app.command("schema")

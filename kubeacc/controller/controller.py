@@ -40,7 +40,9 @@ ResourceClaim allocated the device (the moment before the node agent has prepare
 This module is the reconcile loop; each pass calls policy -> class
 (:mod:`kubeacc.controller.policyclasses`), the cordons of unhealthy devices
 (:mod:`kubeacc.controller.cordons`) and operation dispatch (:mod:`kubeacc.controller.dispatch`),
-which write the status fields the controller owns (:mod:`kubeacc.controller.status`).
+which write the status fields the controller owns (:mod:`kubeacc.controller.status`), and the
+remediation of faulty devices (:mod:`kubeacc.controller.remediator`), whose operations the same
+dispatch then runs.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from kubeacc.controller.cordons import CORDONED_BY, Cordons
 from kubeacc.controller.dispatch import OperationDispatch
 from kubeacc.controller.leader import LeaderElector
 from kubeacc.controller.policyclasses import policy_specs, reconcile_policies
+from kubeacc.controller.remediator import Remediator
 from kubeacc.crds.resources import (
     Accelerator,
     AcceleratorOperation,
@@ -102,6 +105,7 @@ class Controller:
         lease_renew_seconds: float = 2.0,
         node_grace_seconds: float = 10.0,
         admin_namespaces: Collection[str] | None = None,
+        remediation_namespace: str | None = None,
     ) -> None:
         self.client = client
         self.interval = interval
@@ -142,6 +146,13 @@ class Controller:
             cordons=self.cordons,
             due_in=self._due_in,
             admin_namespaces=tuple(admin_namespaces or (lease_namespace,)),
+        )
+        self.remediation = Remediator(
+            client,
+            accelerators=self.accelerators,
+            operations=self.operations,
+            namespace=remediation_namespace or lease_namespace,
+            due_in=self._due_in,
         )
         #: Monotonic time the Lease was last read or written (leader or standby alike).
         self._lease_seen_at = -math.inf
@@ -240,6 +251,7 @@ class Controller:
         specs = policy_specs(policies)
         reconcile_policies(self.client, self.policies, policies, specs, accelerators)
         self.cordons.reconcile_unhealthy(specs, accelerators)
+        self.remediation.reconcile(specs, accelerators)
         self.collect_garbage(accelerators)
         for op in operations:
             try:

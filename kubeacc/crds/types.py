@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from kubeacc.crds.remediation import EventClass, Remediation
 from kubeacc.model import Device, DeviceType
 
 GROUP = "kubeacc.io"
@@ -117,6 +118,19 @@ class Consumer(_Model):
     )
 
 
+class FaultReport(_Model):
+    """The last fault the node agent's telemetry saw appear on the device (written by the node
+    agent, read by the controller's remediation; kubeacc.agent.telemetry.faults)."""
+
+    event: EventClass
+    xid: int | None = Field(default=None, ge=1, le=999, description="Event Xid: its code")
+    detail: str = Field(default="", max_length=256)
+    time: str = Field(
+        json_schema_extra={"format": "date-time"},
+        description="When the agent saw it (a new time is a new fault)",
+    )
+
+
 class AcceleratorStatus(_Model):
     device: Device | None = Field(default=None, description="The device as discovery sees it")
     host_driver: str | None = Field(
@@ -129,6 +143,9 @@ class AcceleratorStatus(_Model):
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
     last_seen: str | None = Field(default=None, json_schema_extra={"format": "date-time"})
+    last_fault: FaultReport | None = Field(
+        default=None, description="The last device fault the node agent reported"
+    )
     conditions: list[Condition] = _CONDITIONS
 
 
@@ -291,6 +308,10 @@ class AcceleratorPolicySpec(_Model):
         description="FPGA images that may be programmed (by SHA-256); empty: none",
     )
     on_unhealthy: UnhealthyAction = UnhealthyAction.TAINT
+    remediation: Remediation | None = Field(
+        default=None,
+        description="What the controller does when a device reports a fault (per event class)",
+    )
     device_class: DeviceClassTemplate = Field(default_factory=DeviceClassTemplate)
 
 

@@ -6,6 +6,10 @@
   idle connections costs neither threads nor descriptors nor the probes' answers;
 - time: each phase of a connection has a deadline (:mod:`kubeacc.netserve.reaper`), so idle
   or byte-dribbling clients (slowloris) are cut off;
+- a head that ends before its blank line (the client half-closed, or the deadline or an
+  eviction cut it off) is no request: the connection is closed unanswered, so a flood of
+  cut-off slow clients costs no handler work (an answer to such a torso would be a full
+  ``/metrics`` rendering per dropped connection);
 - bytes: the request head is capped (431), the body's ``Content-Length`` is checked before a
   byte of it is read (missing, malformed or negative: 400; too large: 413; chunked: 400);
 - TLS: the handshake runs in the connection's own thread under its deadline, never in the
@@ -47,6 +51,8 @@ class _HeadReader:
         self._raw = raw
         self.budget = budget
         self.overflow = False
+        #: A line of the head ended without its newline: end-of-file mid-head.
+        self.cut = False
         self._first: Callable[[], None] | None = first_byte
 
     def readline(self, size: int = -1) -> bytes:
@@ -60,8 +66,11 @@ class _HeadReader:
             return b""
         line: bytes = self._raw.readline(limit)
         self.budget -= len(line)
-        if self.budget <= 0 and not line.endswith(b"\n"):
-            self.overflow = True
+        if not line.endswith(b"\n"):
+            if self.budget <= 0:
+                self.overflow = True
+            elif len(line) < limit:
+                self.cut = True  # readline stopped short of its limit: end-of-file
         return line
 
     def read(self, size: int = -1) -> bytes:  # not used for heads; present for the interface
@@ -113,13 +122,24 @@ class BoundedHandler(BaseHTTPRequestHandler):
             self.rfile = self._raw_rfile
 
     def parse_request(self) -> bool:
+        head = self._head
+        if head is not None and head.cut:  # the request line itself was cut off
+            return self._unanswered()
         ok = super().parse_request()
         self._due(self.server.limits.work_timeout)
-        if ok and self._head is not None and self._head.overflow:
+        if ok and head is not None and head.overflow:
             self.server.count("head_too_large")
             self.send_error(431, "request head too large")
             return False
+        if head is not None and head.cut:
+            return self._unanswered()
         return ok
+
+    def _unanswered(self) -> bool:
+        """End a connection whose head was cut off: nobody is left to read an answer."""
+        self.server.count("head_cut")
+        self.close_connection = True
+        return False
 
     def _due(self, seconds: float, *, waiting: bool = False) -> None:
         self.server.reaper.due_in(self.connection, seconds, waiting=waiting)

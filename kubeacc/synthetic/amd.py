@@ -29,6 +29,8 @@ class KfdGpu:
 def write_amdgpu_attrs(w: TreeWriter, fn: PciFunction, vram_bytes: int, unique_id: str) -> None:
     w.attr(fn.sysfs / "mem_info_vram_total", vram_bytes)
     w.attr(fn.sysfs / "mem_info_vram_used", 0)
+    w.attr(fn.sysfs / "gpu_busy_percent", 0)
+    w.attr(fn.sysfs / "mem_busy_percent", 0)
     w.attr(fn.sysfs / "unique_id", unique_id)
 
 

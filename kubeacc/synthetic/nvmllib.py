@@ -24,6 +24,7 @@ import pynvml
 from kubeacc.host.files import read_regular
 from kubeacc.synthetic.mig_state import MigState
 from kubeacc.synthetic.nvml_mig import MigCalls
+from kubeacc.synthetic.nvml_telemetry import TelemetryCalls
 
 #: The description of an 8-GPU host is a few tens of KB.
 DESCRIPTION_LIMIT = 4 << 20
@@ -79,9 +80,10 @@ def injectable(call: Callable[..., R]) -> Callable[..., R]:
     return checked
 
 
-class SyntheticNVML(MigCalls):
+class SyntheticNVML(TelemetryCalls, MigCalls):
     """Answers NVML calls from a description (see the module docstring); MIG calls from the
-    host's MIG state when the description came from a host (:mod:`.mig_state`)."""
+    host's MIG state when the description came from a host (:mod:`.mig_state`); the running
+    figures (utilisation, errors, XID events) from :mod:`.nvml_telemetry`."""
 
     NVMLError = pynvml.NVMLError
 
@@ -101,6 +103,8 @@ class SyntheticNVML(MigCalls):
                     raise ValueError(f"'errors' names an unknown NVML call {call!r}")
                 error_code(str(name))
         self.mig_state = MigState(synthetic_dir, self.gpus) if synthetic_dir else None
+        #: Where ``telemetry.json`` is looked for (kubeacc.synthetic.nvml_telemetry).
+        self.telemetry_dir = synthetic_dir
 
     @classmethod
     def from_file(cls, path: str) -> SyntheticNVML:
@@ -143,6 +147,10 @@ class SyntheticNVML(MigCalls):
             raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if self.gpus[index].get("lost"):
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
+        self._told(index)  # GPU_IS_LOST for a GPU the test has taken off the bus
+        return _Handle(index)
+
+    def _handle(self, index: int) -> _Handle:
         return _Handle(index)
 
     # -- per device -------------------------------------------------------------------------
@@ -181,11 +189,13 @@ class SyntheticNVML(MigCalls):
 
     @injectable
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> _Memory:
+        told = self._told(handle.gpu)
         if handle.mig is not None:
             total = int(self._mig(handle)["memoryTotal"])
         else:
             total = int(self._gpu(handle)["memoryTotal"])
-        return _Memory(total=total, free=total, used=0)
+        used = min(total, self._memory_used(handle.gpu, told, total))
+        return _Memory(total=total, free=total - used, used=used)
 
     @injectable
     def nvmlDeviceGetSerial(self, handle: _Handle) -> str:
@@ -204,7 +214,7 @@ class SyntheticNVML(MigCalls):
 
     @injectable
     def nvmlDeviceGetTemperature(self, handle: _Handle, sensor: int) -> int:
-        return int(self._gpu(handle).get("temperature", 35))
+        return TelemetryCalls.nvmlDeviceGetTemperature(self, handle, sensor)
 
     @injectable
     def nvmlDeviceGetRemappedRows(self, handle: _Handle) -> tuple[int, int, int, int]:

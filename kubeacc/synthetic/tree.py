@@ -16,9 +16,9 @@ place on disk. Functions take PCI addresses as ``"dddd:bb:dd.f"`` strings (or :c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from kubeacc.synthetic import amd, classes, fpga, ids, nvidia, nvml, pciids, system
+from kubeacc.synthetic import amd, classes, fpga, ids, nvidia, nvml, pciids, sensors, system
 from kubeacc.synthetic.fsw import TreeWriter
 from kubeacc.synthetic.pci import (
     AUTO_GROUP,
@@ -48,6 +48,8 @@ class HostBuilder:
         self._pci: PciTree | None = None
         self._fpga = fpga.FpgaWriter(self.w)
         self._ifindex = 2
+        #: The next ``/sys/class/hwmon/hwmon<N>`` (kubeacc.synthetic.sensors).
+        self._hwmon = 0
         self._uverbs = 0
         self._nvidia_version: str | None = None
         classes.write_loopback(self.w)
@@ -222,6 +224,7 @@ class HostBuilder:
             link_type=classes.ARPHRD_INFINIBAND if infiniband else classes.ARPHRD_ETHER,
         )
         d = classes.write_netdev(self.w, fn, ifname, spec, self._ifindex)
+        sensors.write_netdev_statistics(self.w, d)
         self._ifindex += 1
         return self.w.host(d)
 
@@ -317,13 +320,18 @@ class HostBuilder:
         bitstream_metadata: int = 0x1111117,
     ) -> fpga.DflCard:
         """An in-tree DFL card below a ``dfl-pci`` function (see :mod:`fpga`)."""
-        return self._fpga.dfl(
-            self.get(bdf),
+        fn = self.get(bdf)
+        card = self._fpga.dfl(
+            fn,
             afu_id=afu_id,
             compat_id=compat_id,
             bitstream_id=bitstream_id,
             bitstream_metadata=bitstream_metadata,
         )
+        region = fn.sysfs / "fpga_region" / f"region{card.region}"
+        self._sensors(region / f"dfl-fme.{card.fme}", "dfl_fme_thermal", power_file="power1_input")
+        self.w.attr(region / f"dfl-port.{card.fme}" / "errors" / "errors", "0x0")
+        return card
 
     def opae_fpga(
         self,
@@ -348,6 +356,26 @@ class HostBuilder:
     def amdgpu(self, bdf: str | Bdf, vram_bytes: int) -> None:
         fn = self.get(bdf)
         amd.write_amdgpu_attrs(self.w, fn, vram_bytes, ids.hex_id(self.seed, f"amd/{fn.bdf}", 16))
+        self._sensors(fn.sysfs, "amdgpu", power_cap_uw=300_000_000)
+
+    def _sensors(
+        self,
+        device: PurePosixPath,
+        name: str,
+        *,
+        power_file: str = "power1_average",
+        power_cap_uw: int | None = None,
+    ) -> None:
+        sensors.write_hwmon(
+            self.w,
+            device,
+            self._hwmon,
+            name,
+            power_uw=45_000_000,
+            power_cap_uw=power_cap_uw,
+            power_file=power_file,
+        )
+        self._hwmon += 1
 
     def kfd(self, gpus: list[amd.KfdGpu]) -> None:
         cores = [len(c) for c in self.layout.cpus_by_node]

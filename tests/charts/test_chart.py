@@ -86,6 +86,7 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("agent.memoryShared={type=tpu}", "at '/agent/memoryShared/0'"),
         ("nvidia.toolsDir=bin", "at '/nvidia/toolsDir'"),
         ("nvidia.driverTools=maybe", "at '/nvidia/driverTools'"),
+        ("agent.telemetryInterval=-1", "at '/agent/telemetryInterval'"),
     ],
 )
 def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
@@ -144,6 +145,15 @@ def _agent_container(
     paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
     mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
     return spec["containers"][0]["args"], paths, mounts
+
+
+def test_device_telemetry_interval_rides_with_metrics(helm: Helm) -> None:
+    args, _, _ = _agent_container(helm)
+    assert "--telemetry-interval=10" in args
+    args, _, _ = _agent_container(helm, "--set", "agent.telemetryInterval=0")
+    assert "--telemetry-interval=0" in args
+    args, _, _ = _agent_container(helm, "--set", "metrics.enabled=false")
+    assert not [a for a in args if a.startswith(("--telemetry", "--metrics"))]
 
 
 def test_driver_tools_are_mounted_from_the_driver_root(helm: Helm) -> None:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from kubeacc.agent.telemetry.collector import Snapshot, TelemetryCollector
+from kubeacc.agent.telemetry.series import FAMILIES, PREFIX, Reading
 from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.metrics.controller import ControllerMetrics
 from kubeacc.metrics.lifecycle import LifecycleMetrics
@@ -36,6 +38,8 @@ def test_every_panel_queries_exported_series() -> None:
     lifecycle.actions.labels("Reset", "Succeeded").inc()
     lifecycle.action_seconds.labels("Reset").observe(1)
     exported = _names(agent.registry) | _names(controller.registry) | _names(lifecycle.registry)
+    device = _device_series()
+    exported |= device
 
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     assert len(exprs) >= 14
@@ -44,4 +48,27 @@ def test_every_panel_queries_exported_series() -> None:
     # every agent and controller family shows up somewhere
     families = {re.sub(r"_(bucket|count|sum)$", "", n) for n in exported}
     shown = {re.sub(r"_(bucket|count|sum)$", "", n) for n in used}
-    assert {f for f in families if f.startswith("kubeacc_")} - shown == set()
+    assert {f for f in families if f.startswith("kubeacc_") and f not in device} - shown == set()
+    # the device panels: utilisation, memory by namespace, errors, out of service and why
+    assert {
+        f"{PREFIX}{n}"
+        for n in (
+            "utilization_ratio",
+            "memory_used_bytes",
+            "xid_errors_total",
+            "ecc_errors_total",
+            "up",
+            "last_xid",
+        )
+    } <= used
+
+
+def _device_series() -> set[str]:
+    """Every device telemetry series, from the agent's collector given one reading of each."""
+    readings = [
+        Reading(name, "gpu-0", 1.0, tuple("x" for _ in fam.labels))
+        for name, fam in FAMILIES.items()
+    ]
+    registry = CollectorRegistry()
+    registry.register(TelemetryCollector("n", lambda: Snapshot(readings, {}, {})))
+    return _names(registry)

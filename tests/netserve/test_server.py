@@ -14,10 +14,13 @@ from kubeacc.netserve.server import BodyError, BoundedHandler, BoundedHTTPServer
 
 #: Set to let /slow requests finish.
 RELEASE = threading.Event()
+#: Paths the handler was asked for, in order.
+SERVED: list[str] = []
 
 
 class Echo(BoundedHandler):
     def do_GET(self) -> None:
+        SERVED.append(self.path)
         if self.path == "/slow":
             RELEASE.wait(10)
         self.send_body(200, b"ok\n", "text/plain")
@@ -132,6 +135,28 @@ def test_slowloris_is_cut_off_at_the_head_deadline(server: BoundedHTTPServer) ->
             pass
         assert closed_within(s, 3)
         assert time.monotonic() - start < 2.5
+
+
+@pytest.mark.parametrize(
+    "torso",
+    [b"GET /cut HTTP/1.1\r\nX-Slow: ", b"GET /cut HTTP/1.1\r\nHost: x\r\n", b"GET /cut HTT"],
+)
+def test_a_head_cut_off_is_not_served(server: BoundedHTTPServer, torso: bytes) -> None:
+    """A head without its blank line is no request, whether the client half-closes or the
+    head deadline cuts it: nothing is answered and the handler never runs."""
+    SERVED.clear()
+    with connect(server) as s:
+        s.sendall(torso)
+        s.shutdown(socket.SHUT_WR)
+        assert recv_all(s) == b""
+    with connect(server) as s:
+        s.sendall(torso)
+        assert closed_within(s, 3)  # the head deadline
+        s.settimeout(1)
+        assert s.recv(100) == b""
+    assert status(exchange(server, b"GET / HTTP/1.1\r\n\r\n")) == 200
+    assert SERVED == ["/"]
+    assert server.counts["head_cut"] == 2
 
 
 def test_idle_connections_are_closed_at_the_keepalive_deadline(

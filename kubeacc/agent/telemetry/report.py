@@ -1,0 +1,86 @@
+"""Device faults to the controller: ``status.lastFault`` of the device's Accelerator.
+
+The remediation loop (kubeacc.controller.remediator) acts on faults; it reads them from the
+Accelerator the node agent already keeps, not from Events (which are lossy, aggregated and
+free text). Each fault is one server-side apply of ``status.lastFault`` under the field
+manager ``kubeacc-faults-<node>`` (so it never fights the users or the life-cycle agent's
+fields). ``time`` identifies the fault: the controller acts once per new time. A write that
+fails (API server away) is kept and tried again at the next pass; a device without an
+Accelerator (no life-cycle agent on the node) is only logged.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from lightkube import ApiError, Client
+from lightkube.types import PatchType
+
+from kubeacc.agent.telemetry.faults import DeviceFault
+from kubeacc.crds.resources import Accelerator, is_not_found
+from kubeacc.crds.types import API_VERSION, FaultReport
+
+log = logging.getLogger(__name__)
+
+
+def report_of(fault: DeviceFault, at: dt.datetime) -> FaultReport:
+    return FaultReport(
+        event=fault.event,
+        xid=fault.xid,
+        detail=fault.detail[:256],
+        time=at.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+    )
+
+
+class FaultReporter:
+    def __init__(self, client: Client, node: str) -> None:
+        self.client = client
+        self.node = node
+        self.field_manager = f"kubeacc-faults-{node}"
+        #: Accelerator name -> the report not yet written.
+        self._pending: dict[str, FaultReport] = {}
+        self.written = 0
+
+    def report(self, faults: list[DeviceFault]) -> None:
+        """Write the new faults (the first of a device's in one pass) and any still pending;
+        raises the first API error after trying every write."""
+        at = dt.datetime.now(dt.UTC)
+        seen: set[str] = set()
+        for f in faults:
+            name = f"{self.node}-{f.device}"
+            if name not in seen:
+                seen.add(name)
+                self._pending[name] = report_of(f, at)
+        error: Exception | None = None
+        for name, rep in list(self._pending.items()):
+            try:
+                self._write(name, rep)
+            except ApiError as exc:
+                if is_not_found(exc):
+                    log.info("%s: no Accelerator to report %s on", name, rep.event)
+                else:
+                    error = error or exc
+                    continue
+            except Exception as exc:  # API server away: kept for the next pass
+                error = error or exc
+                continue
+            del self._pending[name]
+        if error is not None:
+            raise error
+
+    def _write(self, name: str, rep: FaultReport) -> None:
+        self.client.patch(
+            Accelerator.Status,
+            name,
+            {
+                "apiVersion": API_VERSION,
+                "kind": "Accelerator",
+                "metadata": {"name": name},
+                "status": {"lastFault": rep.to_api()},
+            },
+            patch_type=PatchType.APPLY,
+            field_manager=self.field_manager,
+            force=True,
+        )
+        self.written += 1
