@@ -11,7 +11,8 @@ them move. A test (or a person with a demo host) takes over through
         "memoryUsed": 1073741824, "temperature": 81, "power": 310000,
         "ecc": {"corrected": 4, "uncorrected": 1},
         "retiredPages": {"singleBit": 2, "doubleBit": 1},
-        "pcieReplay": 7, "nvlinkErrors": {"0": {"replay": 3, "recovery": 1, "crcFlit": 0}},
+        "pcieReplay": 7, "pcieTxBytes": 4096, "pcieCounters": true,
+        "nvlinkErrors": {"0": {"replay": 3, "recovery": 1, "crcFlit": 0}},
         "xids": [79],
         "lost": true}}}
 
@@ -63,6 +64,20 @@ class _EventSet:
 
     gpus: dict[int, int] = field(default_factory=dict)  # gpu index -> event mask
     delivered: dict[int, int] = field(default_factory=dict)  # gpu index -> XIDs handed out
+
+
+@dataclass(frozen=True)
+class _Ull:
+    ullVal: int
+
+
+@dataclass(frozen=True)
+class _FieldValue:
+    """``c_nvmlFieldValue_t``'s fields that a reader looks at."""
+
+    fieldId: int
+    nvmlReturn: int
+    value: _Ull
 
 
 @dataclass(frozen=True)
@@ -204,6 +219,21 @@ class TelemetryCalls:
         index, told = self._whole(handle)
         key = "pcieTx" if counter == pynvml.NVML_PCIE_UTIL_TX_BYTES else "pcieRx"
         return int(told.get(key, round(2_000_000 * self._load(index))))  # KB/s
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: list[int]) -> list[_FieldValue]:
+        """The PCIe byte counters (fields 197/198): ``pcieTxBytes``/``pcieRxBytes`` when told,
+        else growing with the wall clock; ``"pcieCounters": false`` makes the GPU an older one
+        that does not have them. Other fields: NOT_SUPPORTED."""
+        index, told = self._whole(handle)
+        out = []
+        for fid in field_ids:
+            key = {197: "pcieTxBytes", 198: "pcieRxBytes"}.get(fid)
+            if key is None or told.get("pcieCounters") is False:
+                out.append(_FieldValue(fid, pynvml.NVML_ERROR_NOT_SUPPORTED, _Ull(0)))
+                continue
+            default = int(time.time() * 1_500_000) * (index + 1) * (2 if fid == 197 else 1)
+            out.append(_FieldValue(fid, pynvml.NVML_SUCCESS, _Ull(int(told.get(key, default)))))
+        return out
 
     def nvmlDeviceGetNvLinkErrorCounter(self, handle: Any, link: int, counter: int) -> int:
         _, told = self._whole(handle)

@@ -50,6 +50,17 @@ class _Memory:
     used: int
 
 
+@dataclass(frozen=True)
+class _MemoryV2:
+    """``nvmlMemory_v2_t``: ``used`` without the driver's ``reserved`` part."""
+
+    version: int
+    total: int
+    reserved: int
+    free: int
+    used: int
+
+
 def _err(code: int) -> pynvml.NVMLError:
     return pynvml.NVMLError(code)
 
@@ -86,6 +97,7 @@ class SyntheticNVML(TelemetryCalls, MigCalls):
     figures (utilisation, errors, XID events) from :mod:`.nvml_telemetry`."""
 
     NVMLError = pynvml.NVMLError
+    nvmlMemory_v2 = pynvml.nvmlMemory_v2
 
     def __init__(self, description: dict[str, Any], synthetic_dir: Path | None = None):
         self.driver_version = str(description["driverVersion"])
@@ -188,14 +200,25 @@ class SyntheticNVML(TelemetryCalls, MigCalls):
         return str(self._gpu(handle)["uuid"])
 
     @injectable
-    def nvmlDeviceGetMemoryInfo(self, handle: _Handle) -> _Memory:
+    def nvmlDeviceGetMemoryInfo(
+        self, handle: _Handle, version: int | None = None
+    ) -> _Memory | _MemoryV2:
+        """As the driver answers: the first version counts the driver's reserve
+        (telemetry ``memoryReserved``, default 0) as used; ``nvmlMemory_v2`` gives it apart."""
         told = self._told(handle.gpu)
         if handle.mig is not None:
             total = int(self._mig(handle)["memoryTotal"])
+            reserved = 0
         else:
             total = int(self._gpu(handle)["memoryTotal"])
-        used = min(total, self._memory_used(handle.gpu, told, total))
-        return _Memory(total=total, free=total - used, used=used)
+            reserved = min(total, int(told.get("memoryReserved", 0)))
+        used = min(total - reserved, self._memory_used(handle.gpu, told, total))
+        if version == pynvml.nvmlMemory_v2:
+            free = total - reserved - used
+            return _MemoryV2(pynvml.nvmlMemory_v2, total, reserved, free, used)
+        if version is not None:
+            raise _err(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        return _Memory(total=total, free=total - used - reserved, used=used + reserved)
 
     @injectable
     def nvmlDeviceGetSerial(self, handle: _Handle) -> str:

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 XID_EVENTS = 0x8
 #: NVML_NVLINK_ERROR_DL_* and their label.
 NVLINK_COUNTERS = ((0, "replay"), (1, "recovery"), (2, "crc_flit"), (3, "crc_data"))
+#: NVML_FI_DEV_PCIE_COUNT_TX_BYTES, NVML_FI_DEV_PCIE_COUNT_RX_BYTES and their direction label.
+PCIE_BYTE_FIELDS = {197: "tx", 198: "rx"}
 #: Events drained per pass at most (a storm of XIDs must not hold the sampler).
 MAX_EVENTS = 256
 
@@ -97,10 +99,7 @@ class NvidiaReader:
             codec = ask(call, handle)
             if codec is not None:
                 out.append(Reading("utilization_ratio", name, codec[0] / 100, (engine,)))
-        memory = ask("nvmlDeviceGetMemoryInfo", handle)
-        if memory is not None:
-            out.append(Reading("memory_used_bytes", name, memory.used))
-            out.append(Reading("memory_total_bytes", name, memory.total))
+        out += _memory(ask, handle, name)
         ask.value("temperature_celsius", "nvmlDeviceGetTemperature", handle, 0)  # _GPU sensor
         ask.value("power_watts", "nvmlDeviceGetPowerUsage", handle, scale=1e-3)
         ask.value("power_limit_watts", "nvmlDeviceGetEnforcedPowerLimit", handle, scale=1e-3)
@@ -122,22 +121,7 @@ class NvidiaReader:
             out.append(Reading("row_remap_pending", name, rows[2]))
             out.append(Reading("row_remap_failure", name, rows[3]))
         ask.value("pcie_replays", "nvmlDeviceGetPcieReplayCounter", handle)
-        ask.value(
-            "pcie_throughput_bytes_per_second",
-            "nvmlDeviceGetPcieThroughput",
-            handle,
-            0,
-            scale=1024,
-            labels=("tx",),
-        )
-        ask.value(
-            "pcie_throughput_bytes_per_second",
-            "nvmlDeviceGetPcieThroughput",
-            handle,
-            1,
-            scale=1024,
-            labels=("rx",),
-        )
+        out += _pcie_traffic(ask, handle, name)
         # The inventory counts a GPU's NVLinks; NVML numbers them from 0.
         for link in range(sum(x.count for x in dev.links if x.kind == LinkKind.NVLINK)):
             for counter, label in NVLINK_COUNTERS:
@@ -166,10 +150,7 @@ class NvidiaReader:
             part = by_uuid.get(str(uuid)) if uuid is not None else None
             if part is None:
                 continue
-            memory = ask("nvmlDeviceGetMemoryInfo", mig)
-            if memory is not None:
-                out.append(Reading("memory_used_bytes", part, memory.used))
-                out.append(Reading("memory_total_bytes", part, memory.total))
+            out += _memory(ask, mig, part)
         return out
 
     # -- XID events ------------------------------------------------------------------------
@@ -208,6 +189,43 @@ class NvidiaReader:
             with contextlib.suppress(Exception):  # closing: nothing to do about it
                 self._lib.nvmlEventSetFree(self._events)
         self._events = None
+
+
+def _pcie_traffic(ask: _Asker, handle: Any, device: str) -> list[Reading]:
+    """PCIe bytes moved, as the driver's running counters (field values, read at once); a GPU
+    without them gives ``nvmlDeviceGetPcieThroughput``, which samples 20 ms per direction
+    (measured on an H100: 21 ms of wall time, under 1 ms of CPU, per call)."""
+    fields = ask("nvmlDeviceGetFieldValues", handle, list(PCIE_BYTE_FIELDS))
+    if fields is not None and all(int(f.nvmlReturn) == 0 for f in fields):
+        return [
+            Reading("pcie_bytes", device, float(f.value.ullVal), (direction,))
+            for f, direction in zip(fields, PCIE_BYTE_FIELDS.values(), strict=True)
+        ]
+    out: list[Reading] = []
+    for counter, direction in enumerate(PCIE_BYTE_FIELDS.values()):  # NVML_PCIE_UTIL_TX/RX
+        kbs = ask("nvmlDeviceGetPcieThroughput", handle, counter)
+        if kbs is not None:
+            out.append(
+                Reading("pcie_throughput_bytes_per_second", device, kbs * 1024.0, (direction,))
+            )
+    return out
+
+
+def _memory(ask: _Asker, handle: Any, device: str) -> list[Reading]:
+    """Memory used, reserved and total. The second version of the call keeps the driver's own
+    reserve out of ``used`` (as nvidia-smi shows it: on an H100 with driver 580 the first
+    version's ``used`` is ~480 MiB higher); drivers without it answer the first."""
+    v2 = getattr(ask.lib, "nvmlMemory_v2", None)
+    memory = ask("nvmlDeviceGetMemoryInfo", handle, v2) if v2 is not None else None
+    out = []
+    if memory is not None:
+        out.append(Reading("memory_reserved_bytes", device, memory.reserved))
+    else:
+        memory = ask("nvmlDeviceGetMemoryInfo", handle)
+    if memory is not None:
+        out.append(Reading("memory_used_bytes", device, memory.used))
+        out.append(Reading("memory_total_bytes", device, memory.total))
+    return out
 
 
 class _Asker:

@@ -47,6 +47,9 @@ FAMILIES: dict[str, Family] = {
     ),
     "memory_used_bytes": Family(Kind.GAUGE, "Device memory in use (per MIG instance too)."),
     "memory_total_bytes": Family(Kind.GAUGE, "Device memory (per MIG instance too)."),
+    "memory_reserved_bytes": Family(
+        Kind.GAUGE, "Device memory the driver keeps for itself (not in used, not free)."
+    ),
     "temperature_celsius": Family(Kind.GAUGE, "Device temperature."),
     "power_watts": Family(Kind.GAUGE, "Power draw."),
     "power_limit_watts": Family(Kind.GAUGE, "Enforced power limit (cap)."),
@@ -63,8 +66,13 @@ FAMILIES: dict[str, Family] = {
     "row_remap_pending": Family(Kind.GAUGE, "1 when a row remap waits for a reset."),
     "row_remap_failure": Family(Kind.GAUGE, "1 when a row remap failed."),
     "pcie_replays": Family(Kind.COUNTER, "PCIe replays (link-level retransmissions)."),
+    "pcie_bytes": Family(
+        Kind.COUNTER, "Bytes moved over PCIe since the driver loaded.", ("direction",)
+    ),
     "pcie_throughput_bytes_per_second": Family(
-        Kind.GAUGE, "PCIe traffic over the driver's last 20 ms window.", ("direction",)
+        Kind.GAUGE,
+        "PCIe traffic over the driver's last 20 ms window (GPUs without the byte counters).",
+        ("direction",),
     ),
     "nvlink_errors": Family(
         Kind.COUNTER, "NVLink data-link errors, by link and counter.", ("link", "counter")

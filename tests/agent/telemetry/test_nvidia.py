@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pynvml
+
 from kubeacc.agent.telemetry.nvidia import NvidiaReader
 from kubeacc.agent.telemetry.series import Reading
 from kubeacc.model import Inventory
@@ -119,3 +121,54 @@ def test_host_without_nvml_reads_gpus_down(hosts: HostFactory) -> None:
     readings = NvidiaReader(lambda: None).read(inv.devices)
     assert {r.metric for r in readings} == {"up"}
     assert {r.value for r in readings} == {0}
+
+
+class _FirstVersionOnly:
+    """A driver without ``nvmlMemory_v2`` (older than 510): the versioned call is not there."""
+
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self._lib, name)
+        if name != "nvmlDeviceGetMemoryInfo":
+            return call
+
+        def first(handle: Any, *version: Any) -> Any:
+            if version:
+                raise self._lib.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+            return call(handle)
+
+        return first
+
+
+def test_memory_used_leaves_the_driver_reserve_out(hosts: HostFactory) -> None:
+    root, host, inv, reader = _setup(hosts)
+    gpu = next(d for d in inv.devices if d.vendor == "NVIDIA")
+    assert gpu.uuid is not None
+    _tell(root, {gpu.uuid: {"memoryUsed": 1 << 30, "memoryReserved": 480 << 20}})
+    got = reader.read(inv.devices)
+    assert _value(got, "memory_used_bytes", gpu.name) == 1 << 30
+    assert _value(got, "memory_reserved_bytes", gpu.name) == 480 << 20
+    assert _value(got, "memory_total_bytes", gpu.name) == gpu.memory_bytes
+
+    older = NvidiaReader(lambda: _FirstVersionOnly(host.nvml())).read(inv.devices)
+    # Without the second version the reserve is in used, as that driver reports it.
+    assert _value(older, "memory_used_bytes", gpu.name) == (1 << 30) + (480 << 20)
+    assert not [r for r in older if r.metric == "memory_reserved_bytes"]
+
+
+def test_pcie_traffic_is_a_byte_counter_where_the_gpu_has_one(hosts: HostFactory) -> None:
+    root, _, inv, reader = _setup(hosts)
+    gpus = [d for d in inv.devices if d.vendor == "NVIDIA"]
+    new, old = gpus[0], gpus[1]
+    assert new.uuid is not None and old.uuid is not None
+    _tell(root, {new.uuid: {"pcieTxBytes": 7 << 30}, old.uuid: {"pcieCounters": False}})
+    got = reader.read(inv.devices)
+    assert _value(got, "pcie_bytes", new.name, "tx") == 7 << 30
+    assert _value(got, "pcie_bytes", new.name, "rx") > 0
+    sampled = [r for r in got if r.metric == "pcie_throughput_bytes_per_second"]
+    assert not [r for r in sampled if r.device == new.name]
+    # An older GPU without the counters: the 20 ms throughput sample instead.
+    assert _value(got, "pcie_throughput_bytes_per_second", old.name, "tx") >= 0
+    assert not [r for r in got if r.metric == "pcie_bytes" and r.device == old.name]
