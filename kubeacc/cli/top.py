@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from kubeacc.cli.errors import fail
+from kubeacc.cli.options import ContextOption, KubeconfigOption
 from kubeacc.cli.output import Format, OutputOption, dump, print_table
 from kubeacc.metrics.devices import DeviceRow, parse
 
@@ -37,14 +38,19 @@ def _fetch_endpoint(url: str, timeout: float) -> str:
 
 
 def _fetch_pods(
-    kubeconfig: Path | None, namespace: str, port: int, node: str | None, timeout: float
+    kubeconfig: Path | None,
+    context: str | None,
+    namespace: str,
+    port: int,
+    node: str | None,
+    timeout: float,
 ) -> tuple[list[str], list[str]]:
     """The agents' metrics texts through the pod proxy, and the errors of those that failed."""
     from lightkube.resources.core_v1 import Pod
 
     from kubeacc.clientconfig import make_client
 
-    client = make_client(kubeconfig, timeout=timeout)
+    client = make_client(kubeconfig, context=context, timeout=timeout)
     pods = list(
         client.list(
             Pod,
@@ -99,14 +105,15 @@ def _cells(row: DeviceRow) -> list[str]:
 def top_command(
     node: Annotated[str | None, typer.Option(help="Only this node's devices.")] = None,
     namespace: Annotated[
-        str, typer.Option(help="Namespace of the kube-acc agent pods.")
+        str, typer.Option("--namespace", "-n", help="Namespace of the kube-acc agent pods.")
     ] = "kubeacc-system",
     port: Annotated[int, typer.Option(help="The agents' metrics port.", min=1, max=65535)] = 9460,
     endpoint: Annotated[
         list[str] | None,
         typer.Option(help="Scrape this URL instead of the agent pods (repeatable)."),
     ] = None,
-    kubeconfig: Annotated[Path | None, typer.Option(help="kubeconfig file.")] = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
     timeout: Annotated[float, typer.Option(help="Seconds per request.", min=0.1)] = 10.0,
     output: OutputOption = Format.TABLE,
 ) -> None:
@@ -116,7 +123,7 @@ def top_command(
         if endpoint:
             texts = [_fetch_endpoint(url, timeout) for url in endpoint]
         else:
-            texts, errors = _fetch_pods(kubeconfig, namespace, port, node, timeout)
+            texts, errors = _fetch_pods(kubeconfig, context, namespace, port, node, timeout)
         rows = [r for t in texts for r in parse(t) if node is None or r.node == node]
     except (OSError, ValueError) as exc:
         fail(str(exc), code=1)
