@@ -67,13 +67,15 @@ def demo_command(
 
 def _run(console: Console, base: Path, keep: bool, timeout: float, real: bool = False) -> None:
     from kubeacc.cli.demo_stack import KubeaccStack
-    from kubeacc.testbed import Testbed
+    from kubeacc.testbed import KUBERNETES_VERSION, Testbed
     from kubeacc.testbed.build import ensure_built
     from kubeacc.testbed.shapes import MULTINODE_SHAPES, multinode_options
 
     t0 = time.monotonic()
     console.rule("kube-acc demo: one accelerator framework on a local four-node Kubernetes")
-    console.print("[bold]1.[/] testbed binaries (Kubernetes v1.36 built from upstream sources)")
+    console.print(
+        f"[bold]1.[/] testbed binaries (Kubernetes {KUBERNETES_VERSION}, built from upstream)"
+    )
     bins = ensure_built(out=sys.stderr)
     console.print(f"   ready in {bins}")
     console.print(
