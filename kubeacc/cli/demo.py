@@ -67,7 +67,7 @@ def demo_command(
 
 def _run(console: Console, base: Path, keep: bool, timeout: float, real: bool = False) -> None:
     from kubeacc.cli.demo_stack import KubeaccStack
-    from kubeacc.testbed import Testbed
+    from kubeacc.testbed import KUBERNETES_VERSION, Testbed
     from kubeacc.testbed.build import ensure_built
     from kubeacc.testbed.shapes import MULTINODE_SHAPES, multinode_options
 
@@ -77,7 +77,9 @@ def _run(console: Console, base: Path, keep: bool, timeout: float, real: bool = 
         console.rule(title)
     else:  # into a file or a pipe: no box-drawing line (docs/cli.md, "Tables")
         console.print(f"== {title} ==", highlight=False)
-    console.print("[bold]1.[/] testbed binaries (Kubernetes v1.36 built from upstream sources)")
+    console.print(
+        f"[bold]1.[/] testbed binaries (Kubernetes {KUBERNETES_VERSION}, built from upstream)"
+    )
     bins = ensure_built(out=sys.stderr)
     console.print(f"   ready in {bins}")
     console.print(

@@ -93,6 +93,8 @@ def device_class(policy: dict[str, Any]) -> dict[str, Any]:
         "selectors": [{"cel": {"expression": expression}}],
         "config": [{"opaque": {"driver": DRIVER, "parameters": p}} for p in configs],
     }
+    if spec.device_class.extended_resource_name:
+        body["extendedResourceName"] = spec.device_class.extended_resource_name
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
     return {
         "apiVersion": "resource.k8s.io/v1",

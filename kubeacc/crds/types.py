@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from kubeacc.crds.remediation import EventClass, Remediation
@@ -37,6 +37,11 @@ _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _SHA256 = r"^[a-f0-9]{64}$"
 _LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+#: An extended resource name: ``<DNS subdomain>/<name>`` (a qualified name's parts).
+_EXTENDED_RESOURCE = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]{0,53}[A-Za-z0-9])?$"
+)
 #: A path relative to the bitstream library: segments that never start with a dot, so neither
 #: ``..`` nor hidden files nor absolute paths can be expressed.
 _LIBRARY_PATH = r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$"
@@ -254,12 +259,39 @@ class UnhealthyAction(StrEnum):
 
 
 class DeviceClassTemplate(_Model):
+    model_config = ConfigDict(
+        json_schema_extra=_rules(
+            (
+                "!has(self.extendedResourceName) || "
+                "!self.extendedResourceName.contains('kubernetes.io/')",
+                "extendedResourceName must not be in a kubernetes.io domain",
+            ),
+        )
+    )
+
     name: str | None = Field(
         default=None,
         max_length=253,
         pattern=_DNS_SUBDOMAIN,
         description="DeviceClass name; default <policy name>.policy.kubeacc.io",
     )
+    extended_resource_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=_EXTENDED_RESOURCE,
+        description=(
+            "Extended resource a pod's limits may name to get devices of this class through "
+            "DRA (e.g. the device plugin's kubeacc.io/gpu-h100-80gb-hbm3); on nodes whose device "
+            "plugin advertises the same name, the plugin serves it instead"
+        ),
+    )
+
+    @field_validator("extended_resource_name")
+    @classmethod
+    def _not_native(cls, v: str | None) -> str | None:
+        if v is not None and "kubernetes.io/" in v:
+            raise ValueError(f"extendedResourceName {v!r} is in a kubernetes.io domain")
+        return v
 
 
 class AcceleratorPolicySpec(_Model):

@@ -2,9 +2,11 @@
 
 The binaries land outside the repository, in
 ``$KUBEACC_CACHE/testbed/<k8s-version>-<hash>/bin`` (default cache ``~/.cache/kubeacc``), where the
-hash covers every input of the build: go.mod/go.sum of both modules, the Go sources under
-``testbed/`` and this file. A complete directory is reused as is; a build goes to a temporary
-directory and is renamed into place only when every binary was produced.
+hash covers every input of the build: go.mod/go.sum of both modules, the Go sources of the lane's
+module directory (``testbed/`` for 1.37, ``testbed-1.36/`` for the compatibility lane, see
+:mod:`kubeacc.testbed.versions`), etcd's module under ``testbed/etcd`` and this file. A complete
+directory is reused as is; a build goes to a temporary directory and is renamed into place only
+when every binary was produced.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from kubeacc.testbed.versions import ETCD_VERSION, KUBERNETES_VERSION
+from kubeacc.testbed.versions import ETCD_VERSION, KUBERNETES_VERSION, LANE
 
 #: Every binary the testbed needs; the first group comes from testbed/, etcd from testbed/etcd.
 K8S_BINARIES = (
@@ -42,12 +44,24 @@ class BuildError(RuntimeError):
     """The Go build failed; the message carries the tail of the build log."""
 
 
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
 def source_dir() -> Path:
-    """The Go sources (``testbed/`` at the repository root, or ``$KUBEACC_TESTBED_SRC``)."""
+    """The lane's Go module (``testbed/`` or ``testbed-1.36/`` at the repository root, or
+    ``$KUBEACC_TESTBED_SRC``)."""
     env = os.environ.get("KUBEACC_TESTBED_SRC")
     if env:
         return Path(env).resolve()
-    return Path(__file__).resolve().parents[2] / "testbed"
+    return repo_root() / LANE.module_dir
+
+
+def etcd_dir(src: Path) -> Path:
+    """etcd's module: ``<src>/etcd`` where the sources carry one, else ``testbed/etcd`` (every
+    lane runs the same etcd)."""
+    own = src / "etcd"
+    return own if (own / "go.mod").is_file() else repo_root() / "testbed" / "etcd"
 
 
 def cache_root() -> Path:
@@ -55,7 +69,16 @@ def cache_root() -> Path:
 
 
 def build_inputs(src: Path) -> list[Path]:
-    files = sorted(p for p in src.rglob("*") if p.is_file() and p.suffix in {".go", ".mod", ".sum"})
+    """Every file the build reads from the repository (symlinked sources by their content)."""
+    dirs = [src, etcd_dir(src)]
+    files = sorted(
+        {
+            p
+            for d in dirs
+            for p in d.rglob("*")
+            if p.is_file() and p.suffix in {".go", ".mod", ".sum"}
+        }
+    )
     return [*files, Path(__file__).resolve()]
 
 
@@ -64,11 +87,19 @@ def build_key(src: Path | None = None) -> str:
     src = src or source_dir()
     h = hashlib.sha256()
     for p in build_inputs(src):
-        h.update(str(p.relative_to(src) if p.is_relative_to(src) else p.name).encode())
+        h.update(str(_label(p, src)).encode())
         h.update(b"\0")
         h.update(p.read_bytes())
         h.update(b"\0")
     return f"{KUBERNETES_VERSION}-{h.hexdigest()[:16]}"
+
+
+def _label(p: Path, src: Path) -> Path | str:
+    if p.is_relative_to(src):
+        return p.relative_to(src)
+    if p.is_relative_to(repo_root()):
+        return p.relative_to(repo_root())
+    return p.name
 
 
 def bin_dir(src: Path | None = None) -> Path:
@@ -251,7 +282,7 @@ def _build(src: Path, target: Path, out: TextIO) -> Path:
         with log_path.open("w") as log:
             steps: list[tuple[str, Path, list[str]]] = [
                 ("kubernetes", src, ["./cmd/..."]),
-                ("etcd", src / "etcd", ["./cmd/etcd"]),
+                ("etcd", etcd_dir(src), ["./cmd/etcd"]),
             ]
             for label, cwd, pkgs in steps:
                 elapsed = _fmt(time.monotonic() - start)

@@ -36,12 +36,15 @@ NODE = "old-a"
 SHARED_BDF = "0000:1b:00.0"
 SHARED = "gpu-0000-1b-00-0"
 OFF = ("DRAConsumableCapacity", "DRADeviceTaints", "DRAPartitionableDevices")
+#: Off with them: DRADeviceTaintRules depends on DRADeviceTaints, and 1.37's API server (where it
+#: is GA, on by default) refuses to start with it on and DRADeviceTaints off; 1.36 has it off.
+OFF_TOO = ("DRADeviceTaintRules",)
 NS = "gates-off"
 
 
 @pytest.fixture(scope="module")
 def old_cluster() -> Iterator[Testbed]:
-    gates = {**FEATURE_GATES, **dict.fromkeys(OFF, False)}
+    gates = {**FEATURE_GATES, **dict.fromkeys((*OFF, *OFF_TOO), False)}
     tb = Testbed.start(nodes=[KubeletOptions(node_name=NODE)], feature_gates=gates)
     try:
         yield tb

@@ -59,6 +59,17 @@ def test_device_classes_manifest() -> None:
     assert by_name["accelerator.kubeacc.io"].endswith(
         '&& !has(device.attributes["kubeacc.io"].migProfile)'
     )
+    # the device plugin's generic names, so limits of kubeacc.io/<type> work on DRA nodes;
+    # partitions and "any device" have no device-plugin counterpart
+    extended = {d["metadata"]["name"]: d["spec"].get("extendedResourceName") for d in docs}
+    assert extended == {
+        "gpu.kubeacc.io": "kubeacc.io/gpu",
+        "mig.kubeacc.io": None,
+        "fpga.kubeacc.io": "kubeacc.io/fpga",
+        "nic.kubeacc.io": "kubeacc.io/nic",
+        "xpu.kubeacc.io": "kubeacc.io/xpu",
+        "accelerator.kubeacc.io": None,
+    }
 
 
 def _slices(client: Client, node: str) -> list[ResourceSlice]:
@@ -163,4 +174,5 @@ def test_device_classes_apply(kube_client: Client) -> None:
     assert apply_device_classes(kube_client) == list(CLASS_NAMES)
     got = kube_client.get(DeviceClass, "xpu.kubeacc.io")
     assert "xpu" in got.spec.selectors[0].cel.expression
+    assert got.spec.extendedResourceName == "kubeacc.io/xpu"  # kept by the API server
     apply_device_classes(kube_client)  # idempotent

@@ -1,0 +1,1 @@
+../../../testbed/cmd/fake-cri/listen.go

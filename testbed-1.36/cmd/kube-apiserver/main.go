@@ -1,0 +1,1 @@
+../../../testbed/cmd/kube-apiserver/main.go

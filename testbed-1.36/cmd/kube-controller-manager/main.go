@@ -1,0 +1,1 @@
+../../../testbed/cmd/kube-controller-manager/main.go

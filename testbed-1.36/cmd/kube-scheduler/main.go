@@ -1,0 +1,1 @@
+../../../testbed/cmd/kube-scheduler/main.go

@@ -1,0 +1,1 @@
+../../../testbed/cmd/kubectl/main.go

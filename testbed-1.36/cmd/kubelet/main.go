@@ -1,0 +1,1 @@
+../../../testbed/cmd/kubelet/main.go
