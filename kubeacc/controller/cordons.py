@@ -43,11 +43,15 @@ class Cordons:
         acc.setdefault("spec", {})["cordoned"] = value
 
     def reconcile_unhealthy(
-        self, specs: dict[str, AcceleratorPolicySpec], accelerators: dict[str, dict[str, Any]]
+        self,
+        specs: dict[str, AcceleratorPolicySpec],
+        accelerators: dict[str, dict[str, Any]],
+        views: dict[str, TargetView],
     ) -> None:
-        """Cordon an unhealthy device a policy asks to drain; lift that cordon once healthy."""
+        """Cordon an unhealthy device a policy asks to drain; lift that cordon once healthy.
+        ``views``: the parsed ``accelerators``."""
         for name, acc in accelerators.items():
-            view = TargetView.parse(acc)
+            view = views[name]
             dev = view.device
             by = (acc["metadata"].get("annotations") or {}).get(CORDONED_BY)
             if (
