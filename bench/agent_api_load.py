@@ -4,7 +4,10 @@ many Accelerators. Prints JSON.
 Starts the testbed control plane without a kubelet and runs ``--agents`` node agents
 (:class:`kubeacc.agent.runner.Agent`) as threads of this process, each on its own synthetic host
 (``--profiles``, round robin) and its own Node object, plus one controller. What runs of each
-agent is everything that talks to the API server: discovery every 5 s, ResourceSlice publishing
+agent is everything that talks to the API server: discovery (every ``--rediscover`` seconds,
+10 rather than the agent's 5: on a synthetic host it is CPU work of this one process, and it
+sends nothing while the devices stay the same; the once-a-minute re-check keeps its period),
+ResourceSlice publishing
 (with its periodic re-check), Node labels, the AcceleratorPolicy watch and the Accelerator sync
 (watch of the node's Accelerators, ``status.allocatedTo``). What does not run is the kubelet
 side (``kubelet_plugin=False``: no DRA socket, no registration, no claim watch, so no
@@ -21,9 +24,12 @@ Phases:
    deleted, created, ...) ``--burst-gap`` seconds apart, counted until the agents are quiet;
 3. controller scale (``--accelerators``, 0 to skip): the agents stopped, ``--scale-nodes`` Node
    objects and up to ``--accelerators`` Accelerators (``--per-node`` per node, with the status
-   a life-cycle agent writes) created for at most ``--create-seconds``; then a fresh
-   controller's time to list everything (its watch caches synced) and to run a full reconcile
-   pass, and the apiserver's and etcd's RSS.
+   a life-cycle agent writes) created for at most ``--create-seconds``, and ``--policies``
+   AcceleratorPolicies for all GPUs; then a fresh controller's time to list everything (its
+   watch caches synced) and to run a full reconcile pass (three times), in a process of its own
+   (its RSS), and the apiserver's CPU for it; with ``--compare DIR`` the same again with the
+   ``kubeacc`` package found under DIR (say, an older checkout's); the apiserver's and etcd's
+   RSS.
 
     python bench/agent_api_load.py [--agents 100] [--idle 120] [--burst 6] [--accelerators 80000]
 """
@@ -35,6 +41,8 @@ import json
 import logging
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -43,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from apiload import Counts, RequestCounter, by_verb, total  # bench/, the script's directory
-from lightkube import ApiError, Client
+from lightkube import ApiError, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
@@ -144,21 +152,21 @@ def _device_status(dev: Device) -> dict[str, Any]:
     }
 
 
-def _put_policy(client: Client, shared: bool) -> None:
+def _put_policy(client: Client, shared: bool, name: str = POLICY) -> None:
     if not shared:
         try:
-            client.delete(AcceleratorPolicy, POLICY)
+            client.delete(AcceleratorPolicy, name)
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
         return
     client.patch(
         AcceleratorPolicy,
-        POLICY,
+        name,
         {
             "apiVersion": API_VERSION,
             "kind": "AcceleratorPolicy",
-            "metadata": {"name": POLICY},
+            "metadata": {"name": name},
             "spec": {"selector": {"types": ["gpu"]}, "sharing": {"mode": "MemoryShared"}},
         },
         patch_type=PatchType.APPLY,
@@ -221,6 +229,7 @@ def agents_phase(
                     cdi_dir=d / "cdi",
                     state_dir=d / "state",
                     kubelet_plugin=False,
+                    rediscover_interval=args.rediscover,
                 ),
                 client=tb.client(field_manager=f"kubeacc-agent-{node}"),
             )
@@ -316,48 +325,75 @@ def controller_phase(tb: Testbed, args: argparse.Namespace, sample: Device) -> d
     assert apiserver is not None and apiserver.pid is not None
     assert etcd is not None and etcd.pid is not None
     rss_before = rss_bytes(apiserver.pid)
-
-    ctl = Controller(
-        tb.client(field_manager="kubeacc-controller"),
-        identity="bench-scale",
-        lease_namespace="default",
-        lease_name="kubeacc-bench-scale",
-    )
-    cpu0 = cpu_seconds(apiserver.pid)
-    t1 = time.monotonic()
-    for c in ctl.caches:
-        c.start()
-    try:
-        while not all(c.synced.is_set() for c in ctl.caches):
-            if time.monotonic() - t1 > 600:
-                raise TimeoutError("the controller's caches did not sync")
-            time.sleep(0.05)
-        list_s = time.monotonic() - t1
-        list_cpu = cpu_seconds(apiserver.pid) - cpu0
-        passes = []
-        for _ in range(3):
-            t = time.monotonic()
-            ctl.reconcile_once()
-            passes.append(time.monotonic() - t)
-        cached = len(ctl.accelerators.items())
-    finally:
-        for c in ctl.caches:
-            c.close()
-    return {
+    for k in range(args.policies):  # each pass counts the Accelerators every policy selects
+        _put_policy(clients[0], shared=True, name=f"{POLICY}-{k}")
+    result: dict[str, Any] = {
         "nodes": len(nodes),
         "nodes_create_s": round(nodes_s, 1),
         "accelerators_wanted": wanted,
         "accelerators_created": created,
         "accelerators_create_s": round(create_s, 1),
         "accelerators_per_s": round(created / create_s, 1),
-        "controller_cached_accelerators": cached,
-        "controller_list_to_synced_s": round(list_s, 2),
-        "apiserver_cpu_s_for_the_lists": round(list_cpu, 2),
-        "controller_pass_s": [round(p, 3) for p in passes],
+        "policies": args.policies,
         "apiserver_rss_mb_before_lists": round(rss_before / MB, 1),
-        "apiserver_rss_mb_after": round(rss_bytes(apiserver.pid) / MB, 1),
-        "etcd_rss_mb": round(rss_bytes(etcd.pid) / MB, 1),
     }
+    trees = {"this": None} | ({"compare": args.compare} if args.compare else {})
+    for label, tree in trees.items():
+        env = dict(os.environ)
+        if tree is not None:
+            env["PYTHONPATH"] = tree
+        cpu0 = cpu_seconds(apiserver.pid)
+        out = subprocess.run(
+            [sys.executable, __file__, "--controller-only", str(tb.kubeconfig)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        ).stdout
+        result[f"controller_{label}"] = {
+            **json.loads(out),
+            "apiserver_cpu_s": round(cpu_seconds(apiserver.pid) - cpu0, 2),
+        }
+    result["apiserver_rss_mb_after"] = round(rss_bytes(apiserver.pid) / MB, 1)
+    result["etcd_rss_mb"] = round(rss_bytes(etcd.pid) / MB, 1)
+    return result
+
+
+def controller_only(kubeconfig: Path) -> dict[str, Any]:
+    """A fresh controller (in this process): time to list everything, three full passes."""
+    import kubeacc
+
+    ctl = Controller(
+        Client(KubeConfig.from_file(kubeconfig), field_manager="kubeacc-controller"),
+        identity="bench-scale",
+        lease_namespace="default",
+        lease_name="kubeacc-bench-scale",
+    )
+    t0 = time.monotonic()
+    for c in ctl.caches:
+        c.start()
+    try:
+        while not all(c.synced.is_set() for c in ctl.caches):
+            if time.monotonic() - t0 > 600:
+                raise TimeoutError("the controller's caches did not sync")
+            time.sleep(0.05)
+        list_s = time.monotonic() - t0
+        passes = []
+        for _ in range(3):
+            t = time.monotonic()
+            ctl.reconcile_once()
+            passes.append(time.monotonic() - t)
+        return {
+            "code": str(Path(kubeacc.__file__).parent),
+            "cached_accelerators": len(ctl.accelerators.items()),
+            "list_to_synced_s": round(list_s, 2),
+            "pass_s": [round(p, 3) for p in passes],
+            "controller_rss_mb": round(rss_bytes(os.getpid()) / MB, 1),
+        }
+    finally:
+        for c in ctl.caches:
+            c.close()
 
 
 def main() -> None:
@@ -365,6 +401,12 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=100)
     ap.add_argument("--profiles", default="dgx-h100")
     ap.add_argument("--idle", type=float, default=120.0)
+    ap.add_argument(
+        "--rediscover",
+        type=float,
+        default=10.0,
+        help="seconds between discovery passes (host work only: no request unless devices change)",
+    )
     ap.add_argument("--burst", type=int, default=6)
     ap.add_argument("--burst-gap", type=float, default=2.0)
     ap.add_argument("--accelerators", type=int, default=80_000)
@@ -372,7 +414,15 @@ def main() -> None:
     ap.add_argument("--per-node", type=int, default=16)
     ap.add_argument("--create-seconds", type=float, default=240.0)
     ap.add_argument("--writers", type=int, default=8)
+    ap.add_argument("--policies", type=int, default=3)
+    ap.add_argument(
+        "--compare", help="also measure the controller of the kubeacc package under this path"
+    )
+    ap.add_argument("--controller-only", type=Path, help=argparse.SUPPRESS)  # kubeconfig
     args = ap.parse_args()
+    if args.controller_only is not None:
+        print(json.dumps(controller_only(args.controller_only)))
+        return
     if args.agents < 1:
         ap.error("--agents must be at least 1")
 
