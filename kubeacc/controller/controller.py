@@ -243,10 +243,10 @@ class Controller:
         policies = self.policies.items()
         accelerators = self.accelerators.by_name()
         specs = policy_specs(policies)
-        views = self.parsed.views(accelerators)
-        devices = [v.device for v in views.values() if v.device is not None]
-        reconcile_policies(self.client, self.policies, self.classes, policies, specs, devices)
-        self.cordons.reconcile_unhealthy(specs, accelerators, views)
+        facts = self.parsed.facts(accelerators, specs)
+        covered = [f.covering for f in facts.values()]
+        reconcile_policies(self.client, self.policies, self.classes, policies, covered)
+        self.cordons.reconcile_unhealthy(specs, accelerators, facts)
         self.collect_garbage(accelerators)
         for op in operations:
             try:

@@ -12,13 +12,11 @@ from lightkube import ApiError, Client
 from lightkube.resources.resource_v1 import DeviceClass
 from lightkube.types import PatchType
 
-from kubeacc.controller.operations import covering
 from kubeacc.controller.policies import SPEC_HASH_ANNOTATION, device_class
 from kubeacc.controller.status import FIELD_MANAGER, apply_policy_status
 from kubeacc.crds.status import emit_event
 from kubeacc.crds.types import POLICY_LABEL, AcceleratorPolicySpec
 from kubeacc.crds.watch import WatchCache
-from kubeacc.model import Device
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +34,15 @@ def reconcile_policies(
     cache: WatchCache,
     classes: WatchCache,
     policies: list[dict[str, Any]],
-    specs: dict[str, AcceleratorPolicySpec],
-    devices: list[Device],
+    covered: list[tuple[str, ...]],
 ) -> None:
     """One step toward one DeviceClass per policy (module docstring); ``cache``: the policies';
     ``classes``: the DeviceClasses of policies (label ``POLICY_LABEL``), what this writes goes
-    into it; ``devices``: those of the Accelerators (for the number each policy selects)."""
+    into it; ``covered``: for each Accelerator, the policies that select it."""
     existing = classes.by_name()
     wanted: set[str] = set()
     for policy in policies:
         name = policy["metadata"]["name"]
-        spec = specs[name]
         cls = device_class(policy)
         cname = cls["metadata"]["name"]
         wanted.add(cname)
@@ -69,7 +65,7 @@ def reconcile_policies(
                 "DeviceClassUpdated" if have else "DeviceClassCreated",
                 f"DeviceClass {cname}: {cls['spec']['selectors'][0]['cel']['expression']}",
             )
-        matched = sum(1 for dev in devices if name in covering({name: spec}, dev))
+        matched = sum(1 for policies_of in covered if name in policies_of)
         apply_policy_status(client, cache, policy, cname, matched)
     for cname, obj in existing.items():
         if cname not in wanted:
