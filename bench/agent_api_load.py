@@ -40,6 +40,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -449,6 +450,7 @@ def main() -> None:
         print(json.dumps(result, indent=2))
     finally:
         tb.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
