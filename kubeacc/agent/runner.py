@@ -3,9 +3,10 @@
 Start-up order: discover once, reconcile the DRA checkpoint with the CDI directory, serve the
 DRA socket, then announce it in the kubelet's plugin registry. A background loop re-discovers
 every ``rediscover_interval`` seconds and, only when something changed, updates the health
-stream and the node's ResourceSlices (plus a full re-check of the server every ``resync``
-seconds). Publishing failures (API server away) are logged and retried with exponential backoff;
-the kubelet is served all the while.
+stream and the node's ResourceSlices (plus a full re-check of the server's copy every ``resync``
+seconds, and whenever it changes: read from watches of the node's slices and Node, so an idle
+node sends no request). Publishing failures (API server away) are logged and retried with
+exponential backoff; the kubelet is served all the while.
 
 Other kubelet plugins (the device-plugin mode) hook in through :class:`NodePlugin`: give them
 to :meth:`Agent.add_plugin` and they are started, fed every new inventory and stopped with the
