@@ -161,19 +161,9 @@ def _put_policy(client: Client, shared: bool, name: str = POLICY) -> None:
             if exc.status.code != 404:
                 raise
         return
-    client.patch(
-        AcceleratorPolicy,
-        name,
-        {
-            "apiVersion": API_VERSION,
-            "kind": "AcceleratorPolicy",
-            "metadata": {"name": name},
-            "spec": {"selector": {"types": ["gpu"]}, "sharing": {"mode": "MemoryShared"}},
-        },
-        patch_type=PatchType.APPLY,
-        field_manager="bench",
-        force=True,
-    )
+    spec = {"selector": {"types": ["gpu"]}, "sharing": {"mode": "MemoryShared"}}
+    policy = {"apiVersion": API_VERSION, "kind": "AcceleratorPolicy", "metadata": {"name": name}}
+    client.apply(AcceleratorPolicy.from_dict({**policy, "spec": spec}), force=True)
 
 
 def _rates(counts: Counts, seconds: float, nodes: int) -> dict[str, Any]:
