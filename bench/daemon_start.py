@@ -50,7 +50,7 @@ from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
 from kubeacc.crds.resources import install_crds
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
-from kubeacc.testbed.procs import free_port, terminate
+from kubeacc.testbed.procs import cpu_seconds, free_port, terminate
 
 NODE = "bench-node"
 TARGET_START_MS = 150.0
@@ -145,9 +145,8 @@ def _start(
 
 
 def _cpu_ms(pid: int) -> float:
-    """User + system CPU time of the process so far (clock ticks of /proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of the process so far."""
+    return cpu_seconds(pid) * 1000
 
 
 def imports(log: Path) -> dict[str, object]:

@@ -16,17 +16,15 @@ Runs against whichever ``kubeacc`` is importable, so the same script measures th
 from __future__ import annotations
 
 import argparse
-import collections
 import json
-import logging
 import statistics
 import tempfile
 import threading
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
+from apiload import RequestCounter, by_verb, total  # bench/, the script's directory
 from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node
@@ -42,44 +40,14 @@ from kubeacc.testbed import Testbed
 
 NS = "bench"
 TARGET_DEVICE = "gpu-0000-01-00-0"  # on every edge-mixed host
-_COLLECTIONS = frozenset(
-    ("accelerators", "acceleratoroperations", "acceleratorpolicies", "nodes", "deviceclasses")
-)
 
 
-class RequestCounter(logging.Handler):
-    """Counts httpx2's "HTTP Request" log lines by component (thread name) and verb."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self._mutex = threading.Lock()
-        self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
-
-    @staticmethod
-    def component(thread: str) -> str:
-        if thread.startswith("controller"):
-            return "controller"
-        if thread.startswith(("agent-", "accop-watch-")):
-            return "agents"
-        return "other"
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if not record.getMessage().startswith("HTTP Request"):
-            return
-        method, url = str(record.args[0]), str(record.args[1])  # type: ignore[index]
-        path = urllib.parse.urlsplit(url)
-        verb = method
-        if "watch=true" in path.query:
-            verb = "WATCH"
-        elif method == "GET" and path.path.rstrip("/").rsplit("/", 1)[-1] in _COLLECTIONS:
-            verb = "LIST"
-        with self._mutex:
-            self.counts[(self.component(record.threadName or ""), verb)] += 1
-
-    def take(self) -> collections.Counter[tuple[str, str]]:
-        with self._mutex:
-            counts, self.counts = self.counts, collections.Counter()
-        return counts
+def _component(thread: str) -> str:
+    if thread.startswith("controller"):
+        return "controller"
+    if thread.startswith(("agent-", "accop-watch-")):
+        return "agents"
+    return "other"
 
 
 def _node(client: Client, name: str) -> None:
@@ -123,12 +91,7 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=10)
     args = ap.parse_args()
 
-    counter = RequestCounter()
-    httpx_log = logging.getLogger("httpx2")
-    httpx_log.setLevel(logging.INFO)
-    httpx_log.propagate = False
-    httpx_log.addHandler(counter)
-    logging.basicConfig(level=logging.ERROR)
+    counter = RequestCounter(_component).install()
 
     work = Path(tempfile.mkdtemp(prefix="kubeacc-bench-"))
     tb = Testbed.start(with_kubelet=False)
@@ -158,6 +121,7 @@ def main() -> None:
             identity="bench",
             lease_namespace="default",
             lease_name="kubeacc-bench",
+            admin_namespaces=(NS,),  # the operations' namespace may act on any device
         )
         threads.append(
             threading.Thread(target=ctl.run, args=(stop,), name="controller", daemon=True)
@@ -184,7 +148,7 @@ def main() -> None:
         counter.take()
 
         def rate(component: str) -> float:
-            return sum(n for (c, _), n in counts.items() if c == component) / idle
+            return total(counts, component) / idle
 
         result: dict[str, Any] = {
             "benchmark": "lifecycle_api_load",
@@ -194,7 +158,9 @@ def main() -> None:
             "per_agent_requests_per_s": round(rate("agents") / args.agents, 3),
             "controller_requests_per_s": round(rate("controller"), 2),
             "idle_requests_by_verb": {
-                f"{c}:{v}": n for (c, v), n in sorted(counts.items()) if c != "other"
+                f"{c}:{v}": n
+                for c in ("agents", "controller")
+                for v, n in by_verb(counts, c).items()
             },
             "op_create_to_succeeded_ms": {
                 "n": len(latencies),

@@ -11,6 +11,9 @@ For every device type on the node (``T`` = gpu, fpga, nic, xpu, accelerator):
 The labels are written with server-side apply under their own field manager, so the API server
 removes a label the agent applied before and no longer applies (a type that disappeared),
 and never touches labels set by anyone else.
+
+Given a watch of the Node (``cache``), the periodic forced re-apply reads the labels from it and
+writes only when someone changed them: an idle node sends nothing.
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
+from kubeacc.crds.resources import as_dict
 from kubeacc.crds.types import MODEL_LABEL, NODE_LABEL, TYPE_LABEL
+from kubeacc.crds.watch import WatchCache
 from kubeacc.model import Device, DeviceType, Inventory
 
 log = logging.getLogger(__name__)
@@ -81,31 +87,54 @@ def _most_common(values: Iterable[str | None]) -> str | None:
     return min(counts, key=lambda v: (-counts[v], v))
 
 
+def labels_changed(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """A ``wake_if`` for a Node watch: only a Node appearing, going, or its labels changing."""
+    if old is None or new is None:
+        return True
+    return (old.get("metadata") or {}).get("labels") != (new.get("metadata") or {}).get("labels")
+
+
 class NodeLabeler:
     """Keeps the node's ``kubeacc.io/`` labels equal to the last inventory's."""
 
-    def __init__(self, client: Client, node: str) -> None:
+    def __init__(self, client: Client, node: str, cache: WatchCache | None = None) -> None:
         self.client = client
         self.node = node
+        #: A watch of this one Node (read instead of a GET while it is synced).
+        self.cache = cache
         self._applied: dict[str, str] | None = None
 
-    def apply(self, labels: dict[str, str], *, force: bool = False) -> bool:
-        """Write ``labels`` (and drop the ones applied before but not now); True if written."""
-        if labels == self._applied and not force:
-            return False
-        try:  # server-side apply would create a missing Node: only label one that exists
-            self.client.get(Node, self.node)
+    def _current(self) -> dict[str, Any] | None:
+        """The Node as the server has it (None: there is none)."""
+        if self.cache is not None and self.cache.synced.is_set():
+            return self.cache.get(self.node)
+        try:
+            return as_dict(self.client.get(Node, self.node))
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
+            return None
+
+    def apply(self, labels: dict[str, str], *, force: bool = False) -> bool:
+        """Write ``labels`` (and drop the ones applied before but not now); True if written.
+        ``force``: check the Node and write again what someone else changed."""
+        if labels == self._applied and not force:
+            return False
+        # Server-side apply would create a missing Node: only label one that exists.
+        node = self._current()
+        if node is None:
             log.warning("node %s not found: no labels", self.node)
             return False
+        if labels == self._applied:
+            have = (node.get("metadata") or {}).get("labels") or {}
+            if all(have.get(k) == v for k, v in labels.items()):
+                return False
         body = {
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": {"name": self.node, "labels": labels},
         }
-        self.client.patch(
+        written = self.client.patch(
             Node,
             self.node,
             body,
@@ -113,6 +142,8 @@ class NodeLabeler:
             field_manager=FIELD_MANAGER,
             force=True,
         )
+        if self.cache is not None:
+            self.cache.observe(written)
         if labels != self._applied:
             log.info(
                 "node %s labelled: %s", self.node, ", ".join(f"{k}={v}" for k, v in labels.items())

@@ -3,9 +3,10 @@
 Start-up order: discover once, reconcile the DRA checkpoint with the CDI directory, serve the
 DRA socket, then announce it in the kubelet's plugin registry. A background loop re-discovers
 every ``rediscover_interval`` seconds and, only when something changed, updates the health
-stream and the node's ResourceSlices (plus a full re-check of the server every ``resync``
-seconds). Publishing failures (API server away) are logged and retried with exponential backoff;
-the kubelet is served all the while.
+stream and the node's ResourceSlices (plus a full re-check of the server's copy every ``resync``
+seconds, and whenever it changes: read from watches of the node's slices and Node, so an idle
+node sends no request). Publishing failures (API server away) are logged and retried with
+exponential backoff; the kubelet is served all the while.
 
 Other kubelet plugins (the device-plugin mode) hook in through :class:`NodePlugin`: give them
 to :meth:`Agent.add_plugin` and they are started, fed every new inventory and stopped with the
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lightkube import Client
+from lightkube.resources.core_v1 import Node
+from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.accelerators import AcceleratorSync
 from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
@@ -48,8 +51,8 @@ from kubeacc.agent.dra.migpublish import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.sharing import Selector, ShareSelector, unknown_memory
-from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices
-from kubeacc.agent.nodelabels import NodeLabeler, node_labels
+from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices, slice_fields
+from kubeacc.agent.nodelabels import NodeLabeler, labels_changed, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
@@ -208,10 +211,33 @@ class Agent:
         self._stop = threading.Event()
         #: Wakes the loop early (stop, the kubelet registered us, a cordon changed).
         self._wake = threading.Event()
-        self.publisher = SlicePublisher(self.client, options.node_name)
+        #: Set (by the watches of the node's slices and Node) when the server's copy changed:
+        #: the next pass re-checks it. The periodic re-check reads the same caches, so an idle
+        #: node sends no request (it was a LIST, a GET and a PATCH per node every minute).
+        self._recheck = False
+        self.own_slices = WatchCache(
+            self.client,
+            ResourceSlice,
+            fields=slice_fields(options.node_name),
+            on_change=self._server_changed,
+            wake_if=ignoring(),
+            name=f"slice-watch-{options.node_name}",
+        )
+        self.publisher = SlicePublisher(self.client, options.node_name, cache=self.own_slices)
         self.publisher.on_restricted = self._not_enforced
         self.metrics = AgentMetrics()
-        self.labeler = NodeLabeler(self.client, options.node_name) if options.node_labels else None
+        self.node_cache: WatchCache | None = None
+        self.labeler: NodeLabeler | None = None
+        if options.node_labels:
+            self.node_cache = WatchCache(
+                self.client,
+                Node,
+                fields={"metadata.name": options.node_name},
+                on_change=self._server_changed,
+                wake_if=labels_changed,
+                name=f"node-watch-{options.node_name}",
+            )
+            self.labeler = NodeLabeler(self.client, options.node_name, cache=self.node_cache)
         self.board = HealthBoard(options.node_name)
         self._watch: WatchingClaimSource | None = None
         # What a prepare reads (claims, policies) has a deadline well inside the kubelet's.
@@ -365,6 +391,13 @@ class Agent:
             component=f"kubeacc-agent-{node}",  # the admission rule
         )
 
+    def _server_changed(self) -> None:
+        self._recheck = True
+        self._wake.set()
+
+    def _watches(self) -> list[WatchCache]:
+        return [w for w in (self.policies, self.own_slices, self.node_cache) if w is not None]
+
     def add_plugin(self, plugin: NodePlugin) -> None:
         self._plugins.append(plugin)
 
@@ -471,7 +504,8 @@ class Agent:
         prime_decoders()
         self._observe(self._discover())
         self.driver.reconcile()
-        self.policies.start()
+        for w in self._watches():
+            w.start()
         if self._watch is not None:
             self._watch.start()
         if self.accelerators is not None:
@@ -515,7 +549,8 @@ class Agent:
             self.accelerators.stop()
         if self.telemetry is not None:
             self.telemetry.stop()
-        self.policies.close()
+        for w in self._watches():
+            w.close()
         self.driver.checkpoint.close()
         if self.probes is not None:
             self.probes.stop()
@@ -633,6 +668,7 @@ class Agent:
                     classes_done = True
                 now = time.monotonic()
                 force = now - last_resync >= self.opts.resync_interval or now < self._force_until
+                force, self._recheck = force or self._recheck, False
                 shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
                 self._warn_unknown_memory(shared)
                 devices = with_cordon_taints(

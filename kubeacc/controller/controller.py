@@ -5,13 +5,13 @@ DeviceClasses it generated) and moves each object one step toward what it should
 is interrupted (crash, lost leadership) leaves nothing that the next pass cannot finish: every
 write is idempotent.
 
-Passes are driven by watches, not by a timer: operations, policies, Accelerators and Nodes are
-held in watch-fed caches (:class:`kubeacc.crds.watch.WatchCache`), and any change marks the
-controller dirty. A pass runs when something changed (at most one every ``interval`` seconds,
-so a burst of changes is handled by one pass), when something time-based falls due (an
-operation's timeout, the grace of a vanished node), and every ``resync_seconds`` as a safety
-net -- only while this replica leads and every cache is synced. The Lease is renewed by its own
-thread on its own schedule, whatever the passes do.
+Passes are driven by watches, not by a timer: operations, policies, Accelerators, Nodes and the
+DeviceClasses of policies are held in watch-fed caches (:class:`kubeacc.crds.watch.WatchCache`),
+and any change marks the controller dirty. A pass runs when something changed (at most one
+every ``interval`` seconds, so a burst of changes is handled by one pass), when something
+time-based falls due (an operation's timeout, the grace of a vanished node), and every
+``resync_seconds`` as a safety net -- only while this replica leads and every cache is synced.
+The Lease is renewed by its own thread on its own schedule, whatever the passes do.
 
 What a cache may not know yet: an operation can arrive before the Accelerator or policy created
 just before it. So at an operation's first sight its targets are read with GET and the policies
@@ -65,6 +65,7 @@ from kubeacc.controller.dispatch import OperationDispatch
 from kubeacc.controller.leader import LeaderElector
 from kubeacc.controller.policyclasses import policy_specs, reconcile_policies
 from kubeacc.controller.remediator import Remediator
+from kubeacc.controller.views import ParsedAccelerators
 from kubeacc.crds.resources import (
     Accelerator,
     AcceleratorOperation,
@@ -72,6 +73,7 @@ from kubeacc.crds.resources import (
     is_not_found,
 )
 from kubeacc.crds.status import emit_event
+from kubeacc.crds.types import POLICY_LABEL
 from kubeacc.crds.watch import WatchCache, ignoring, membership
 from kubeacc.metrics.controller import ControllerMetrics
 
@@ -135,9 +137,12 @@ class Controller:
         )
         # Garbage collection needs to know which Nodes exist; their status changes all the time.
         self.nodes = cache(Node, "nodes", wake_if=membership)
-        self.caches = (self.operations, self.policies, self.accelerators, self.nodes)
+        # The classes of policies: a pass compares them with the policies (was a LIST a pass).
+        self.classes = cache(DeviceClass, "deviceclasses", labels={POLICY_LABEL: None})
+        self.caches = (self.operations, self.policies, self.accelerators, self.nodes, self.classes)
         self.metrics = ControllerMetrics(self.operations.items, self.leading)
         self.cordons = Cordons(client, self.accelerators)
+        self.parsed = ParsedAccelerators()
         self.dispatch = OperationDispatch(
             client,
             operations=self.operations,
@@ -249,8 +254,10 @@ class Controller:
         policies = self.policies.items()
         accelerators = self.accelerators.by_name()
         specs = policy_specs(policies)
-        reconcile_policies(self.client, self.policies, policies, specs, accelerators)
-        self.cordons.reconcile_unhealthy(specs, accelerators)
+        facts = self.parsed.facts(accelerators, specs)
+        covered = [f.covering for f in facts.values()]
+        reconcile_policies(self.client, self.policies, self.classes, policies, covered)
+        self.cordons.reconcile_unhealthy(specs, accelerators, facts)
         self.remediation.reconcile(specs, accelerators)
         self.collect_garbage(accelerators)
         for op in operations:

@@ -9,8 +9,8 @@ from typing import Any
 from lightkube import Client
 from lightkube.types import PatchType
 
-from kubeacc.controller.operations import TargetView, covering
 from kubeacc.controller.status import FIELD_MANAGER
+from kubeacc.controller.views import AcceleratorFacts
 from kubeacc.crds.resources import Accelerator
 from kubeacc.crds.status import emit_event
 from kubeacc.crds.types import AcceleratorPolicySpec, UnhealthyAction
@@ -43,32 +43,31 @@ class Cordons:
         acc.setdefault("spec", {})["cordoned"] = value
 
     def reconcile_unhealthy(
-        self, specs: dict[str, AcceleratorPolicySpec], accelerators: dict[str, dict[str, Any]]
+        self,
+        specs: dict[str, AcceleratorPolicySpec],
+        accelerators: dict[str, dict[str, Any]],
+        facts: dict[str, AcceleratorFacts],
     ) -> None:
-        """Cordon an unhealthy device a policy asks to drain; lift that cordon once healthy."""
+        """Cordon an unhealthy device a policy asks to drain; lift that cordon once healthy.
+        ``facts``: those of ``accelerators`` (:mod:`kubeacc.controller.views`)."""
         for name, acc in accelerators.items():
-            view = TargetView.parse(acc)
-            dev = view.device
+            fact = facts[name]
+            health = fact.health
             by = (acc["metadata"].get("annotations") or {}).get(CORDONED_BY)
-            if (
-                dev is not None
-                and dev.health.healthy
-                and view.spec.cordoned
-                and by == POLICY_CORDON
-            ):
+            if health is not None and health.healthy and fact.cordoned and by == POLICY_CORDON:
                 self.set(acc, POLICY_CORDON, False)
                 emit_event(self.client, acc, "Uncordoned", f"{name} is healthy again")
                 continue
-            if dev is None or dev.health.state is not HealthState.UNHEALTHY:
+            if health is None or health.state is not HealthState.UNHEALTHY:
                 continue
-            actions = {specs[p].on_unhealthy for p in covering(specs, dev)}
-            if UnhealthyAction.DRAIN in actions and not view.spec.cordoned:
+            actions = {specs[p].on_unhealthy for p in fact.covering}
+            if UnhealthyAction.DRAIN in actions and not fact.cordoned:
                 self.set(acc, POLICY_CORDON, True)
                 emit_event(
                     self.client,
                     acc,
                     "Cordoned",
-                    f"{name} is unhealthy ({dev.health.reason or 'no reason given'}); a policy "
+                    f"{name} is unhealthy ({health.reason or 'no reason given'}); a policy "
                     "asks to drain it: no new allocations",
                     warning=True,
                 )

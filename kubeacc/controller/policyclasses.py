@@ -12,11 +12,10 @@ from lightkube import ApiError, Client
 from lightkube.resources.resource_v1 import DeviceClass
 from lightkube.types import PatchType
 
-from kubeacc.controller.operations import covering
 from kubeacc.controller.policies import SPEC_HASH_ANNOTATION, device_class
 from kubeacc.controller.status import FIELD_MANAGER, apply_policy_status
 from kubeacc.crds.status import emit_event
-from kubeacc.crds.types import POLICY_LABEL, AcceleratorPolicySpec, AcceleratorStatus
+from kubeacc.crds.types import POLICY_LABEL, AcceleratorPolicySpec
 from kubeacc.crds.watch import WatchCache
 
 log = logging.getLogger(__name__)
@@ -33,28 +32,25 @@ def policy_specs(policies: list[dict[str, Any]]) -> dict[str, AcceleratorPolicyS
 def reconcile_policies(
     client: Client,
     cache: WatchCache,
+    classes: WatchCache,
     policies: list[dict[str, Any]],
-    specs: dict[str, AcceleratorPolicySpec],
-    accelerators: dict[str, dict[str, Any]],
+    covered: list[tuple[str, ...]],
 ) -> None:
-    """One step toward one DeviceClass per policy (module docstring); ``cache``: the policies'."""
-    existing = {
-        d.metadata.name: d
-        for d in client.list(DeviceClass, labels={POLICY_LABEL: None})
-        if d.metadata and d.metadata.name
-    }
+    """One step toward one DeviceClass per policy (module docstring); ``cache``: the policies';
+    ``classes``: the DeviceClasses of policies (label ``POLICY_LABEL``), what this writes goes
+    into it; ``covered``: for each Accelerator, the policies that select it."""
+    existing = classes.by_name()
     wanted: set[str] = set()
     for policy in policies:
         name = policy["metadata"]["name"]
-        spec = specs[name]
         cls = device_class(policy)
         cname = cls["metadata"]["name"]
         wanted.add(cname)
         have = existing.get(cname)
-        have_meta = have.metadata if have else None
-        have_hash = (have_meta.annotations or {}).get(SPEC_HASH_ANNOTATION) if have_meta else None
+        have_meta = (have or {}).get("metadata") or {}
+        have_hash = (have_meta.get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
         if have_hash != cls["metadata"]["annotations"][SPEC_HASH_ANNOTATION]:
-            client.patch(
+            written = client.patch(
                 DeviceClass,
                 cname,
                 cls,
@@ -62,25 +58,22 @@ def reconcile_policies(
                 field_manager=FIELD_MANAGER,
                 force=True,
             )
+            classes.observe(written)
             emit_event(
                 client,
                 policy,
                 "DeviceClassUpdated" if have else "DeviceClassCreated",
                 f"DeviceClass {cname}: {cls['spec']['selectors'][0]['cel']['expression']}",
             )
-        matched = sum(
-            1
-            for a in accelerators.values()
-            if (dev := AcceleratorStatus.model_validate(a.get("status") or {}).device)
-            and name in covering({name: spec}, dev)
-        )
+        matched = sum(1 for policies_of in covered if name in policies_of)
         apply_policy_status(client, cache, policy, cname, matched)
     for cname, obj in existing.items():
         if cname not in wanted:
-            owner = (obj.metadata.labels or {}).get(POLICY_LABEL) if obj.metadata else None
+            owner = ((obj.get("metadata") or {}).get("labels") or {}).get(POLICY_LABEL)
             log.info("deleting DeviceClass %s (policy %s is gone or renamed it)", cname, owner)
             try:
                 client.delete(DeviceClass, cname)
             except ApiError as exc:
                 if int(exc.status.code or 0) != 404:
                     raise
+            classes.forget(cname)

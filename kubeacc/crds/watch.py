@@ -34,6 +34,7 @@ import httpx2
 from lightkube import ALL_NS, Client
 from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
+from lightkube.core.client import FieldSelector
 
 from kubeacc.crds.resources import as_dict
 
@@ -97,7 +98,8 @@ class _InterruptibleTransport(httpx2.BaseTransport):
 
 
 class WatchCache:
-    """The objects of one kind (optionally one namespace / label selector), kept current."""
+    """The objects of one kind (optionally one namespace / label and field selector), kept
+    current."""
 
     def __init__(
         self,
@@ -106,6 +108,7 @@ class WatchCache:
         *,
         namespaced: bool = False,
         labels: dict[str, str | None] | None = None,
+        fields: FieldSelector | None = None,
         on_change: Callable[[], None] | None = None,
         wake_if: WakeIf | None = None,
         name: str = "watch",
@@ -115,6 +118,7 @@ class WatchCache:
         self.resource = resource
         self._namespace = ALL_NS if namespaced else None
         self._labels = labels
+        self._fields = fields
         self._on_change = on_change or (lambda: None)
         #: Which events call ``on_change``: given (old, new), None for absent; default all.
         self._wake_if = wake_if or (lambda old, new: True)
@@ -207,7 +211,7 @@ class WatchCache:
                 client.close()
 
     def _list_and_watch(self, client: Client) -> None:
-        kw: dict[str, Any] = {"labels": self._labels}
+        kw: dict[str, Any] = {"labels": self._labels, "fields": self._fields}
         if self._namespace is not None:
             kw["namespace"] = self._namespace
         self._listed_ok = False

@@ -16,11 +16,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from lightkube import ApiError, Client
+from lightkube.core.client import FieldSelector
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME, FIELD_MANAGER
 from kubeacc.agent.dra.features import SliceFeatures, probe, restrict
+from kubeacc.crds.watch import WatchCache
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,11 @@ GENERATION_STEP = 64
 NODE_LABEL = "kubeacc.io/node"
 #: ResourceSliceMaxCounterSets: counter sets (MIG GPUs) in one slice.
 MAX_COUNTER_SETS_PER_SLICE = 8
+
+
+def slice_fields(node: str) -> FieldSelector:
+    """The field selector of ``node``'s slices of this driver."""
+    return {"spec.nodeName": node, "spec.driver": DRIVER_NAME}
 
 
 def slice_name(node: str, index: int) -> str:
@@ -110,6 +117,10 @@ class SlicePublisher:
     :meth:`publish` is cheap when nothing changed (a digest comparison); pass ``force`` to
     re-read the server (slices someone deleted are written again). The generation continues
     from what the server holds, so a restarted agent never reuses a generation number.
+
+    With ``cache`` (a watch of this node's slices of the driver) "re-read" reads the cache
+    while it is synced, and what the publisher writes goes into it: a forced check of a node
+    whose slices are as they should be sends no request.
     """
 
     def __init__(
@@ -119,8 +130,10 @@ class SlicePublisher:
         *,
         max_per_slice: int = MAX_DEVICES_PER_SLICE,
         field_manager: str = FIELD_MANAGER,
+        cache: WatchCache | None = None,
     ) -> None:
         self.client = client
+        self.cache = cache
         self.node = node
         self.max_per_slice = max_per_slice
         self.field_manager = field_manager
@@ -134,12 +147,9 @@ class SlicePublisher:
         self._restricted = ""
 
     def _existing(self) -> list[ResourceSlice]:
-        return list(
-            self.client.list(
-                ResourceSlice,
-                fields={"spec.nodeName": self.node, "spec.driver": DRIVER_NAME},
-            )
-        )
+        if self.cache is not None and self.cache.synced.is_set():
+            return [cast(ResourceSlice, ResourceSlice.from_dict(d)) for d in self.cache.items()]
+        return list(self.client.list(ResourceSlice, fields=slice_fields(self.node)))
 
     def _uid(self) -> str | None:
         if self._node_uid is None:
@@ -183,21 +193,19 @@ class SlicePublisher:
             self.node, self._uid(), devices, generation, self.max_per_slice, counter_sets
         )
         for obj in desired:
-            self.client.apply(
+            written = self.client.apply(
                 cast(ResourceSlice, ResourceSlice.from_dict(obj)),
                 field_manager=self.field_manager,
                 force=True,
             )
+            if self.cache is not None:
+                self.cache.observe(written)
         self.generation = generation
         wanted = {obj["metadata"]["name"] for obj in desired}
         for s in existing:
             name = s.metadata.name if s.metadata else None
             if name and name not in wanted:
-                try:
-                    self.client.delete(ResourceSlice, name)
-                except ApiError as exc:
-                    if exc.status.code != 404:
-                        raise
+                self._delete(name)
         self._digest = digest
         log.info(
             "published %d devices in %d slice(s), generation %d",
@@ -251,5 +259,14 @@ class SlicePublisher:
         """Remove every slice of this node's pool (the agent is leaving the node)."""
         for s in self._existing():
             if s.metadata and s.metadata.name:
-                self.client.delete(ResourceSlice, s.metadata.name)
+                self._delete(s.metadata.name)
         self._digest = None
+
+    def _delete(self, name: str) -> None:
+        try:
+            self.client.delete(ResourceSlice, name)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+        if self.cache is not None:
+            self.cache.forget(name)

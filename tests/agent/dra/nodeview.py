@@ -1,12 +1,35 @@
-"""What a node shows on the API server: its published devices and its kubeacc.io/ labels."""
+"""What a node shows on the API server: its published devices and its kubeacc.io/ labels; and
+the options of an in-process agent for a Node without kubelet."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 from lightkube import Client
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.runner import AgentOptions
+from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
+from kubeacc.testbed import Testbed
+
+
+def lone_agent_options(testbed: Testbed, node: str, tmp: Path, **kw: Any) -> AgentOptions:
+    """A ``dgx-h100`` agent that publishes (no kubelet plugin, no Accelerator sync); ``kw``:
+    other options (the admin's kubeconfig unless one is given)."""
+    options: dict[str, Any] = {
+        "kubeconfig": testbed.kubeconfig,
+        "kubelet_root": tmp / "kubelet",
+        "cdi_dir": tmp / "cdi",
+        "state_dir": tmp / "state",
+        "kubelet_plugin": False,
+        "sync_accelerators": False,
+    }
+    host = SyntheticHost(profiles.build("dgx-h100", tmp / "host"))
+    return AgentOptions(node_name=node, host=host, **(options | kw))
 
 
 def published_devices(client: Client, node: str) -> list[str]:

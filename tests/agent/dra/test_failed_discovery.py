@@ -13,14 +13,12 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Event
 
-from kubeacc.agent.runner import Agent, AgentOptions
+from kubeacc.agent.runner import Agent
 from kubeacc.host import files as hostmod
-from kubeacc.synthetic import profiles
-from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.testbed import Testbed
 
 from ...testbed.helpers import eventually
-from .nodeview import kubeacc_labels, published_devices
+from .nodeview import kubeacc_labels, lone_agent_options, published_devices
 
 pytestmark = pytest.mark.cluster
 
@@ -43,18 +41,7 @@ def test_a_failed_pass_withdraws_nothing(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    opts = AgentOptions(
-        node_name=api_node,
-        host=SyntheticHost(profiles.build("dgx-h100", tmp_path / "host")),
-        kubeconfig=testbed.kubeconfig,
-        kubelet_root=tmp_path / "kubelet",
-        cdi_dir=tmp_path / "cdi",
-        state_dir=tmp_path / "state",
-        rediscover_interval=0.2,
-        kubelet_plugin=False,
-        sync_accelerators=False,
-    )
-    agent = Agent(opts)
+    agent = Agent(lone_agent_options(testbed, api_node, tmp_path, rediscover_interval=0.2))
     agent.start()
     try:
         eventually(agent.published.is_set, 60, "slices published")
