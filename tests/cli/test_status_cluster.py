@@ -148,7 +148,9 @@ def test_status_passes_when_healthy_and_fails_on_each_broken_part(
 @pytest.fixture(scope="module")
 def gates_off() -> Iterator[Testbed]:
     off = ("DRAConsumableCapacity", "DRADeviceTaints", "DRAPartitionableDevices")
-    gates = {**FEATURE_GATES, **dict.fromkeys(off, False)}
+    # DRADeviceTaintRules depends on DRADeviceTaints: 1.37's API server (where it is GA and on)
+    # refuses to start with it on and DRADeviceTaints off.
+    gates = {**FEATURE_GATES, **dict.fromkeys((*off, "DRADeviceTaintRules"), False)}
     tb = Testbed.start(nodes=[KubeletOptions(node_name="gates-off")], feature_gates=gates)
     try:
         yield tb

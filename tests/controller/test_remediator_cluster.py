@@ -207,9 +207,17 @@ def test_xid_79_on_a_gpu_in_use_is_drained_reset_and_returned(
 
         # -- 2. failing again within the back-off -> left for a person ----------------------
         _inject(stack, {uuid: [79, 79]})
-        eventually(lambda: _cordoned_by(stack, gpu) == HOLD, 30, "left cordoned for a person")
-        held = stack.accelerators()[gpu]
-        assert _condition(held)["reason"] == "HandedToAdmin"  # type: ignore[index]
+        # The cordon (spec) and the condition (status) are two writes: wait for both.
+        held = eventually(
+            lambda: (
+                (a := stack.accelerators()[gpu])
+                and _cordoned_by(stack, gpu) == HOLD
+                and (_condition(a) or {}).get("reason") == "HandedToAdmin"
+                and a
+            ),
+            30,
+            "left cordoned for a person, handed to an admin",
+        )
         assert "back-off" in _condition(held)["message"]  # type: ignore[index]
         assert [o["metadata"]["name"] for o in _remediation_ops(kube_client)] == [op_name]
 
