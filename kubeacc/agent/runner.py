@@ -62,6 +62,7 @@ from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
 from kubeacc.agent.userspace.hook import install_hook
 from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
 from kubeacc.clientconfig import make_client
+from kubeacc.crds.remediation import health_failing_thresholds
 from kubeacc.crds.resources import AcceleratorPolicy
 from kubeacc.crds.status import emit_event
 from kubeacc.crds.types import API_VERSION
@@ -462,6 +463,7 @@ class Agent:
             self._holders,
             self.opts.telemetry_interval,
             on_faults=self._device_faults,
+            health_thresholds=lambda: health_failing_thresholds(self._list_policies()),
         )
         self.metrics.registry.register(self.telemetry.collector)
         self.telemetry.start()

@@ -173,7 +173,7 @@ class Remediator:
             self._annotate(acc, notes)
             return
         policy, section = found
-        fault = Fault(view.name, view.spec.node, report.event, report.xid)
+        fault = Fault(view.name, view.spec.node, report.event, report.xid, report.failures or 1)
         now = self.clock()
         decision = decide(section, fault, ledger, now)
         if decision is None:

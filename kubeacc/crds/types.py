@@ -130,6 +130,9 @@ class FaultReport(_Model):
     event: EventClass
     xid: int | None = Field(default=None, ge=1, le=999, description="Event Xid: its code")
     detail: str = Field(default="", max_length=256)
+    failures: int | None = Field(
+        default=None, ge=1, le=100, description="Event HealthFailing: consecutive failed checks"
+    )
     time: str = Field(
         json_schema_extra={"format": "date-time"},
         description="When the agent saw it (a new time is a new fault)",

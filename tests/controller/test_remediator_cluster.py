@@ -262,3 +262,47 @@ def test_xid_79_on_a_gpu_in_use_is_drained_reset_and_returned(
 
 def _remediation_ops_of(client: Client) -> Any:
     return lambda: _remediation_ops(client) or None
+
+
+@pytest.mark.usefixtures("fresh")
+def test_a_health_check_failing_three_times_hands_the_gpu_to_an_admin(
+    testbed: Testbed, kube_client: Client, tmp_path: Path
+) -> None:
+    """``HealthFailing`` with ``failures: 3``: the agent counts the passes that find the GPU
+    unhealthy (the GPU lost: NVML no longer sees it) and reports the third; the controller hands it to an admin.
+    The same loss is also ``FallenOffBus``, which no rule of this policy covers."""
+    args = [f"--metrics-address=127.0.0.1:{free_port()}", "--telemetry-interval=1"]
+    with node_stack(testbed, tmp_path, "dgx-h100", agent_args=args) as stack:
+        gpus = eventually(
+            lambda: sorted(d for d in stack.accelerators() if d.startswith("gpu-")),
+            60,
+            "the GPUs as Accelerators",
+        )
+        rules = [{"event": "HealthFailing", "failures": 3, "action": "HandToAdmin"}]
+        put_policy(
+            kube_client,
+            POLICY,
+            {"selector": {"types": ["gpu"]}, "remediation": {"rules": rules}},
+        )
+        gpu = gpus[3]
+        _inject_lost(stack, _uuid(stack.accelerators()[gpu]))
+
+        def health_fault() -> dict[str, Any] | None:
+            fault = (stack.accelerators()[gpu].get("status") or {}).get("lastFault") or {}
+            return fault if fault.get("event") == "HealthFailing" else None
+
+        fault = eventually(health_fault, 60, "HealthFailing reported on the Accelerator")
+        assert fault["failures"] == 3 and "NVML" in fault["detail"], fault  # discovery's reason
+        eventually(lambda: _cordoned_by(stack, gpu) == HOLD, 30, "handed to an admin")
+        c = _condition(stack.accelerators()[gpu])
+        assert c is not None and c["reason"] == "HandedToAdmin", c
+        assert "health check failing 3 times" in c["message"], c
+        assert _remediation_ops(kube_client) == []  # cordoned only, no operation
+        assert all(_cordoned_by(stack, g) is None for g in stack.accelerators() if g != gpu)
+
+
+def _inject_lost(stack: NodeStack, uuid: str) -> None:
+    path = stack.host / ".synthetic" / "telemetry.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"gpus": {uuid: {"lost": True}}}))
+    os.replace(tmp, path)

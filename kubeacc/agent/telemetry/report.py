@@ -18,6 +18,7 @@ from lightkube import ApiError, Client
 from lightkube.types import PatchType
 
 from kubeacc.agent.telemetry.faults import DeviceFault
+from kubeacc.crds.remediation import EventClass
 from kubeacc.crds.resources import Accelerator, is_not_found
 from kubeacc.crds.types import API_VERSION, FaultReport
 
@@ -29,6 +30,7 @@ def report_of(fault: DeviceFault, at: dt.datetime) -> FaultReport:
         event=fault.event,
         xid=fault.xid,
         detail=fault.detail[:256],
+        failures=fault.failures if fault.event is EventClass.HEALTH_FAILING else None,
         time=at.isoformat(timespec="microseconds").replace("+00:00", "Z"),
     )
 

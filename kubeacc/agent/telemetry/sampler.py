@@ -42,6 +42,7 @@ class TelemetrySampler:
         holders: Callable[[], Holders],
         interval: float = DEFAULT_INTERVAL_S,
         on_faults: Callable[[list[DeviceFault]], None] | None = None,
+        health_thresholds: Callable[[], frozenset[int]] = frozenset,
     ) -> None:
         if interval <= 0:
             raise ValueError("the telemetry interval must be positive (0 turns telemetry off)")
@@ -57,6 +58,8 @@ class TelemetrySampler:
         #: pass, with an empty list when nothing new appeared).
         self.faults = FaultDetector()
         self.on_faults = on_faults
+        #: The ``failures`` counts of the policies' HealthFailing rules (kubeacc.crds.remediation).
+        self.health_thresholds = health_thresholds
         self.passes = 0
         self._snapshot: Snapshot | None = None
         self._lock = threading.Lock()
@@ -74,6 +77,8 @@ class TelemetrySampler:
         readings = self.nvidia.read(inv.devices)
         readings += self.sysfs.read(self.host.files(deadline=FILES_DEADLINE_S), inv.devices)
         faults = self.faults.update(readings)
+        unhealthy = {d.name: d.health.reason for d in inv.devices if not d.health.healthy}
+        faults += self.faults.health(unhealthy, self._thresholds())
         if self.on_faults is not None:  # every pass: a report that failed is tried again
             try:
                 self.on_faults(faults)
@@ -93,6 +98,13 @@ class TelemetrySampler:
             self._snapshot = snap
         self.passes += 1
         return snap
+
+    def _thresholds(self) -> frozenset[int]:
+        try:
+            return self.health_thresholds()
+        except Exception as exc:  # policies unknown this pass (watch not synced): none
+            log.debug("telemetry: health-failing thresholds unknown (%s)", exc)
+            return frozenset()
 
     def _loop(self) -> None:
         while not self._stop.is_set():

@@ -3,12 +3,15 @@ reported once, when it appears."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 from kubeacc.agent.telemetry.faults import DeviceFault, FaultDetector
+from kubeacc.agent.telemetry.report import report_of
 from kubeacc.agent.telemetry.sampler import TelemetrySampler
 from kubeacc.agent.telemetry.series import Reading
-from kubeacc.crds.remediation import EventClass
+from kubeacc.crds.remediation import EventClass, health_failing_thresholds
+from kubeacc.model import Health, HealthState
 from kubeacc.synthetic.host import SyntheticHost
 from tests.hosts import HostFactory, discover
 
@@ -63,3 +66,60 @@ def test_link_down_and_port_error_once_and_what_is_wrong_from_the_start() -> Non
         DeviceFault("fpga-a", EventClass.FPGA_PORT_ERROR, detail="dfl-port.0: 0x10"),
     ]
     assert d.update([Reading("link_up", "nic-a", 0, ("eth0",))]) == []
+
+
+def test_health_failing_is_reported_at_the_policies_thresholds_only() -> None:
+    d = FaultDetector()
+    at = {2, 4}
+    assert d.health({"gpu-a": "NVML: GPU is lost"}, at) == []  # 1st failure: no rule at 1
+    assert d.health({"gpu-a": "NVML: GPU is lost", "gpu-b": "no kernel driver bound"}, at) == [
+        DeviceFault("gpu-a", EventClass.HEALTH_FAILING, detail="NVML: GPU is lost", failures=2)
+    ]
+    assert d.health({"gpu-a": "NVML: GPU is lost", "gpu-b": "x"}, at) == [
+        DeviceFault("gpu-b", EventClass.HEALTH_FAILING, detail="x", failures=2)
+    ]
+    assert [f.failures for f in d.health({"gpu-a": "lost"}, at)] == [4]
+    assert d.health({"gpu-a": "lost"}, at) == []  # 5: past every threshold, no more writes
+    assert d.health({}, at) == []  # healthy: the count starts again
+    assert d.health({"gpu-a": "lost"}, frozenset()) == []  # no policy asks: nothing
+    assert [f.failures for f in d.health({"gpu-a": "lost"}, at)] == [2]
+    late = FaultDetector()  # a policy that arrives while a device has been failing a while
+    for _ in range(3):
+        assert late.health({"gpu-a": "lost"}, frozenset()) == []
+    assert [f.failures for f in late.health({"gpu-a": "lost"}, {2})] == [4]
+    assert late.health({"gpu-a": "lost"}, {2}) == []
+
+
+def test_the_sampler_counts_discoverys_health_against_the_policies(hosts: HostFactory) -> None:
+    host = SyntheticHost(hosts.copy("l4-pair"))
+    inv = discover(host)
+    gpu = next(d for d in inv.devices if d.vendor == "NVIDIA")
+    sick = gpu.model_copy(update={"health": Health(state=HealthState.UNHEALTHY, reason="lost")})
+    now = {"inv": inv}
+    seen: list[DeviceFault] = []
+    policies = [
+        {"spec": {"remediation": {"rules": [{"event": "HealthFailing", "failures": 2}]}}},
+        {"spec": {"remediation": {"rules": [{"event": "Xid", "xids": [79]}, "junk"]}}},
+        {"spec": {}},
+    ]
+    sampler = TelemetrySampler(
+        "n",
+        host,
+        host.nvml,
+        lambda: now["inv"],
+        dict,
+        on_faults=seen.extend,
+        health_thresholds=lambda: health_failing_thresholds(policies),
+    )
+    sampler.sample_once()
+    now["inv"] = inv.model_copy(
+        update={"devices": [sick if d.name == gpu.name else d for d in inv.devices]}
+    )
+    sampler.sample_once()
+    assert seen == []
+    sampler.sample_once()
+    assert seen == [DeviceFault(gpu.name, EventClass.HEALTH_FAILING, detail="lost", failures=2)]
+    assert report_of(seen[0], dt.datetime.now(dt.UTC)).failures == 2
+    sampler.health_thresholds = lambda: 1 // 0  # type: ignore[assignment,misc]
+    sampler.sample_once()  # thresholds unknown this pass: no fault, no crash
+    assert len(seen) == 1
