@@ -24,6 +24,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
+from kubeacc.controller.controller import Controller
 from kubeacc.crds.deploy import apply_manifest
 from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.crds.types import NODE_LABEL
@@ -74,6 +75,7 @@ class NodeStack:
     agent: AgentProcess
     kernel: SyntheticKernel
     node: str
+    controller: Controller
 
     def accelerators(self) -> dict[str, dict[str, Any]]:
         """The node's Accelerators by device name."""
@@ -148,7 +150,7 @@ def node_stack(
     agent.start(extra=agent_args, apply_classes=False)
     try:
         agent.wait_registered()
-        yield NodeStack(testbed, admin, host, agent, kernel, node)
+        yield NodeStack(testbed, admin, host, agent, kernel, node, controller)
     finally:
         agent.stop()
         stop.set()

@@ -413,22 +413,33 @@ class Agent:
     def _claim(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
         return self._watch.cached(namespace, name, uid) if self._watch is not None else None
 
+    def _plugin_pods(self) -> tuple[Any, dict[str, str], dict[tuple[str, str], str]] | None:
+        """What the kubelet's pod resources say of the device plugin's devices: the pods, the
+        plugin's devices by PCI address, and its shared ids -> device (None: no plugin runs;
+        raises when the kubelet cannot be asked)."""
+        if not (self.opts.device_plugin_types and self.opts.kubelet_plugin):
+            return None
+        client = PodResourcesClient(self.opts.kubelet_root / POD_RESOURCES_SOCKET)
+        by_address = {
+            d.pci.bus_id: d.name
+            for d in self.inventory.devices
+            if d.type in self.opts.device_plugin_types and d.pci is not None
+        }
+        shared_ids: dict[tuple[str, str], str] = {}
+        for p in self._plugins:
+            shared_ids |= p.shared_id_devices(self.inventory)
+        return client.list(), by_address, shared_ids
+
     def _users(self) -> Users:
         """Who uses each device now (raises when the kubelet cannot be asked)."""
         parts = [dra_users(self.driver.prepared(), self._claim, self._index)]
-        if self.opts.device_plugin_types and self.opts.kubelet_plugin:
-            client = PodResourcesClient(self.opts.kubelet_root / POD_RESOURCES_SOCKET)
-            by_address = {
-                d.pci.bus_id: d.name
-                for d in self.inventory.devices
-                if d.type in self.opts.device_plugin_types and d.pci is not None
-            }
+        plugin = self._plugin_pods()
+        if plugin is not None:
+            pods, by_address, shared_ids = plugin
             enforcement: dict[tuple[str, str], str] = {}
-            shared_ids: dict[tuple[str, str], str] = {}
             for p in self._plugins:
                 enforcement |= p.share_enforcement(self.inventory)
-                shared_ids |= p.shared_id_devices(self.inventory)
-            parts.append(device_plugin_users(client.list(), by_address, enforcement, shared_ids))
+            parts.append(device_plugin_users(pods, by_address, enforcement, shared_ids))
         return merge(*parts)
 
     def _holders(self) -> Holders:
@@ -436,17 +447,9 @@ class Agent:
         from kubeacc.agent.telemetry import holders
 
         parts = [holders.dra_holders(self.driver.prepared(), self._claim, self._index)]
-        if self.opts.device_plugin_types and self.opts.kubelet_plugin:
-            client = PodResourcesClient(self.opts.kubelet_root / POD_RESOURCES_SOCKET)
-            by_address = {
-                d.pci.bus_id: d.name
-                for d in self.inventory.devices
-                if d.type in self.opts.device_plugin_types and d.pci is not None
-            }
-            shared_ids: dict[tuple[str, str], str] = {}
-            for p in self._plugins:
-                shared_ids |= p.shared_id_devices(self.inventory)
-            parts.append(holders.device_plugin_holders(client.list(), by_address, shared_ids))
+        plugin = self._plugin_pods()
+        if plugin is not None:
+            parts.append(holders.device_plugin_holders(*plugin))
         return holders.merge(*parts)
 
     def _start_telemetry(self) -> None:

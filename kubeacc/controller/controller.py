@@ -140,7 +140,9 @@ class Controller:
         # The classes of policies: a pass compares them with the policies (was a LIST a pass).
         self.classes = cache(DeviceClass, "deviceclasses", labels={POLICY_LABEL: None})
         self.caches = (self.operations, self.policies, self.accelerators, self.nodes, self.classes)
-        self.metrics = ControllerMetrics(self.operations.items, self.leading)
+        self.metrics = ControllerMetrics(
+            self.operations.items, self.leading, self.accelerators.items
+        )
         self.cordons = Cordons(client, self.accelerators)
         self.parsed = ParsedAccelerators()
         self.dispatch = OperationDispatch(

@@ -45,7 +45,7 @@ from kubeacc.controller.remediation import (
     operation_for,
 )
 from kubeacc.controller.status import FIELD_MANAGER
-from kubeacc.crds.remediation import Remediation, RemediationAction
+from kubeacc.crds.remediation import CONDITION_TYPE, Remediation, RemediationAction
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, is_not_found
 from kubeacc.crds.status import emit_event, get_condition, parse_time, set_condition
 from kubeacc.crds.types import (
@@ -67,7 +67,7 @@ REMEDIATION_LABEL = f"{DOMAIN}/remediation"
 #: ``kubeacc.io/cordoned-by`` of a device out for remediation, and of one left for a person.
 OUT = "remediation"
 HOLD = "remediation-hold"
-CONDITION = "Remediation"
+CONDITION = CONDITION_TYPE
 #: Seconds between looks at a device waiting for its operation or its health.
 RECHECK_SECONDS = 1.0
 

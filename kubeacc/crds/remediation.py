@@ -28,6 +28,10 @@ class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
+#: The Accelerator condition the remediation loop keeps (True while remediation holds it).
+CONDITION_TYPE = "Remediation"
+
+
 class EventClass(StrEnum):
     XID = "Xid"
     ECC_UNCORRECTABLE = "EccUncorrectable"

@@ -10,6 +10,10 @@ Series (prefixed ``kubeacc_``):
 * ``controller_reconcile_passes_total``, ``controller_reconcile_seconds``,
   ``controller_reconcile_errors_total{scope}`` (``pass``, or ``operation`` for one object).
 * ``controller_leader``: 1 while this replica holds the Lease.
+* ``controller_devices_out_of_service{node,device,reason}``: 1 for each cordoned Accelerator;
+  ``reason`` is its ``Remediation`` condition's reason while remediation holds it (``Draining``,
+  ``Resetting``, ``HeldBack``, ``HandedToAdmin``, ...), else ``Cordoned`` (a person's cordon).
+  Bounded by the devices out of service, read from the watch cache at scrape time.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from kubeacc.crds.remediation import CONDITION_TYPE
 from kubeacc.metrics.common import component_registry
 
 #: Operations take from a second (a reset) to many minutes (a drain that waits for pods).
@@ -30,12 +35,26 @@ PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 PHASES = ("New", "Pending", "Running", "Succeeded", "Failed")
 
 
+def out_of_service_reason(acc: dict[str, Any]) -> str | None:
+    """Why a cordoned Accelerator is out of service (None when it is not cordoned)."""
+    if not (acc.get("spec") or {}).get("cordoned"):
+        return None
+    for c in (acc.get("status") or {}).get("conditions") or []:
+        if c.get("type") == CONDITION_TYPE and c.get("status") == "True":
+            return str(c.get("reason") or "Remediation")
+    return "Cordoned"
+
+
 class _StateCollector(Collector):
     def __init__(
-        self, operations: Callable[[], list[dict[str, Any]]], leading: Callable[[], bool]
+        self,
+        operations: Callable[[], list[dict[str, Any]]],
+        leading: Callable[[], bool],
+        accelerators: Callable[[], list[dict[str, Any]]],
     ) -> None:
         self.operations = operations
         self.leading = leading
+        self.accelerators = accelerators
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         phases = Tally((op.get("status") or {}).get("phase") or "New" for op in self.operations())
@@ -52,14 +71,28 @@ class _StateCollector(Collector):
             "1 while this replica holds the controller Lease.",
             value=1 if self.leading() else 0,
         )
+        out = GaugeMetricFamily(
+            "kubeacc_controller_devices_out_of_service",
+            "1 for each cordoned device, with why: the remediation step, or Cordoned.",
+            labels=["node", "device", "reason"],
+        )
+        for acc in self.accelerators():
+            reason = out_of_service_reason(acc)
+            if reason is not None:
+                spec = acc.get("spec") or {}
+                out.add_metric([spec.get("node", ""), spec.get("deviceName", ""), reason], 1)
+        yield out
 
 
 class ControllerMetrics:
     def __init__(
-        self, operations: Callable[[], list[dict[str, Any]]], leading: Callable[[], bool]
+        self,
+        operations: Callable[[], list[dict[str, Any]]],
+        leading: Callable[[], bool],
+        accelerators: Callable[[], list[dict[str, Any]]] = list,
     ) -> None:
         self.registry = r = component_registry("controller")
-        r.register(_StateCollector(operations, leading))
+        r.register(_StateCollector(operations, leading, accelerators))
         self.passes = Counter(
             "kubeacc_controller_reconcile_passes_total", "Reconcile passes run.", registry=r
         )

@@ -269,8 +269,9 @@ def test_a_health_check_failing_three_times_hands_the_gpu_to_an_admin(
     testbed: Testbed, kube_client: Client, tmp_path: Path
 ) -> None:
     """``HealthFailing`` with ``failures: 3``: the agent counts the passes that find the GPU
-    unhealthy (the GPU lost: NVML no longer sees it) and reports the third; the controller hands it to an admin.
-    The same loss is also ``FallenOffBus``, which no rule of this policy covers."""
+    unhealthy (lost: NVML no longer sees it) and reports the third; the controller hands it to
+    an admin, and its metrics say so. The same loss is also ``FallenOffBus``, which no rule of
+    this policy covers."""
     args = [f"--metrics-address=127.0.0.1:{free_port()}", "--telemetry-interval=1"]
     with node_stack(testbed, tmp_path, "dgx-h100", agent_args=args) as stack:
         gpus = eventually(
@@ -298,6 +299,13 @@ def test_a_health_check_failing_three_times_hands_the_gpu_to_an_admin(
         assert c is not None and c["reason"] == "HandedToAdmin", c
         assert "health check failing 3 times" in c["message"], c
         assert _remediation_ops(kube_client) == []  # cordoned only, no operation
+        out = {  # the dashboard's "devices out of service and why"
+            (s.labels["device"], s.labels["reason"])
+            for m in stack.controller.metrics.registry.collect()
+            if m.name == "kubeacc_controller_devices_out_of_service"
+            for s in m.samples
+        }
+        assert out == {(gpu, "HandedToAdmin")}
         assert all(_cordoned_by(stack, g) is None for g in stack.accelerators() if g != gpu)
 
 

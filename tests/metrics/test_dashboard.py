@@ -30,7 +30,20 @@ def test_every_panel_queries_exported_series() -> None:
         counter.labels("kubeacc.io/gpu").inc()
     for counter in (agent.registrations, agent.registration_failures):
         counter.labels("dra").inc()
-    controller = ControllerMetrics(lambda: [], lambda: True)
+    held = {
+        "spec": {"node": "n1", "deviceName": "gpu-a", "cordoned": True},
+        "status": {"conditions": [{"type": "Remediation", "status": "True", "reason": "HeldBack"}]},
+    }
+    by_hand = {"spec": {"node": "n1", "deviceName": "gpu-b", "cordoned": True}}
+    idle = {"spec": {"node": "n1", "deviceName": "gpu-c"}}
+    controller = ControllerMetrics(lambda: [], lambda: True, lambda: [held, by_hand, idle])
+    out = {
+        (s.labels["device"], s.labels["reason"])
+        for m in controller.registry.collect()
+        if m.name == "kubeacc_controller_devices_out_of_service"
+        for s in m.samples
+    }
+    assert out == {("gpu-a", "HeldBack"), ("gpu-b", "Cordoned")}
     controller.errors.labels("pass").inc()
     controller.completed.labels("Reset", "Succeeded").inc()
     controller.duration.labels("Reset", "Succeeded").observe(1)
