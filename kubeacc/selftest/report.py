@@ -10,17 +10,11 @@ from __future__ import annotations
 import json
 import platform
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from kubeacc import __version__
 from kubeacc.host import Host
-
-
-class Status(StrEnum):
-    PASS = "pass"
-    FAIL = "fail"
-    SKIP = "skip"
+from kubeacc.status.model import Result as Status
 
 
 @dataclass(frozen=True)
