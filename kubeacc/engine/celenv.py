@@ -31,9 +31,10 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from kubeacc.engine import celrewrite, k8scel
+from kubeacc.engine import celformatcheck, celrewrite, k8scel
 from kubeacc.engine.celcheck import LiteralTypeError, check_homogeneous
 from kubeacc.engine.celcost import CostLimitError, check_cost
+from kubeacc.engine.celformatcheck import FormatCheckError, check_format_calls
 
 qvalue = k8scel.qvalue
 svalue = k8scel.svalue
@@ -70,7 +71,7 @@ def environment() -> Any:
     return cel.NewEnv(
         descriptor_pool=k8scel.pool(),
         config=cel.NewEnvConfigFromYaml(_EXTENSIONS + celrewrite.ORDERING_YAML),
-        functions=k8scel.declarations(),
+        functions=[*k8scel.declarations(), celformatcheck.declaration()],
         variables={"device": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)},
     )
 
@@ -110,15 +111,22 @@ def compile_selector(expression: str) -> Selector:
                 check_homogeneous(checked)
             if "range" in expression:
                 check_cost(checked)
-    except (LiteralTypeError, CostLimitError) as e:
+        if "format" in expression:
+            check_format_calls(program.serialize())
+    except (LiteralTypeError, CostLimitError, FormatCheckError) as e:
         raise CelError(f"compile {expression!r}: {e}") from None
     rtype = program.return_type()
     if rtype not in (cel.Type.BOOL, cel.Type.DYN):
         raise CelError(f"compile {expression!r}: must evaluate to bool, not {rtype.name()}")
-    if "transformMap" in expression:
+    if "transformMap" in expression or "format" in expression:
         serialized = program.serialize()
-        if celrewrite.MAP_INSERT in serialized:
-            program = environment().deserialize(celrewrite.own_map_insert(serialized))
+        rewritten = serialized
+        if celrewrite.MAP_INSERT in rewritten:
+            rewritten = celrewrite.own_map_insert(rewritten)
+        if "format" in expression:
+            rewritten = celformatcheck.rename_format_calls(rewritten)
+        if rewritten != serialized:
+            program = environment().deserialize(rewritten)
     domains = frozenset((m.group(1), m.group(3)) for m in _DOMAIN_RE.finditer(expression))
     return Selector(expression, program, domains)
 
