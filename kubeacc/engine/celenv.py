@@ -43,7 +43,11 @@ _DOMAIN_RE = re.compile(r"device\s*\.\s*(attributes|capacity)\s*\[\s*(['\"])([^'
 #: a ``[`` that opens a list literal rather than an index (the walk over the checked
 #: expression is skipped when there is none)
 _LIST_LITERAL_RE = re.compile(r"(?:^|[(,=!<>&|+\-*/%?:\[{]|\bin)\s*\[")
-_UNSUPPORTED_RE = re.compile(r"\bformat\s*\.|@mapInsert")
+_UNSUPPORTED_RE = re.compile(r"@mapInsert")
+#: what the checker says of a call into the Kubernetes format library (``format.named(...)``,
+#: ``format.dns1123Label()``), which is not declared here: read from the checker rather than
+#: the text, so ``"%s".format(["format.x"])`` or an attribute named ``format`` still compile
+_FORMAT_LIBRARY_RE = re.compile(r"undeclared reference to 'format'")
 #: how many rounds of renaming rejected calls a compile may take (each round renames every
 #: call the checker reported; a call inside a rejected one is reported in a later round)
 _RENAME_ROUNDS = 8
@@ -88,10 +92,12 @@ class Selector:
 
 
 def _unsupported(expression: str) -> str | None:
-    m = _UNSUPPORTED_RE.search(expression)
-    if m is None:
+    if _UNSUPPORTED_RE.search(expression) is None:
         return None
-    key = "format" if m.group(0).startswith("format") else "mapInsert"
+    return _unsupported_message("mapInsert")
+
+
+def _unsupported_message(key: str) -> str:
     return f"unsupported CEL feature {key!r}: {k8scel.UNSUPPORTED[key]}"
 
 
@@ -142,6 +148,10 @@ def _check(expression: str) -> Any:
         try:
             return environment().compile(source)
         except Exception as e:  # the binding raises one exception type per status code
+            if _FORMAT_LIBRARY_RE.search(str(e)):
+                raise CelError(
+                    f"compile {expression!r}: {_unsupported_message('format')}"
+                ) from None
             renamed = celrewrite.rename_rejected_calls(source, str(e))
             if renamed is None:
                 msg = celrewrite.public_message(_first_line(e))

@@ -149,3 +149,22 @@ def test_compile_check_refuses_as_the_allocator(expr: str, message: str) -> None
 def test_runtime_error_fails_the_selector() -> None:
     with pytest.raises(CelError, match="decimal clause can only be used on integers"):
         _device().matches(compile_selector('"%d".format(dyn([1.5])) == ""'))
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        '"%s".format(["format.x"]) == "format.x"',
+        'device.attributes["k"].model != "format.dns1123Label()"',
+    ],
+)
+def test_the_word_format_is_not_the_format_library(expr: str) -> None:
+    assert _device().matches(compile_selector(expr))
+
+
+@pytest.mark.parametrize(
+    "expr", ['format.dns1123Label().validate("a").hasValue()', 'format.named("uri").hasValue()']
+)
+def test_the_format_library_is_refused_by_name(expr: str) -> None:
+    with pytest.raises(CelError, match="unsupported CEL feature 'format'"):
+        compile_selector(expr)
