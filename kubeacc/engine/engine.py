@@ -19,11 +19,12 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubeacc.engine.celenv import CelError, compile_selector
+from kubeacc.engine.celreads import selector_reads, view
 from kubeacc.engine.claims import Claim, ClaimError, DeviceClass, parse_claim
 from kubeacc.engine.explain import Explanation
 from kubeacc.engine.firstfit import AllocationError, FirstFit
@@ -173,6 +174,7 @@ class Engine:
         # Signatures per node, recomputed only for nodes that see a pool a commit touched.
         self._sig_of: dict[str, int] = {}
         self._stripped: dict[str, str] = {}
+        self._views: dict[tuple[Any, str], Hashable] = {}
         self._nodes_of_pool: dict[tuple[str, str], list[str]] = {}
         for n in self.nodes:  # once, at load: allocations then only read these
             for pool in self.node_pools(n):
@@ -192,7 +194,7 @@ class Engine:
         return hit
 
     def _matches(self, expr: str, dev: Device) -> bool:
-        key = (expr, dev.fingerprint)
+        key = (expr, self._view(expr, dev))
         v = self.cache.get(key)
         if v is None:
             try:
@@ -203,6 +205,21 @@ class Engine:
         if isinstance(v, str):
             raise CelError(v)
         return v
+
+    def _view(self, expr: str, dev: Device) -> Hashable:
+        """What of the device the expression's verdict depends on (kubeacc.engine.celreads):
+        the values it reads, or the whole fingerprint."""
+        paths = selector_reads(expr)
+        if paths is None:
+            return dev.fingerprint
+        key = (paths, dev.fingerprint)
+        seen = self._views.get(key)
+        if seen is None:
+            seen = view(dev.env.variable, paths) or dev.fingerprint
+            if len(self._views) > ANSWERS_MAX:
+                self._views.clear()
+            self._views[key] = seen
+        return seen
 
     def _node_result(
         self, claim: Claim, ckey: str, n: Node, expl: Explanation
