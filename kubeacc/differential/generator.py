@@ -93,6 +93,25 @@ RENAMED_SELECTORS: tuple[tuple[str, str], ...] = (
     ("cel-transform-map", f'{A}.transformMap(k, v, k != "index", k).size() >= 3'),
 )
 
+#: ``string.format`` (kubeacc.engine.celformat), drawn from a stream of its own
+FORMAT_SELECTORS: tuple[tuple[str, str], ...] = (
+    ("cel-format", f'"%s-%d".format([dyn({A}.model), dyn({A}.numa)]) == "a100-0"'),
+    ("cel-format", f'"%s".format([dyn({A}.model)]).startsWith("h")'),
+    ("cel-format", f'"%x".format([dyn({A}.model)]) == "61313030"'),
+    ("cel-format", f'"%b|%o".format([dyn({A}.index), dyn({A}.index)]).endsWith("|1")'),
+    ("cel-format", f'"%.2f".format([double(dyn({A}.numa)) * 1234.5]) == "1,234.50"'),
+    ("cel-format", f'"%e".format([double(dyn({A}.index)) + 0.5]).startsWith("1.5")'),
+    ("cel-format", f'"%s".format([[dyn({A}.model), 1.5, {{"k": dyn({A}.numa)}}]]).size() > 20'),
+    ("cel-format", f'"%s".format([{A}]).contains(\'"model":"h100"\')'),
+    ("cel-format", f'"%s".format([{C}]).size() > 2'),
+    ("cel-format", '"%s %s".format(["a", 1.0 / 3.0]) == "a 0.3333333333333333"'),
+    ("cel-format-compile-error", f'"%s".format([{A}.model]) == "a100"'),
+    ("cel-format-compile-error", f'"%d %d".format([1]) == "" || {A}.numa == 0'),
+    ("cel-format-compile-error", f'"%s".format(["a", {A}.numa]) != ""'),
+    ("cel-format-error", f'"%d".format([dyn({A}.model)]) == "0" || {A}.numa == 1'),
+    ("cel-format-error", f'{A}.numa == 1 || "%s".format(dyn([{C}.memory])) == ""'),
+)
+
 #: constraint attributes (qualified)
 MATCH_ATTRS = (f"{DRIVER}/model", f"{DRIVER}/numa", f"{DRIVER}/driverVersion", f"{DRIVER}/flag")
 DISTINCT_ATTRS = (f"{DRIVER}/index", f"{DRIVER}/numa")
@@ -106,6 +125,7 @@ class _Gen:
         #: draws of features added later, from their own stream so that the scenarios the
         #: older features drew stay the same seed for seed
         self.later = random.Random(seed ^ 0x5EED_CAFE)
+        self.formats = random.Random(seed ^ 0xF0_4A7)
         self.features: set[str] = set()
         self.devices: list[tuple[str, str, str, dict[str, Any]]] = []  # driver, pool, name, raw
 
@@ -287,6 +307,10 @@ class _Gen:
             out.append({"cel": {"expression": expr}})
         if self.later_chance(0.2, "cel-renamed"):
             feature, expr = self.later.choice(RENAMED_SELECTORS)
+            self.features.add(feature)
+            out.append({"cel": {"expression": expr}})
+        if self.formats.random() < 0.12:
+            feature, expr = self.formats.choice(FORMAT_SELECTORS)
             self.features.add(feature)
             out.append({"cel": {"expression": expr}})
         return out

@@ -152,13 +152,16 @@ def _same(kind: str, elems: list[bytes], types: dict[int, bytes]) -> None:
         raise LiteralTypeError(f"expected type of {kind} to be the same for every element")
 
 
-def _walk(expr: bytes, types: dict[int, bytes]) -> None:
+def _walk(expr: bytes, types: dict[int, bytes], exempt: bool = False) -> None:
+    """Check the literals of an expression; those below a ``format`` call are exempt, as in
+    kube-scheduler (``"%s %d".format(["a", 1])`` compiles)."""
     for kind, msg in _children(expr):
         if kind == _EXPR_LIST:
             elems = [v for n, v in fields(msg) if n == 1 and isinstance(v, bytes)]
-            _same("list literal", elems, types)
+            if not exempt:
+                _same("list literal", elems, types)
             for e in elems:
-                _walk(e, types)
+                _walk(e, types, exempt)
         elif kind == _EXPR_STRUCT:
             keys: list[bytes] = []
             values: list[bytes] = []
@@ -170,14 +173,16 @@ def _walk(expr: bytes, types: dict[int, bytes]) -> None:
                         keys.append(v2)
                     elif n2 == 4 and isinstance(v2, bytes):
                         values.append(v2)
-            _same("map literal keys", keys, types)
-            _same("map literal values", values, types)
+            if not exempt:
+                _same("map literal keys", keys, types)
+                _same("map literal values", values, types)
             for e in keys + values:
-                _walk(e, types)
+                _walk(e, types, exempt)
         elif kind in (_EXPR_SELECT, _EXPR_CALL, _EXPR_COMPREHENSION):
+            below = exempt or (kind == _EXPR_CALL and (2, b"format") in fields(msg))
             for n, sub in fields(msg):
                 if isinstance(sub, bytes) and n not in _STRING_FIELDS[kind]:
-                    _walk(sub, types)
+                    _walk(sub, types, below)
 
 
 #: string (not Expr) fields of Select, Call and Comprehension, skipped in the walk

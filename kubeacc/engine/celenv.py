@@ -31,9 +31,10 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from kubeacc.engine import celrewrite, k8scel
+from kubeacc.engine import celformatcheck, celrewrite, k8scel
 from kubeacc.engine.celcheck import LiteralTypeError, check_homogeneous
 from kubeacc.engine.celcost import CostLimitError, check_cost
+from kubeacc.engine.celformatcheck import FormatCheckError, check_format_calls
 
 qvalue = k8scel.qvalue
 svalue = k8scel.svalue
@@ -42,7 +43,11 @@ _DOMAIN_RE = re.compile(r"device\s*\.\s*(attributes|capacity)\s*\[\s*(['\"])([^'
 #: a ``[`` that opens a list literal rather than an index (the walk over the checked
 #: expression is skipped when there is none)
 _LIST_LITERAL_RE = re.compile(r"(?:^|[(,=!<>&|+\-*/%?:\[{]|\bin)\s*\[")
-_UNSUPPORTED_RE = re.compile(r"\bformat\s*\.|@mapInsert")
+_UNSUPPORTED_RE = re.compile(r"@mapInsert")
+#: what the checker says of a call into the Kubernetes format library (``format.named(...)``,
+#: ``format.dns1123Label()``), which is not declared here: read from the checker rather than
+#: the text, so ``"%s".format(["format.x"])`` or an attribute named ``format`` still compile
+_FORMAT_LIBRARY_RE = re.compile(r"undeclared reference to 'format'")
 #: how many rounds of renaming rejected calls a compile may take (each round renames every
 #: call the checker reported; a call inside a rejected one is reported in a later round)
 _RENAME_ROUNDS = 8
@@ -70,7 +75,7 @@ def environment() -> Any:
     return cel.NewEnv(
         descriptor_pool=k8scel.pool(),
         config=cel.NewEnvConfigFromYaml(_EXTENSIONS + celrewrite.ORDERING_YAML),
-        functions=k8scel.declarations(),
+        functions=[*k8scel.declarations(), celformatcheck.declaration()],
         variables={"device": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)},
     )
 
@@ -87,10 +92,12 @@ class Selector:
 
 
 def _unsupported(expression: str) -> str | None:
-    m = _UNSUPPORTED_RE.search(expression)
-    if m is None:
+    if _UNSUPPORTED_RE.search(expression) is None:
         return None
-    key = "format" if m.group(0).startswith("format") else "mapInsert"
+    return _unsupported_message("mapInsert")
+
+
+def _unsupported_message(key: str) -> str:
     return f"unsupported CEL feature {key!r}: {k8scel.UNSUPPORTED[key]}"
 
 
@@ -110,15 +117,22 @@ def compile_selector(expression: str) -> Selector:
                 check_homogeneous(checked)
             if "range" in expression:
                 check_cost(checked)
-    except (LiteralTypeError, CostLimitError) as e:
+        if "format" in expression:
+            check_format_calls(program.serialize())
+    except (LiteralTypeError, CostLimitError, FormatCheckError) as e:
         raise CelError(f"compile {expression!r}: {e}") from None
     rtype = program.return_type()
     if rtype not in (cel.Type.BOOL, cel.Type.DYN):
         raise CelError(f"compile {expression!r}: must evaluate to bool, not {rtype.name()}")
-    if "transformMap" in expression:
+    if "transformMap" in expression or "format" in expression:
         serialized = program.serialize()
-        if celrewrite.MAP_INSERT in serialized:
-            program = environment().deserialize(celrewrite.own_map_insert(serialized))
+        rewritten = serialized
+        if celrewrite.MAP_INSERT in rewritten:
+            rewritten = celrewrite.own_map_insert(rewritten)
+        if "format" in expression:
+            rewritten = celformatcheck.rename_format_calls(rewritten)
+        if rewritten != serialized:
+            program = environment().deserialize(rewritten)
     domains = frozenset((m.group(1), m.group(3)) for m in _DOMAIN_RE.finditer(expression))
     return Selector(expression, program, domains)
 
@@ -134,6 +148,10 @@ def _check(expression: str) -> Any:
         try:
             return environment().compile(source)
         except Exception as e:  # the binding raises one exception type per status code
+            if _FORMAT_LIBRARY_RE.search(str(e)):
+                raise CelError(
+                    f"compile {expression!r}: {_unsupported_message('format')}"
+                ) from None
             renamed = celrewrite.rename_rejected_calls(source, str(e))
             if renamed is None:
                 msg = celrewrite.public_message(_first_line(e))

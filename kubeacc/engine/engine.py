@@ -19,11 +19,12 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kubeacc.engine.celenv import CelError, compile_selector
+from kubeacc.engine.celreads import selector_reads, view
 from kubeacc.engine.claims import Claim, ClaimError, DeviceClass, parse_claim
 from kubeacc.engine.explain import Explanation
 from kubeacc.engine.firstfit import AllocationError, FirstFit
@@ -42,6 +43,7 @@ from kubeacc.engine.quantity import format_quantity
 from kubeacc.engine.search import NodeResult, NodeSearch, Pick, SelectorCache, StaticCache
 from kubeacc.engine.signature import Signatures
 from kubeacc.engine.state import Ledger
+from kubeacc.engine.verdictkey import shareable_reasons, verdict_vector, without_selectors
 
 #: remembered answers (claim content x node signature), least recently used dropped first
 ANSWERS_MAX = 200_000
@@ -166,9 +168,13 @@ class Engine:
                 self._slices_shared.append(s)
         self._node_pools: dict[str, list[NodePool]] = {}
         self.signatures = Signatures()
-        self._answers: OrderedDict[tuple[str, int], tuple[str, list[Any]]] = OrderedDict()
+        #: answers per (claim content, node signature), and allocations per (claim content
+        #: without selectors, selector verdicts, node signature): kubeacc.engine.verdictkey
+        self._answers: OrderedDict[tuple[Any, ...], tuple[str, list[Any]]] = OrderedDict()
         # Signatures per node, recomputed only for nodes that see a pool a commit touched.
         self._sig_of: dict[str, int] = {}
+        self._stripped: dict[str, str] = {}
+        self._views: dict[tuple[Any, str], Hashable] = {}
         self._nodes_of_pool: dict[tuple[str, str], list[str]] = {}
         for n in self.nodes:  # once, at load: allocations then only read these
             for pool in self.node_pools(n):
@@ -188,7 +194,7 @@ class Engine:
         return hit
 
     def _matches(self, expr: str, dev: Device) -> bool:
-        key = (expr, dev.fingerprint)
+        key = (expr, self._view(expr, dev))
         v = self.cache.get(key)
         if v is None:
             try:
@@ -199,6 +205,21 @@ class Engine:
         if isinstance(v, str):
             raise CelError(v)
         return v
+
+    def _view(self, expr: str, dev: Device) -> Hashable:
+        """What of the device the expression's verdict depends on (kubeacc.engine.celreads):
+        the values it reads, or the whole fingerprint."""
+        paths = selector_reads(expr)
+        if paths is None:
+            return dev.fingerprint
+        key = (paths, dev.fingerprint)
+        seen = self._views.get(key)
+        if seen is None:
+            seen = view(dev.env.variable, paths) or dev.fingerprint
+            if len(self._views) > ANSWERS_MAX:
+                self._views.clear()
+            self._views[key] = seen
+        return seen
 
     def _node_result(
         self, claim: Claim, ckey: str, n: Node, expl: Explanation
@@ -213,8 +234,12 @@ class Engine:
         pools = self.node_pools(n)
         sig = self._signature(n)
         known = self._answers.get((ckey, sig))
+        vkey = None
+        if known is None:
+            vkey = self._verdict_key([claim], ckey, pools, sig)
+            known = self._answers.get(vkey) if vkey is not None else None
         if known is not None:
-            self._answers.move_to_end((ckey, sig))
+            self._answers.move_to_end((ckey, sig) if vkey is None else vkey)
             if known[0] == "error":
                 return NodeResult(n.name, None, error=known[1][0])
             if known[0] == "no":
@@ -230,15 +255,34 @@ class Engine:
             return res
         if res.picks is None:
             self._remember((ckey, sig), ("no", res.reasons))
+            if vkey is not None and shareable_reasons(res.reasons):
+                self._remember(vkey, ("no", res.reasons))
             for r in res.reasons:
                 expl.add(n.name, r)
             return None
         index = {id(d): i for i, d in enumerate(self.signatures.devices(pools))}
-        self._remember(
-            (ckey, sig),
-            ("yes", [(p.alt.name, index[id(p.device)], p.consumed) for p in res.picks]),
-        )
+        answer = ("yes", [(p.alt.name, index[id(p.device)], p.consumed) for p in res.picks])
+        self._remember((ckey, sig), answer)
+        if vkey is not None:
+            self._remember(vkey, answer)
         return res
+
+    def _verdict_key(
+        self, claims: Sequence[Claim], key: str, pools: list[NodePool], sig: int
+    ) -> tuple[Any, ...] | None:
+        """Where an allocation found for claims equal but for their selectors is kept (None
+        when the claims have no selectors or one fails on the node's devices)."""
+        if not any(a.selectors for c in claims for r in c.requests for a in r.alternatives):
+            return None
+        stripped = self._stripped.get(key)
+        if stripped is None:
+            stripped = json.dumps(without_selectors(json.loads(key)), sort_keys=True)
+            if len(self._stripped) > ANSWERS_MAX:
+                self._stripped.clear()
+            self._stripped[key] = stripped
+        devices = self.signatures.devices(pools)
+        vec = verdict_vector(claims, devices, self.classes, self._verdicts, self._matches)
+        return None if vec is None else ("verdicts", stripped, vec, sig)
 
     def _signature(self, n: Node) -> int:
         hit = self._sig_of.get(n.name)
@@ -258,7 +302,7 @@ class Engine:
             for name in self._nodes_of_pool.get(key, ()):
                 self._sig_of.pop(name, None)
 
-    def _remember(self, key: tuple[str, int], answer: tuple[str, list[Any]]) -> None:
+    def _remember(self, key: tuple[Any, ...], answer: tuple[str, list[Any]]) -> None:
         self._answers[key] = answer
         if len(self._answers) > ANSWERS_MAX:
             self._answers.popitem(last=False)
@@ -562,8 +606,12 @@ class Engine:
         pools = self.node_pools(n)
         sig = self._signature(n)
         known = self._answers.get((pkey, sig))
+        vkey = None
+        if known is None:
+            vkey = self._verdict_key(claims, pkey, pools, sig)
+            known = self._answers.get(vkey) if vkey is not None else None
         if known is not None:
-            self._answers.move_to_end((pkey, sig))
+            self._answers.move_to_end((pkey, sig) if vkey is None else vkey)
             if known[0] == "error":
                 return str(known[1][0])
             if known[0] == "no":
@@ -592,14 +640,16 @@ class Engine:
             ]
         if fit is None:
             self._remember((pkey, sig), ("no", reasons))
+            if vkey is not None and shareable_reasons(reasons):
+                self._remember(vkey, ("no", reasons))
             for r in reasons:
                 expl.add(n.name, r)
             return None
         index = {id(d): i for i, d in enumerate(self.signatures.devices(pools))}
-        self._remember(
-            (pkey, sig),
-            ("yes", [[(p.alt.name, index[id(p.device)], p.consumed) for p in c] for c in fit]),
-        )
+        answer = ("yes", [[(p.alt.name, index[id(p.device)], p.consumed) for p in c] for c in fit])
+        self._remember((pkey, sig), answer)
+        if vkey is not None:
+            self._remember(vkey, answer)
         return fit
 
     def plan_pods(

@@ -14,7 +14,7 @@ is capped; hitting the cap is reported, never hangs.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -30,8 +30,9 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 #: The standard attribute first (any driver's device), then kube-acc's own (older agents).
 NUMA_ATTRS = ("resource.kubernetes.io/numaNode", "kubeacc.io/numaNode")
 
-#: selector verdict cache: (expression, device fingerprint) -> True/False or the error text
-SelectorCache = dict[tuple[str, str], bool | str]
+#: selector verdict cache: (expression, device fingerprint, or the values of the device the
+#: expression reads: kubeacc.engine.celreads) -> True/False or the error text
+SelectorCache = dict[tuple[str, Hashable], bool | str]
 
 #: per node and (class, selectors): devices passing them and the funnel so far
 StaticCache = dict[tuple[str, str, tuple[str, ...]], tuple[list[Device], list[tuple[str, int]]]]
