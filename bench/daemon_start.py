@@ -17,7 +17,9 @@ Each daemon is started as ``kubeacc <command>`` the way a node or a Deployment s
 Per daemon: the modules it imported and their summed import time (a run under
 ``-X importtime``, stopped once ready), and over ``--runs`` plain runs the min / median start
 time, the CPU time the process had used when it was ready (less sensitive to a busy machine
-than the wall time) and the median RSS ``--settle`` seconds after it was ready.
+than the wall time) and the median RSS ``--settle`` seconds after it was ready; and from each
+run's log, what its start-up freeze did (objects frozen, the time of one full garbage collection
+before and after it: kubeacc/gcfreeze.py).
 """
 
 from __future__ import annotations
@@ -60,6 +62,11 @@ KUBEACC = str(Path(sys.executable).parent / "kubeacc")
 #: whole interactive application, the way every daemon but the agent started before issue 30.
 LAUNCHERS = {"entry": [KUBEACC], "full_cli": ["-m", "kubeacc.cli.main"]}
 _IMPORT = re.compile(r"^import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")
+#: The line each daemon logs once it froze its start-up objects (kubeacc/gcfreeze.py).
+_FROZEN = re.compile(
+    r"(\d+) start-up objects frozen; a full garbage collection took ([\d.]+) ms before, "
+    r"([\d.]+) ms after"
+)
 
 
 class _Kubelet:
@@ -163,13 +170,15 @@ def measure(
     terminate(proc)
     cleanup()
     result: dict[str, object] = {**imports(log), "ready_means": daemon.what}
-    starts, cpu, rss = [], [], []
+    starts, cpu, rss, frozen = [], [], [], []
     for n in range(runs):
-        proc, ms, cleanup, _ = _start(daemon, work / f"run{n}", False, launcher)
+        proc, ms, cleanup, log = _start(daemon, work / f"run{n}", False, launcher)
         starts.append(ms)
         cpu.append(_cpu_ms(proc.pid))
         time.sleep(settle)
         rss.append(proc_status(proc.pid)["rss_mb"])
+        if found := _FROZEN.search(log.read_text()):
+            frozen.append([int(found[1]), float(found[2]), float(found[3])])
         terminate(proc)
         cleanup()
     result |= {
@@ -180,6 +189,8 @@ def measure(
         "start_cpu_median_ms": statistics.median(cpu),
         "rss_mb": rss,
         "rss_median_mb": statistics.median(rss),
+        # Per run: [objects frozen, ms of a full GC before the freeze, ms of the first after].
+        "gc_freeze": frozen,
     }
     return result
 

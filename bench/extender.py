@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from kubeacc.discovery import discover
-from kubeacc.extender.runner import freeze_periodically
 from kubeacc.extender.server import ExtenderServer
 from kubeacc.extender.service import Extender
 from kubeacc.extender.state import State, gpu_of
@@ -46,6 +45,7 @@ from kubeacc.extender.wants import (
     Assigned,
     Decision,
 )
+from kubeacc.gcfreeze import freeze_periodically
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 
 #: mallopt's M_ARENA_MAX and M_MMAP_THRESHOLD (malloc.h).
 M_ARENA_MAX = -8
@@ -30,14 +31,24 @@ MMAP_THRESHOLD = 128 * 1024
 TRIM_INTERVAL = 30.0
 
 
-def limit_arenas(count: int = ARENAS) -> bool:
-    """``mallopt(M_ARENA_MAX, count)`` and a fixed mmap threshold; False without mallopt."""
+def limit_arenas(count: int | None = None) -> bool:
+    """``mallopt(M_ARENA_MAX, count)`` and a fixed mmap threshold; False without mallopt.
+
+    Without ``count``: :data:`ARENAS`, unless the environment sets ``MALLOC_ARENA_MAX``: glibc
+    read that at start, and an operator's setting stays in force (it used to be overridden).
+    One arena instead of two measured the same agent RSS (62.3-62.8 vs 62.4-63.0 MB,
+    bench/daemon_start.py), so the chart sets none.
+    """
     mallopt = getattr(_libc(), "mallopt", None)
     if mallopt is None:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     fixed = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    if count is None:
+        if os.environ.get("MALLOC_ARENA_MAX"):
+            return fixed
+        count = ARENAS
     return bool(mallopt(M_ARENA_MAX, count)) and fixed
 
 

@@ -199,6 +199,7 @@ def agent_command(
     from kubeacc.agent.dra.sharing import parse_selectors
     from kubeacc.agent.runner import Agent, AgentOptions
     from kubeacc.cli.signals import stop_on_signals
+    from kubeacc.gcfreeze import freeze_startup
     from kubeacc.metrics.http import MetricsAddressError, parse_address
 
     try:
@@ -291,6 +292,7 @@ def agent_command(
     except MetricsAddressError as err:
         fail(str(err))
     logging.getLogger("kubeacc.agent").info("agent ready on node %s", node_name)
+    freeze_startup("agent")  # after registration: the kubelet need not wait for it
     agent.wait()
     agent.stop()
 

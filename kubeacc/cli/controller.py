@@ -51,6 +51,7 @@ def controller_command(
     from kubeacc.controller.controller import Controller
     from kubeacc.controller.status import FIELD_MANAGER
     from kubeacc.crds.resources import install_crds as install
+    from kubeacc.gcfreeze import freeze_startup
 
     setup_logging(log_level)
     stop = stop_on_signals()
@@ -72,6 +73,7 @@ def controller_command(
     )
     if install_crds:
         install(client)
+    freeze_startup("controller")
     try:
         controller.run(stop)
     finally:

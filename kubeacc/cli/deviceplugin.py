@@ -21,6 +21,7 @@ from kubeacc.cli.options import DeviceRootOption, HostRootOption, MetricsAddress
 from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 from kubeacc.discovery import discover
+from kubeacc.gcfreeze import freeze_startup
 from kubeacc.host.files import HostReadError
 from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import DeviceType
@@ -91,6 +92,7 @@ def device_plugin_command(
         log.info("serving %s; registered with the kubelet at %s", served, manager.kubelet_socket)
     else:
         log.info("serving %s; not registered yet (no kubelet socket)", served)
+    freeze_startup("device plugin")
     try:
         while not stop.wait(interval):
             try:  # strict: a pass the machine failed keeps the devices served as they are

@@ -59,6 +59,7 @@ def lifecycle_agent_command(
     """Run the node side of the life cycle: Accelerator status and operations on this node."""
     from kubeacc.agent.lifecycle.agent import LifecycleAgent
     from kubeacc.clientconfig import make_client
+    from kubeacc.gcfreeze import freeze_startup
 
     check_host_root(host_root)
     setup_logging(log_level)
@@ -73,6 +74,7 @@ def lifecycle_agent_command(
         nvml=nvml.value,
     )
     probes = start_probes(metrics_address, agent.metrics.registry, ready=agent.not_ready)
+    freeze_startup("lifecycle agent")
     try:
         agent.run(stop_on_signals(agent.wake))
     finally:

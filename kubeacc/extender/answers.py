@@ -110,10 +110,13 @@ class Answers:
         unknown (for every node without ``kind``); byte for byte what encoding
         ``[{"Host": n, "Score": s}, ...]`` gives."""
         fits: dict[str, int] = {} if kind is None else kind.fits
-        pieces, get = self._pieces, self.pieces
-        out = []
-        for name in names:
-            p = pieces.get(name) or get(name)
-            s = fits.get(name, 0)
-            out.append(p[s] if 0 <= s <= MAX_SCORE else _encode({"Host": name, "Score": s}))
+        cached, make, score = self._pieces.get, self.pieces, fits.get
+        # One comprehension with bound methods: at 5,000 names this loop is a third of the
+        # verb's CPU, and a comprehension is ~25 % faster than appending in a for loop.
+        out = [
+            (cached(name) or make(name))[s]
+            if 0 <= (s := score(name, 0)) <= MAX_SCORE
+            else _encode({"Host": name, "Score": s})
+            for name in names
+        ]
         return b"[" + b",".join(out) + b"]"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import logging
 import ssl
 import threading
@@ -15,35 +14,11 @@ from kubeacc.extender.kube import Inventory, KubeBinder, Leadership
 from kubeacc.extender.server import ExtenderServer
 from kubeacc.extender.service import Extender
 from kubeacc.extender.state import State
+from kubeacc.gcfreeze import freeze_periodically
 from kubeacc.metrics.common import component_registry
 from kubeacc.metrics.http import ProbeServer
 
 log = logging.getLogger(__name__)
-
-
-#: Seconds between moves of the long-lived objects out of the cyclic GC's sight.
-FREEZE_SECONDS = 10.0
-
-
-def freeze_periodically(stop: threading.Event, period: float = FREEZE_SECONDS) -> threading.Thread:
-    """Keep the cyclic garbage collector off the state.
-
-    Each filter call allocates thousands of small objects; every so often that triggers a full
-    collection, which walks every object of a 5,000-node state (tens of ms, the p99 of a
-    verb). :func:`gc.freeze` moves what exists now (the state, the watch caches) to a
-    generation the collector skips; objects are still freed by reference counting. Called
-    every ``period`` s so that state grown since is frozen too.
-    """
-
-    def run() -> None:
-        while True:
-            gc.freeze()
-            if stop.wait(period):
-                return
-
-    thread = threading.Thread(target=run, name="extender-gc-freeze", daemon=True)
-    thread.start()
-    return thread
 
 
 def check_api(client: Client) -> None:
@@ -100,7 +75,9 @@ class ExtenderRunner:
         return problems
 
     def start(self) -> None:
-        freeze_periodically(self._stop)
+        # Each filter call allocates thousands of small objects; the full collections they
+        # trigger would walk the whole 5,000-node state (tens of ms, the p99 of a verb).
+        freeze_periodically(self._stop, name="extender-gc-freeze")
         self.inventory.start()
         if self.leadership is not None:
             self.leadership.start()

@@ -27,7 +27,7 @@ import msgspec
 
 from kubeacc.agent.arenas import release_free_memory
 from kubeacc.extender.service import Extender
-from kubeacc.extender.wire import ShapeError, check_shape
+from kubeacc.extender.wire import FLAT, ShapeError, check_shape
 from kubeacc.netserve.budget import BudgetExhausted, ByteBudget
 from kubeacc.netserve.limits import Limits
 from kubeacc.netserve.server import BodyError, BoundedHandler, BoundedHTTPServer
@@ -103,12 +103,13 @@ def decode_args(verb: str, raw: bytes) -> dict[str, Any]:
         raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels") from None
     if not isinstance(args, dict):
         raise BadRequest("the body is not a JSON object")
-    if too_deep(args):
-        raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        check_shape(verb, args)
+        check_shape(verb, args)  # first: it never descends below the typed fields
     except ShapeError as err:
         raise BadRequest(str(err)) from None
+    flat = FLAT.get(verb, frozenset())
+    if too_deep({k: v for k, v in args.items() if k not in flat}):
+        raise BadRequest(f"JSON nested deeper than {MAX_DEPTH} levels")
     return args
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+from kubeacc.agent.arenas import ARENAS
 
 
 def test_limit_arenas_is_accepted_by_glibc() -> None:
@@ -77,3 +80,52 @@ def test_large_buffers_stay_mmapped_after_one_was_freed() -> None:
     # buffers land in the heap (and their holes stay); fixed, each is its own mapping.
     assert _mmapped_blocks("default") < 10
     assert _mmapped_blocks("fixed") >= 10
+
+
+HEAPS_CHILD = """
+import ctypes, sys, tempfile, threading
+from kubeacc.agent.arenas import limit_arenas
+
+print(limit_arenas())
+libc = ctypes.CDLL("libc.so.6")
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+kept = []
+go = threading.Barrier(6)
+
+def work():
+    go.wait()  # all threads alive at once: each asks glibc for an arena of its own
+    kept.append([bytes(2000) for _ in range(100)])  # malloc, not Python's small-object heap
+
+threads = [threading.Thread(target=work) for _ in range(5)]
+for t in threads:
+    t.start()
+go.wait()
+for t in threads:
+    t.join()
+with tempfile.NamedTemporaryFile(suffix=".xml") as out:
+    fp = libc.fopen(out.name.encode(), b"w")
+    libc.malloc_info(0, fp)
+    libc.fclose(fp)
+    print(open(out.name).read().count("<heap nr="))
+"""
+
+
+def _heaps(env: dict[str, str]) -> tuple[str, int]:
+    out = subprocess.run(
+        [sys.executable, "-c", HEAPS_CHILD],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env,
+    )
+    accepted, heaps = out.stdout.split()
+    return accepted, int(heaps)
+
+
+def test_the_arena_limit_holds_for_threads_and_the_environment_overrides_it() -> None:
+    assert _heaps({}) == ("True", ARENAS)
+    assert _heaps({"MALLOC_ARENA_MAX": "1"}) == ("True", 1)  # the operator's setting stays
+    assert _heaps({"MALLOC_ARENA_MAX": "4"}) == ("True", 4)
