@@ -13,8 +13,8 @@ about the explanation:
 
 The re-plan keeps the input order, so a pending claim planned earlier may take what a change
 frees; that is what kube-scheduler would do with the same queue. Every re-plan builds a new
-engine, so the number of them per failed claim is bounded (:data:`MAX_RUNS`); the answer then
-says how many changes were tried.
+engine, so the number of them per failed claim and kind of change is bounded (:data:`MAX_RUNS`);
+the answer then says how many changes were tried.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
-#: re-plans tried for one failed claim (or pod) at most
+#: re-plans tried for one failed claim (or pod) at most, per kind of change
 MAX_RUNS = 120
 #: fitting changes of one kind reported at most (the smallest first)
 MAX_SHOWN = 3
@@ -65,7 +65,7 @@ class Fixes:
         if not out:
             out.append(f"no single change of the {self.tried} tried makes it fit")
         if self.cut:
-            out.append(f"(stopped after {self.tried} re-plans; more changes were not tried)")
+            out.append(f"(a search stopped at {MAX_RUNS} re-plans; more changes were not tried)")
         return out
 
 
@@ -101,11 +101,16 @@ class _Search:
         self.planner = planner
         self.result = Fixes(list(targets))
 
+        #: re-plans of the current kind of change (each kind has MAX_RUNS of its own, so
+        #: many held claims cannot starve relaxing and node shapes)
+        self.spent = 0
+
     def fits(self, changed: Objects) -> bool | None:
         """Whether every target is allocated in the plan of ``changed``; None: out of runs."""
-        if self.result.tried >= MAX_RUNS:
+        if self.spent >= MAX_RUNS:
             self.result.cut = True
             return None
+        self.spent += 1
         self.result.tried += 1
         placed = self.planner(changed)
         return all(t in placed for t in self.targets)
@@ -236,7 +241,7 @@ def _add_node(search: _Search, shapes: NodeShapes) -> list[Fix]:
 def find_fixes(objs: Objects, targets: list[str], planner: Planner, shapes: NodeShapes) -> Fixes:
     """The changes that make every claim of ``targets`` fit (a pod's claims go together)."""
     search = _Search(objs, targets, planner)
-    search.result.found += _free(search)
-    search.result.found += _relax(search)
-    search.result.found += _add_node(search, shapes)
+    for kind in (_free, _relax, lambda s: _add_node(s, shapes)):
+        search.spent = 0
+        search.result.found += kind(search)
     return search.result

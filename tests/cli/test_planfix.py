@@ -159,7 +159,21 @@ def test_the_search_stops_at_its_bound_and_says_so(monkeypatch: pytest.MonkeyPat
     ]
     got = _fixes(objs, "default/three")
     assert got.cut and got.tried == 2 and got.found == []
-    assert got.lines()[-1] == "(stopped after 2 re-plans; more changes were not tried)"
+    assert got.lines()[-1] == "(a search stopped at 2 re-plans; more changes were not tried)"
+
+
+def test_a_cut_free_search_leaves_relaxing_its_own_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(planfix, "MAX_RUNS", 2)
+    objs = [
+        slice_("a", node_gpus(4)),
+        device_class(),
+        *(_held(n, f"gpu-{i}") for i, n in enumerate("xyz")),
+        claim(exactly(count=1, selectors=[H100.replace("H100", "h1")]), name="one"),
+    ]
+    got = _fixes(objs, "default/one")
+    # gpu-3 is free but its model is "h100": freeing finds nothing in its 2 runs; relaxing does
+    assert got.cut and got.tried == 3
+    assert [f.kind for f in got.found] == ["relax"]
 
 
 @pytest.fixture(scope="module")
