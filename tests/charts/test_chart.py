@@ -225,6 +225,26 @@ def test_uninstall_hook_runs_kubeacc_cleanup(helm: Helm) -> None:
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["kubeacc", "cleanup"]
 
 
+def test_pre_delete_hook_checks_claims_in_use(helm: Helm) -> None:
+    out = _docs(helm("template", "t", str(CHART), K8S, "-n", NS).stdout)
+    hooks = [
+        d for d in out if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "pre-delete"
+    ]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in hooks}
+    job = by[("Job", "kubeacc-uninstall-check")]
+    assert job["spec"]["backoffLimit"] == 0  # one refusal stops the uninstall
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == ["kubeacc", "uninstall-check"]
+    assert pod["serviceAccountName"] == "kubeacc-uninstall-check"
+    role = by[("ClusterRole", "kubeacc:uninstall-check")]
+    assert role["rules"] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list"]}
+    ]
+    for off in ("cleanup.checkInUse=false", "cleanup.enabled=false"):
+        text = helm("template", "t", str(CHART), K8S, "-n", NS, "--set", off).stdout
+        assert "kubeacc-uninstall-check" not in text, off
+
+
 def test_helm_test_runs_kubeacc_status_read_only(helm: Helm) -> None:
     out = _docs(helm("template", "t", str(CHART), K8S, "-n", NS).stdout)
     tests = [d for d in out if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
