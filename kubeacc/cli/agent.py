@@ -370,3 +370,29 @@ def cleanup_command(
     removed = clean(make_client(kubeconfig, context=context), settle=settle)
     nodes = removed.labelled_nodes
     typer.echo(f"removed {removed.slices} ResourceSlices, kubeacc.io labels of {nodes} Nodes")
+
+
+def uninstall_check_command(
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Exit 1 while pods use claims of kube-acc's DRA driver (the chart's pre-delete hook): once
+    the agents are gone the kubelet could not unprepare them. Lists those claims and pods."""
+    from lightkube.resources.resource_v1 import ResourceClaim
+
+    from kubeacc.agent.inuse import claims_in_use
+    from kubeacc.clientconfig import make_client
+    from kubeacc.crds.resources import as_dict
+
+    client = make_client(kubeconfig, context=context)
+    used = claims_in_use([as_dict(c) for c in client.list(ResourceClaim, namespace="*")])
+    if not used:
+        typer.echo("no pod uses a claim of kubeacc.io: safe to uninstall")
+        return
+    typer.echo(
+        f"{len(used)} claim(s) of kubeacc.io are in use; delete these pods first (the kubelet "
+        "cannot unprepare their devices once the agents are gone), then uninstall again:"
+    )
+    for u in used:
+        typer.echo(f"  {u.line()}")
+    raise typer.Exit(code=1)

@@ -7,7 +7,12 @@ from typing import Annotated
 import typer
 
 from kubeacc import __version__
-from kubeacc.cli.agent import agent_command, cleanup_command, install_classes_command
+from kubeacc.cli.agent import (
+    agent_command,
+    cleanup_command,
+    install_classes_command,
+    uninstall_check_command,
+)
 from kubeacc.cli.claim import claim_command
 from kubeacc.cli.completion import completion_command
 from kubeacc.cli.demo import demo_command
@@ -58,6 +63,7 @@ app.command("claim")(claim_command)
 app.command("agent")(agent_command)
 app.command("install-classes")(install_classes_command)
 app.command("cleanup")(cleanup_command)
+app.command("uninstall-check")(uninstall_check_command)
 app.command("device-plugin")(device_plugin_command)
 app.command("controller")(controller_command)
 app.command("extender")(extender_command)

@@ -36,6 +36,7 @@ from kubeacc.cli.options import (
     use_units_table,
 )
 from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
+from kubeacc.cli.planfix import Fixes, NodeShapes, find_fixes
 from kubeacc.cli.planheld import HEADER, Held, held_devices, wants_pod
 from kubeacc.cli.planhints import unknown_memory_hint
 from kubeacc.engine.engine import Engine, Placement
@@ -97,8 +98,11 @@ def run_plan(objs: list[dict[str, Any]]) -> list[Placement]:
     return [p for p, _ in run_plan_explained(objs)]
 
 
-def run_plan_explained(objs: list[dict[str, Any]]) -> list[tuple[Placement, list[str]]]:
-    """Placements, each with the lines explaining its model preference (firstAvailable)."""
+def run_plan_explained(
+    objs: list[dict[str, Any]], *, explain: bool = True
+) -> list[tuple[Placement, list[str]]]:
+    """Placements, each with the lines explaining its model preference (firstAvailable; none
+    without ``explain``)."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for o in objs:
         by_kind.setdefault(str(o.get("kind", "")), []).append(o)
@@ -121,7 +125,7 @@ def run_plan_explained(objs: list[dict[str, Any]]) -> list[tuple[Placement, list
                 expl = Explanation(ref, [why])
                 out.append((Placement(ref, None, None, explanation=expl, pod=group.pod), []))
             continue
-        tried = [why_not(engine, c) for c in group.claims]
+        tried = [why_not(engine, c) if explain else {} for c in group.claims]
         if group.pod is None:  # as Engine.plan, one after another
             placements = [engine.allocate(group.claims[0])]
         else:
@@ -229,6 +233,15 @@ def plan(
             "plugin), in every format (the table shows it after the plan).",
         ),
     ] = False,
+    fixes: Annotated[
+        bool,
+        typer.Option(
+            "--fixes",
+            help="For each claim that does not fit, the smallest change that would make it fit "
+            "(free which claims, relax which selector, add which node shape), each found by "
+            "re-planning with the change made.",
+        ),
+    ] = False,
 ) -> None:
     """Show where each ResourceClaim would be allocated, or why it cannot be, and who holds
     the devices already given out.
@@ -264,6 +277,7 @@ def plan(
     placements = [p for p, _ in explained]
     hints = {p.claim: unknown_memory_hint(objs, p) for p in placements}
     enforcement = share_enforcement(objs)
+    found = _find_fixes(objs, placements) if fixes else {}
     if is_table(output) and not placements:
         typer.echo("No pending ResourceClaims: nothing to plan.")
     elif is_table(output):
@@ -290,6 +304,12 @@ def plan(
                 typer.echo(f"{claim}:")
                 for line in lines:
                     typer.echo(f"  {line}")
+        if found:
+            typer.echo("\nSmallest changes that would make it fit (each re-planned with it made):")
+            for key, result in found.items():
+                typer.echo(f"{key}:")
+                for line in result.lines():
+                    typer.echo(f"  {line}")
     if is_table(output):
         typer.echo("")
         _print_held(holders, output)
@@ -300,12 +320,36 @@ def plan(
                 **({"preference": lines} if lines else {}),
                 **({"hints": hints[p.claim]} if hints[p.claim] else {}),
                 **({"shares": shares} if (shares := _shares(p, enforcement)) else {}),
+                **({"fixes": found[key].to_dict()} if (key := _group_key(p)) in found else {}),
             }
             for p, lines in explained
         ]
         sys.stdout.write(dump(docs, output))
     if any(not p.ok for p in placements):
         raise typer.Exit(code=1)
+
+
+def _group_key(p: Placement) -> str:
+    """What one fix search is for: the pod whose claims go together, else the claim."""
+    return f"pod {p.pod}" if p.pod is not None else p.claim
+
+
+def _find_fixes(objs: list[dict[str, Any]], placements: list[Placement]) -> dict[str, Fixes]:
+    """The fixes per failed pod (its claims together) or claim; a pod waiting for a claim
+    that does not exist yet gets none (no change of devices helps it)."""
+    groups: dict[str, list[str]] = {}
+    for p in placements:
+        waiting = p.explanation is not None and any(
+            "kube-scheduler waits for it" in line for line in p.explanation.general
+        )
+        if not p.ok and not waiting:
+            groups.setdefault(_group_key(p), []).append(p.claim)
+
+    def planner(changed: list[dict[str, Any]]) -> set[str]:
+        return {p.claim for p, _ in run_plan_explained(changed, explain=False) if p.ok}
+
+    shapes = NodeShapes(objs)
+    return {key: find_fixes(objs, claims, planner, shapes) for key, claims in groups.items()}
 
 
 def _print_held(holders: list[Held], output: Format) -> None:

@@ -44,8 +44,9 @@ def _split(spec: str, taken: set[str]) -> tuple[str, str]:
 
 def node_objects(
     spec: str, taken: set[str], with_node: bool
-) -> tuple[str, list[dict[str, Any]], list[str]]:
-    """(node name, its objects, notes) for one ``--add-node`` spec; ``taken``: node names in use."""
+) -> tuple[str, list[dict[str, Any]], list[str], int]:
+    """(node name, its objects, notes, devices published) for one ``--add-node`` spec;
+    ``taken``: node names in use."""
     from kubeacc.agent.dra.devices import slice_devices
     from kubeacc.agent.dra.slices import build_slices
     from kubeacc.discovery import discover
@@ -75,7 +76,7 @@ def node_objects(
             f"{name}: {len(mig)} GPU(s) in MIG mode left out ({', '.join(mig)}): their partitions "
             "depend on the node's MIG configuration"
         )
-    return name, objs, notes
+    return name, objs, notes, len(kept.devices)
 
 
 def add_nodes(objs: list[dict[str, Any]], specs: list[str]) -> list[str]:
@@ -90,7 +91,7 @@ def add_nodes(objs: list[dict[str, Any]], specs: list[str]) -> list[str]:
     added: list[dict[str, Any]] = []
     notes: list[str] = []
     for spec in specs:
-        name, more, lines = node_objects(spec, taken, with_node)
+        name, more, lines, _ = node_objects(spec, taken, with_node)
         taken.add(name)
         added += more
         notes += lines

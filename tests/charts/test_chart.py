@@ -225,24 +225,46 @@ def test_uninstall_hook_runs_kubeacc_cleanup(helm: Helm) -> None:
     assert job["spec"]["template"]["spec"]["containers"][0]["command"] == ["kubeacc", "cleanup"]
 
 
+def test_pre_delete_hook_checks_claims_in_use(helm: Helm) -> None:
+    out = _docs(helm("template", "t", str(CHART), K8S, "-n", NS).stdout)
+    hooks = [
+        d for d in out if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "pre-delete"
+    ]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in hooks}
+    job = by[("Job", "kubeacc-uninstall-check")]
+    assert job["spec"]["backoffLimit"] == 0  # one refusal stops the uninstall
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == ["kubeacc", "uninstall-check"]
+    assert pod["serviceAccountName"] == "kubeacc-uninstall-check"
+    role = by[("ClusterRole", "kubeacc:uninstall-check")]
+    assert role["rules"] == [
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims"], "verbs": ["list"]}
+    ]
+    for off in ("cleanup.checkInUse=false", "cleanup.enabled=false"):
+        text = helm("template", "t", str(CHART), K8S, "-n", NS, "--set", off).stdout
+        assert "kubeacc-uninstall-check" not in text, off
+
+
 def test_helm_test_runs_kubeacc_status_read_only(helm: Helm) -> None:
     out = _docs(helm("template", "t", str(CHART), K8S, "-n", NS).stdout)
     tests = [d for d in out if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test"]
-    by = {(d["kind"], d["metadata"]["name"]): d for d in tests}
-    pod = by[("Pod", "kubeacc-status-test")]
+    # Only the Pod is a test hook: `helm test --logs` fetches every test hook's logs as a Pod's
+    # (the real-runtime chart test runs it).
+    (pod,) = tests
+    assert (pod["kind"], pod["metadata"]["name"]) == ("Pod", "kubeacc-status-test")
     (container,) = pod["spec"]["containers"]
     assert container["command"] == ["kubeacc", "status"]
     assert container["args"] == [f"--namespace={NS}"]
     assert pod["spec"]["serviceAccountName"] == "kubeacc-status-test"
     assert pod["spec"]["restartPolicy"] == "Never"
-    # read-only: nothing but get and list
-    roles = [d for d in tests if d["kind"] in ("Role", "ClusterRole")]
-    assert len(roles) == 2
-    assert {v for r in roles for rule in r["rules"] for v in rule["verbs"]} == {"get", "list"}
-    # every object of the test is a test hook, so `helm install` creates none of them
-    assert {d["kind"] for d in tests} == {
+    # its identity, in the release, is read-only: nothing but get and list
+    identity = [d for d in out if d["metadata"]["name"].startswith("kubeacc-status-test")]
+    assert {d["kind"] for d in identity} == {
         "Pod", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"
     }  # fmt: skip
+    roles = [d for d in identity if d["kind"] in ("Role", "ClusterRole")]
+    assert len(roles) == 2
+    assert {v for r in roles for rule in r["rules"] for v in rule["verbs"]} == {"get", "list"}
     off = helm("template", "t", str(CHART), K8S, "-n", NS, "--set", "helmTest.enabled=false")
     assert "kubeacc-status-test" not in off.stdout
     # the args the Pod runs are ones kubeacc status takes
@@ -368,6 +390,8 @@ def test_install_upgrade_uninstall(chart_cluster: tuple[Testbed, Helm], tmp_path
         "DaemonSet",
         "Deployment",
         "DeviceClass",
+        "Role",  # the helm test's read-only identity (Pod kubeacc-status-test)
+        "RoleBinding",
         "ServiceAccount",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,17 @@ def _wait_ready(client: Client, prefix: str, timeout: float = 180) -> Pod:
     except AssertionError as exc:
         pod = _pod(client, prefix)
         raise AssertionError(f"{exc}; pod status: {pod.status if pod else None}") from None
+
+
+def _agent_after_upgrade(client: Client, old: str) -> str:
+    """The name of the agent pod that replaced ``old`` (rolled by an upgrade), once ready."""
+
+    def rolled() -> str | None:
+        pod = _ready_pod(client, "kubeacc-agent-")
+        name = pod.metadata.name if pod and pod.metadata else None
+        return name if name and name != old else None
+
+    return eventually(rolled, 180, "the upgraded agent pod ready")
 
 
 def _container_id(client: Client, pod: str, container: str) -> str | None:
@@ -195,6 +207,45 @@ def test_chart_pods_run_in_real_containers(
 
     eventually(policy_class, 60, "the policy's DeviceClass")
 
+    # helm test runs `kubeacc status` in a pod of the chart's image. NVML is off in these
+    # values, so the GPUs' memory is unknown: it fails, and its log names the check and the fix.
+    broken = helm("test", "kubeacc", "-n", NS, "--logs", "--timeout=3m", check=False)
+    assert broken.returncode != 0, broken.stdout[broken.stdout.find("POD LOGS") :]
+    assert "Phase:          Failed" in broken.stdout, broken.stdout
+    assert "memory unknown: NVML not found" in broken.stdout, broken.stdout
+    assert "nvidia.driverRoot / nvidia.libraryDir" in broken.stdout, broken.stdout
+    # With NVML (the synthetic host's description, /.synthetic mounted where the agent's
+    # --host-root sees it) the agent labels the GPUs' memory, and the test passes.
+    with_nvml = _values(tb, host, tmp_path)
+    with_nvml["nvidia"]["nvml"] = "auto"
+    synthetic = {"name": "synthetic", "hostPath": {"path": str(host / ".synthetic")}}
+    with_nvml["agent"]["extraVolumes"] = [synthetic]
+    with_nvml["agent"]["extraVolumeMounts"] = [
+        {"name": "synthetic", "mountPath": "/host/.synthetic"}
+    ]
+    values.write_text(yaml.safe_dump(with_nvml))
+    helm("upgrade", "kubeacc", str(CHART), "-n", NS, "-f", str(values))
+
+    def memory_labelled() -> str | None:
+        node = client.get(Node, NODE)
+        return ((node.metadata and node.metadata.labels) or {}).get("kubeacc.io/gpu.memory")
+
+    agent_name = _agent_after_upgrade(client, agent_name)
+
+    def agent_logs() -> str:
+        return "\n".join(
+            line
+            for c in ("agent", "lifecycle")
+            for line in tb.kubelet.container_log(NS, agent_name, c).splitlines()
+            if "nvml" in line.lower() or "synthetic" in line.lower() or "Error" in line
+        )
+
+    eventually(memory_labelled, 120, "the GPUs' memory label (NVML found)", agent_logs)
+    ok = helm("test", "kubeacc", "-n", NS, "--logs", "--timeout=3m", check=False)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "Phase:          Succeeded" in ok.stdout, ok.stdout
+    assert "memory unknown" not in ok.stdout
+
     # A workload with a claim for one GPU: its own output shows the device CDI injected.
     client.create(Namespace(metadata=ObjectMeta(name="work")))
     client.create(one_gpu_claim("gpu", "work"))
@@ -278,6 +329,14 @@ def test_chart_pods_run_in_real_containers(
 
     # helm uninstall: the clean-up Job runs (in a container too), nothing of kube-acc is left.
     helm("uninstall", "kubeacc", "-n", NS, "--wait", "--timeout=4m")
+    # helm leaves hooks it ran on uninstall: the last `helm test` Pod goes as docs/install.md says
+    kubectl = subprocess.run(
+        [*tb.kubectl(), "-n", NS, "delete", "pod", "kubeacc-status-test"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert kubectl.returncode == 0, kubectl.stderr
     eventually(lambda: not _slices(client), 120, "the agent's ResourceSlices gone")
     eventually(lambda: _pod(client, "kubeacc-") is None, 120, "kube-acc's pods gone")
 
