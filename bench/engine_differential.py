@@ -5,7 +5,8 @@ the engine's allocations the scheduler's own or validated by the scheduler's all
 larger seed range, with the generator's coverage
 per feature and the first disagreements if any.
 
-Run: ``python bench/engine_differential.py [--start S] [--scenarios N]``.
+Run: ``python bench/engine_differential.py [--start S] [--scenarios N]``; the allocator is
+v1.37.2's unless ``KUBEACC_ALLOCATOR_VERSION=1.36``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 import time
 
+from kubeacc.differential.build import harness
 from kubeacc.differential.compare import run_range
 
 
@@ -25,6 +27,7 @@ def main() -> None:
     t = time.perf_counter()
     report = run_range(args.start, args.scenarios)
     out = {
+        "allocator": harness().release,
         "seeds": [args.start, args.start + args.scenarios],
         **report.summary(),
         "seconds": round(time.perf_counter() - t, 1),

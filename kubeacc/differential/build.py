@@ -1,22 +1,65 @@
 """Build (or reuse) the Go allocator harness from ``tools/allocator``.
 
-The binary lands in ``$KUBEACC_CACHE/allocator-<hash>/allocator``; the hash covers the harness's
-Go sources, go.mod and go.sum and this file, so an unchanged harness is never rebuilt. The Go
-environment and the lock are the testbed build's (same module cache, same go.sum policy).
+The harness is built against one Kubernetes release's allocator: v1.37.2 (the main lane;
+``go.mod``) or v1.36.3 (the compatibility lane; ``go-1.36.mod`` and the ``k8s136`` build tag,
+which selects that release's feature set). ``KUBEACC_ALLOCATOR_VERSION`` (``1.37`` or ``1.36``)
+picks one when the caller names none. The default stays v1.36.3 until the engine agrees with
+v1.37.2's allocator on the differential corpus (docs/placement.md, "Differential testing").
+
+The binary lands in ``$KUBEACC_CACHE/allocator-<release>-<hash>/allocator``; the hash covers the
+harness's Go sources, module files and this file, so an unchanged harness is never rebuilt. The
+Go environment and the lock are the testbed build's (same module cache, same go.sum policy).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from kubeacc.testbed.build import BuildError, _lock, cache_root, go_env
 
 BINARY = "allocator"
+VERSION_ENV = "KUBEACC_ALLOCATOR_VERSION"
+
+
+@dataclass(frozen=True)
+class Harness:
+    """One release's build of the harness: its module file and build tags."""
+
+    release: str
+    modfile: str
+    tags: tuple[str, ...] = ()
+
+    def build_args(self) -> list[str]:
+        args = ["go", "build", "-modfile", self.modfile]
+        if self.tags:
+            args += ["-tags", ",".join(self.tags)]
+        return args
+
+
+HARNESSES: dict[str, Harness] = {
+    "1.37": Harness(release="v1.37.2", modfile="go.mod"),
+    "1.36": Harness(release="v1.36.3", modfile="go-1.36.mod", tags=("k8s136",)),
+}
+DEFAULT = "1.36"
+
+
+def harness(name: str | None = None) -> Harness:
+    """The harness ``name`` (default: ``$KUBEACC_ALLOCATOR_VERSION``, else :data:`DEFAULT`)."""
+    key = (name if name is not None else os.environ.get(VERSION_ENV) or DEFAULT).lstrip("v")
+    found = HARNESSES.get(key)
+    if found is None:
+        raise BuildError(
+            f"allocator harness {key!r} is unknown; choose one of {', '.join(sorted(HARNESSES))}"
+        )
+    return found
 
 
 def source_dir() -> Path:
@@ -33,17 +76,19 @@ def build_key(src: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def binary_path(src: Path | None = None) -> Path:
+def binary_path(src: Path | None = None, which: Harness | None = None) -> Path:
     src = src or source_dir()
-    return cache_root() / f"allocator-{build_key(src)}" / BINARY
+    which = which or harness()
+    return cache_root() / f"allocator-{which.release}-{build_key(src)}" / BINARY
 
 
-def ensure_built() -> Path:
+def ensure_built(which: Harness | None = None) -> Path:
     """The harness binary, built first if the sources changed (one builder at a time)."""
+    which = which or harness()
     src = source_dir()
-    if not (src / "go.mod").is_file():
-        raise BuildError(f"allocator harness sources not found at {src}")
-    target = binary_path(src)
+    if not (src / which.modfile).is_file():
+        raise BuildError(f"allocator harness sources not found at {src / which.modfile}")
+    target = binary_path(src, which)
     if target.is_file():
         return target
     if shutil.which("go") is None:
@@ -56,7 +101,7 @@ def ensure_built() -> Path:
         start = time.monotonic()
         try:
             proc = subprocess.run(
-                ["go", "build", "-o", str(tmp / BINARY), "."],
+                [*which.build_args(), "-o", str(tmp / BINARY), "."],
                 cwd=src,
                 env=go_env(),
                 capture_output=True,
@@ -74,9 +119,11 @@ def ensure_built() -> Path:
         return target
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kubeacc.differential.build [1.37|1.36]``: build, print the binary's path."""
+    args = sys.argv[1:] if argv is None else argv
     try:
-        path = ensure_built()
+        path = ensure_built(harness(args[0] if args else None))
     except BuildError as e:
         print(f"error: {e}")
         return 1

@@ -2,10 +2,10 @@
 
 Every pod (1-3 claims, allocated together) of every scenario is judged on every node by both
 (the Go harness runs k8s.io/dynamic-resource-allocation/structured v0.36.3 with kube-scheduler
-1.36's default feature gates). Errors that fail the pod and feasibility must agree exactly;
-where both allocate, the engine's allocations must be the scheduler's (same consumed capacity)
-or be accepted by the scheduler's allocator when the scenario is pinned to them. The corpus
-must exercise every feature the engine claims.
+1.36's default feature gates; kubeacc.differential.build.DEFAULT). Errors that fail the pod and
+feasibility must agree exactly; where both allocate, the engine's allocations must be the
+scheduler's (same consumed capacity) or be accepted by the scheduler's allocator when the
+scenario is pinned to them. The corpus must exercise every feature the engine claims.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 // Command allocator runs the DRA structured allocator that kube-scheduler uses
 // (k8s.io/dynamic-resource-allocation/structured, with the feature set
-// kube-scheduler enables by default) on scenarios read from stdin, one JSON
+// kube-scheduler hands it: features_137.go, or features_136.go for the
+// compatibility build) on scenarios read from stdin, one JSON
 // object per line, and writes one JSON result line per scenario.
 //
 // A scenario may group its claims into pods ("pods": lists of claim indices);
@@ -22,6 +23,7 @@
 //     scheduler builds one allocator per pod).
 //
 // "fatal" marks an error that fails the pod rather than only the node.
+// "allocator -version" prints the Kubernetes release the binary was built from.
 package main
 
 import (
@@ -41,16 +43,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
-
-// features: what kube-scheduler 1.36 enables by default.
-var features = structured.Features{
-	AdminAccess:            true,
-	PrioritizedList:        true,
-	PartitionableDevices:   true,
-	DeviceTaints:           true,
-	DeviceBindingAndStatus: true,
-	ConsumableCapacity:     true,
-}
 
 type scenario struct {
 	Mode             string                       `json:"mode"`
@@ -177,7 +169,7 @@ func allocatePod(ctx context.Context, sc *scenario, classes classLister, cache *
 
 func run(sc *scenario) (out output) {
 	ctx := context.Background()
-	cache := cel.NewCache(10, cel.Features{EnableConsumableCapacity: true})
+	cache := cel.NewCache(10, celFeatures)
 	classes := classLister{}
 	for _, c := range sc.Classes {
 		classes[c.Name] = c
@@ -263,6 +255,10 @@ func run(sc *scenario) (out output) {
 }
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == "-version" {
+		fmt.Println(kubernetesVersion)
+		return
+	}
 	in := bufio.NewReaderSize(os.Stdin, 1<<20)
 	enc := json.NewEncoder(os.Stdout)
 	for {
