@@ -30,6 +30,7 @@ def test_every_panel_queries_exported_series() -> None:
         counter.labels("kubeacc.io/gpu").inc()
     for counter in (agent.registrations, agent.registration_failures):
         counter.labels("dra").inc()
+    agent.health_taint_steps.labels("added", "NoExecute").inc()
     controller = ControllerMetrics(lambda: [], lambda: True)
     controller.errors.labels("pass").inc()
     controller.completed.labels("Reset", "Succeeded").inc()

@@ -20,6 +20,7 @@ from kubeacc.agent.telemetry.collector import Snapshot, TelemetryCollector
 from kubeacc.agent.telemetry.faults import DeviceFault, FaultDetector
 from kubeacc.agent.telemetry.holders import Holders
 from kubeacc.agent.telemetry.nvidia import NvidiaReader
+from kubeacc.agent.telemetry.series import Reading
 from kubeacc.agent.telemetry.sysfs import SysfsReader
 from kubeacc.host import Host
 from kubeacc.model import Inventory
@@ -42,6 +43,7 @@ class TelemetrySampler:
         holders: Callable[[], Holders],
         interval: float = DEFAULT_INTERVAL_S,
         on_faults: Callable[[list[DeviceFault]], None] | None = None,
+        on_pass: Callable[[list[DeviceFault], list[Reading]], None] | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError("the telemetry interval must be positive (0 turns telemetry off)")
@@ -57,6 +59,8 @@ class TelemetrySampler:
         #: pass, with an empty list when nothing new appeared).
         self.faults = FaultDetector()
         self.on_faults = on_faults
+        #: Every pass's new faults with its readings (the health taints need both).
+        self.on_pass = on_pass
         self.passes = 0
         self._snapshot: Snapshot | None = None
         self._lock = threading.Lock()
@@ -79,6 +83,11 @@ class TelemetrySampler:
                 self.on_faults(faults)
             except Exception as exc:  # an API server away must not stop the sampling
                 log.warning("reporting device faults failed: %s", exc)
+        if self.on_pass is not None:
+            try:
+                self.on_pass(faults, readings)
+            except Exception as exc:  # the sampling goes on; the next pass tries again
+                log.warning("device health after a telemetry pass failed: %s", exc)
         models = {}
         for d in inv.devices:
             models[d.name] = d.model or "unknown"
