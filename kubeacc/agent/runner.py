@@ -42,6 +42,7 @@ from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
+from kubeacc.agent.dra.devicestatus import DeviceStatusWriter
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.mignvml import nvml_for
@@ -176,6 +177,9 @@ class AgentOptions:
     health_taints: bool = False
     #: Seconds a health taint stays at least after the device's last fault.
     health_taint_hold: float = 300.0
+    #: Write claims' status.devices at prepare, remove them at unprepare (kubeacc.agent.dra.
+    #: devicestatus; DRAResourceClaimDeviceStatus).
+    device_status: bool = True
     #: Label the Node with what discovery found (``kubeacc.io/<type>.count`` and so on).
     node_labels: bool = True
     #: NVML: ``auto`` (when it answers), ``on`` (warn when it can't be used) or ``off``.
@@ -549,6 +553,9 @@ class Agent:
         prime_decoders()
         self._observe(self._discover())
         self.driver.reconcile()
+        if self.opts.kubelet_plugin and self.opts.device_status:
+            self.driver.status = DeviceStatusWriter(self.prepare_client, self.opts.node_name)
+            self.driver.status.start()
         for w in self._watches():
             w.start()
         if self._watch is not None:
@@ -588,6 +595,8 @@ class Agent:
             self.registration.stop()
         if self.plugin is not None:
             self.plugin.stop()
+        if self.driver.status is not None:
+            self.driver.status.stop()
         if self._watch is not None:
             self._watch.stop()
         if self.accelerators is not None:

@@ -152,6 +152,13 @@ def agent_command(
             "(doubled while the device flaps).",
         ),
     ] = 300.0,
+    device_status: Annotated[
+        bool,
+        typer.Option(
+            help="Write the claims' status.devices at prepare (Ready, PCI address, GPU UUID, NIC "
+            "interface) and remove them at unprepare.",
+        ),
+    ] = True,
     units_table: UnitsTableOption = None,
     memory_shared: Annotated[
         list[str] | None,
@@ -272,6 +279,7 @@ def agent_command(
                 telemetry_interval=telemetry_interval,
                 health_taints=health_taints,
                 health_taint_hold=health_taint_hold,
+                device_status=device_status,
                 node_labels=node_labels,
                 nvml=nvml.value,
                 discovery_config=discovery,
