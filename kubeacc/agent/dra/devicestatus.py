@@ -9,14 +9,15 @@ The writes are server-side applies of ``status.devices`` under the field manager
 ``kubeacc.io-<node>`` (the list is keyed by driver, pool and device, so another driver's entries
 are never touched; applying an empty list removes ours). They run on a thread of their own so
 that prepare and unprepare never wait for the API server: the status follows within moments, a
-claim already gone is skipped, and a write that fails is tried again a few times.
+claim already gone is skipped, and a write that fails is tried again a few times. Writes are
+coalesced per claim (only its latest state is sent), so a burst of prepares and unprepares costs
+at most one write per claim in flight.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import queue
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -89,14 +90,21 @@ def device_entries(
 
 
 class DeviceStatusWriter:
-    """Writes and removes claims' ``status.devices`` entries in the background."""
+    """Writes and removes claims' ``status.devices`` entries in the background, one claim's
+    latest state at a time: a write still waiting is replaced by a newer one of the same claim,
+    and a claim unprepared before its entries were written is not written at all."""
 
     def __init__(self, client: Client, node: str, retry_delay: float = 1.0) -> None:
         self.client = client
         self.node = node
         self.field_manager = f"{DRIVER_NAME}-{node}"
         self.retry_delay = retry_delay
-        self._queue: queue.Queue[_Write | None] = queue.Queue()
+        #: Claim UID -> its write still to do (oldest first).
+        self._pending: dict[str, _Write] = {}
+        #: Claims whose entries are on the server now.
+        self._written: set[str] = set()
+        self._cond = threading.Condition()
+        self._stopped = False
         self._thread: threading.Thread | None = None
         self.written = 0
 
@@ -105,29 +113,56 @@ class DeviceStatusWriter:
         self._thread.start()
 
     def stop(self) -> None:
-        self._queue.put(None)
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
         if self._thread is not None:
             self._thread.join(5)
 
     def prepared(self, namespace: str, name: str, uid: str, entries: list[dict[str, Any]]) -> None:
-        self._queue.put(_Write(namespace, name, uid, tuple(entries)))
+        self._put(_Write(namespace, name, uid, tuple(entries)))
 
     def unprepared(self, namespace: str, name: str, uid: str) -> None:
-        self._queue.put(_Write(namespace, name, uid, ()))
+        with self._cond:
+            if uid not in self._written and self._pending.get(uid) is not None:
+                del self._pending[uid]  # never written: nothing to remove
+                return
+        self._put(_Write(namespace, name, uid, ()))
+
+    def _put(self, w: _Write, *, retry: bool = False) -> None:
+        with self._cond:
+            if retry and w.uid in self._pending:
+                return  # a newer write of that claim is waiting
+            self._pending.pop(w.uid, None)
+            self._pending[w.uid] = w
+            self._cond.notify()
 
     def _run(self) -> None:
-        while (w := self._queue.get()) is not None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                uid = next(iter(self._pending))
+                w = self._pending.pop(uid)
             try:
                 self.write(w.namespace, w.name, w.uid, list(w.devices))
             except Exception as exc:  # API server away: a few more tries, then the log
                 if w.attempt + 1 >= ATTEMPTS:
                     log.warning("status.devices of %s/%s not written: %s", w.namespace, w.name, exc)
                     continue
-                threading.Timer(
-                    self.retry_delay,
-                    self._queue.put,
-                    args=(_Write(w.namespace, w.name, w.uid, w.devices, w.attempt + 1),),
-                ).start()
+                again = _Write(w.namespace, w.name, w.uid, w.devices, w.attempt + 1)
+                timer = threading.Timer(self.retry_delay, self._put, args=(again,))
+                timer.kwargs = {"retry": True}
+                timer.daemon = True
+                timer.start()
+                continue
+            with self._cond:
+                if w.devices:
+                    self._written.add(uid)
+                else:
+                    self._written.discard(uid)
 
     def write(self, namespace: str, name: str, uid: str, devices: list[dict[str, Any]]) -> None:
         """Apply ``devices`` as this node's entries of the claim (its UID must match)."""
