@@ -18,7 +18,7 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -76,10 +76,11 @@ def latency(times: list[float]) -> dict[str, float]:
     }
 
 
-def main(runs: int = 300) -> dict[str, object]:
+def main(runs: int = 300, args: Sequence[str] = ()) -> dict[str, object]:
+    """``args``: more ``kubeacc agent`` options (``--no-device-status`` to compare)."""
     undo: list[float] = []
     load = round(os.getloadavg()[0], 2)
-    with bench_agent() as agent:
+    with bench_agent(args=args) as agent:
         times = time_prepares(agent, runs, unprepares=undo)
         time.sleep(7)  # a re-discovery cycle or so: steady state
         rss = proc_status(agent.proc.pid)["rss_mb"]
@@ -89,6 +90,7 @@ def main(runs: int = 300) -> dict[str, object]:
         "claims_per_call": 1,
         "devices_per_claim": 1,
         "runs": runs,
+        "agent_args": list(args),
         "prepare_ms": latency(times),
         "unprepare_ms": latency(undo),
         "load_1min": load,
@@ -103,4 +105,4 @@ def main(runs: int = 300) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(), indent=2))
+    print(json.dumps(main(args=sys.argv[1:]), indent=2))

@@ -42,6 +42,7 @@ from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
+from kubeacc.agent.dra.devicestatus import DeviceStatusWriter
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.mignvml import nvml_for
@@ -52,6 +53,7 @@ from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.sharing import Selector, ShareSelector, unknown_memory
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices, slice_fields
+from kubeacc.agent.healthtaints import Effect, HealthTaints, with_health_taints
 from kubeacc.agent.nodelabels import NodeLabeler, labels_changed, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
@@ -80,6 +82,7 @@ if TYPE_CHECKING:
     from kubeacc.agent.telemetry.holders import Holders
     from kubeacc.agent.telemetry.report import FaultReporter
     from kubeacc.agent.telemetry.sampler import TelemetrySampler
+    from kubeacc.agent.telemetry.series import Reading
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +173,14 @@ class AgentOptions:
     #: Seconds between device telemetry samples on /metrics (kubeacc.agent.telemetry);
     #: 0: no device telemetry. Sampled only while metrics are served.
     telemetry_interval: float = 10.0
+    #: Faults the telemetry sees become ResourceSlice taints (kubeacc.agent.healthtaints);
+    #: needs the telemetry. Off: faults only go to the Node's Events and the remediation.
+    health_taints: bool = False
+    #: Seconds a health taint stays at least after the device's last fault.
+    health_taint_hold: float = 300.0
+    #: Write claims' status.devices at prepare, remove them at unprepare (kubeacc.agent.dra.
+    #: devicestatus; DRAResourceClaimDeviceStatus).
+    device_status: bool = True
     #: Label the Node with what discovery found (``kubeacc.io/<type>.count`` and so on).
     node_labels: bool = True
     #: NVML: ``auto`` (when it answers), ``on`` (warn when it can't be used) or ``off``.
@@ -314,6 +325,8 @@ class Agent:
         self.probes: ProbeServer | None = None
         self.telemetry: TelemetrySampler | None = None
         self._faults: FaultReporter | None = None
+        self.health = HealthTaints(options.health_taint_hold) if options.health_taints else None
+        self._health_lock = threading.Lock()
         self._label_error = ""
         #: Why the last discovery pass failed ("" when it did not): the agent then serves its
         #: last good inventory and says so in /readyz.
@@ -380,15 +393,19 @@ class Agent:
         self._node_warning("DRAFeaturesMissing", message)
 
     def _node_warning(self, reason: str, message: str) -> None:
-        """A Warning Event on this agent's Node (uid: the node's name, as the kubelet's own
-        node events have it, so ``kubectl describe node`` lists it)."""
+        """A Warning Event on this agent's Node."""
+        self._node_event(reason, message, warning=True)
+
+    def _node_event(self, reason: str, message: str, *, warning: bool) -> None:
+        """An Event on this agent's Node (uid: the node's name, as the kubelet's own node
+        events have it, so ``kubectl describe node`` lists it)."""
         node = self.opts.node_name
         emit_event(
             self.client,
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": node}},
             reason,
             message,
-            warning=True,
+            warning=warning,
             component=f"kubeacc-agent-{node}",  # the admission rule
         )
 
@@ -467,6 +484,7 @@ class Agent:
             self.opts.telemetry_interval,
             on_faults=self._device_faults,
             health_thresholds=lambda: health_failing_thresholds(self._list_policies()),
+            on_pass=self._device_health if self.health is not None else None,
         )
         self.metrics.registry.register(self.telemetry.collector)
         self.telemetry.start()
@@ -484,6 +502,37 @@ class Agent:
 
             self._faults = FaultReporter(self.client, self.opts.node_name)
         self._faults.report(faults)
+
+    def _device_health(self, faults: list[DeviceFault], readings: list[Reading]) -> None:
+        """One telemetry pass through the health taints: each step an Event on the Node and a
+        metric, and the slices republished when a taint came or went."""
+        assert self.health is not None
+        with self._health_lock:
+            changes = self.health.update(faults, readings, time.monotonic())
+            self.health.forget(d.name for d in self.inventory.devices)
+            taints = self.health.taints()
+        for c in changes:
+            self.metrics.health_taint_steps.labels(c.step, c.effect.value).inc()
+            if c.damped:
+                self.metrics.health_taint_damped.inc()
+            held = f", held {c.hold:.0f} s (flapping)" if c.damped else ""
+            if c.step == "lifted":
+                msg = f"device {c.device}: health taint {c.reason} ({c.effect}) lifted"
+                self._node_event("DeviceTaintLifted", msg, warning=False)
+            else:
+                msg = f"device {c.device}: tainted {c.effect} ({c.reason}){held}"
+                self._node_event("DeviceTainted", msg, warning=True)
+        if changes:
+            for effect in Effect:
+                n = sum(1 for t in taints.values() if t["effect"] == effect.value)
+                self.metrics.health_taints.labels(effect.value).set(n)
+            self._wake.set()
+
+    def _health_taints(self) -> dict[str, dict[str, str]]:
+        if self.health is None:
+            return {}
+        with self._health_lock:
+            return self.health.taints()
 
     def _plugin_inventory(self) -> Inventory:
         self._plugin_cordons = self._cordoned()
@@ -509,6 +558,9 @@ class Agent:
         prime_decoders()
         self._observe(self._discover())
         self.driver.reconcile()
+        if self.opts.kubelet_plugin and self.opts.device_status:
+            self.driver.status = DeviceStatusWriter(self.prepare_client, self.opts.node_name)
+            self.driver.status.start()
         for w in self._watches():
             w.start()
         if self._watch is not None:
@@ -548,6 +600,8 @@ class Agent:
             self.registration.stop()
         if self.plugin is not None:
             self.plugin.stop()
+        if self.driver.status is not None:
+            self.driver.status.stop()
         if self._watch is not None:
             self._watch.stop()
         if self.accelerators is not None:
@@ -676,12 +730,15 @@ class Agent:
                 force, self._recheck = force or self._recheck, False
                 shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
                 self._warn_unknown_memory(shared)
-                devices = with_cordon_taints(
-                    self._mig.apply(
-                        slice_devices(self.dra_inventory, shared, self.limiter),
-                        self._mig_filters(),
+                devices = with_health_taints(
+                    with_cordon_taints(
+                        self._mig.apply(
+                            slice_devices(self.dra_inventory, shared, self.limiter),
+                            self._mig_filters(),
+                        ),
+                        self._cordoned(),
                     ),
-                    self._cordoned(),
+                    self._health_taints(),
                 )
                 if self.publisher.publish(
                     devices, force=force, counter_sets=self._mig.counter_sets

@@ -136,6 +136,29 @@ def agent_command(
             "temperature, power, errors per device and holder); 0: off.",
         ),
     ] = 10.0,
+    health_taints: Annotated[
+        bool,
+        typer.Option(
+            help="Taint devices in the ResourceSlice when the telemetry sees a fault (NoExecute: "
+            "lost or corrupt, its pods evicted; NoSchedule; None: degraded, still given out); "
+            "needs --metrics-address and a telemetry interval.",
+        ),
+    ] = False,
+    health_taint_hold: Annotated[
+        float,
+        typer.Option(
+            min=1,
+            help="Seconds a health taint stays at least after the device's last fault "
+            "(doubled while the device flaps).",
+        ),
+    ] = 300.0,
+    device_status: Annotated[
+        bool,
+        typer.Option(
+            help="Write the claims' status.devices at prepare (Ready, PCI address, GPU UUID, NIC "
+            "interface) and remove them at unprepare.",
+        ),
+    ] = True,
     units_table: UnitsTableOption = None,
     memory_shared: Annotated[
         list[str] | None,
@@ -255,6 +278,9 @@ def agent_command(
                 compact_after=compact_after,
                 metrics_address=metrics_address,
                 telemetry_interval=telemetry_interval,
+                health_taints=health_taints,
+                health_taint_hold=health_taint_hold,
+                device_status=device_status,
                 node_labels=node_labels,
                 nvml=nvml.value,
                 discovery_config=discovery,

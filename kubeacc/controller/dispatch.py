@@ -19,6 +19,7 @@ from typing import Any
 from lightkube import ApiError, Client
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from kubeacc.controller import taintrules
 from kubeacc.controller.cordons import CORDONED_BY, Cordons
 from kubeacc.controller.operations import (
     ANY_NAMESPACE,
@@ -236,6 +237,8 @@ class OperationDispatch:
         if spec.action is Action.UNCORDON:
             self._uncordon(op, status, targets)
             return
+        if spec.evict and not self._evict(op, status, targets, ref):
+            return
         if spec.drain_first or spec.action is Action.DRAIN:
             for view in targets.values():
                 if view is not None and not view.spec.cordoned:
@@ -308,6 +311,41 @@ class OperationDispatch:
                 f"{spec.action.value} done",
             )
 
+    def _evict(
+        self,
+        op: dict[str, Any],
+        status: AcceleratorOperationStatus,
+        targets: dict[str, TargetView | None],
+        ref: str,
+    ) -> bool:
+        """The targets' DeviceTaintRules (:mod:`kubeacc.controller.taintrules`); False (and
+        the operation Failed, the rules it made removed) where they are not served."""
+        made: list[str] = []
+        for view in targets.values():
+            if view is None:
+                continue
+            try:
+                created = taintrules.ensure(
+                    self.client, view.name, view.spec.node, view.spec.device_name, ref
+                )
+            except taintrules.TaintRulesNotServed as exc:
+                for name in made:
+                    taintrules.remove(self.client, name)
+                self.status.finish(
+                    op, status, OperationPhase.FAILED, "DeviceTaintRulesNotServed", str(exc)
+                )
+                return False
+            if created:
+                made.append(view.name)
+                emit_event(
+                    self.client,
+                    op,
+                    "DeviceTaintRuleCreated",
+                    f"{taintrules.rule_name(view.name)}: {view.spec.device_name} on "
+                    f"{view.spec.node} tainted NoExecute, its pods are evicted",
+                )
+        return True
+
     def _in_use(self, targets: dict[str, TargetView | None]) -> dict[str, str]:
         """Targets in use -> by whom: ``allocatedTo``, and reserved claims that hold them."""
         out = busy(targets)
@@ -325,7 +363,10 @@ class OperationDispatch:
         targets: dict[str, TargetView | None],
     ) -> None:
         lifted = []
+        rules = []
         for view in targets.values():
+            if view is not None and taintrules.remove(self.client, view.name):
+                rules.append(taintrules.rule_name(view.name))
             if view is not None and view.spec.cordoned:
                 self.cordons.set({"metadata": {"name": view.name}}, "", False)
                 lifted.append(view.name)
@@ -340,6 +381,8 @@ class OperationDispatch:
                     f"{view.name}: new allocations allowed again",
                 )
         message = f"uncordoned {', '.join(lifted)}" if lifted else "no target was cordoned"
+        if rules:
+            message += f"; DeviceTaintRules deleted: {', '.join(rules)}"
         self.status.finish(op, status, OperationPhase.SUCCEEDED, "Uncordoned", message)
 
     def _lift_cordons(
@@ -354,6 +397,7 @@ class OperationDispatch:
             acc = accelerators.get(name)
             if acc and (acc["metadata"].get("annotations") or {}).get(CORDONED_BY) == ref:
                 self.cordons.set(acc, ref, False)
+                taintrules.remove(self.client, name)
 
     def _time_left(
         self, spec: AcceleratorOperationSpec, status: AcceleratorOperationStatus

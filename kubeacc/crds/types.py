@@ -451,6 +451,11 @@ class AcceleratorOperationSpec(_Model):
                 "self.action == 'MigMode' ? has(self.migMode) : !has(self.migMode)",
                 "spec.migMode is required for action MigMode and not allowed otherwise",
             ),
+            (
+                "!has(self.evict) || !self.evict || self.action == 'Drain' || "
+                "(has(self.drainFirst) && self.drainFirst)",
+                "spec.evict is only allowed for action Drain or with spec.drainFirst",
+            ),
         )
     )
 
@@ -473,12 +478,19 @@ class AcceleratorOperationSpec(_Model):
         default=False,
         description="Cordon the targets and wait until nobody uses them instead of refusing",
     )
+    evict: bool | None = Field(
+        default=None,
+        description="With Drain or drainFirst: taint the targets NoExecute through a "
+        "DeviceTaintRule (Kubernetes 1.37) so that their pods are evicted instead of waited for",
+    )
     timeout_seconds: int = Field(default=600, ge=1, le=86400)
 
     @model_validator(mode="after")
     def _one_way_to_name_targets(self) -> AcceleratorOperationSpec:
         if (self.targets is None) == (self.target_selector is None):
             raise ValueError("exactly one of spec.targets and spec.targetSelector is required")
+        if self.evict and not (self.action is Action.DRAIN or self.drain_first):
+            raise ValueError("spec.evict is only allowed for action Drain or with spec.drainFirst")
         return self
 
 

@@ -11,6 +11,8 @@ Series (all prefixed ``kubeacc_``; docs/install.md lists them with their meaning
   ``agent_published_devices``: the node's ResourceSlice pool.
 * ``agent_kubelet_registrations_total{plugin}``: the kubelet accepted a plugin (``dra``, or a
   device-plugin resource name).
+* ``agent_health_taints{effect}``, ``agent_health_taint_steps_total{step,effect}``,
+  ``agent_health_taint_damped_total``: device health as slice taints (kubeacc.agent.healthtaints).
 * ``deviceplugin_allocations_total{resource}``, ``deviceplugin_allocation_errors_total``.
 """
 
@@ -133,6 +135,25 @@ class AgentMetrics(DevicePluginMetrics):
             registry=r,
         )
         self.loop_restarts.labels("agent")  # a series from the start: 0, not absent
+        self.health_taints = Gauge(
+            "kubeacc_agent_health_taints",
+            "Devices carrying a health taint now, by effect (None, NoSchedule, NoExecute).",
+            ["effect"],
+            registry=r,
+        )
+        for effect in ("None", "NoSchedule", "NoExecute"):
+            self.health_taints.labels(effect)  # 0 from the start, not absent
+        self.health_taint_steps = Counter(
+            "kubeacc_agent_health_taint_steps_total",
+            "Health taints added, raised to a stronger effect and lifted, by effect.",
+            ["step", "effect"],
+            registry=r,
+        )
+        self.health_taint_damped = Counter(
+            "kubeacc_agent_health_taint_damped_total",
+            "Health taints held longer because the device faulted again soon after a lift.",
+            registry=r,
+        )
 
     def observe_inventory(self, inventory: Inventory) -> None:
         counts = Tally(

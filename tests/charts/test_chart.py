@@ -87,6 +87,7 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("nvidia.toolsDir=bin", "at '/nvidia/toolsDir'"),
         ("nvidia.driverTools=maybe", "at '/nvidia/driverTools'"),
         ("agent.telemetryInterval=-1", "at '/agent/telemetryInterval'"),
+        ("agent.healthTaintHold=0", "at '/agent/healthTaintHold'"),
     ],
 )
 def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
@@ -154,6 +155,16 @@ def test_device_telemetry_interval_rides_with_metrics(helm: Helm) -> None:
     assert "--telemetry-interval=0" in args
     args, _, _ = _agent_container(helm, "--set", "metrics.enabled=false")
     assert not [a for a in args if a.startswith(("--telemetry", "--metrics"))]
+
+
+def test_health_taints_are_asked_for_and_ride_with_the_telemetry(helm: Helm) -> None:
+    args, _, _ = _agent_container(helm)
+    assert not [a for a in args if a.startswith("--health-taint")]
+    on = ("--set", "agent.healthTaints=true", "--set", "agent.healthTaintHold=60")
+    args, _, _ = _agent_container(helm, *on)
+    assert "--health-taints" in args and "--health-taint-hold=60" in args
+    args, _, _ = _agent_container(helm, *on, "--set", "metrics.enabled=false")
+    assert not [a for a in args if a.startswith("--health-taint")]
 
 
 def test_driver_tools_are_mounted_from_the_driver_root(helm: Helm) -> None:

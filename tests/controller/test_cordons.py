@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from lightkube import Client
+import pytest
+from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event
 
 from kubeacc.controller.controller import CORDONED_BY, Controller
+from kubeacc.controller.taintrules import DeviceTaintRule, rule_name
 from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.model import Device, Health, HealthState
+from kubeacc.testbed.versions import LANE
 from tests.crdfixtures import (
     create_operation,
     operation_finished,
@@ -15,6 +18,8 @@ from tests.crdfixtures import (
     put_policy,
     wait_for,
 )
+
+pytestmark = pytest.mark.cluster
 
 
 def _cordon(client: Client, name: str) -> tuple[bool, str | None]:
@@ -79,3 +84,33 @@ def test_policy_cordon_is_lifted_when_the_device_recovers(
     assert _cordon(kube_client, acc) == (True, "policy")
     put_accelerator(kube_client, "node-a", fpgas[0])
     wait_for("uncordoned once healthy", lambda: _cordon(kube_client, acc) == (False, None))
+
+
+def test_drain_with_evict_is_a_device_taint_rule_where_served_and_refused_cleanly_elsewhere(
+    controller: Controller, kube_client: Client, namespace: str, fpgas: list[Device]
+) -> None:
+    """Kubernetes 1.37 serves resource.k8s.io/v1 DeviceTaintRules; 1.36 does not (its lane)."""
+    acc = put_accelerator(kube_client, "node-b", fpgas[0])
+    create_operation(
+        kube_client, namespace, "evict", {"action": "Drain", "targets": [acc], "evict": True}
+    )
+    op = wait_for("drained", lambda: operation_finished(kube_client, namespace, "evict"))
+    served = LANE.minor != "1.36"
+    if not served:
+        assert op["status"]["phase"] == "Failed"
+        failed = next(c for c in op["status"]["conditions"] if c["type"] == "Failed")
+        assert failed["reason"] == "DeviceTaintRulesNotServed"
+        assert "Kubernetes 1.37" in failed["message"]
+        assert _cordon(kube_client, acc) == (False, None)  # nothing left half-done
+        return
+    assert op["status"]["phase"] == "Succeeded", op["status"]
+    assert _cordon(kube_client, acc) == (True, f"{namespace}/evict")
+    got = as_dict(kube_client.get(DeviceTaintRule, rule_name(acc)))
+    assert got["spec"]["deviceSelector"]["device"] == fpgas[0].name
+    create_operation(kube_client, namespace, "lift", {"action": "Uncordon", "targets": [acc]})
+    op = wait_for("uncordoned", lambda: operation_finished(kube_client, namespace, "lift"))
+    rule = rule_name(acc)
+    assert op["status"]["message"] == f"uncordoned {acc}; DeviceTaintRules deleted: {rule}"
+    with pytest.raises(ApiError) as gone:
+        kube_client.get(DeviceTaintRule, rule)
+    assert gone.value.status.code == 404

@@ -30,6 +30,7 @@ def test_every_panel_queries_exported_series() -> None:
         counter.labels("kubeacc.io/gpu").inc()
     for counter in (agent.registrations, agent.registration_failures):
         counter.labels("dra").inc()
+    agent.health_taint_steps.labels("added", "NoExecute").inc()
     held = {
         "spec": {"node": "n1", "deviceName": "gpu-a", "cordoned": True},
         "status": {"conditions": [{"type": "Remediation", "status": "True", "reason": "HeldBack"}]},

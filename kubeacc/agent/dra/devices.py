@@ -157,6 +157,7 @@ def device_index(inv: Inventory) -> dict[str, DeviceInfo]:
             vendor=dev.vendor,
             memory_bytes=dev.memory_bytes or 0,
             uuid=dev.uuid or "",
+            netdev=dev.netdevs[0] if dev.netdevs else "",
         )
         for part in dev.partitions:
             if part.kind is PartitionKind.SRIOV_VF:
@@ -168,6 +169,7 @@ def device_index(inv: Inventory) -> dict[str, DeviceInfo]:
                     device_nodes=(),
                     healthy=dev.health.state,
                     message=dev.health.reason,
+                    netdev=part.netdev or "",
                 )
     return out
 
@@ -188,6 +190,8 @@ class DeviceInfo:
     mig: Partition | None = None
     #: The GPU's UUID (NVIDIA: what NVIDIA_VISIBLE_DEVICES names).
     uuid: str = ""
+    #: A NIC's (or VF's) network interface on the host, when it has one.
+    netdev: str = ""
 
     @property
     def nvidia_gpu(self) -> bool:

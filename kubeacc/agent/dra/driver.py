@@ -45,6 +45,7 @@ from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
+from kubeacc.agent.dra.devicestatus import DeviceStatusWriter, device_entries
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
 from kubeacc.agent.dra.migmodel import MigError
@@ -123,6 +124,8 @@ class Driver:
         self.limiter = limiter or Limiter()
         #: Called (outside the lock) after claims were prepared or unprepared.
         self.on_change = on_change
+        #: Writes claims' status.devices after prepare and unprepare (None: not written).
+        self.status: DeviceStatusWriter | None = None
         self.claims = claims
         self.devices = devices
         self.cdi_dir = cdi_dir
@@ -221,8 +224,16 @@ class Driver:
 
     # -- prepare ----------------------------------------------------------------------------
     def prepare(self, refs: Iterable[ClaimRef]) -> dict[str, PrepareResult]:
+        refs = list(refs)
         with self.metrics.prepare_seconds.time():
             out = self._prepare_claims(refs)
+        if self.status is not None:
+            infos = self.devices()
+            for ref in refs:
+                res = out.get(ref.uid)
+                if res is not None and not res.error:
+                    entries = device_entries(self.node, res.devices, infos)
+                    self.status.prepared(ref.namespace, ref.name, ref.uid, entries)
         self.metrics.prepare_errors.inc(sum(1 for r in out.values() if r.error))
         self._count()
         self._changed()
@@ -543,8 +554,13 @@ class Driver:
     # -- unprepare --------------------------------------------------------------------------
     def unprepare(self, refs: Iterable[ClaimRef]) -> dict[str, str]:
         """Forget the claims; needs no API server. Returns uid -> error ("" = done)."""
+        refs = list(refs)
         with self.metrics.unprepare_seconds.time():
             out = self._unprepare_claims(refs)
+        if self.status is not None:
+            for ref in refs:
+                if out.get(ref.uid) == "":
+                    self.status.unprepared(ref.namespace, ref.name, ref.uid)
         self.metrics.unprepare_errors.inc(sum(1 for e in out.values() if e))
         self._count()
         self._changed()

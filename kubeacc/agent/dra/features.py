@@ -12,7 +12,8 @@ an error, and a drained GPU, or a GPU and its partition, go to two pods.
 (nothing is stored) and reads back what it kept. :func:`restrict` then publishes only what the
 cluster enforces (docs/security.md, "Cluster features"):
 
-* taints dropped: tainted devices are left out (nothing drained or unhealthy is allocatable);
+* taints dropped: tainted devices are left out (nothing drained or unhealthy is allocatable),
+  but those with only ``None`` taints (degraded, still usable) are published without them;
 * partitionable devices dropped: MIG partitions and counter sets are left out, whole GPUs are
   published without ``consumesCounters``;
 * consumable capacity dropped: memory-shared devices are published whole (one claim each).
@@ -156,8 +157,10 @@ def restrict(
     for dev in devices:
         d = dict(dev)
         if not features.taints and d.get("taints"):
-            left.append(str(d["name"]))
-            continue
+            if any(t.get("effect") != "None" for t in d["taints"]):
+                left.append(str(d["name"]))
+                continue
+            d.pop("taints")  # only informational ones: the device is still usable
         if not features.partitionable and d.get("consumesCounters"):
             if "migProfile" in (d.get("attributes") or {}):
                 left.append(str(d["name"]))

@@ -20,6 +20,7 @@ from kubeacc.agent.telemetry.collector import Snapshot, TelemetryCollector
 from kubeacc.agent.telemetry.faults import DeviceFault, FaultDetector
 from kubeacc.agent.telemetry.holders import Holders
 from kubeacc.agent.telemetry.nvidia import NvidiaReader
+from kubeacc.agent.telemetry.series import Reading
 from kubeacc.agent.telemetry.sysfs import SysfsReader
 from kubeacc.host import Host
 from kubeacc.model import Inventory
@@ -43,6 +44,7 @@ class TelemetrySampler:
         interval: float = DEFAULT_INTERVAL_S,
         on_faults: Callable[[list[DeviceFault]], None] | None = None,
         health_thresholds: Callable[[], frozenset[int]] = frozenset,
+        on_pass: Callable[[list[DeviceFault], list[Reading]], None] | None = None,
     ) -> None:
         if interval <= 0:
             raise ValueError("the telemetry interval must be positive (0 turns telemetry off)")
@@ -60,6 +62,8 @@ class TelemetrySampler:
         self.on_faults = on_faults
         #: The ``failures`` counts of the policies' HealthFailing rules (kubeacc.crds.remediation).
         self.health_thresholds = health_thresholds
+        #: Every pass's new faults with its readings (the health taints need both).
+        self.on_pass = on_pass
         self.passes = 0
         self._snapshot: Snapshot | None = None
         self._lock = threading.Lock()
@@ -84,6 +88,11 @@ class TelemetrySampler:
                 self.on_faults(faults)
             except Exception as exc:  # an API server away must not stop the sampling
                 log.warning("reporting device faults failed: %s", exc)
+        if self.on_pass is not None:
+            try:
+                self.on_pass(faults, readings)
+            except Exception as exc:  # the sampling goes on; the next pass tries again
+                log.warning("device health after a telemetry pass failed: %s", exc)
         models = {}
         for d in inv.devices:
             models[d.name] = d.model or "unknown"

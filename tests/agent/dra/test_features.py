@@ -35,3 +35,10 @@ def test_nothing_is_published_that_the_cluster_would_give_twice() -> None:
         "DRADeviceTaints",
         "DRAConsumableCapacity",
     ]
+
+
+def test_a_degraded_device_stays_without_its_informational_taint() -> None:
+    degraded = {"name": "gpu-d", "taints": [{"key": "kubeacc.io/health", "effect": "None"}]}
+    devices, _, left = restrict([degraded, TAINTED], [], SliceFeatures(taints=False))
+    assert devices == [{"name": "gpu-d"}] and left == ["gpu-b"]
+    assert degraded["taints"]  # the caller's entry is left alone

@@ -1,0 +1,189 @@
+"""Device status in the claim (``status.devices``, DRAResourceClaimDeviceStatus, GA in 1.37).
+
+After NodePrepareResources each device of the claim that this driver prepared gets an entry
+(driver, pool, device): the condition ``Ready`` (``Prepared``), ``data`` with what a user may
+want to know about it (its PCI address; a GPU's ``uuid``) and, for a NIC or a virtual function,
+``networkData.interfaceName``. After NodeUnprepareResources the entries go again.
+
+The writes are server-side applies of ``status.devices`` under the field manager
+``kubeacc.io-<node>`` (the list is keyed by driver, pool and device, so another driver's entries
+are never touched; applying an empty list removes ours). They run on a thread of their own so
+that prepare and unprepare never wait for the API server: the status follows within moments, a
+claim already gone is skipped, and a write that fails is tried again a few times. Writes are
+coalesced per claim (only its latest state is sent), so a burst of prepares and unprepares costs
+at most one write per claim in flight.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lightkube import ApiError, Client
+from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.types import PatchType
+
+from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.dra.checkpoint import PreparedDevice
+from kubeacc.agent.dra.devices import DeviceInfo
+
+log = logging.getLogger(__name__)
+
+#: Attempts per write before it is given up (logged).
+ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class _Write:
+    namespace: str
+    name: str
+    uid: str
+    devices: tuple[dict[str, Any], ...]  # empty: remove ours
+    attempt: int = 0
+
+
+def _stamp() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def device_entries(
+    pool: str, prepared: Iterable[PreparedDevice], infos: Mapping[str, DeviceInfo]
+) -> list[dict[str, Any]]:
+    """The ``status.devices`` entries of one prepared claim (one per device, shares of one
+    device once)."""
+    out: dict[str, dict[str, Any]] = {}
+    now = _stamp()
+    for p in prepared:
+        if p.device in out:
+            continue
+        info = infos.get(p.device)
+        data: dict[str, str] = {}
+        entry: dict[str, Any] = {
+            "driver": DRIVER_NAME,
+            "pool": p.pool or pool,
+            "device": p.device,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "Prepared",
+                    "message": "prepared by kubeacc.io on its node",
+                    "lastTransitionTime": now,
+                }
+            ],
+        }
+        if info is not None:
+            if info.bus_id:
+                data["pciBusID"] = info.bus_id
+            if info.uuid:
+                data["uuid"] = info.uuid
+            if info.netdev:
+                entry["networkData"] = {"interfaceName": info.netdev}
+        if data:
+            entry["data"] = data
+        out[p.device] = entry
+    return list(out.values())
+
+
+class DeviceStatusWriter:
+    """Writes and removes claims' ``status.devices`` entries in the background, one claim's
+    latest state at a time: a write still waiting is replaced by a newer one of the same claim,
+    and a claim unprepared before its entries were written is not written at all."""
+
+    def __init__(self, client: Client, node: str, retry_delay: float = 1.0) -> None:
+        self.client = client
+        self.node = node
+        self.field_manager = f"{DRIVER_NAME}-{node}"
+        self.retry_delay = retry_delay
+        #: Claim UID -> its write still to do (oldest first).
+        self._pending: dict[str, _Write] = {}
+        #: Claims whose entries are on the server now.
+        self._written: set[str] = set()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self.written = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="device-status", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def prepared(self, namespace: str, name: str, uid: str, entries: list[dict[str, Any]]) -> None:
+        self._put(_Write(namespace, name, uid, tuple(entries)))
+
+    def unprepared(self, namespace: str, name: str, uid: str) -> None:
+        with self._cond:
+            if uid not in self._written and self._pending.get(uid) is not None:
+                del self._pending[uid]  # never written: nothing to remove
+                return
+        self._put(_Write(namespace, name, uid, ()))
+
+    def _put(self, w: _Write, *, retry: bool = False) -> None:
+        with self._cond:
+            if retry and w.uid in self._pending:
+                return  # a newer write of that claim is waiting
+            self._pending.pop(w.uid, None)
+            self._pending[w.uid] = w
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return
+                uid = next(iter(self._pending))
+                w = self._pending.pop(uid)
+            try:
+                self.write(w.namespace, w.name, w.uid, list(w.devices))
+            except Exception as exc:  # API server away: a few more tries, then the log
+                if w.attempt + 1 >= ATTEMPTS:
+                    log.warning("status.devices of %s/%s not written: %s", w.namespace, w.name, exc)
+                    continue
+                again = _Write(w.namespace, w.name, w.uid, w.devices, w.attempt + 1)
+                timer = threading.Timer(self.retry_delay, self._put, args=(again,))
+                timer.kwargs = {"retry": True}
+                timer.daemon = True
+                timer.start()
+                continue
+            with self._cond:
+                if w.devices:
+                    self._written.add(uid)
+                else:
+                    self._written.discard(uid)
+
+    def write(self, namespace: str, name: str, uid: str, devices: list[dict[str, Any]]) -> None:
+        """Apply ``devices`` as this node's entries of the claim (its UID must match)."""
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "status": {"devices": devices},
+        }
+        try:
+            self.client.patch(
+                ResourceClaim.Status,
+                name,
+                body,
+                namespace=namespace,
+                patch_type=PatchType.APPLY,
+                field_manager=self.field_manager,
+                force=True,
+            )
+        except ApiError as exc:
+            if exc.status.code in (404, 409):  # gone, or another claim of that name now
+                return
+            raise
+        self.written += 1

@@ -1,0 +1,66 @@
+"""Device status on the testbed: the agent (with its own certificate identity and
+deploy/rbac/agent.yaml) fills a claim's ``status.devices`` at prepare -- a GPU's UUID, a NIC's
+interface -- and removes its entries at unprepare."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from kubeacc.crds.resources import as_dict
+from kubeacc.testbed.testbed import Testbed
+from tests.nodestack import claim_pod, node_stack, pod_phase, resource_claim
+from tests.testbed.helpers import eventually
+
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kubeacc_crds", "kubeacc_cleanup")]
+
+
+def _status(client: Client, name: str, ns: str) -> list[dict[str, Any]]:
+    claim = as_dict(client.get(ResourceClaim, name, namespace=ns))
+    return list((claim.get("status") or {}).get("devices") or [])
+
+
+def test_prepare_writes_device_status_and_unprepare_removes_it(
+    testbed: Testbed, kube_client: Client, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    with node_stack(testbed, tmp_path, "dgx-h100") as stack:
+        requests = [
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}},
+            {"name": "nic", "exactly": {"deviceClassName": "nic.kubeacc.io"}},
+        ]
+        kube_client.create(resource_claim("both", ns, requests))
+        kube_client.create(claim_pod("user", ns, "both"))
+        eventually(lambda: pod_phase(kube_client, "user", ns) == "Running", 90, "pod Running")
+        results = as_dict(kube_client.get(ResourceClaim, "both", namespace=ns))["status"][
+            "allocation"
+        ]["devices"]["results"]
+        gpu, nic = (r["device"] for r in results)
+        devices = eventually(
+            lambda: len(s := _status(kube_client, "both", ns)) == 2 and s, 30, "status.devices"
+        )
+        by_name = {d["device"]: d for d in devices}
+        assert set(by_name) == {gpu, nic}
+        for d in devices:
+            assert (d["driver"], d["pool"]) == ("kubeacc.io", stack.node)
+            [ready] = d["conditions"]
+            assert (ready["type"], ready["status"]) == ("Ready", "True")
+            assert ready["reason"] == "Prepared"
+        gpu_slice = stack.slice_device(gpu)
+        assert gpu_slice is not None
+        assert by_name[gpu]["data"]["uuid"] == gpu_slice["attributes"]["uuid"]["string"]
+        nic_slice = stack.slice_device(nic)
+        assert nic_slice is not None
+        assert by_name[nic]["networkData"]["interfaceName"]
+        assert (
+            by_name[nic]["data"]["pciBusID"]
+            == (nic_slice["attributes"]["resource.kubernetes.io/pciBusID"]["string"])
+        )
+
+        kube_client.delete(Pod, "user", namespace=ns)
+        eventually(lambda: _status(kube_client, "both", ns) == [], 60, "entries removed")
