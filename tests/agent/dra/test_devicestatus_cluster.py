@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.types import PatchType
 
 from kubeacc.crds.resources import as_dict
+from kubeacc.testbed.identities import agent_cert_client
 from kubeacc.testbed.testbed import Testbed
 from tests.nodestack import claim_pod, node_stack, pod_phase, resource_claim
 from tests.testbed.helpers import eventually
@@ -62,5 +64,35 @@ def test_prepare_writes_device_status_and_unprepare_removes_it(
             == (nic_slice["attributes"]["resource.kubernetes.io/pciBusID"]["string"])
         )
 
+        _others_refused(testbed, tmp_path, ns, stack.node, devices)
+
         kube_client.delete(Pod, "user", namespace=ns)
         eventually(lambda: _status(kube_client, "both", ns) == [], 60, "entries removed")
+
+
+def _others_refused(
+    testbed: Testbed, tmp: Path, ns: str, node: str, devices: list[dict[str, Any]]
+) -> None:
+    """deploy/admission: another node's agent may not touch this claim's status, and this
+    node's agent may write only its own pool's entries, never the allocation."""
+
+    def patch(client: Client, status: dict[str, Any]) -> str:
+        try:
+            client.patch(
+                ResourceClaim.Status,
+                "both",
+                {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "status": status},
+                namespace=ns,
+                patch_type=PatchType.MERGE,
+            )
+        except ApiError as exc:
+            return str(exc.status.message)
+        return ""
+
+    other = agent_cert_client(testbed, "node-elsewhere", tmp / "other")
+    refused = patch(other, {"devices": [{**devices[0], "data": {"forged": "yes"}}]})
+    assert "may only write the status of claims allocated a kubeacc.io device" in refused
+    own = agent_cert_client(testbed, node, tmp / "own")
+    foreign = {**devices[0], "driver": "gpu.example.com"}
+    assert "gpu.example.com" in patch(own, {"devices": [*devices, foreign]})  # not its driver
+    assert patch(own, {"reservedFor": []}) != ""  # the kubelet's, not the agent's
