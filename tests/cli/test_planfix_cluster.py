@@ -24,7 +24,7 @@ pytestmark = pytest.mark.cluster
 H100 = 'device.attributes["kubeacc.io"].model.startsWith("NVIDIA H100")'
 
 
-def _claim_and_pod(
+def claim_and_pod(
     client: Client, namespace: str, name: str, count: int, selectors: tuple[str, ...] = ()
 ) -> None:
     exactly: dict[str, Any] = {"deviceClassName": "gpu.kubeacc.io", "count": count}
@@ -77,10 +77,10 @@ def test_fixes_found_by_plan_are_what_kube_scheduler_does(
     assert kubeacc("install-classes", "--kubeconfig", kc, home=home).returncode == 0
     host = profiles.build("l4-pair", tmp_path / "host")  # two L4s
     with registered_agent(testbed, host, tmp_path) as agent:
-        _claim_and_pod(kube_client, namespace, "holder", 1)
+        claim_and_pod(kube_client, namespace, "holder", 1)
         eventually(lambda: _allocation(kube_client, namespace, "holder"), 90, "holder", agent.log)
-        _claim_and_pod(kube_client, namespace, "two", 2)
-        _claim_and_pod(kube_client, namespace, "h100", 1, (H100,))
+        claim_and_pod(kube_client, namespace, "two", 2)
+        claim_and_pod(kube_client, namespace, "h100", 1, (H100,))
 
         res = kubeacc(
             "plan", "--kubeconfig", kc, "-n", namespace, "--fixes", "-o", "json", home=home
@@ -106,7 +106,7 @@ def test_fixes_found_by_plan_are_what_kube_scheduler_does(
         assert any(f["change"] == "add-node" for f in two + h100)
 
         # The relaxed claim: kube-scheduler allocates it (the L4 the holder leaves).
-        _claim_and_pod(kube_client, namespace, "h100-relaxed", 1)
+        claim_and_pod(kube_client, namespace, "h100-relaxed", 1)
         eventually(
             lambda: _allocation(kube_client, namespace, "h100-relaxed"), 90, "relaxed", agent.log
         )

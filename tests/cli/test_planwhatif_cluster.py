@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
@@ -18,38 +17,14 @@ from kubeacc.synthetic import profiles
 from kubeacc.testbed.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
 from tests.cli.clirun import kubeacc
+from tests.cli.test_planfix_cluster import H100, claim_and_pod
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster
-H100 = 'device.attributes["kubeacc.io"].model.startsWith("NVIDIA H100")'
 
 
 def _claim_and_pod(client: Client, namespace: str, name: str, count: int) -> None:
-    request = {
-        "name": "gpus",
-        "exactly": {
-            "deviceClassName": "gpu.kubeacc.io",
-            "count": count,
-            "selectors": [{"cel": {"expression": H100}}],
-        },
-    }
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"devices": {"requests": [request]}},
-    }
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "resourceClaims": [{"name": "c", "resourceClaimName": name}],
-            "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "c"}]}}],
-        },
-    }
-    client.create(from_dict(claim))
-    client.create(from_dict(pod))
+    claim_and_pod(client, namespace, name, count, (H100,))
 
 
 def test_add_node_answers_as_kube_scheduler_once_the_node_joins(

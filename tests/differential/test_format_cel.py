@@ -17,8 +17,7 @@ from kubeacc.differential.harness import GoAllocator
 from kubeacc.engine import celenv
 from kubeacc.engine.celformat import go_quote
 from kubeacc.engine.celformatcheck import rename_format_calls
-from kubeacc.engine.engine import Engine
-from tests.differential.test_renamed_cel import _scenario
+from tests.differential.test_renamed_cel import _both, _scenario
 
 A = 'device.attributes["gpu.example.com"]'
 
@@ -111,17 +110,6 @@ def _engine_format(call: str) -> str | None:
         return None
     value: Any = result.value()
     return value if isinstance(value, str) else None
-
-
-def _both(go: GoAllocator, expression: str) -> tuple[object, object]:
-    scen = _scenario(expression)
-    theirs = go.pairs(scen)[0][0]
-    engine = Engine(scen["slices"], scen["classes"], scen["allocated"], scen["nodes"])
-    ours = engine.allocate_pod(scen["claims"], node="n0", commit=False, pod="p")
-    return (
-        "error" if theirs.get("fatal") else bool(theirs["ok"]),
-        "error" if ours.error is not None else ours.ok,
-    )
 
 
 @pytest.mark.parametrize("call", CALLS)
