@@ -4,8 +4,11 @@ The remediation loop (kubeacc.controller.remediator) acts on faults; it reads th
 Accelerator the node agent already keeps, not from Events (which are lossy, aggregated and
 free text). Each fault is one server-side apply of ``status.lastFault`` under the field
 manager ``kubeacc-faults-<node>`` (so it never fights the users or the life-cycle agent's
-fields). ``time`` identifies the fault: the controller acts once per new time. A write that
-fails (API server away) is kept and tried again at the next pass; a device without an
+fields). ``time`` identifies the fault: the controller acts once per new time. An Accelerator
+has one ``lastFault``, so a device's faults are written one per pass, in the order found (an XID
+and a HealthFailing threshold in the same pass are two writes, a pass apart, each with its own
+time); at most ``QUEUE`` wait per device, the oldest dropped first. A write that fails (API
+server away) is kept, with its time, and tried again at the next pass; a device without an
 Accelerator (no life-cycle agent on the node) is only logged.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections import deque
 
 from lightkube import ApiError, Client
 from lightkube.types import PatchType
@@ -23,6 +27,9 @@ from kubeacc.crds.resources import Accelerator, is_not_found
 from kubeacc.crds.types import API_VERSION, FaultReport
 
 log = logging.getLogger(__name__)
+
+#: Faults waiting per device behind the one being written.
+QUEUE = 16
 
 
 def report_of(fault: DeviceFault, at: dt.datetime) -> FaultReport:
@@ -40,20 +47,29 @@ class FaultReporter:
         self.client = client
         self.node = node
         self.field_manager = f"kubeacc-faults-{node}"
-        #: Accelerator name -> the report not yet written.
+        #: Accelerator name -> the report being written (its time fixed at the first try).
         self._pending: dict[str, FaultReport] = {}
+        #: Accelerator name -> faults found, not yet tried, oldest first.
+        self._waiting: dict[str, deque[DeviceFault]] = {}
         self.written = 0
+        self.dropped = 0
 
     def report(self, faults: list[DeviceFault]) -> None:
-        """Write the new faults (the first of a device's in one pass) and any still pending;
-        raises the first API error after trying every write."""
+        """Queue the new faults, then write one per device: the one still pending, else the
+        device's oldest waiting; raises the first API error after trying every write."""
         at = dt.datetime.now(dt.UTC)
-        seen: set[str] = set()
         for f in faults:
-            name = f"{self.node}-{f.device}"
-            if name not in seen:
-                seen.add(name)
-                self._pending[name] = report_of(f, at)
+            queue = self._waiting.setdefault(f"{self.node}-{f.device}", deque())
+            if len(queue) == QUEUE:
+                self.dropped += 1
+                log.warning("%s: too many faults waiting, dropping %s", f.device, queue[0].event)
+                queue.popleft()
+            queue.append(f)
+        for name, queue in list(self._waiting.items()):
+            if name not in self._pending:
+                self._pending[name] = report_of(queue.popleft(), at)
+            if not queue:
+                del self._waiting[name]
         error: Exception | None = None
         for name, rep in list(self._pending.items()):
             try:

@@ -44,6 +44,34 @@ def test_injected_xid_79_and_lost_gpu_reach_on_faults(hosts: HostFactory) -> Non
     assert len(seen) == 3
 
 
+def test_a_restarted_agent_does_not_report_old_xids_again(hosts: HostFactory) -> None:
+    """After a kill -9 the agent starts a new sampler: its XID event set delivers only XIDs
+    from its registration on (as NVML's does), so an XID reported before the restart is not
+    reported again with a new time; a new one is."""
+    root = hosts.copy("l4-pair")
+    host = SyntheticHost(root)
+    inv = discover(host)
+    gpu0 = min((d for d in inv.devices if d.vendor == "NVIDIA"), key=lambda d: d.index)
+    tell = root / ".synthetic/telemetry.json"
+    tell.write_text(json.dumps({"gpus": {"0": {}}}))
+    before: list[DeviceFault] = []
+    first = TelemetrySampler("n", host, host.nvml, lambda: inv, dict, on_faults=before.extend)
+    first.sample_once()
+    tell.write_text(json.dumps({"gpus": {"0": {"xids": [79]}}}))
+    first.sample_once()
+    assert before == [DeviceFault(gpu0.name, EventClass.XID, 79)]
+
+    after: list[DeviceFault] = []
+    again = SyntheticHost(root)  # a new process: its own NVML and event sets
+    restarted = TelemetrySampler("n", again, again.nvml, lambda: inv, dict, on_faults=after.extend)
+    restarted.sample_once()
+    restarted.sample_once()
+    assert after == []
+    tell.write_text(json.dumps({"gpus": {"0": {"xids": [79, 48]}}}))
+    restarted.sample_once()
+    assert after == [DeviceFault(gpu0.name, EventClass.XID, 48)]
+
+
 def test_link_down_and_port_error_once_and_what_is_wrong_from_the_start() -> None:
     d = FaultDetector()
     first = d.update(

@@ -62,6 +62,12 @@ def test_faults_land_on_the_accelerator_and_survive_an_absent_api_server(
         for m in admin.get(Accelerator, names[0]).metadata.managedFields or []  # type: ignore[union-attr]
     }
     assert f"kubeacc-faults-{NODE}" in managers
+    # The second fault of that pass is not lost: written at the next pass, with its own time
+    # (the controller acts once per new time).
+    reporter.report([])
+    second = _status(admin, names[0])["lastFault"]
+    assert (second["event"], second["detail"]) == ("EccUncorrectable", "1")
+    assert second["time"] > fault["time"]
 
     # The API server unreachable: the write fails, the fault is kept ...
     away = KubeConfig.from_one(
