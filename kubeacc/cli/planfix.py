@@ -7,7 +7,8 @@ about the explanation:
 * **free**: delete allocated claims (the devices they hold return); single claims first, then
   pairs of them when no single one is enough;
 * **relax**: drop one CEL selector of a request (``exactly`` or a ``firstAvailable``
-  subrequest) or one ``constraints`` entry of the claim;
+  subrequest) or one ``constraints`` entry of the claim, or ask for fewer devices (the
+  largest ``count`` below the request's that fits: "2 GPUs fit where 4 do not");
 * **add-node**: a node like one of the synthetic host profiles joins (as ``--add-node``
   publishes it); the profiles that work, fewest devices first.
 
@@ -171,6 +172,39 @@ def _relaxations(claim: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, An
         yield f"spec.devices.constraints[{i}]", what, changed
 
 
+def _counted(claim: dict[str, Any]) -> Iterator[tuple[str, int, Callable[[int], Any]]]:
+    """(path, count, a copy of the claim with another count) for each request or
+    ``firstAvailable`` subrequest asking for more than one device by count."""
+    devices = (claim.get("spec") or {}).get("devices") or {}
+    for i, req in enumerate(devices.get("requests") or []):
+        if not isinstance(req, dict):
+            continue
+        bodies: list[tuple[str, int | None, Any]] = [
+            (f"requests[{i}].exactly", None, req.get("exactly"))
+        ]
+        bodies += [
+            (f"requests[{i}].firstAvailable[{n}]", n, sub)
+            for n, sub in enumerate(req.get("firstAvailable") or [])
+        ]
+        for where, k, body in bodies:
+            if (
+                not isinstance(body, dict)
+                or body.get("allocationMode", "ExactCount") != "ExactCount"
+            ):
+                continue
+            count = body.get("count", 1)
+            if not isinstance(count, int) or isinstance(count, bool) or count < 2:
+                continue
+
+            def recount(n: int, i: int = i, k: int | None = k) -> Any:
+                changed = copy.deepcopy(claim)
+                req_copy = changed["spec"]["devices"]["requests"][i]
+                (req_copy["exactly"] if k is None else req_copy["firstAvailable"][k])["count"] = n
+                return changed
+
+            yield f"spec.devices.{where}.count", count, recount
+
+
 def _relax(search: _Search) -> list[Fix]:
     found: list[Fix] = []
     for target in search.targets:
@@ -180,14 +214,29 @@ def _relax(search: _Search) -> list[Fix]:
         )
         if original is None:
             continue
+
+        def fits(changed: dict[str, Any], original: dict[str, Any] = original) -> bool | None:
+            return search.fits([changed if o is original else o for o in search.objs])
+
         for path, dropped, changed in _relaxations(original):
-            ok = search.fits([changed if o is original else o for o in search.objs])
+            ok = fits(changed)
             if ok is None:
                 return found
             if ok:
                 text = f"relax claim {target}: drop {path} ({dropped})"
                 detail = {"claim": target, "path": path, "dropped": dropped}
                 found.append(Fix("relax", text, detail))
+        for path, count, recount in _counted(original):
+            for fewer in range(count - 1, 0, -1):  # the largest count that fits
+                ok = fits(recount(fewer))
+                if ok is None:
+                    return found
+                if ok:
+                    text = f"relax claim {target}: lower {path} from {count} to {fewer}"
+                    lower: dict[str, Any] = {"claim": target, "path": path}
+                    lower |= {"count": count, "fits": fewer}
+                    found.append(Fix("relax", text, lower))
+                    break
     return found
 
 

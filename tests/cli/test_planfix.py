@@ -58,10 +58,20 @@ def test_freeing_the_claim_that_holds_the_device_is_found() -> None:
     ]
     got = _fixes(objs, "default/two")
     assert [f.to_dict() for f in got.found] == [
-        {"change": "free", "claims": ["ns/big"], "pods": ["ns/trainer"], "devices": 1}
+        {"change": "free", "claims": ["ns/big"], "pods": ["ns/trainer"], "devices": 1},
+        {
+            "change": "relax",
+            "claim": "default/two",
+            "path": "spec.devices.requests[0].exactly.count",
+            "count": 2,
+            "fits": 1,
+        },
     ]
-    assert got.lines() == ["free claim ns/big (1 device; pods ns/trainer)"]
-    assert got.tried == 1 and not got.cut
+    assert got.lines() == [
+        "free claim ns/big (1 device; pods ns/trainer)",
+        "relax claim default/two: lower spec.devices.requests[0].exactly.count from 2 to 1",
+    ]
+    assert got.tried == 2 and not got.cut
 
 
 def test_two_claims_are_freed_only_when_one_is_not_enough() -> None:
@@ -75,7 +85,7 @@ def test_two_claims_are_freed_only_when_one_is_not_enough() -> None:
     got = _fixes(objs, "default/two")
     assert [f.to_dict()["claims"] for f in got.found] == [["ns/x", "ns/y"]]
     assert got.found[0].text == "free claims ns/x, ns/y (2 devices; no pod)"
-    assert got.tried == 3  # x, y, then the pair
+    assert got.tried == 4  # x, y, then the pair; and one GPU instead of two (none is free)
 
 
 def test_the_claim_holding_fewest_devices_comes_first() -> None:
@@ -131,6 +141,35 @@ def test_a_constraint_is_relaxed() -> None:
     ]
 
 
+def test_the_largest_count_that_fits_is_found_for_each_request() -> None:
+    request = {
+        "name": "gpu",
+        "firstAvailable": [
+            {"name": "h100", "deviceClassName": "gpu.kubeacc.io", "count": 4},
+            {"name": "any", "deviceClassName": "gpu.kubeacc.io", "count": 3},
+        ],
+    }
+    objs = [
+        slice_("a", node_gpus(4)),
+        device_class(),
+        _held("wide", "gpu-0", "gpu-1"),
+        claim(request, name="many"),
+    ]
+    got = _fixes(objs, "default/many")
+    lowered = [
+        (f.detail["path"], f.detail["count"], f.detail["fits"])
+        for f in got.found
+        if "count" in f.detail
+    ]
+    assert lowered == [
+        ("spec.devices.requests[0].firstAvailable[0].count", 4, 2),
+        ("spec.devices.requests[0].firstAvailable[1].count", 3, 2),
+    ]
+    # A request of all devices or of one is never lowered.
+    one = claim(exactly(count=1), exactly("all", allocationMode="All"), name="fixed")
+    assert not list(planfix._counted(one))
+
+
 def test_a_first_available_subrequest_selector_is_relaxed() -> None:
     request = {
         "name": "gpu",
@@ -158,7 +197,8 @@ def test_the_search_stops_at_its_bound_and_says_so(monkeypatch: pytest.MonkeyPat
         claim(exactly(count=3), name="three"),
     ]
     got = _fixes(objs, "default/three")
-    assert got.cut and got.tried == 2 and got.found == []
+    # Each kind of change has its own bound: 2 to free, 2 to lower the count (2, then 1).
+    assert got.cut and got.tried == 4 and got.found == []
     assert got.lines()[-1] == "(a search stopped at 2 re-plans; more changes were not tried)"
 
 

@@ -95,7 +95,15 @@ def test_fixes_found_by_plan_are_what_kube_scheduler_does(
             "pods": [f"{namespace}/holder"],
             "devices": 1,
         }
-        assert [f for f in two if f["change"] == "relax"] == []
+        assert [f for f in two if f["change"] == "relax"] == [
+            {
+                "change": "relax",
+                "claim": f"{namespace}/two",
+                "path": "spec.devices.requests[0].exactly.count",
+                "count": 2,
+                "fits": 1,
+            }
+        ]
         assert h100[0] == {
             "change": "relax",
             "claim": f"{namespace}/h100",
@@ -111,6 +119,12 @@ def test_fixes_found_by_plan_are_what_kube_scheduler_does(
             lambda: _allocation(kube_client, namespace, "h100-relaxed"), 90, "relaxed", agent.log
         )
         _delete(kube_client, namespace, "h100-relaxed")
+        # The lowered count: kube-scheduler allocates one GPU where two did not fit.
+        claim_and_pod(kube_client, namespace, "two-lowered", 1)
+        eventually(
+            lambda: _allocation(kube_client, namespace, "two-lowered"), 90, "lowered", agent.log
+        )
+        _delete(kube_client, namespace, "two-lowered")
         assert _allocation(kube_client, namespace, "two") is None
 
         # Freeing the claim named: kube-scheduler then allocates "two" on its own.
