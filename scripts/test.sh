@@ -25,7 +25,8 @@ unset KUBEACC_K8S_VERSION
 .venv/bin/python -m kubeacc.differential.build 1.37
 # helm for the chart tests, from its Go module (tools/helm), cached in ~/.cache/kubeacc/helm-*.
 .venv/bin/python -m kubeacc.testbed helm
-.venv/bin/python -m pytest "$@"
+# --durations: the slowest tests in the log, to see where CI time goes.
+.venv/bin/python -m pytest --durations=30 "$@"
 # The compatibility lane: Kubernetes 1.36 (testbed-1.36/), a documented subset of the cluster
 # tests (docs/testing.md, "Compatibility lane"; the list is tests/lane-1.36.txt). Only for a whole
 # run: a run of chosen tests ("$@") is about the main lane. Its own cold build, ~10-16 min.
@@ -33,5 +34,5 @@ if [ $# -eq 0 ]; then
   export KUBEACC_K8S_VERSION=1.36
   .venv/bin/python -m kubeacc.testbed build
   mapfile -t lane < <(grep -v '^#' tests/lane-1.36.txt | grep .)
-  .venv/bin/python -m pytest -m cluster "${lane[@]}"
+  .venv/bin/python -m pytest --durations=10 -m cluster "${lane[@]}"
 fi
