@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.model.reserved import reservations
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,7 @@ def claims_in_use(claims: list[dict[str, Any]]) -> list[InUse]:
         if not any(isinstance(r, dict) and r.get("driver") == DRIVER_NAME for r in results):
             continue
         ns = meta.get("namespace") or "default"
-        pods = tuple(
-            f"{ns}/{r.get('name', '?')}"
-            for r in status.get("reservedFor") or []
-            if isinstance(r, dict) and r.get("resource", "pods") == "pods"
-        )
+        pods = tuple(r.ref(ns) for r in reservations(c))
         if pods:
             out.append(InUse(f"{ns}/{meta.get('name', '?')}", pods))
     return sorted(out, key=lambda u: u.claim)

@@ -22,6 +22,7 @@ from kubeacc.agent.deviceplugin.shared import id_gpu_key
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.agent.sharelimit import claim_enforcement
+from kubeacc.model.reserved import reservations
 
 #: device name -> its consumers (``Consumer`` objects as API dicts), in a stable order.
 Users = dict[str, list[dict[str, str]]]
@@ -60,9 +61,9 @@ def dra_users(
         ref["uid"] = uid
         obj = lookup(claim.namespace, claim.name, uid) or {}
         pods = [
-            {"kind": "Pod", "namespace": claim.namespace, "name": r["name"], "uid": r["uid"]}
-            for r in (obj.get("status") or {}).get("reservedFor") or []
-            if r.get("resource") == "pods" and r.get("name") and r.get("uid")
+            {"kind": r.kind, "namespace": claim.namespace, "name": r.name, "uid": r.uid}
+            for r in reservations(obj)
+            if r.uid
         ]
         shares = claim_enforcement(uid, claim)
         for dev in claim.devices:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
+from kubeacc.model.reserved import reservations
+
 #: re-plans tried for one failed claim (or pod) at most, per kind of change
 MAX_RUNS = 120
 #: fitting changes of one kind reported at most (the smallest first)
@@ -86,11 +88,7 @@ def _device_count(claim: dict[str, Any]) -> int:
 
 def _holders(claim: dict[str, Any]) -> list[str]:
     ns = (claim.get("metadata") or {}).get("namespace") or "default"
-    return [
-        f"{ns}/{r.get('name', '?')}"
-        for r in (claim.get("status") or {}).get("reservedFor") or []
-        if isinstance(r, dict) and r.get("resource", "pods") == "pods"
-    ]
+    return [r.ref(ns) for r in reservations(claim)]
 
 
 class _Search:

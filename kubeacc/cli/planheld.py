@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubeacc.model import DeviceType
+from kubeacc.model.reserved import reservations
 
 DRA = "DRA"
 EXTENDER = "extender"
@@ -75,11 +76,7 @@ def _claim_held(claim: dict[str, Any]) -> list[Held]:
     ns, name = _ns_name(claim)
     status = claim.get("status") or {}
     results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-    pods = tuple(
-        f"{ns}/{r.get('name', '?')}"
-        for r in status.get("reservedFor") or []
-        if isinstance(r, dict) and r.get("resource", "pods") == "pods"
-    )
+    pods = tuple(r.ref(ns) for r in reservations(claim))
     return [
         Held(
             node=str(r.get("pool", "?")),

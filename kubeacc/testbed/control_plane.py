@@ -73,6 +73,9 @@ class ControlPlane:
     workdir: Path
     bin_dir: Path
     feature_gates: str = field(default_factory=feature_gate_flag)
+    #: API versions served beside resource.k8s.io/v1 (``--runtime-config``), e.g. a beta API
+    #: that is off by default.
+    apis: tuple[str, ...] = ()
     pki: Pki | None = None
     etcd: Process | None = None
     apiserver: Process | None = None
@@ -213,7 +216,8 @@ class ControlPlane:
                 "--authorization-mode=Node,RBAC",
                 "--enable-admission-plugins=NodeRestriction",
                 "--allow-privileged=true",
-                "--runtime-config=resource.k8s.io/v1=true",
+                "--runtime-config="
+                + ",".join(f"{api}=true" for api in ("resource.k8s.io/v1", *self.apis)),
                 f"--feature-gates={self.feature_gates}",
                 "--profiling=false",
                 "--endpoint-reconciler-type=none",

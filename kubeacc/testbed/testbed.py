@@ -73,6 +73,7 @@ class Testbed:
         out: TextIO = sys.stderr,
         scheduler_extenders: Sequence[Mapping[str, Any]] = (),
         feature_gates: Mapping[str, bool] | None = None,
+        apis: Sequence[str] = (),
     ) -> Testbed:
         """Build the binaries if needed, start everything, wait until every node is Ready.
 
@@ -84,6 +85,8 @@ class Testbed:
         verbs, ``managedResources``, ...); kube-scheduler then runs with a ``--config`` file.
         ``feature_gates``: the control plane's gates (default
         :data:`kubeacc.testbed.versions.FEATURE_GATES`), e.g. DRA gates off as 1.34/1.35 ship.
+        ``apis``: API versions the API server serves beside ``resource.k8s.io/v1``
+        (``scheduling.k8s.io/v1beta1`` for pod groups).
         """
         if nodes is not None and kubelet is not None:
             raise ValueError("give either kubelet or nodes, not both")
@@ -100,6 +103,7 @@ class Testbed:
         tb = cls(wd, bins, options, keep, owns, scheduler_extenders)
         if feature_gates is not None:
             tb.control_plane.feature_gates = feature_gate_flag(dict(feature_gates))
+        tb.control_plane.apis = tuple(apis)
         if any(o.runtime == "containerd" for o in options):
             tb.runtime_bin_dir = ensure_runtime(out=out)
         try:

@@ -31,3 +31,14 @@ def test_only_reserved_claims_of_kubeacc_count() -> None:
         InUse("work/b", ("work/app-1", "work/app-2")),
     ]
     assert claims_in_use(claims)[1].line() == "claim work/b: pods work/app-1, work/app-2"
+
+
+def test_a_claim_reserved_for_a_pod_group_is_in_use() -> None:
+    """Kubernetes 1.37 workload claims: the reservation names the pod group, not its pods; the
+    kubelet still needs the driver to unprepare when the group's last pod goes."""
+    gang = _claim("shared", "kubeacc.io", [])
+    gang["status"]["reservedFor"] = [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "gang", "uid": "g"}
+    ]
+    (used,) = claims_in_use([gang])
+    assert used.line() == "claim work/shared: pods work/gang (pod group)"

@@ -25,7 +25,14 @@ def test_dra_users_are_the_claim_and_its_pods() -> None:
             "status": {
                 "reservedFor": [
                     {"resource": "pods", "name": "trainer", "uid": "p1"},
-                    {"resource": "jobs", "name": "ignored", "uid": "j1"},
+                    {
+                        "apiGroup": "scheduling.k8s.io",
+                        "resource": "podgroups",
+                        "name": "gang",
+                        "uid": "g1",
+                    },
+                    {"apiGroup": "batch", "resource": "jobs", "name": "j", "uid": "j1"},
+                    {"resource": "pods", "name": "no-uid"},
                 ]
             }
         }
@@ -33,7 +40,11 @@ def test_dra_users_are_the_claim_and_its_pods() -> None:
     users = dra_users(prepared, lambda ns, n, uid: claims.get((ns, n, uid)), [GPU, NIC])
     claim = {"kind": "ResourceClaim", "namespace": "team", "name": "train", "uid": "u1"}
     pod = {"kind": "Pod", "namespace": "team", "name": "trainer", "uid": "p1"}
-    assert users == {GPU: [claim, pod], NIC: [claim, pod]}  # the VF counts for its PF
+    # A pod group (Kubernetes 1.37 workload claims) and any other consumer hold it too.
+    group = {"kind": "PodGroup", "namespace": "team", "name": "gang", "uid": "g1"}
+    job = {"kind": "jobs.batch", "namespace": "team", "name": "j", "uid": "j1"}
+    held = [claim, pod, group, job]
+    assert users == {GPU: held, NIC: held}  # the VF counts for its PF
     # A claim the watch does not hold (yet): the claim alone.
     assert dra_users(prepared, lambda *_: None, [GPU]) == {
         GPU: [claim],

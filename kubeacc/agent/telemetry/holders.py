@@ -19,6 +19,7 @@ from kubeacc.agent.deviceplugin.shared import id_gpu_key
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.agent.users import MAX_CONSUMERS, RESOURCE_DOMAIN, ClaimLookup, accelerator_device
+from kubeacc.model.reserved import POD, reservations
 
 MAX_HOLDERS = MAX_CONSUMERS
 
@@ -57,11 +58,8 @@ def dra_holders(
     out: Holders = {}
     for uid, claim in sorted(prepared.items(), key=lambda kv: (kv[1].namespace, kv[1].name)):
         obj = lookup(claim.namespace, claim.name, uid) or {}
-        pods = [
-            str(r["name"])
-            for r in (obj.get("status") or {}).get("reservedFor") or []
-            if r.get("resource") == "pods" and r.get("name")
-        ] or [""]
+        # a pod group's pods are not named in the claim: the claim alone then
+        pods = [r.name for r in reservations(obj) if r.kind == POD] or [""]
         for dev in claim.devices:
             for pod in pods:
                 _add_both(out, dev.device, known, Holder(claim.namespace, pod, "", claim.name))
