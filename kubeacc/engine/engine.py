@@ -40,6 +40,8 @@ from kubeacc.engine.pools import (
     node_names,
 )
 from kubeacc.engine.quantity import format_quantity
+from kubeacc.engine.release import Release
+from kubeacc.engine.release import release as resolve_release
 from kubeacc.engine.search import NodeResult, NodeSearch, Pick, SelectorCache, StaticCache
 from kubeacc.engine.signature import Signatures
 from kubeacc.engine.state import Ledger
@@ -120,7 +122,10 @@ class Engine:
         *,
         max_feasible_nodes: int = 4,
         step_limit: int = 20000,
+        release: str | Release | None = None,
     ) -> None:
+        #: the kube-scheduler release whose allocator the engine follows (default: the newest)
+        self.release = resolve_release(release)
         slice_list = list(slices)
         self._device_cache = DeviceCache()
         all_pools = gather_pools(slice_list, self._device_cache)
@@ -189,6 +194,7 @@ class Engine:
                 self._slices_on.get(node.name, []) + self._slices_shared,
                 self._slices_by_pool,
                 self._device_cache,
+                self.release,
             )
             self._node_pools[node.name] = hit
         return hit
@@ -310,7 +316,14 @@ class Engine:
     def _search(self, claim: Claim, n: Node, pools: list[NodePool]) -> NodeResult:
         try:
             fits = FirstFit(
-                [claim], n, pools, self.classes, self.ledger, self._matches, verdicts=self._verdicts
+                [claim],
+                n,
+                pools,
+                self.classes,
+                self.ledger,
+                self._matches,
+                verdicts=self._verdicts,
+                release=self.release,
             ).run()
         except AllocationError as e:
             if e.fatal:
@@ -343,7 +356,14 @@ class Engine:
         picks = None
         if res.picks is not None:
             picks = FirstFit(
-                [claim], n, pools, self.classes, self.ledger, self._matches, verdicts=self._verdicts
+                [claim],
+                n,
+                pools,
+                self.classes,
+                self.ledger,
+                self._matches,
+                verdicts=self._verdicts,
+                release=self.release,
             ).replay(res.picks)
         return NodeResult(n.name, picks if picks is not None else fit)
 
@@ -626,7 +646,14 @@ class Engine:
             return out
         try:
             fit = FirstFit(
-                claims, n, pools, self.classes, self.ledger, self._matches, verdicts=self._verdicts
+                claims,
+                n,
+                pools,
+                self.classes,
+                self.ledger,
+                self._matches,
+                verdicts=self._verdicts,
+                release=self.release,
             ).run()
         except AllocationError as e:
             if e.fatal:

@@ -42,6 +42,8 @@ from kubeacc.engine.claims import ALL, Alternative, Claim, DeviceClass
 from kubeacc.engine.nodepools import NodePool, device_node_matches
 from kubeacc.engine.pools import Device, DeviceKey, Node
 from kubeacc.engine.quantity import parse_quantity
+from kubeacc.engine.release import Release
+from kubeacc.engine.release import release as default_release
 from kubeacc.engine.search import Pick
 from kubeacc.engine.state import Ledger
 
@@ -202,7 +204,9 @@ class FirstFit:
         matches: Matcher,
         step_limit: int = 200_000,
         verdicts: dict[tuple[tuple[str, ...], tuple[str, ...], str], bool] | None = None,
+        release: Release | None = None,
     ) -> None:
+        self.release = release or default_release()
         self.claims = list(claims)
         self.node = node
         self.pools = pools
@@ -295,14 +299,23 @@ class FirstFit:
             return hit
         return self._capacity_check(alt, d)
 
-    def _capacity_check(self, alt: Alternative, d: Device) -> bool:
+    def _all_capacity_fits(self, ci: int, alt: Alternative, d: Device) -> bool:
+        """Whether an ``All`` request gathers the device: v1.37 looks at its static capacity
+        only (a device whose capacity is taken stays in the set, and the request then fails);
+        v1.36 at what is left of it (such a device is skipped)."""
+        if self.release.all_static_capacity:
+            return self._capacity_check(alt, d, static=True)
+        return self._capacity_fits(ci, alt, d)
+
+    def _capacity_check(self, alt: Alternative, d: Device, static: bool = False) -> bool:
         if not alt.capacity and not d.capacity_policy and not d.allow_multiple:
             return True
         cons = consumption(alt, d)
         if cons is None:
             return False
-        used = self.ledger.capacity_used.get(d.key, {})
-        pend = self.cap_pending.get(d.key, {})
+        none: dict[str, Fraction] = {}
+        used = none if static else self.ledger.capacity_used.get(d.key, {})
+        pend = none if static else self.cap_pending.get(d.key, {})
         for c, v in cons.items():
             if _violates(v, d.capacity_policy.get(c, {})):
                 return False
@@ -336,7 +349,7 @@ class FirstFit:
                                 for d in sdevs:
                                     if self._selectable(
                                         ci, alt, d, per_device
-                                    ) and self._capacity_fits(ci, alt, d):
+                                    ) and self._all_capacity_fits(ci, alt, d):
                                         devs.append(d)
                         self.all_devices[(ci, alt.name)] = devs
                         counts.append(len(devs))
