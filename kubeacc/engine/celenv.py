@@ -35,6 +35,8 @@ from kubeacc.engine import celformatcheck, celrewrite, k8scel
 from kubeacc.engine.celcheck import LiteralTypeError, check_homogeneous
 from kubeacc.engine.celcost import CostLimitError, check_cost
 from kubeacc.engine.celformatcheck import FormatCheckError, check_format_calls
+from kubeacc.engine.release import DEFAULT as DEFAULT_RELEASE
+from kubeacc.engine.release import release as resolve_release
 
 qvalue = k8scel.qvalue
 svalue = k8scel.svalue
@@ -102,9 +104,10 @@ def _unsupported_message(key: str) -> str:
 
 
 @lru_cache(maxsize=4096)
-def compile_selector(expression: str) -> Selector:
-    """Compile once; raises :class:`CelError` for what kube-scheduler would not compile, or
-    for a feature this evaluator does not support (the message says which)."""
+def compile_selector(expression: str, release: str = DEFAULT_RELEASE) -> Selector:
+    """Compile once; raises :class:`CelError` for what kube-scheduler of ``release`` (``1.36``,
+    ``1.37``: :mod:`kubeacc.engine.release`) would not compile, or for a feature this
+    evaluator does not support (the message says which)."""
     unsupported = _unsupported(expression)
     if unsupported:
         raise CelError(f"compile {expression!r}: {unsupported}")
@@ -118,7 +121,9 @@ def compile_selector(expression: str) -> Selector:
             if "range" in expression:
                 check_cost(checked)
         if "format" in expression:
-            check_format_calls(program.serialize())
+            check_format_calls(
+                program.serialize(), not resolve_release(release).format_static_types
+            )
     except (LiteralTypeError, CostLimitError, FormatCheckError) as e:
         raise CelError(f"compile {expression!r}: {e}") from None
     rtype = program.return_type()

@@ -204,7 +204,7 @@ class Engine:
         v = self.cache.get(key)
         if v is None:
             try:
-                v = dev.env.matches(compile_selector(expr))
+                v = dev.env.matches(compile_selector(expr, self.release.name))
             except CelError as e:
                 v = str(e)
             self.cache[key] = v

@@ -279,7 +279,7 @@ class FirstFit:
 
     def _eval(self, expr: str, d: Device, where: str) -> bool:
         try:
-            compile_selector(expr)
+            compile_selector(expr, self.release.name)
         except CelError as e:
             raise AllocationError(f"{where}: CEL compile error: {e}") from None
         try:
