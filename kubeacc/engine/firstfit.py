@@ -77,6 +77,10 @@ class _Constraint:
     value: tuple[str, Any] | None = None
     count: int = 0
     per_request: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    #: ``distinctAttribute`` compares with the value of every device added (v1.37), not with
+    #: one remembered value per request (v1.36, where a request's later device replaces it)
+    every_value: bool = False
+    values: list[tuple[str, Any]] = field(default_factory=list)
 
     def applies(self, alt: Alternative) -> bool:
         return not self.requests or alt.request in self.requests or alt.name in self.requests
@@ -87,7 +91,11 @@ class _Constraint:
         v = d.typed_attribute(self.attribute)
         if v is None:
             return False
-        if self.distinct:
+        if self.distinct and self.every_value:
+            if v in self.values:
+                return False
+            self.values.append(v)
+        elif self.distinct:
             if self.count and any(v == other for other in self.per_request.values()):
                 return False
             self.per_request[alt.request] = v
@@ -101,7 +109,9 @@ class _Constraint:
     def remove(self, alt: Alternative) -> None:
         if not self.applies(alt):
             return
-        if self.distinct:
+        if self.distinct and self.every_value:
+            self.values.pop()
+        elif self.distinct:
             self.per_request.pop(alt.request, None)
         self.count -= 1
 
@@ -232,7 +242,10 @@ class FirstFit:
         self.constraints = [
             [
                 _Constraint(
-                    frozenset(c.requests), c.attribute, distinct=c.distinct_attribute is not None
+                    frozenset(c.requests),
+                    c.attribute,
+                    distinct=c.distinct_attribute is not None,
+                    every_value=self.release.distinct_every_value,
                 )
                 for c in claim.constraints
             ]

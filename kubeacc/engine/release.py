@@ -33,14 +33,25 @@ class Release:
     #: such as an attribute value not wrapped in ``dyn`` (v1.36, cel-go v0.26); v1.37 (cel-go
     #: v0.29) lets it compile and judges the value at run time
     format_static_types: bool
+    #: ``distinctAttribute`` compares a device with every device added before it (v1.37);
+    #: v1.36 keeps one value per request, so a value can repeat at count >= 3
+    distinct_every_value: bool
 
 
 RELEASES: dict[str, Release] = {
     "1.36": Release(
-        "1.36", counters_everywhere=True, all_static_capacity=False, format_static_types=True
+        "1.36",
+        counters_everywhere=True,
+        all_static_capacity=False,
+        format_static_types=True,
+        distinct_every_value=False,
     ),
     "1.37": Release(
-        "1.37", counters_everywhere=False, all_static_capacity=True, format_static_types=False
+        "1.37",
+        counters_everywhere=False,
+        all_static_capacity=True,
+        format_static_types=False,
+        distinct_every_value=True,
     ),
 }
 DEFAULT = "1.37"

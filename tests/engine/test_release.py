@@ -112,3 +112,20 @@ def test_all_gathers_by_static_capacity_from_v137() -> None:
         e = Engine(slices, [device_class()], [used], nodes=_nodes()[:1], release=name)
         got = e.allocate_pod([claim(req)], node="a", commit=False)
         assert got.ok is fits, name
+
+
+def test_distinct_attribute_compares_every_device_from_v137() -> None:
+    """Three devices for one ``All`` request under ``distinctAttribute`` on index 0, 1, 0:
+    v1.36 remembers one value per request (the second replaces the first, so the third
+    passes); v1.37 compares with every device added and fails the request."""
+    devs = [gpu(f"gpu-{i}") for i in range(3)]
+    for d, i in zip(devs, (0, 1, 0), strict=True):
+        d["attributes"]["index"] = {"int": i}
+    req = {"name": "all", "exactly": {"deviceClassName": "gpu.kubeacc.io", "allocationMode": "All"}}
+    c = claim(req, constraints=[{"distinctAttribute": f"{DRIVER}/index"}])
+    slices = [slice_("a", devs)]
+    old = Engine(slices, [device_class()], nodes=_nodes()[:1], release="1.36")
+    assert old.allocate_pod([c], node="a", commit=False).ok
+    new = Engine(slices, [device_class()], nodes=_nodes()[:1], release="1.37")
+    got = new.allocate_pod([c], node="a", commit=False)
+    assert not got.ok and got.error is not None and "constraint" in got.error
