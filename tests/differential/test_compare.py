@@ -74,6 +74,7 @@ FEATURES = {
     "pods-allocated",
     "qualified-capacity",
     "quantity",
+    "taint-none",
     "taints",
     "tolerations",
     "version",
