@@ -478,6 +478,16 @@ class Engine:
             if reqs:
                 entry["requests"] = reqs
             config.append(entry)
+        if self.release.config_for_all_unnamed:
+            # v1.37: a config that names every request (or its chosen subrequest) applies to
+            # all of them and is written without ``requests``
+            picked = {p.alt.request: p.alt.name for p in res.picks}
+            for entry in config:
+                named = entry.get("requests")
+                if named and all(
+                    r.name in named or picked.get(r.name) in named for r in claim.requests
+                ):
+                    del entry["requests"]
         out: dict[str, Any] = {"devices": {"results": results, "config": config}}
         selector = _node_selector(res.node, [p.device for p in res.picks])
         if selector is not None:

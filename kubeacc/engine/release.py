@@ -36,6 +36,9 @@ class Release:
     #: ``distinctAttribute`` compares a device with every device added before it (v1.37);
     #: v1.36 keeps one value per request, so a value can repeat at count >= 3
     distinct_every_value: bool
+    #: a device config that names every request of the claim (or the subrequest chosen) is
+    #: written without ``requests`` ("empty means all", v1.37); v1.36 keeps the list
+    config_for_all_unnamed: bool
 
 
 RELEASES: dict[str, Release] = {
@@ -45,6 +48,7 @@ RELEASES: dict[str, Release] = {
         all_static_capacity=False,
         format_static_types=True,
         distinct_every_value=False,
+        config_for_all_unnamed=False,
     ),
     "1.37": Release(
         "1.37",
@@ -52,6 +56,7 @@ RELEASES: dict[str, Release] = {
         all_static_capacity=True,
         format_static_types=False,
         distinct_every_value=True,
+        config_for_all_unnamed=True,
     ),
 }
 DEFAULT = "1.37"

@@ -129,3 +129,26 @@ def test_distinct_attribute_compares_every_device_from_v137() -> None:
     new = Engine(slices, [device_class()], nodes=_nodes()[:1], release="1.37")
     got = new.allocate_pod([c], node="a", commit=False)
     assert not got.ok and got.error is not None and "constraint" in got.error
+
+
+def test_a_config_for_every_request_is_written_without_requests_from_v137() -> None:
+    opaque = {"opaque": {"driver": DRIVER, "parameters": {"mode": "x"}}}
+    c = claim(
+        exactly("one"),
+        {"name": "two", "firstAvailable": [{"name": "s", "deviceClassName": "gpu.kubeacc.io"}]},
+        config=[{"requests": ["one", "two/s"], **opaque}, {"requests": ["one"], **opaque}],
+    )
+    classes = [device_class(config=[opaque])]
+    slices = [slice_("a", [gpu("gpu-0"), gpu("gpu-1")])]
+    got = {}
+    for name in ("1.36", "1.37"):
+        e = Engine(slices, classes, nodes=_nodes()[:1], release=name)
+        p = e.allocate_pod([c], node="a", commit=False).placements[0]
+        assert p.allocation is not None
+        got[name] = [(x["source"], x.get("requests")) for x in p.allocation["devices"]["config"]]
+    assert got["1.36"] == [
+        ("FromClass", ["one", "two/s"]),
+        ("FromClaim", ["one", "two/s"]),
+        ("FromClaim", ["one"]),
+    ]
+    assert got["1.37"] == [("FromClass", None), ("FromClaim", None), ("FromClaim", ["one"])]
