@@ -237,7 +237,9 @@ class FirstFit:
         #: devices being allocated, with the claims (indices) that take them
         self.allocating: dict[DeviceKey, set[int]] = {}
         self.cap_pending: dict[DeviceKey, dict[str, Fraction]] = {}
-        self.counters_pending: dict[str, dict[str, dict[str, Fraction]]] = {}
+        #: counters being taken, per pool name (v1.36: pools of one name share them across
+        #: drivers) or per (driver, pool) (v1.37)
+        self.counters_pending: dict[Any, dict[str, dict[str, Fraction]]] = {}
         self.picks: list[list[Pick]] = [[] for _ in self.claims]
         self.constraints = [
             [
@@ -577,7 +579,7 @@ class FirstFit:
 
     def _reserve_counters(self, d: Device) -> bool:
         pool = self.pool_of[(d.driver, d.pool)]
-        pending = self.counters_pending.setdefault(pool.name, {})
+        pending = self.counters_pending.setdefault(self._counter_key(d), {})
         for cs, counters in d.consumes:
             ps = pending.setdefault(cs, {})
             for n, v in counters.items():
@@ -590,8 +592,11 @@ class FirstFit:
                     return False
         return True
 
+    def _counter_key(self, d: Device) -> Any:
+        return (d.driver, d.pool) if self.release.counters_per_driver else d.pool
+
     def _release_counters(self, d: Device) -> None:
-        pending = self.counters_pending[d.pool]
+        pending = self.counters_pending[self._counter_key(d)]
         for cs, counters in d.consumes:
             for n, v in counters.items():
                 pending[cs][n] -= v

@@ -39,6 +39,9 @@ class Release:
     #: a device config that names every request of the claim (or the subrequest chosen) is
     #: written without ``requests`` ("empty means all", v1.37); v1.36 keeps the list
     config_for_all_unnamed: bool
+    #: counters a search is taking are kept per driver and pool (v1.37); v1.36 keeps them per
+    #: pool name, so equally named pools of two drivers draw on one tally
+    counters_per_driver: bool
 
 
 RELEASES: dict[str, Release] = {
@@ -49,6 +52,7 @@ RELEASES: dict[str, Release] = {
         format_static_types=True,
         distinct_every_value=False,
         config_for_all_unnamed=False,
+        counters_per_driver=False,
     ),
     "1.37": Release(
         "1.37",
@@ -57,6 +61,7 @@ RELEASES: dict[str, Release] = {
         format_static_types=False,
         distinct_every_value=True,
         config_for_all_unnamed=True,
+        counters_per_driver=True,
     ),
 }
 DEFAULT = "1.37"

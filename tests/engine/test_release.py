@@ -152,3 +152,36 @@ def test_a_config_for_every_request_is_written_without_requests_from_v137() -> N
         ("FromClaim", ["one"]),
     ]
     assert got["1.37"] == [("FromClass", None), ("FromClaim", None), ("FromClaim", ["one"])]
+
+
+def test_counters_being_taken_are_kept_per_driver_from_v137() -> None:
+    """Two drivers each publish a pool named ``p`` with a 20Gi counter set ``cs`` and a
+    device drawing all of it; a claim takes one device of each: v1.36 tallies both against
+    one pool name and refuses, v1.37 keeps the drivers apart."""
+    slices = []
+    for driver in (DRIVER, "other.example.com"):
+        dev = gpu(
+            f"{driver}-0",
+            consumesCounters=[{"counterSet": "cs", "counters": {"mem": {"value": "20Gi"}}}],
+        )
+        devs = slice_("a", [dev], pool="p", count=2, name=f"{driver}-devs")
+        counters = slice_(
+            "a",
+            [],
+            pool="p",
+            count=2,
+            name=f"{driver}-counters",
+            sharedCounters=[{"name": "cs", "counters": {"mem": {"value": "20Gi"}}}],
+        )
+        del counters["spec"]["devices"]
+        for s in (devs, counters):
+            s["spec"]["driver"] = driver
+        slices += [devs, counters]
+    classes = [
+        device_class("one", sel=f'device.driver == "{DRIVER}"'),
+        device_class("two", sel='device.driver == "other.example.com"'),
+    ]
+    c = claim(exactly("a", cls="one"), exactly("b", cls="two"))
+    for name, fits in (("1.36", False), ("1.37", True)):
+        e = Engine(slices, classes, nodes=_nodes()[:1], release=name)
+        assert e.allocate_pod([c], node="a", commit=False).ok is fits, name
