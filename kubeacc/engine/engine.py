@@ -347,8 +347,9 @@ class Engine:
             if res.picks is not None:
                 why = [
                     "an allocation exists, but kube-scheduler's first-fit search does not find "
-                    "it (a scheduler deviation: distinctAttribute keeps one value per request, "
-                    "selectors run before the per-device node check; docs/placement.md)"
+                    "it (a scheduler deviation, e.g. in v1.36 distinctAttribute keeps one "
+                    "value per request; selectors run before the per-device node check; "
+                    "docs/placement.md)"
                 ]
             else:
                 why = res.reasons or ["no allocation in kube-scheduler's first-fit search order"]

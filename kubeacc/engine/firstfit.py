@@ -5,8 +5,8 @@ A first-fit, exhaustive backtracking search over the node's pools (driver/pool o
 binding conditions last), slices (name order) and devices (slice order), claim after claim and
 request after request, backtracking across claims like kube-scheduler, which allocates all of a
 pod's pending claims in one call, with kube-scheduler's rules and quirks
-(``k8s.io/dynamic-resource-allocation/structured``, the allocator kube-scheduler 1.36 uses with
-its default feature gates):
+(``k8s.io/dynamic-resource-allocation/structured``, the allocator kube-scheduler uses with its
+feature gates, as of the :class:`~kubeacc.engine.release.Release` given: v1.36 or v1.37):
 
 * every request and subrequest is validated up front; an ``All`` request, even an untried
   subrequest, fails the claim on the node (error) when a node's pool is incomplete or invalid,
@@ -17,8 +17,10 @@ its default feature gates):
 * more than 32 devices (counting an ``All`` request's matching devices) is an error; a search
   that would exceed 32 results backtracks;
 * ``matchAttribute`` / ``distinctAttribute`` compare typed values as written (``true`` != ``1``,
-  versions as strings); ``distinctAttribute`` remembers one value per request;
-* a device an ``All`` request cannot add because of a constraint is an error;
+  versions as strings); ``distinctAttribute`` remembers one value per request (v1.36; v1.37
+  compares with every device added);
+* a device an ``All`` request cannot add because of a constraint is an error; v1.37 gathers an
+  ``All`` request's devices by static capacity (a device whose capacity is taken fails it);
 * shared counters are checked for admin access too; a shared device whose capacity is already
   in use has its counters taken already; capacity requests are checked on every device;
 * when no allocation exists and some pool was invalid, the result is an error for this node
