@@ -18,11 +18,11 @@ unset KUBEACC_K8S_VERSION
 # source tree (no registry, no Debian mirror), cached in ~/.cache/kubeacc/kubeacc-image-*; ~3 s.
 .venv/bin/python -m kubeacc.testbed image
 # kube-scheduler's allocator as a small Go program (tools/allocator) for the differential tests,
-# one build per release (v1.36.3: the corpus's default until the engine follows v1.37; v1.37.2:
-# tests/differential/test_build.py); cached in ~/.cache/kubeacc/allocator-<release>-<hash>,
-# seconds when the module cache is warm.
-.venv/bin/python -m kubeacc.differential.build 1.36
+# one build per release (v1.37.2: the main corpus, the engine following 1.37; v1.36.3: the
+# compatibility corpus, the engine following 1.36); cached in
+# ~/.cache/kubeacc/allocator-<release>-<hash>, seconds when the module cache is warm.
 .venv/bin/python -m kubeacc.differential.build 1.37
+.venv/bin/python -m kubeacc.differential.build 1.36
 # helm for the chart tests, from its Go module (tools/helm), cached in ~/.cache/kubeacc/helm-*.
 .venv/bin/python -m kubeacc.testbed helm
 # --durations: the slowest tests in the log, to see where CI time goes.

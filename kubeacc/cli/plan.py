@@ -41,6 +41,7 @@ from kubeacc.cli.planheld import HEADER, Held, held_devices, wants_pod
 from kubeacc.cli.planhints import unknown_memory_hint
 from kubeacc.engine.engine import Engine, Placement
 from kubeacc.engine.explain import Explanation
+from kubeacc.engine.release import Release, ReleaseError, release
 from kubeacc.safeyaml import InputError, load_file
 from kubeacc.units.explain import preference_lines, why_not
 
@@ -94,15 +95,16 @@ def cluster_objects(
     return objs
 
 
-def run_plan(objs: list[dict[str, Any]]) -> list[Placement]:
-    return [p for p, _ in run_plan_explained(objs)]
+def run_plan(objs: list[dict[str, Any]], release: Release | None = None) -> list[Placement]:
+    return [p for p, _ in run_plan_explained(objs, release=release)]
 
 
 def run_plan_explained(
-    objs: list[dict[str, Any]], *, explain: bool = True
+    objs: list[dict[str, Any]], *, explain: bool = True, release: Release | None = None
 ) -> list[tuple[Placement, list[str]]]:
     """Placements, each with the lines explaining its model preference (firstAvailable; none
-    without ``explain``)."""
+    without ``explain``), as kube-scheduler of ``release`` places them (default: the newest
+    release the engine follows)."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for o in objs:
         by_kind.setdefault(str(o.get("kind", "")), []).append(o)
@@ -115,6 +117,7 @@ def run_plan_explained(
         by_kind.get("DeviceClass", []),
         existing,
         nodes if nodes else None,
+        release=release,
     )
     out: list[tuple[Placement, list[str]]] = []
     for group in pod_groups(pending, existing, by_kind.get("Pod", [])):
@@ -242,6 +245,15 @@ def plan(
             "re-planning with the change made.",
         ),
     ] = False,
+    kubernetes_version: Annotated[
+        str | None,
+        typer.Option(
+            "--kubernetes-version",
+            metavar="VERSION",
+            help="Plan as kube-scheduler of this release allocates (1.36, 1.37; default: the "
+            "live cluster's API server version, or the newest for a folder).",
+        ),
+    ] = None,
 ) -> None:
     """Show where each ResourceClaim would be allocated, or why it cannot be, and who holds
     the devices already given out.
@@ -273,11 +285,12 @@ def plan(
     if held:
         _print_held(holders, output)
         return
-    explained = run_plan_explained(objs)
+    which = _release(kubernetes_version, folder, kubeconfig, context)
+    explained = run_plan_explained(objs, release=which)
     placements = [p for p, _ in explained]
     hints = {p.claim: unknown_memory_hint(objs, p) for p in placements}
     enforcement = share_enforcement(objs)
-    found = _find_fixes(objs, placements) if fixes else {}
+    found = _find_fixes(objs, placements, which) if fixes else {}
     if is_table(output) and not placements:
         typer.echo("No pending ResourceClaims: nothing to plan.")
     elif is_table(output):
@@ -334,7 +347,47 @@ def _group_key(p: Placement) -> str:
     return f"pod {p.pod}" if p.pod is not None else p.claim
 
 
-def _find_fixes(objs: list[dict[str, Any]], placements: list[Placement]) -> dict[str, Fixes]:
+def _release(
+    version: str | None, folder: Path | None, kubeconfig: Path | None, context: str | None
+) -> Release:
+    """The release to plan as: the one asked for (an unknown one is an error), else the live
+    API server's, else the newest. A server release the engine does not follow is planned as
+    the newest, with a note on stderr."""
+    if version is not None:
+        try:
+            return release(version)
+        except ReleaseError as err:
+            fail(str(err))
+    if folder is not None:
+        return release()
+    served = server_version(kubeconfig, context)
+    try:
+        return release(served)
+    except ReleaseError:
+        typer.echo(
+            f"plan: the API server runs Kubernetes {served}, not a release the engine follows; "
+            f"planning as kube-scheduler {release().name} (--kubernetes-version to choose)",
+            err=True,
+        )
+        return release()
+
+
+def server_version(kubeconfig: Path | None, context: str | None) -> str | None:
+    """The live API server's ``gitVersion`` (None when ``/version`` does not answer)."""
+    from kubeacc.clientconfig import make_client
+    from kubeacc.status.cluster import _raw_get
+
+    try:
+        got = _raw_get(make_client(kubeconfig, context=context), "/version")
+        got.raise_for_status()
+        return str(got.json().get("gitVersion")) or None
+    except Exception:  # an older or locked-down server: plan as the newest release
+        return None
+
+
+def _find_fixes(
+    objs: list[dict[str, Any]], placements: list[Placement], release: Release
+) -> dict[str, Fixes]:
     """The fixes per failed pod (its claims together) or claim; a pod waiting for a claim
     that does not exist yet gets none (no change of devices helps it)."""
     groups: dict[str, list[str]] = {}
@@ -346,7 +399,9 @@ def _find_fixes(objs: list[dict[str, Any]], placements: list[Placement]) -> dict
             groups.setdefault(_group_key(p), []).append(p.claim)
 
     def planner(changed: list[dict[str, Any]]) -> set[str]:
-        return {p.claim for p, _ in run_plan_explained(changed, explain=False) if p.ok}
+        return {
+            p.claim for p, _ in run_plan_explained(changed, explain=False, release=release) if p.ok
+        }
 
     shapes = NodeShapes(objs)
     return {key: find_fixes(objs, claims, planner, shapes) for key, claims in groups.items()}

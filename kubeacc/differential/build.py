@@ -3,8 +3,8 @@
 The harness is built against one Kubernetes release's allocator: v1.37.2 (the main lane;
 ``go.mod``) or v1.36.3 (the compatibility lane; ``go-1.36.mod`` and the ``k8s136`` build tag,
 which selects that release's feature set). ``KUBEACC_ALLOCATOR_VERSION`` (``1.37`` or ``1.36``)
-picks one when the caller names none. The default stays v1.36.3 until the engine agrees with
-v1.37.2's allocator on the differential corpus (docs/placement.md, "Differential testing").
+picks one when the caller names none; the default is the main lane's, v1.37.2. The engine
+follows the harness's release (:mod:`kubeacc.engine.release`) in the comparison.
 
 The binary lands in ``$KUBEACC_CACHE/allocator-<release>-<hash>/allocator``; the hash covers the
 harness's Go sources, module files and this file, so an unchanged harness is never rebuilt. The
@@ -48,7 +48,7 @@ HARNESSES: dict[str, Harness] = {
     "1.37": Harness(release="v1.37.2", modfile="go.mod"),
     "1.36": Harness(release="v1.36.3", modfile="go-1.36.mod", tags=("k8s136",)),
 }
-DEFAULT = "1.36"
+DEFAULT = "1.37"
 
 
 def harness(name: str | None = None) -> Harness:

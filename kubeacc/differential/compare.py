@@ -49,12 +49,15 @@ class Report:
 
 
 def compare_seed(seed: int, go: GoAllocator, report: Report) -> None:
+    """One scenario; the engine follows the release of the allocator ``go`` runs."""
     scen, features = scenario(seed)
     report.scenarios += 1
     report.coverage.update(features)
     pods: list[list[int]] = scen.get("pods") or [[i] for i in range(len(scen["claims"]))]
     rows = go.pairs(scen)
-    engine = Engine(scen["slices"], scen["classes"], scen["allocated"], scen["nodes"])
+    engine = Engine(
+        scen["slices"], scen["classes"], scen["allocated"], scen["nodes"], release=go.release
+    )
     for pi, pod in enumerate(pods):
         claims = [scen["claims"][i] for i in pod]
         for ni, node in enumerate(scen["nodes"]):

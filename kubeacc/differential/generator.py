@@ -126,6 +126,8 @@ class _Gen:
         #: older features drew stay the same seed for seed
         self.later = random.Random(seed ^ 0x5EED_CAFE)
         self.formats = random.Random(seed ^ 0xF0_4A7)
+        #: taints with the ``None`` effect (degraded, still usable), a stream of their own
+        self.degraded = random.Random(seed ^ 0xDE6_7A1)
         self.features: set[str] = set()
         self.devices: list[tuple[str, str, str, dict[str, Any]]] = []  # driver, pool, name, raw
 
@@ -285,6 +287,17 @@ class _Gen:
         if any(len(p) > 1 for p in out):
             self.features.add("pods")
         return out
+
+    def taint_degraded(self, slices: list[dict[str, Any]]) -> None:
+        """``None``-effect taints on some devices (beside any other taint): the allocator
+        ignores them, so a degraded device is still given out, tolerated or not."""
+        rd = self.degraded
+        for s in slices:
+            for dev in s["spec"].get("devices") or []:
+                if rd.random() < 0.1:
+                    taint = {"key": rd.choice(("health", "k")), "value": "v", "effect": "None"}
+                    dev["taints"] = [*dev.get("taints", []), taint]
+                    self.features.add("taint-none")
 
     def bind(self, devs: list[dict[str, Any]]) -> None:
         """Binding conditions on one of the devices: the allocator then searches the whole
@@ -494,6 +507,7 @@ def scenario(seed: int) -> tuple[dict[str, Any], set[str]]:
             if "devices" in s["spec"]:
                 g.bind(s["spec"]["devices"])
         slices += bound
+    g.taint_degraded(slices)
     scen = {
         "slices": slices,
         "classes": classes,

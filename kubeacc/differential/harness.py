@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kubeacc.differential.build import ensure_built
+from kubeacc.differential.build import Harness, ensure_built, harness
 
 
 class HarnessError(RuntimeError):
@@ -18,9 +18,12 @@ class HarnessError(RuntimeError):
 class GoAllocator:
     """The scheduler's allocator (k8s.io/dynamic-resource-allocation/structured) as a process."""
 
-    def __init__(self, binary: Path | None = None) -> None:
+    def __init__(self, binary: Path | None = None, which: Harness | None = None) -> None:
+        which = which or harness()
+        #: the Kubernetes release of the allocator (``v1.37.2``); a ``binary`` given must be it
+        self.release = which.release
         self.proc = subprocess.Popen(
-            [str(binary or ensure_built())],
+            [str(binary or ensure_built(which))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

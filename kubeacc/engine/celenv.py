@@ -35,6 +35,8 @@ from kubeacc.engine import celformatcheck, celrewrite, k8scel
 from kubeacc.engine.celcheck import LiteralTypeError, check_homogeneous
 from kubeacc.engine.celcost import CostLimitError, check_cost
 from kubeacc.engine.celformatcheck import FormatCheckError, check_format_calls
+from kubeacc.engine.release import DEFAULT as DEFAULT_RELEASE
+from kubeacc.engine.release import RELEASES
 
 qvalue = k8scel.qvalue
 svalue = k8scel.svalue
@@ -101,10 +103,21 @@ def _unsupported_message(key: str) -> str:
     return f"unsupported CEL feature {key!r}: {k8scel.UNSUPPORTED[key]}"
 
 
+#: per release name: whether ``string.format`` checks an attribute argument's static type
+_FORMAT_STATIC = {name: r.format_static_types for name, r in RELEASES.items()}
+
+
+def compile_selector(expression: str, release: str = DEFAULT_RELEASE) -> Selector:
+    """Compile once; raises :class:`CelError` for what kube-scheduler of ``release`` (``1.36``,
+    ``1.37``: :mod:`kubeacc.engine.release`) would not compile, or for a feature this
+    evaluator does not support (the message says which). Releases that compile alike share
+    one cached program."""
+    return compile_cached(expression, _FORMAT_STATIC[release])
+
+
 @lru_cache(maxsize=4096)
-def compile_selector(expression: str) -> Selector:
-    """Compile once; raises :class:`CelError` for what kube-scheduler would not compile, or
-    for a feature this evaluator does not support (the message says which)."""
+def compile_cached(expression: str, format_static_types: bool) -> Selector:
+    """:func:`compile_selector` by what tells releases apart (``__wrapped__``: uncached)."""
     unsupported = _unsupported(expression)
     if unsupported:
         raise CelError(f"compile {expression!r}: {unsupported}")
@@ -118,7 +131,7 @@ def compile_selector(expression: str) -> Selector:
             if "range" in expression:
                 check_cost(checked)
         if "format" in expression:
-            check_format_calls(program.serialize())
+            check_format_calls(program.serialize(), not format_static_types)
     except (LiteralTypeError, CostLimitError, FormatCheckError) as e:
         raise CelError(f"compile {expression!r}: {e}") from None
     rtype = program.return_type()

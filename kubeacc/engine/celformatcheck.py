@@ -316,9 +316,14 @@ class _Check:
     """The clause callbacks of :func:`kubeacc.engine.celformat.scan` at compile time."""
 
     def __init__(
-        self, args: list[Node], checked: Checked, env: dict[str, tuple[str, ...] | None]
+        self,
+        args: list[Node],
+        checked: Checked,
+        env: dict[str, tuple[str, ...] | None],
+        attributes_dyn: bool = False,
     ) -> None:
         self.args, self.checked, self.env = args, checked, env
+        self.attributes_dyn = attributes_dyn
         self.requested = 0
 
     def size(self) -> int:
@@ -339,6 +344,8 @@ class _Check:
         path = _device_path(node, self.env)
         shaped = _device_type(path) if path is not None else None
         if shaped is not None:
+            if self.attributes_dyn and shaped[0] == "any":
+                return "dyn", "dyn"
             return shaped
         return self.checked.types.get(node.id, ("dyn", "dyn"))
 
@@ -360,13 +367,20 @@ class _Check:
         return None
 
 
-def check_format_calls(serialized: bytes) -> None:
-    """Raise :class:`FormatCheckError` for a ``format`` call kube-scheduler would not compile."""
+def check_format_calls(serialized: bytes, attributes_dyn: bool = False) -> None:
+    """Raise :class:`FormatCheckError` for a ``format`` call kube-scheduler would not compile.
+    ``attributes_dyn``: an attribute value suits every clause, as in v1.37 (cel-go v0.29),
+    where it is judged at run time; v1.36 types it ``google.protobuf.Any``, which suits none."""
     checked = parse_checked(serialized)
-    _check(checked.root, checked, {})
+    _check(checked.root, checked, {}, attributes_dyn)
 
 
-def _check(node: Node, checked: Checked, env: dict[str, tuple[str, ...] | None]) -> None:
+def _check(
+    node: Node,
+    checked: Checked,
+    env: dict[str, tuple[str, ...] | None],
+    attributes_dyn: bool = False,
+) -> None:
     if node.kind == "comprehension":
         inner = dict(env)
         for var in ("iter_var", "iter_var2"):
@@ -378,12 +392,12 @@ def _check(node: Node, checked: Checked, env: dict[str, tuple[str, ...] | None])
         for part, sub in node.parts.items():
             if isinstance(sub, Node):
                 scoped = part in ("loop_condition", "loop_step", "result")
-                _check(sub, checked, inner if scoped else env)
+                _check(sub, checked, inner if scoped else env, attributes_dyn)
         return
     if _is_checked_call(node, checked):
         assert node.target is not None
         args = node.children[0].children
-        check = _Check(args, checked, env)
+        check = _Check(args, checked, env, attributes_dyn)
         try:
             scan(node.target.name, check)
         except FormatError as e:
@@ -394,7 +408,7 @@ def _check(node: Node, checked: Checked, env: dict[str, tuple[str, ...] | None])
                 f"(expected {check.requested}, got {len(args)})"
             )
     for sub in _subnodes(node):
-        _check(sub, checked, env)
+        _check(sub, checked, env, attributes_dyn)
 
 
 def _is_checked_call(node: Node, checked: Checked) -> bool:

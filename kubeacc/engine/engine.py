@@ -40,6 +40,8 @@ from kubeacc.engine.pools import (
     node_names,
 )
 from kubeacc.engine.quantity import format_quantity
+from kubeacc.engine.release import Release
+from kubeacc.engine.release import release as resolve_release
 from kubeacc.engine.search import NodeResult, NodeSearch, Pick, SelectorCache, StaticCache
 from kubeacc.engine.signature import Signatures
 from kubeacc.engine.state import Ledger
@@ -120,7 +122,10 @@ class Engine:
         *,
         max_feasible_nodes: int = 4,
         step_limit: int = 20000,
+        release: str | Release | None = None,
     ) -> None:
+        #: the kube-scheduler release whose allocator the engine follows (default: the newest)
+        self.release = resolve_release(release)
         slice_list = list(slices)
         self._device_cache = DeviceCache()
         all_pools = gather_pools(slice_list, self._device_cache)
@@ -189,6 +194,7 @@ class Engine:
                 self._slices_on.get(node.name, []) + self._slices_shared,
                 self._slices_by_pool,
                 self._device_cache,
+                self.release,
             )
             self._node_pools[node.name] = hit
         return hit
@@ -198,7 +204,7 @@ class Engine:
         v = self.cache.get(key)
         if v is None:
             try:
-                v = dev.env.matches(compile_selector(expr))
+                v = dev.env.matches(compile_selector(expr, self.release.name))
             except CelError as e:
                 v = str(e)
             self.cache[key] = v
@@ -310,7 +316,14 @@ class Engine:
     def _search(self, claim: Claim, n: Node, pools: list[NodePool]) -> NodeResult:
         try:
             fits = FirstFit(
-                [claim], n, pools, self.classes, self.ledger, self._matches, verdicts=self._verdicts
+                [claim],
+                n,
+                pools,
+                self.classes,
+                self.ledger,
+                self._matches,
+                verdicts=self._verdicts,
+                release=self.release,
             ).run()
         except AllocationError as e:
             if e.fatal:
@@ -334,8 +347,9 @@ class Engine:
             if res.picks is not None:
                 why = [
                     "an allocation exists, but kube-scheduler's first-fit search does not find "
-                    "it (a scheduler deviation: distinctAttribute keeps one value per request, "
-                    "selectors run before the per-device node check; docs/placement.md)"
+                    "it (a scheduler deviation, e.g. in v1.36 distinctAttribute keeps one "
+                    "value per request; selectors run before the per-device node check; "
+                    "docs/placement.md)"
                 ]
             else:
                 why = res.reasons or ["no allocation in kube-scheduler's first-fit search order"]
@@ -343,7 +357,14 @@ class Engine:
         picks = None
         if res.picks is not None:
             picks = FirstFit(
-                [claim], n, pools, self.classes, self.ledger, self._matches, verdicts=self._verdicts
+                [claim],
+                n,
+                pools,
+                self.classes,
+                self.ledger,
+                self._matches,
+                verdicts=self._verdicts,
+                release=self.release,
             ).replay(res.picks)
         return NodeResult(n.name, picks if picks is not None else fit)
 
@@ -458,6 +479,16 @@ class Engine:
             if reqs:
                 entry["requests"] = reqs
             config.append(entry)
+        if self.release.config_for_all_unnamed:
+            # v1.37: a config that names every request (or its chosen subrequest) applies to
+            # all of them and is written without ``requests``
+            picked = {p.alt.request: p.alt.name for p in res.picks}
+            for entry in config:
+                named = entry.get("requests")
+                if named and all(
+                    r.name in named or picked.get(r.name) in named for r in claim.requests
+                ):
+                    del entry["requests"]
         out: dict[str, Any] = {"devices": {"results": results, "config": config}}
         selector = _node_selector(res.node, [p.device for p in res.picks])
         if selector is not None:
@@ -626,7 +657,14 @@ class Engine:
             return out
         try:
             fit = FirstFit(
-                claims, n, pools, self.classes, self.ledger, self._matches, verdicts=self._verdicts
+                claims,
+                n,
+                pools,
+                self.classes,
+                self.ledger,
+                self._matches,
+                verdicts=self._verdicts,
+                release=self.release,
             ).run()
         except AllocationError as e:
             if e.fatal:

@@ -5,8 +5,8 @@ A first-fit, exhaustive backtracking search over the node's pools (driver/pool o
 binding conditions last), slices (name order) and devices (slice order), claim after claim and
 request after request, backtracking across claims like kube-scheduler, which allocates all of a
 pod's pending claims in one call, with kube-scheduler's rules and quirks
-(``k8s.io/dynamic-resource-allocation/structured``, the allocator kube-scheduler 1.36 uses with
-its default feature gates):
+(``k8s.io/dynamic-resource-allocation/structured``, the allocator kube-scheduler uses with its
+feature gates, as of the :class:`~kubeacc.engine.release.Release` given: v1.36 or v1.37):
 
 * every request and subrequest is validated up front; an ``All`` request, even an untried
   subrequest, fails the claim on the node (error) when a node's pool is incomplete or invalid,
@@ -17,8 +17,10 @@ its default feature gates):
 * more than 32 devices (counting an ``All`` request's matching devices) is an error; a search
   that would exceed 32 results backtracks;
 * ``matchAttribute`` / ``distinctAttribute`` compare typed values as written (``true`` != ``1``,
-  versions as strings); ``distinctAttribute`` remembers one value per request;
-* a device an ``All`` request cannot add because of a constraint is an error;
+  versions as strings); ``distinctAttribute`` remembers one value per request (v1.36; v1.37
+  compares with every device added);
+* a device an ``All`` request cannot add because of a constraint is an error; v1.37 gathers an
+  ``All`` request's devices by static capacity (a device whose capacity is taken fails it);
 * shared counters are checked for admin access too; a shared device whose capacity is already
   in use has its counters taken already; capacity requests are checked on every device;
 * when no allocation exists and some pool was invalid, the result is an error for this node
@@ -42,6 +44,8 @@ from kubeacc.engine.claims import ALL, Alternative, Claim, DeviceClass
 from kubeacc.engine.nodepools import NodePool, device_node_matches
 from kubeacc.engine.pools import Device, DeviceKey, Node
 from kubeacc.engine.quantity import parse_quantity
+from kubeacc.engine.release import Release
+from kubeacc.engine.release import release as default_release
 from kubeacc.engine.search import Pick
 from kubeacc.engine.state import Ledger
 
@@ -75,6 +79,10 @@ class _Constraint:
     value: tuple[str, Any] | None = None
     count: int = 0
     per_request: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    #: ``distinctAttribute`` compares with the value of every device added (v1.37), not with
+    #: one remembered value per request (v1.36, where a request's later device replaces it)
+    every_value: bool = False
+    values: list[tuple[str, Any]] = field(default_factory=list)
 
     def applies(self, alt: Alternative) -> bool:
         return not self.requests or alt.request in self.requests or alt.name in self.requests
@@ -85,7 +93,11 @@ class _Constraint:
         v = d.typed_attribute(self.attribute)
         if v is None:
             return False
-        if self.distinct:
+        if self.distinct and self.every_value:
+            if v in self.values:
+                return False
+            self.values.append(v)
+        elif self.distinct:
             if self.count and any(v == other for other in self.per_request.values()):
                 return False
             self.per_request[alt.request] = v
@@ -99,7 +111,9 @@ class _Constraint:
     def remove(self, alt: Alternative) -> None:
         if not self.applies(alt):
             return
-        if self.distinct:
+        if self.distinct and self.every_value:
+            self.values.pop()
+        elif self.distinct:
             self.per_request.pop(alt.request, None)
         self.count -= 1
 
@@ -202,7 +216,9 @@ class FirstFit:
         matches: Matcher,
         step_limit: int = 200_000,
         verdicts: dict[tuple[tuple[str, ...], tuple[str, ...], str], bool] | None = None,
+        release: Release | None = None,
     ) -> None:
+        self.release = release or default_release()
         self.claims = list(claims)
         self.node = node
         self.pools = pools
@@ -223,12 +239,17 @@ class FirstFit:
         #: devices being allocated, with the claims (indices) that take them
         self.allocating: dict[DeviceKey, set[int]] = {}
         self.cap_pending: dict[DeviceKey, dict[str, Fraction]] = {}
-        self.counters_pending: dict[str, dict[str, dict[str, Fraction]]] = {}
+        #: counters being taken, per pool name (v1.36: pools of one name share them across
+        #: drivers) or per (driver, pool) (v1.37)
+        self.counters_pending: dict[Any, dict[str, dict[str, Fraction]]] = {}
         self.picks: list[list[Pick]] = [[] for _ in self.claims]
         self.constraints = [
             [
                 _Constraint(
-                    frozenset(c.requests), c.attribute, distinct=c.distinct_attribute is not None
+                    frozenset(c.requests),
+                    c.attribute,
+                    distinct=c.distinct_attribute is not None,
+                    every_value=self.release.distinct_every_value,
                 )
                 for c in claim.constraints
             ]
@@ -275,7 +296,7 @@ class FirstFit:
 
     def _eval(self, expr: str, d: Device, where: str) -> bool:
         try:
-            compile_selector(expr)
+            compile_selector(expr, self.release.name)
         except CelError as e:
             raise AllocationError(f"{where}: CEL compile error: {e}") from None
         try:
@@ -295,14 +316,23 @@ class FirstFit:
             return hit
         return self._capacity_check(alt, d)
 
-    def _capacity_check(self, alt: Alternative, d: Device) -> bool:
+    def _all_capacity_fits(self, ci: int, alt: Alternative, d: Device) -> bool:
+        """Whether an ``All`` request gathers the device: v1.37 looks at its static capacity
+        only (a device whose capacity is taken stays in the set, and the request then fails);
+        v1.36 at what is left of it (such a device is skipped)."""
+        if self.release.all_static_capacity:
+            return self._capacity_check(alt, d, static=True)
+        return self._capacity_fits(ci, alt, d)
+
+    def _capacity_check(self, alt: Alternative, d: Device, static: bool = False) -> bool:
         if not alt.capacity and not d.capacity_policy and not d.allow_multiple:
             return True
         cons = consumption(alt, d)
         if cons is None:
             return False
-        used = self.ledger.capacity_used.get(d.key, {})
-        pend = self.cap_pending.get(d.key, {})
+        none: dict[str, Fraction] = {}
+        used = none if static else self.ledger.capacity_used.get(d.key, {})
+        pend = none if static else self.cap_pending.get(d.key, {})
         for c, v in cons.items():
             if _violates(v, d.capacity_policy.get(c, {})):
                 return False
@@ -336,7 +366,7 @@ class FirstFit:
                                 for d in sdevs:
                                     if self._selectable(
                                         ci, alt, d, per_device
-                                    ) and self._capacity_fits(ci, alt, d):
+                                    ) and self._all_capacity_fits(ci, alt, d):
                                         devs.append(d)
                         self.all_devices[(ci, alt.name)] = devs
                         counts.append(len(devs))
@@ -551,7 +581,7 @@ class FirstFit:
 
     def _reserve_counters(self, d: Device) -> bool:
         pool = self.pool_of[(d.driver, d.pool)]
-        pending = self.counters_pending.setdefault(pool.name, {})
+        pending = self.counters_pending.setdefault(self._counter_key(d), {})
         for cs, counters in d.consumes:
             ps = pending.setdefault(cs, {})
             for n, v in counters.items():
@@ -564,8 +594,11 @@ class FirstFit:
                     return False
         return True
 
+    def _counter_key(self, d: Device) -> Any:
+        return (d.driver, d.pool) if self.release.counters_per_driver else d.pool
+
     def _release_counters(self, d: Device) -> None:
-        pending = self.counters_pending[d.pool]
+        pending = self.counters_pending[self._counter_key(d)]
         for cs, counters in d.consumes:
             for n, v in counters.items():
                 pending[cs][n] -= v

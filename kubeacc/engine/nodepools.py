@@ -1,14 +1,15 @@
 """The pools one node sees, gathered exactly as kube-scheduler's allocator gathers them.
 
 Per node, only slices relevant to it count (its ``nodeName``, ``allNodes``, a matching
-``nodeSelector``, a ``perDeviceNodeSelection`` slice with a device for it, or a slice of shared
-counters). Within a pool the highest generation *among those slices* wins, so an older
-generation is used when the newest one only targets other nodes; if the node's slices are fewer
-than ``resourceSliceCount``, all slices of the pool decide: a newer generation anywhere makes
-the pool obsolete (ignored), too few slices make it incomplete. Duplicate device names or
-counters that name an unknown counter set make a pool invalid. Pools are ordered by driver and
-name, those with a device that has binding conditions after all others (a device that needs
-the driver to confirm binding is the last resort), slices by name: the order the scheduler's
+``nodeSelector``, a ``perDeviceNodeSelection`` slice with a device for it; in v1.36 also every
+slice of shared counters, in v1.37 such a slice only when it targets the node, the pool's other
+slices being fetched when the node's look incomplete). Within a pool the highest generation *among
+those slices* wins, so an older generation is used when the newest one only targets other nodes; if
+the node's slices are fewer than ``resourceSliceCount``, all slices of the pool decide: a newer
+generation anywhere makes the pool obsolete (ignored), too few slices make it incomplete. Duplicate
+device names or counters that name an unknown counter set make a pool invalid. Pools are ordered by
+driver and name, those with a device that has binding conditions after all others (a device that
+needs the driver to confirm binding is the last resort), slices by name: the order the scheduler's
 first-fit search walks.
 """
 
@@ -21,6 +22,8 @@ from typing import Any
 
 from kubeacc.engine.pools import Device, DeviceCache, Node, get, node_selector_matches
 from kubeacc.engine.quantity import QuantityError, parse_quantity
+from kubeacc.engine.release import Release
+from kubeacc.engine.release import release as default_release
 
 Slice = Mapping[str, Any]
 
@@ -64,9 +67,11 @@ def device_node_matches(raw: Mapping[str, Any], node: Node) -> bool:
     return sel is not None and node_selector_matches(sel, node)
 
 
-def relevant(s: Slice, node: Node) -> bool:
+def relevant(s: Slice, node: Node, counters_everywhere: bool = True) -> bool:
+    """Whether the slice is gathered for ``node``; ``counters_everywhere``: a slice with
+    shared counters is, whatever node it targets (v1.36)."""
     spec = get(s, "spec", {})
-    if get(spec, "sharedCounters"):
+    if counters_everywhere and get(spec, "sharedCounters"):
         return True
     if get(spec, "nodeName") or get(spec, "allNodes", False) or get(spec, "nodeSelector"):
         return device_node_matches(spec, node)
@@ -80,10 +85,12 @@ def gather_node_pools(
     slices_for_node: Sequence[Slice],
     slices_by_pool: Mapping[tuple[str, str], Sequence[Slice]],
     cache: DeviceCache,
+    release: Release | None = None,
 ) -> list[NodePool]:
+    rel = release or default_release()
     groups: dict[tuple[str, str], list[Slice]] = {}
     for s in slices_for_node:
-        if not relevant(s, node):
+        if not relevant(s, node, rel.counters_everywhere):
             continue
         key = _pool_key(s)
         have = groups.get(key)
@@ -103,9 +110,16 @@ def gather_node_pools(
             if len(every) != _count(group[0]):
                 out.append(NodePool(key[0], key[1], incomplete=True))
                 continue
-        out.append(_build(key, sorted(group, key=_slice_name), every, cache))
+        out.append(
+            _build(key, sorted(group, key=_slice_name), every, cache, rel.counters_everywhere)
+        )
     out.sort(key=lambda p: (p.binding_conditions, p.driver, p.name))
     return out
+
+
+def _with_rest(group: Sequence[Slice], every: Sequence[Slice]) -> list[Slice]:
+    names = {_slice_name(s) for s in group}
+    return [*group, *(s for s in every if _slice_name(s) not in names)]
 
 
 def _slice_name(s: Slice) -> str:
@@ -113,7 +127,11 @@ def _slice_name(s: Slice) -> str:
 
 
 def _build(
-    key: tuple[str, str], group: list[Slice], every: Sequence[Slice], cache: DeviceCache
+    key: tuple[str, str],
+    group: list[Slice],
+    every: Sequence[Slice],
+    cache: DeviceCache,
+    counters_everywhere: bool = True,
 ) -> NodePool:
     pool = NodePool(key[0], key[1])
     device_slices = [s for s in group if not get(get(s, "spec", {}), "sharedCounters")]
@@ -129,7 +147,9 @@ def _build(
                 return pool
             names.add(d.name)
         pool.slices.append((bool(get(get(s, "spec", {}), "perDeviceNodeSelection", False)), devs))
-    for s in group:
+    # v1.37: a counter slice that does not target the node comes with the rest of the pool
+    counter_slices = group if counters_everywhere else _with_rest(group, every)
+    for s in counter_slices:
         for cs in get(get(s, "spec", {}), "sharedCounters", []) or []:
             name = str(get(cs, "name", ""))
             if name in pool.counters:

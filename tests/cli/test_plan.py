@@ -195,3 +195,31 @@ def test_plan_says_why_memory_shares_miss_gpus_of_unknown_memory(
     assert hint.startswith("2 GPUs on n1 have unknown memory") and "NVML not found" in hint
     table = kubeacc("plan", str(off), home=tmp_path)
     assert "2 GPUs on n1 have unknown memory" in table.stdout
+
+
+def test_plan_follows_the_kubernetes_version_asked_for(tmp_path: Path) -> None:
+    """An ``All`` claim under ``distinctAttribute`` over devices of index 0, 1, 0: kube-scheduler
+    1.36 allocates it (one remembered value per request), 1.37 refuses it; the default is the
+    newest; an unknown release is a clear error."""
+    devs = [gpu(f"gpu-{i}") for i in range(3)]
+    for d, i in zip(devs, (0, 1, 0), strict=True):
+        d["attributes"]["index"] = {"int": i}
+    every = {
+        "name": "all",
+        "exactly": {"deviceClassName": "gpu.kubeacc.io", "allocationMode": "All"},
+    }
+    docs = [
+        slice_("a", devs),
+        device_class(),
+        claim(every, constraints=[{"distinctAttribute": "kubeacc.io/index"}]),
+    ]
+    (tmp_path / "all.yaml").write_text(yaml.safe_dump_all(docs))
+    app = typer.Typer()
+    app.command()(plan)
+    ok = {}
+    for args in (["--kubernetes-version", "v1.36.3"], ["--kubernetes-version", "1.37"], []):
+        res = CliRunner().invoke(app, [str(tmp_path), "-o", "json", *args])
+        ok[tuple(args)] = json.loads(res.stdout)[0]["allocated"]
+    assert list(ok.values()) == [True, False, False]
+    res = CliRunner().invoke(app, [str(tmp_path), "--kubernetes-version", "1.35"])
+    assert res.exit_code != 0 and "not a release the engine follows" in res.output

@@ -15,6 +15,8 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from typer.testing import CliRunner
 
 from kubeacc.cli.main import app
+from kubeacc.cli.plan import _release, server_version
+from kubeacc.engine.release import release
 from kubeacc.testbed.testbed import Testbed
 
 from ..testbed.helpers import eventually
@@ -146,6 +148,13 @@ def test_plan_of_one_namespace_counts_claims_of_all_others(
             "DRA",
         )
     assert {r["device"] for r in held_rows} < {"gpu-0", "gpu-1", "gpu-2"}
+
+
+def test_plan_follows_the_api_servers_release(testbed: Testbed) -> None:
+    # the engine is built for the release the cluster runs (the testbed's lane)
+    served = server_version(testbed.kubeconfig, None)
+    assert served is not None and served.startswith(f"v{release(served).name}.")
+    assert _release(None, None, testbed.kubeconfig, None) == release(served)
 
 
 def test_plan_takes_a_folder_or_a_cluster_not_both(testbed: Testbed, tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""The Go allocator harness, built once per session from tools/allocator (cached)."""
+"""The Go allocator harness, built once per session from tools/allocator (cached): the default
+release's (the main lane, or ``$KUBEACC_ALLOCATOR_VERSION``) and v1.36.3's for the
+compatibility corpus."""
 
 from __future__ import annotations
 
@@ -6,10 +8,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from kubeacc.differential.build import harness
 from kubeacc.differential.harness import GoAllocator
 
 
 @pytest.fixture(scope="session")
 def go_allocator() -> Iterator[GoAllocator]:
     with GoAllocator() as go:
+        yield go
+
+
+@pytest.fixture(scope="session")
+def go_allocator_136() -> Iterator[GoAllocator]:
+    with GoAllocator(which=harness("1.36")) as go:
         yield go

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
 
 from kubeacc.differential import build
+from kubeacc.engine.release import release
 from kubeacc.testbed.build import BuildError
 from kubeacc.testbed.versions import LANES
 
@@ -14,6 +16,9 @@ from kubeacc.testbed.versions import LANES
 def test_default_is_the_release_the_engine_follows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(build.VERSION_ENV, raising=False)
     assert build.harness() == build.HARNESSES[build.DEFAULT]
+    # the main lane's release, and the one the engine follows unless told otherwise
+    assert build.harness().release == LANES["1.37"].version
+    assert release(build.harness().release).name == release().name == "1.37"
 
 
 def test_env_selects_the_main_lane_harness(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,3 +60,38 @@ def test_binaries_differ_per_release_and_name_it() -> None:
         assert out.stdout.strip() == which.release, name
         paths[name] = path
     assert len(set(paths.values())) == len(paths)
+
+
+#: the allocator's feature per gate of kube-scheduler v1.37.2 (DeviceBindingAndStatus also needs
+#: DRAResourceClaimDeviceStatus, GA in v1.37)
+GATE_OF_FEATURE_137 = {
+    "PartitionableDevices": "DRAPartitionableDevices",
+    "DeviceBindingAndStatus": "DRADeviceBindingConditions",
+    "ConsumableCapacity": "DRAConsumableCapacity",
+    "FractionalCapacityRange": "DRAFractionalCapacityRange",
+    "ListTypeAttributes": "DRAListTypeAttributes",
+    "OptionalNodeOperations": "DRAOptionalNodeOperations",
+    "DerivedAttributes": "DRADerivedAttributes",
+    "CompatibilityGroups": "DRADeviceCompatibilityGroups",
+}
+#: GA in v1.37.2 and on whatever the lane sets
+GA_FEATURES_137 = {"AdminAccess", "PrioritizedList", "DeviceTaints"}
+
+
+def _go_features(path: str) -> dict[str, bool]:
+    text = (build.source_dir() / path).read_text()
+    body = re.search(r"var features = structured\.Features\{(.*?)\n\}", text, re.S)
+    assert body is not None, path
+    return {k: v == "true" for k, v in re.findall(r"(\w+):\s*(true|false)", body.group(1))}
+
+
+def test_the_v137_harness_runs_with_the_main_lanes_gates() -> None:
+    """features_137.go hands the allocator what kube-scheduler gets from LANE_1_37's gates: a
+    gate added to (or dropped from) the lane must show in the harness too."""
+    got = _go_features("features_137.go")
+    gates = LANES["1.37"].feature_gates
+    want = {f: True for f in GA_FEATURES_137}
+    want.update({f: gates.get(g, False) for f, g in GATE_OF_FEATURE_137.items()})
+    assert got == want
+    unmapped = set(gates) - set(GATE_OF_FEATURE_137.values()) - {"ResourceHealthStatus"}
+    assert not unmapped, f"lane gates the harness does not account for: {unmapped}"

@@ -1,11 +1,12 @@
 """The engine and kube-scheduler's own allocator agree on a seeded corpus.
 
-Every pod (1-3 claims, allocated together) of every scenario is judged on every node by both
-(the Go harness runs k8s.io/dynamic-resource-allocation/structured v0.36.3 with kube-scheduler
-1.36's default feature gates; kubeacc.differential.build.DEFAULT). Errors that fail the pod and
-feasibility must agree exactly; where both allocate, the engine's allocations must be the
-scheduler's (same consumed capacity) or be accepted by the scheduler's allocator when the
-scenario is pinned to them. The corpus must exercise every feature the engine claims.
+Every pod (1-3 claims, allocated together) of every scenario is judged on every node by both (the
+Go harness runs k8s.io/dynamic-resource-allocation/structured v0.37.2 with kube-scheduler 1.37's
+feature gates of the main lane, kubeacc.differential.build.DEFAULT, and the engine follows that
+release; a smaller corpus checks v0.36.3 with the engine following 1.36). Errors that fail the pod
+and feasibility must agree exactly; where both allocate, the engine's allocations must be the
+scheduler's (same consumed capacity) or be accepted by the scheduler's allocator when the scenario
+is pinned to them. The corpus must exercise every feature the engine claims.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from kubeacc.differential.validator import pinned_pod, pinned_scenario
 #: the CI corpus: seeds [CI_SEED_START, CI_SEED_START + CI_SEEDS)
 CI_SEED_START = 0
 CI_SEEDS = 300
+#: the compatibility corpus (v1.36.3's allocator, the engine following 1.36)
+CI_136_SEEDS = 200
 
 FEATURES = {
     "admin-access",
@@ -71,6 +74,7 @@ FEATURES = {
     "pods-allocated",
     "qualified-capacity",
     "quantity",
+    "taint-none",
     "taints",
     "tolerations",
     "version",
@@ -86,6 +90,17 @@ def test_engine_agrees_with_the_scheduler_allocator(go_allocator: GoAllocator) -
     # Enough of both answers to mean something.
     assert report.both_allocate > CI_SEEDS // 3
     assert report.pairs - report.both_allocate > CI_SEEDS // 3
+
+
+def test_engine_following_136_agrees_with_the_136_allocator(
+    go_allocator_136: GoAllocator,
+) -> None:
+    assert go_allocator_136.release == "v1.36.3"
+    report = run_range(CI_SEED_START, CI_136_SEEDS, go_allocator_136)
+    summary = report.summary()
+    assert report.disagreements == [], summary
+    assert report.invalid_picks == [], summary
+    assert report.both_allocate > CI_136_SEEDS // 3
 
 
 def test_generator_is_deterministic() -> None:

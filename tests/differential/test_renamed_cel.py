@@ -99,7 +99,9 @@ def _scenario(expression: str) -> dict[str, Any]:
 def _both(go: GoAllocator, expression: str) -> tuple[object, object]:
     scen = _scenario(expression)
     theirs = go.pairs(scen)[0][0]
-    engine = Engine(scen["slices"], scen["classes"], scen["allocated"], scen["nodes"])
+    engine = Engine(
+        scen["slices"], scen["classes"], scen["allocated"], scen["nodes"], release=go.release
+    )
     ours = engine.allocate_pod(scen["claims"], node="n0", commit=False, pod="p")
     return (
         "error" if theirs.get("fatal") else bool(theirs["ok"]),
@@ -125,6 +127,12 @@ def test_format_library_is_refused_with_the_reason(go_allocator: GoAllocator) ->
     # The one library left: the allocator evaluates it, the engine names why it cannot.
     scen = _scenario('!format.dns1123Label().validate("a").hasValue()')
     assert go_allocator.pairs(scen)[0][0]["ok"]
-    engine = Engine(scen["slices"], scen["classes"], scen["allocated"], scen["nodes"])
+    engine = Engine(
+        scen["slices"],
+        scen["classes"],
+        scen["allocated"],
+        scen["nodes"],
+        release=go_allocator.release,
+    )
     ours = engine.allocate_pod(scen["claims"], node="n0", commit=False, pod="p")
     assert ours.error is not None and "unsupported CEL feature 'format'" in ours.error

@@ -143,7 +143,22 @@ def test_selectors_use_the_allocators_format(expr: str) -> None:
 )
 def test_compile_check_refuses_as_the_allocator(expr: str, message: str) -> None:
     with pytest.raises(CelError, match=message):
-        compile_selector(expr)
+        compile_selector(expr, "1.36")
+    if "google.protobuf.Any" not in message:
+        with pytest.raises(CelError, match=message):
+            compile_selector(expr, "1.37")
+
+
+@pytest.mark.parametrize(
+    ("expr", "matches"),
+    [
+        ('"%s".format([device.attributes["k"].model]) == "a100"', False),
+        ('cel.bind(a, device.attributes["k"], "%d".format([a.index]) == "3")', True),
+    ],
+)
+def test_v137_judges_an_attribute_argument_at_run_time(expr: str, matches: bool) -> None:
+    """cel-go v0.29 (Kubernetes 1.37) compiles an attribute value not wrapped in ``dyn``."""
+    assert _device().matches(compile_selector(expr, "1.37")) is matches
 
 
 def test_runtime_error_fails_the_selector() -> None:

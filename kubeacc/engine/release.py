@@ -1,0 +1,87 @@
+"""Which kube-scheduler release the engine follows: the allocator's behaviour differs per release.
+
+The engine answers as the allocator of the cluster's Kubernetes release would
+(``k8s.io/dynamic-resource-allocation/structured``, the variant kube-scheduler picks with that
+release's default gates). A :class:`Release` names each behaviour that changed between the
+releases the engine knows, so the code reads ``if release.x`` rather than comparing versions.
+:data:`DEFAULT` is the newest; ``kubeacc plan`` takes the live server's version when it can.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+class ReleaseError(ValueError):
+    """A Kubernetes version the engine does not follow."""
+
+
+@dataclass(frozen=True)
+class Release:
+    #: ``1.36``, ``1.37``
+    name: str
+    #: slices with shared counters count for every node, whatever node they target (v1.36);
+    #: from v1.37 only slices that target the node are gathered, and a counter slice that does
+    #: not is fetched with the rest of the pool when the pool looks incomplete from the node
+    counters_everywhere: bool
+    #: an ``All`` request gathers only devices whose *static* capacity fits (v1.37): a matching
+    #: device whose remaining capacity is too small stays in the set and the request fails;
+    #: v1.36 skips it while gathering
+    all_static_capacity: bool
+    #: ``string.format`` rejects at compile time an argument whose static type suits no clause,
+    #: such as an attribute value not wrapped in ``dyn`` (v1.36, cel-go v0.26); v1.37 (cel-go
+    #: v0.29) lets it compile and judges the value at run time
+    format_static_types: bool
+    #: ``distinctAttribute`` compares a device with every device added before it (v1.37);
+    #: v1.36 keeps one value per request, so a value can repeat at count >= 3
+    distinct_every_value: bool
+    #: a device config that names every request of the claim (or the subrequest chosen) is
+    #: written without ``requests`` ("empty means all", v1.37); v1.36 keeps the list
+    config_for_all_unnamed: bool
+    #: counters a search is taking are kept per driver and pool (v1.37); v1.36 keeps them per
+    #: pool name, so equally named pools of two drivers draw on one tally
+    counters_per_driver: bool
+
+
+RELEASES: dict[str, Release] = {
+    "1.36": Release(
+        "1.36",
+        counters_everywhere=True,
+        all_static_capacity=False,
+        format_static_types=True,
+        distinct_every_value=False,
+        config_for_all_unnamed=False,
+        counters_per_driver=False,
+    ),
+    "1.37": Release(
+        "1.37",
+        counters_everywhere=False,
+        all_static_capacity=True,
+        format_static_types=False,
+        distinct_every_value=True,
+        config_for_all_unnamed=True,
+        counters_per_driver=True,
+    ),
+}
+DEFAULT = "1.37"
+
+_VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?$")
+
+
+def release(version: str | Release | None = None) -> Release:
+    """The release for ``version`` (``1.37``, ``v1.37.2``, a server's ``gitVersion`` such as
+    ``v1.37.2+k3s1``); None: :data:`DEFAULT`. Raises :class:`ReleaseError` for others."""
+    if isinstance(version, Release):
+        return version
+    if version is None:
+        return RELEASES[DEFAULT]
+    m = _VERSION_RE.match(version.strip())
+    key = f"{m.group(1)}.{m.group(2)}" if m else version
+    found = RELEASES.get(key)
+    if found is None:
+        raise ReleaseError(
+            f"Kubernetes {version!r} is not a release the engine follows; "
+            f"choose one of {', '.join(sorted(RELEASES))}"
+        )
+    return found
