@@ -5,9 +5,10 @@ of its DRA plugin gathers and converts every slice that targets the node, whatev
 slice the devices sit in, before it looks for a device (Kubernetes 1.37's structured
 allocator). Putting devices in pools or slices of their own therefore saves the scheduler
 nothing; not publishing them does. SR-IOV virtual functions are most of a NIC-rich node's
-devices (a ``dgx-h100`` has 8 GPUs, 8 NICs and 64 VFs) and cost kube-scheduler 1.6-1.7x the CPU
-per pod of GPU-only slices (docs/benchmarks.md), so they are published only on request; every
-device type is published unless a list is given.
+devices (a ``dgx-h100`` has 8 GPUs, 8 NICs and 64 VFs) and cost kube-scheduler 1.4-1.7x the CPU
+per pod of minimal GPU slices, against 1.1-1.3x for the GPUs and NICs alone (docs/benchmarks.md),
+so they are published only on request; every device type is published unless a list is given
+(NICs too: GPU-NIC alignment by ``matchAttribute`` needs them).
 """
 
 from __future__ import annotations
