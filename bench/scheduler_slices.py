@@ -10,8 +10,13 @@ another's scheduler cache, with ``--nodes`` Node objects, each publishing one sl
 - ``minimal``: the node's 8 GPUs with only what the ``gpu.kubeacc.io`` class selects on
   (``type``), no capacity;
 - ``gpus``: the same 8 GPUs as the node agent publishes them (every attribute, memory);
+- ``nics``: the GPUs and the 8 NICs (physical functions) as published, no VFs (the agent's
+  default: VFs are published with ``--dra-publish vf`` only);
 - ``all``: what the node agent publishes for the whole synthetic server (``dgx-h100``: 8 GPUs,
-  8 NICs, 64 VFs, built with the agent's own functions).
+  8 NICs, 64 VFs, built with the agent's own functions);
+- ``split``: the same devices as ``all``, the NICs and VFs in a pool (and slice) of their own,
+  ``<node>-nic``: does a layout keep the scheduler from looking at them? (It does not: every
+  Filter call gathers and converts every slice that targets the node, whatever its pool.)
 
 Then ``--pods`` pods, each with its own claim for one GPU of ``gpu.kubeacc.io``, created as fast
 as the API server takes them; timed from the first pod's creation until every pod is bound.
@@ -49,7 +54,7 @@ from kubeacc.testbed import Testbed
 from kubeacc.testbed.procs import cpu_seconds
 
 TARGET_RATIO = 1.1
-KINDS = ("minimal", "gpus", "all")
+KINDS = ("minimal", "gpus", "nics", "all", "split")
 NS = "bench"
 
 
@@ -57,10 +62,25 @@ def kinds_of_devices(published: list[dict[str, Any]]) -> dict[str, list[dict[str
     """The devices of one node's slice, per kind (see the module's text)."""
     gpus = [d for d in published if d["attributes"]["type"]["string"] == "gpu"]
     minimal = [{"name": d["name"], "attributes": {"type": {"string": "gpu"}}} for d in gpus]
-    return {"minimal": minimal, "gpus": gpus, "all": published}
+    nics = [d for d in published if "sriovVF" not in d["attributes"]]
+    return {"minimal": minimal, "gpus": gpus, "nics": nics, "all": published, "split": published}
 
 
-def _nodes(client: Client, n: int, devices: list[dict[str, Any]]) -> None:
+def node_slices(kind: str, node: str, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The slice objects of one node: one pool, or for ``split`` the GPUs' and the NICs'."""
+    if kind != "split":
+        return build_slices(node, None, devices, generation=1)
+    gpus = [d for d in devices if d["attributes"]["type"]["string"] == "gpu"]
+    rest = [d for d in devices if d["attributes"]["type"]["string"] != "gpu"]
+    out = build_slices(node, None, gpus, generation=1)
+    for obj in build_slices(node, None, rest, generation=1):
+        obj["metadata"]["name"] = obj["metadata"]["name"].replace(node, f"{node}-nic", 1)
+        obj["spec"]["pool"]["name"] = f"{node}-nic"
+        out.append(obj)
+    return out
+
+
+def _nodes(client: Client, kind: str, n: int, devices: list[dict[str, Any]]) -> None:
     room = {"cpu": "64", "memory": "512Gi", "pods": "250"}
     for i in range(n):
         name = f"node-{i:04d}"
@@ -71,7 +91,7 @@ def _nodes(client: Client, n: int, devices: list[dict[str, Any]]) -> None:
             {"status": {"capacity": room, "allocatable": room}},
             patch_type=PatchType.MERGE,
         )
-        for obj in build_slices(name, None, devices, generation=1):
+        for obj in node_slices(kind, name, devices):
             client.create(from_dict(obj))
 
 
@@ -119,7 +139,7 @@ def _round(kind: str, devices: list[dict[str, Any]], nodes: int, pods: int) -> d
         pid = scheduler.pid
         apply_device_classes(client)
         t0 = time.perf_counter()
-        _nodes(client, nodes, devices)
+        _nodes(client, kind, nodes, devices)
         populate = time.perf_counter() - t0
         client.create(Namespace(metadata=ObjectMeta(name=NS)))
         names = [f"p{i:04d}" for i in range(pods)]

@@ -51,6 +51,7 @@ from kubeacc.agent.dra.migpublish import Published, device_infos
 from kubeacc.agent.dra.migpublish import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
+from kubeacc.agent.dra.publishing import Publishing
 from kubeacc.agent.dra.sharing import Selector, ShareSelector, unknown_memory
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices, slice_fields
 from kubeacc.agent.healthtaints import Effect, HealthTaints, with_health_taints
@@ -87,8 +88,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def dra_part(inv: Inventory, device_plugin_types: frozenset[DeviceType]) -> Inventory:
-    """The devices DRA serves: all but the types given to the device plugin."""
+def dra_part(
+    inv: Inventory,
+    device_plugin_types: frozenset[DeviceType],
+    publishing: Publishing | None = None,
+) -> Inventory:
+    """The devices DRA serves: those of the published types (default: all) but the device
+    plugin's."""
+    if publishing is not None:
+        inv = publishing.keep(inv)
     if not device_plugin_types:
         return inv
     return inv.model_copy(
@@ -160,6 +168,8 @@ class AgentOptions:
     kubelet_plugin: bool = True
     #: Types served through the kubelet device plugin API instead of DRA (one mode per type).
     device_plugin_types: frozenset[DeviceType] = frozenset()
+    #: What DRA publishes (``--dra-publish``): device types, and whether NICs' VFs too.
+    publishing: Publishing = field(default_factory=Publishing)
     #: Node-local bitstream library: claims with an FpgaConfig bitstream get it programmed.
     bitstream_dir: Path | None = None
     #: Fold the DRA checkpoint journal into a new snapshot after this many calls.
@@ -696,17 +706,22 @@ class Agent:
         changed = inv.devices != self.inventory.devices
         self.inventory = inv
         self.metrics.observe_inventory(inv)
-        self.dra_inventory = dra_part(inv, self.opts.device_plugin_types)
+        self.dra_inventory = dra_part(inv, self.opts.device_plugin_types, self.opts.publishing)
         gpus, uuids = self.partitions.read(self.dra_inventory)
         self._mig = mig_publish(
             self.dra_inventory,
-            slice_devices(self.dra_inventory, self.opts.memory_shared, self.limiter),
+            slice_devices(
+                self.dra_inventory,
+                self.opts.memory_shared,
+                self.limiter,
+                vfs=self.opts.publishing.vfs,
+            ),
             gpus,
             self.partitions.ours(),
             uuids,
         )
         self._index = {
-            **device_index(self.dra_inventory),
+            **device_index(self.dra_inventory, vfs=self.opts.publishing.vfs),
             **device_infos(self.dra_inventory, self._mig),
         }
         for name in [n for n, e in self._mig.whole.items() if e is None]:
@@ -733,7 +748,12 @@ class Agent:
                 devices = with_health_taints(
                     with_cordon_taints(
                         self._mig.apply(
-                            slice_devices(self.dra_inventory, shared, self.limiter),
+                            slice_devices(
+                                self.dra_inventory,
+                                shared,
+                                self.limiter,
+                                vfs=self.opts.publishing.vfs,
+                            ),
                             self._mig_filters(),
                         ),
                         self._cordoned(),

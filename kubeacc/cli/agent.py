@@ -160,6 +160,17 @@ def agent_command(
         ),
     ] = True,
     units_table: UnitsTableOption = None,
+    dra_publish: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dra-publish",
+            metavar="KIND",
+            help="Publish this kind's devices in the ResourceSlices: gpu, fpga, nic, xpu, "
+            "accelerator, or vf (the NICs' SR-IOV virtual functions; needs nic) (repeatable). "
+            "Default: every type, no VFs: kube-scheduler reads every device a node publishes "
+            "for every pod it places (docs/dra.md, 'What is published').",
+        ),
+    ] = None,
     memory_shared: Annotated[
         list[str] | None,
         typer.Option(
@@ -219,6 +230,7 @@ def agent_command(
     limit_arenas()  # before any thread starts: see kubeacc/agent/arenas.py
 
     from kubeacc.agent.dra.checkpoint import StateError
+    from kubeacc.agent.dra.publishing import Publishing
     from kubeacc.agent.dra.sharing import parse_selectors
     from kubeacc.agent.runner import Agent, AgentOptions
     from kubeacc.cli.signals import stop_on_signals
@@ -230,6 +242,7 @@ def agent_command(
             parse_address(metrics_address)
         discovery = _discovery_config(discovery_config)
         shared = parse_selectors(memory_shared or [])
+        publishing = Publishing.parse(dra_publish or [])
         dp_config = _device_plugin_config(device_plugin_types or [], device_plugin_config)
     except ValueError as err:  # the config errors and MetricsAddressError
         fail(str(err))
@@ -285,6 +298,7 @@ def agent_command(
                 nvml=nvml.value,
                 discovery_config=discovery,
                 memory_shared=shared,
+                publishing=publishing,
                 sharelimit_library=sharelimit_library,
                 driver_user_space=driver_user_space,
                 driver_root=driver_root,

@@ -101,6 +101,7 @@ class KubeaccStack:
             node.agent.published.wait(60)
 
     def _start_node(self, name: str, profile: str) -> NodeComponents:
+        from kubeacc.agent.dra.publishing import KINDS, Publishing
         from kubeacc.agent.lifecycle.agent import LifecycleAgent
         from kubeacc.agent.runner import Agent, AgentOptions
         from kubeacc.agent.userspace.provider import UserSpaceMode
@@ -128,6 +129,8 @@ class KubeaccStack:
                 device_root=device_root,
                 state_dir=self.base / "state" / name,
                 bitstream_dir=self.library,
+                # everything, VFs too: the demo's and the examples' claims ask for one
+                publishing=Publishing.parse(KINDS),
                 # a synthetic node has no NVIDIA driver to hand to containers
                 driver_user_space=UserSpaceMode.TOOLKIT,
             )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import cast
 
 import msgspec
 
@@ -31,18 +32,23 @@ _encode = msgspec.json.encode
 class Kind:
     """The answers of every node of the state for one kind of request."""
 
-    def __init__(self, match: Match) -> None:
+    def __init__(self, match: Match, piece: Callable[[str, int], bytes]) -> None:
         self.match = match
+        self.piece = piece
         self.epoch = -1
         #: Score of every node that fits.
         self.fits: dict[str, int] = {}
         #: Reason of every node that does not.
         self.fails: dict[str, str] = {}
+        #: The prioritize piece (``{"Host":...,"Score":...}``) of every node that fits: a
+        #: HostPriorityList is then one ``map`` over the names, in C.
+        self.scored: dict[str, bytes] = {}
 
     def _answer(self, state: State, node: str) -> None:
         view = state.nodes.get(node)
         self.fits.pop(node, None)
         self.fails.pop(node, None)
+        self.scored.pop(node, None)
         if view is None:
             return
         score, reason = self.match(view)
@@ -50,6 +56,7 @@ class Kind:
             self.fails[node] = reason
         else:
             self.fits[node] = score
+            self.scored[node] = self.piece(node, score)
 
     def update(self, state: State) -> None:
         """Bring the answers up to the state's current epoch."""
@@ -66,6 +73,8 @@ class Kind:
                     fails[node] = reason
                 else:
                     fits[node] = score
+            piece = self.piece
+            self.scored = {node: piece(node, score) for node, score in fits.items()}
         else:
             for node in set(changed):
                 self._answer(state, node)
@@ -86,7 +95,7 @@ class Answers:
         """The current answers for ``key`` (``make`` builds its matcher when new)."""
         got = self._kinds.get(key)
         if got is None:
-            got = self._kinds[key] = Kind(make())
+            got = self._kinds[key] = Kind(make(), self.piece)
             if len(self._kinds) > self.kinds:
                 self._kinds.popitem(last=False)
         else:
@@ -105,18 +114,22 @@ class Answers:
                 self._pieces[node] = got
         return got
 
+    def piece(self, node: str, score: int) -> bytes:
+        """``{"Host": node, "Score": score}`` encoded."""
+        if 0 <= score <= MAX_SCORE:
+            return (self._pieces.get(node) or self.pieces(node))[score]
+        return _encode({"Host": node, "Score": score})
+
     def priorities(self, kind: Kind | None, names: list[str]) -> bytes:
         """The JSON HostPriorityList for ``names``: 0 for nodes that do not fit or are
         unknown (for every node without ``kind``); byte for byte what encoding
         ``[{"Host": n, "Score": s}, ...]`` gives."""
-        fits: dict[str, int] = {} if kind is None else kind.fits
-        cached, make, score = self._pieces.get, self.pieces, fits.get
-        # One comprehension with bound methods: at 5,000 names this loop is a third of the
-        # verb's CPU, and a comprehension is ~25 % faster than appending in a for loop.
-        out = [
-            (cached(name) or make(name))[s]
-            if 0 <= (s := score(name, 0)) <= MAX_SCORE
-            else _encode({"Host": name, "Score": s})
-            for name in names
-        ]
-        return b"[" + b",".join(out) + b"]"
+        # The candidates prioritize gets are those filter kept, so nearly always every name
+        # has its piece in ``kind.scored``: one map in C (a comprehension with two lookups
+        # per name was ~60 % of the two verbs' CPU at 5,000 nodes).
+        found: list[bytes | None] = [] if kind is None else list(map(kind.scored.get, names))
+        if kind is None or None in found:
+            zero = self.piece
+            found = found or [None] * len(names)
+            found = [p if p is not None else zero(n, 0) for p, n in zip(found, names, strict=True)]
+        return b"[" + b",".join(cast(list[bytes], found)) + b"]"

@@ -82,6 +82,7 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("agent.stateDir=relative", "at '/agent/stateDir'"),
         ("agent.hostRoot=relative", "at '/agent/hostRoot'"),
         ("logLevel=LOUD", "at '/logLevel'"),
+        ("agent.draPublish={tpu}", "at '/agent/draPublish/0'"),
         ("agent.memoryShared={half}", "at '/agent/memoryShared/0'"),
         ("agent.memoryShared={type=tpu}", "at '/agent/memoryShared/0'"),
         ("nvidia.toolsDir=bin", "at '/nvidia/toolsDir'"),
@@ -115,6 +116,21 @@ def test_memory_shared_selectors_reach_the_agent(helm: Helm) -> None:
         "--memory-shared=model=*H100*",
         "--memory-shared=pci=0000:1b:00.0",
         "--memory-shared=type=xpu",
+    ]
+
+
+def test_dra_publish_reaches_the_agent(helm: Helm) -> None:
+    def args(*settings: str) -> list[str]:
+        out = helm("template", "t", str(CHART), K8S, *settings).stdout
+        (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
+        found: list[str] = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        return [a for a in found if a.startswith("--dra-publish")]
+
+    assert args() == []  # the agent's default: every type, no VFs
+    assert args("--set-json", 'agent.draPublish=["gpu","nic","vf"]') == [
+        "--dra-publish=gpu",
+        "--dra-publish=nic",
+        "--dra-publish=vf",
     ]
 
 

@@ -88,7 +88,9 @@ def test_examples_as_written_on_the_chart_install(
     host = profiles.build("dgx-h100", tmp_path / "host")
     make_device_nodes(host, sorted({n for d in discover(host).devices for n in d.device_nodes}))
     values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump(_values(tb, host, tmp_path)))
+    chosen = _values(tb, host, tmp_path)
+    chosen["agent"]["draPublish"] = ["gpu", "nic", "vf"]  # the sriov-vf example asks for a VF
+    values.write_text(yaml.safe_dump(chosen))
     helm("install", "kubeacc", str(CHART), "-n", NS, "--create-namespace", "-f", str(values))
     _wait_ready(client, "kubeacc-agent-")
     _wait_ready(client, "kubeacc-controller-")

@@ -80,3 +80,25 @@ def test_a_bad_memory_shared_selector_is_one_line(tmp_path: Path) -> None:
         "pci=BUS-ID or name=DEVICE"
     ]
     assert not (tmp_path / "state").exists()
+
+
+def test_a_wrong_dra_publish_kind_is_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "kubeacc"),
+            "agent",
+            "--node-name=n",
+            "--dra-publish=gpu",
+            "--dra-publish=vf",
+            f"--state-dir={tmp_path / 'state'}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: --dra-publish vf needs --dra-publish nic: VFs go with their NICs"
+    ]
+    assert not (tmp_path / "state").exists()

@@ -56,8 +56,8 @@ def test_ready_after_registration_and_series_follow_claims(
     assert get(port, "/healthz") == (200, "ok\n")
     assert value(port, "kubeacc_agent_kubelet_registrations_total") == 0
     assert value(port, "kubeacc_agent_devices", type="gpu", health="Healthy") == 8
-    # 7 whole GPUs, GPU 7's 3 fixed MIG instances, 8 NICs, 64 VFs
-    assert value(port, "kubeacc_agent_published_devices") == 82
+    # 7 whole GPUs, GPU 7's 3 fixed MIG instances, 8 NICs (VFs only with --dra-publish vf)
+    assert value(port, "kubeacc_agent_published_devices") == 18
     assert value(port, "kubeacc_agent_resource_slices") == 1
     node = kube_client.get(Node, testbed.node_name)
     assert node.metadata and node.metadata.labels

@@ -130,20 +130,27 @@ def vf_entries(pf: Device) -> list[dict[str, Any]]:
 
 
 def slice_devices(
-    inv: Inventory, shared: Sequence[Selector] = (), limiter: Limiter | None = None
+    inv: Inventory,
+    shared: Sequence[Selector] = (),
+    limiter: Limiter | None = None,
+    *,
+    vfs: bool = True,
 ) -> list[dict[str, Any]]:
     """Every device of the node as slice entries, sorted by name (stable slice contents);
-    GPUs that ``shared`` selects as memory-shared ones (enforced by ``limiter``)."""
+    GPUs that ``shared`` selects as memory-shared ones (enforced by ``limiter``); SR-IOV
+    virtual functions only with ``vfs`` (:mod:`kubeacc.agent.dra.publishing`)."""
     out: list[dict[str, Any]] = []
     for dev in inv.devices:
         out.append(device_entry(dev, is_memory_shared(dev, shared), limiter))
-        out.extend(vf_entries(dev))
+        if vfs:
+            out.extend(vf_entries(dev))
     out.sort(key=lambda d: str(d["name"]))
     return out
 
 
-def device_index(inv: Inventory) -> dict[str, DeviceInfo]:
-    """What the kubelet plugin needs to know about each published device, by slice name."""
+def device_index(inv: Inventory, *, vfs: bool = True) -> dict[str, DeviceInfo]:
+    """What the kubelet plugin needs to know about each published device, by slice name
+    (SR-IOV virtual functions only with ``vfs``, as :func:`slice_devices`)."""
     out: dict[str, DeviceInfo] = {}
     for dev in inv.devices:
         bdf = dev.pci.bus_id if dev.pci else ""
@@ -160,7 +167,7 @@ def device_index(inv: Inventory) -> dict[str, DeviceInfo]:
             netdev=dev.netdevs[0] if dev.netdevs else "",
         )
         for part in dev.partitions:
-            if part.kind is PartitionKind.SRIOV_VF:
+            if vfs and part.kind is PartitionKind.SRIOV_VF:
                 name = vf_name(dev, part.index)
                 out[name] = DeviceInfo(
                     name=name,

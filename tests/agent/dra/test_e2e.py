@@ -84,8 +84,9 @@ def test_pod_runs_with_our_cdi_devices_and_unprepares(
     testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
 ) -> None:
     slices = wait_slices(kube_client, testbed.node_name)
-    # 7 whole GPUs + GPU 7's three fixed MIG instances (it is not whole) + 8 NICs + 64 VFs
-    assert sum(len(s.spec.devices or []) for s in slices) == 82
+    # 7 whole GPUs + GPU 7's three fixed MIG instances (it is not whole) + 8 NICs; no VFs
+    # (published only with --dra-publish vf)
+    assert sum(len(s.spec.devices or []) for s in slices) == 18
     cfg = {
         "config": [
             {
@@ -261,7 +262,7 @@ def test_health_stream_reports_every_device(
         first = next(iter(stream))
         stream.cancel()
     by_name = {d.device.device_name: d for d in first.devices}
-    assert len(by_name) == 82  # as published: GPU 7 as its three MIG instances
+    assert len(by_name) == 18  # as published: GPU 7 as its three MIG instances, no VFs
     assert {d.device.pool_name for d in first.devices} == {testbed.node_name}
     assert by_name["gpu-0000-1b-00-0"].health == hpb.HEALTHY
 
