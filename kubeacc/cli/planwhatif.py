@@ -48,6 +48,7 @@ def node_objects(
     """(node name, its objects, notes, devices published) for one ``--add-node`` spec;
     ``taken``: node names in use."""
     from kubeacc.agent.dra.devices import slice_devices
+    from kubeacc.agent.dra.publishing import Publishing
     from kubeacc.agent.dra.slices import build_slices
     from kubeacc.discovery import discover
     from kubeacc.synthetic import profiles
@@ -59,7 +60,9 @@ def node_objects(
         inv = discover(SyntheticHost(root))
     mig = [d.name for d in inv.devices if d.attributes.get("migMode") == "enabled"]
     kept = inv.model_copy(update={"devices": [d for d in inv.devices if d.name not in mig]})
-    objs: list[dict[str, Any]] = build_slices(name, None, slice_devices(kept), generation=1)
+    # as an agent with the default --dra-publish publishes it (no SR-IOV VFs)
+    devices = slice_devices(kept, vfs=Publishing().vfs)
+    objs: list[dict[str, Any]] = build_slices(name, None, devices, generation=1)
     if with_node:
         objs.append(
             {
@@ -69,14 +72,14 @@ def node_objects(
             }
         )
     notes = [
-        f"{name}: a node like profile {profile} ({len(kept.devices)} devices, published whole)"
+        f"{name}: a node like profile {profile} ({len(devices)} devices, published whole)"
     ]
     if mig:
         notes.append(
             f"{name}: {len(mig)} GPU(s) in MIG mode left out ({', '.join(mig)}): their partitions "
             "depend on the node's MIG configuration"
         )
-    return name, objs, notes, len(kept.devices)
+    return name, objs, notes, len(devices)
 
 
 def add_nodes(objs: list[dict[str, Any]], specs: list[str]) -> list[str]:
