@@ -49,6 +49,7 @@ from kubeacc.agent.dra.mignvml import nvml_for
 from kubeacc.agent.dra.migprepare import MigPartitions
 from kubeacc.agent.dra.migpublish import Published, device_infos
 from kubeacc.agent.dra.migpublish import publish as mig_publish
+from kubeacc.agent.dra.netdata import host_reader
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.sharing import Selector, ShareSelector, unknown_memory
@@ -181,6 +182,8 @@ class AgentOptions:
     #: Write claims' status.devices at prepare, remove them at unprepare (kubeacc.agent.dra.
     #: devicestatus; DRAResourceClaimDeviceStatus).
     device_status: bool = True
+    #: Device metadata files in the containers (kubeacc.agent.dra.metadata; KEP-5304).
+    device_metadata: bool = True
     #: Label the Node with what discovery found (``kubeacc.io/<type>.count`` and so on).
     node_labels: bool = True
     #: NVML: ``auto`` (when it answers), ``on`` (warn when it can't be used) or ``off``.
@@ -558,6 +561,8 @@ class Agent:
         prime_decoders()
         self._observe(self._discover())
         self.driver.reconcile()
+        self.driver.network = host_reader(self.opts.host)
+        self.driver.device_metadata = self.opts.device_metadata
         if self.opts.kubelet_plugin and self.opts.device_status:
             self.driver.status = DeviceStatusWriter(self.prepare_client, self.opts.node_name)
             self.driver.status.start()
