@@ -571,9 +571,9 @@ class Agent:
             self.probes.start()
         prime_decoders()
         self._observe(self._discover())
-        self.driver.reconcile()
         self.driver.network = host_reader(self.opts.host)
         self.driver.device_metadata = self.opts.device_metadata
+        self.driver.reconcile()
         if self.opts.kubelet_plugin and self.opts.device_status:
             self.driver.status = DeviceStatusWriter(self.prepare_client, self.opts.node_name)
             self.driver.status.start()

@@ -173,6 +173,9 @@ class Driver:
             ) from None
         if removed or rewritten:
             log.info("reconciled CDI specs: removed %s, rewrote %s", removed, rewritten)
+        with self.lock:
+            if restored := self._restore_metadata():
+                log.info("device metadata made again for claims %s", restored)
         if self.sharing is not None:
             with self.lock:
                 self.sharing.reconcile(set(self.checkpoint.claims))
@@ -508,7 +511,9 @@ class Driver:
                 for d in cdi_devices
             ]
         if self.device_metadata:
-            cdi_devices = self._with_metadata(claim, prepared, known, migs, cdi_devices, metas)
+            contents, first = self._metadata_of(claim, prepared, known, migs)
+            metas[ref.uid] = contents
+            cdi_devices = _with_mounts(self.state_dir, claim, cdi_devices, first)
         claim_edits = self._user_space(where) if visible else None
         if uuids := ",".join(dict.fromkeys(u for u in visible.values() if u)):
             cdi_devices = [  # the same list on each: the device injected last sets it
@@ -520,22 +525,19 @@ class Driver:
         )
         return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
 
-    def _with_metadata(
+    def _metadata_of(
         self,
         claim: Mapping[str, Any],
         prepared: list[PreparedDevice],
         known: Mapping[str, DeviceInfo],
         migs: Mapping[str, str],
-        cdi_devices: list[cdi.CDIDevice],
-        metas: dict[str, dict[str, bytes]],
-    ) -> list[cdi.CDIDevice]:
-        """The claim's device metadata files (into ``metas``) and its CDI devices with their
-        mounts: each request's on the first of its devices (:mod:`kubeacc.agent.dra.metadata`)."""
+    ) -> tuple[dict[str, bytes], dict[str, int]]:
+        """A claim's metadata files by request, and the index of each request's first device."""
         entries = {
             e["device"]: e for e in device_entries(self.node, prepared, known, migs, self.network)
         }
         requests: dict[str, metadata.RequestMetadata] = {}
-        first: dict[str, int] = {}  # request: index of its first CDI device
+        first: dict[str, int] = {}
         for i, p in enumerate(prepared):
             for name in p.request_names:
                 base = metadata.base_request(name)
@@ -544,12 +546,27 @@ class Driver:
                 if dev not in req.devices:
                     req.devices.append(dev)
                 first.setdefault(base, i)
-        metas[str(claim["metadata"]["uid"])] = metadata.files(claim, requests.values())
-        out = list(cdi_devices)
-        for base, i in first.items():
-            mount = metadata.mount(self.state_dir, claim, base)
-            out[i] = replace(out[i], read_only_mounts=(*out[i].read_only_mounts, mount))
-        return out
+        return metadata.files(claim, requests.values()), first
+
+    def _restore_metadata(self) -> list[str]:
+        """Make again the metadata files prepared claims' CDI specs mount but a crash took
+        (:mod:`kubeacc.agent.dra.metadata`); the claims' UIDs."""
+        known = self.devices()
+        done = []
+        for uid, claim in self.checkpoint.claims.items():
+            paths = metadata.mounted(self.state_dir, uid, claim.cdi_spec)
+            if all(metadata.whole(self.state_dir, uid, r) for r in paths):
+                continue  # none mounted (prepared with metadata off), or all there
+            obj = metadata.claim_object(claim.namespace, claim.name, uid, paths)
+            migs = self.partitions.uuids(uid) if self.partitions is not None else {}
+            contents, _ = self._metadata_of(obj, claim.devices, known, migs)
+            try:
+                metadata.write(self.state_dir, uid, contents)
+            except OSError as exc:
+                log.error("claim %s: device metadata not restored: %s", uid, exc)
+                continue
+            done.append(uid)
+        return done
 
     def _user_space(self, where: str) -> dict[str, Any] | None:
         """The NVIDIA driver's user space for the claim's container (kubeacc.agent.userspace)."""
@@ -676,6 +693,18 @@ class Driver:
     def prepared(self) -> dict[str, PreparedClaim]:
         with self.lock:
             return dict(self.checkpoint.claims)
+
+
+def _with_mounts(
+    state_dir: Path, claim: Mapping[str, Any], devices: list[cdi.CDIDevice], first: dict[str, int]
+) -> list[cdi.CDIDevice]:
+    """The claim's CDI devices with each request's metadata mount on the first of its devices
+    (:mod:`kubeacc.agent.dra.metadata`)."""
+    out = list(devices)
+    for request, i in first.items():
+        mount = metadata.mount(state_dir, claim, request)
+        out[i] = replace(out[i], read_only_mounts=(*out[i].read_only_mounts, mount))
+    return out
 
 
 def _configs(entries: list[dict[str, Any]]) -> list[tuple[list[str], Any, bool]]:

@@ -19,7 +19,10 @@ into the container. kube-acc keeps them under ``<state-dir>/dra-device-metadata/
 (a host path, as the CDI mounts need) and puts each request's mount into the CDI device of each
 of its devices, so the claim's CDI spec (rewritten from the checkpoint after a restart) is the
 one place that names them. They are written before the CDI spec, removed at unprepare, and
-directories of claims no longer prepared are removed at start.
+directories of claims no longer prepared are removed at start. They are derived state, like the
+CDI specs: written without an fsync (that would be the largest cost of a prepare), and a file a
+crash took (missing, or not a whole JSON document) is made again at start from the checkpoint,
+the CDI spec's mount (which names the pod's claim name) and the devices as they are then.
 """
 
 from __future__ import annotations
@@ -122,11 +125,44 @@ def files(claim: Mapping[str, Any], requests: Iterable[RequestMetadata]) -> dict
 
 
 def write(state_dir: Path, uid: str, contents: Mapping[str, bytes]) -> None:
-    """Write a claim's files (each replaced whole, durably); OSError when one cannot be."""
+    """Write a claim's files (each replaced whole; no fsync, see above); OSError when one
+    cannot be."""
     for request, data in contents.items():
         path = host_path(state_dir, uid, request)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, data, 0o644)
+        write_atomic(path, data, 0o644, durable=False)
+
+
+def mounted(state_dir: Path, uid: str, spec: Mapping[str, Any]) -> dict[str, str]:
+    """Request -> container path, of the metadata mounts in a claim's CDI spec."""
+    out = {}
+    for dev in spec.get("devices") or []:
+        for m in (dev.get("containerEdits") or {}).get("mounts") or []:
+            host = Path(str(m.get("hostPath", "")))
+            if host.name == FILE_NAME and host.parent.parent == state_dir / SUB_DIR / uid:
+                out[host.parent.name] = str(m.get("containerPath", ""))
+    return out
+
+
+def whole(state_dir: Path, uid: str, request: str) -> bool:
+    """Is the request's file there and its first line a JSON document?"""
+    try:
+        first = host_path(state_dir, uid, request).read_bytes().split(b"\n", 1)[0]
+        json.loads(first)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def claim_object(namespace: str, name: str, uid: str, paths: Mapping[str, str]) -> dict[str, Any]:
+    """The claim as far as its files need it, from the checkpoint and the mounts' container
+    ``paths`` (a template claim's pod claim name is in them)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid}
+    marker = f"{CONTAINER_DIR}/resourceclaimtemplates/"
+    for path in paths.values():
+        if path.startswith(marker):
+            meta["annotations"] = {POD_CLAIM_ANNOTATION: path[len(marker) :].split("/", 1)[0]}
+    return {"metadata": meta}
 
 
 def remove(state_dir: Path, uid: str) -> None:

@@ -135,3 +135,25 @@ def test_a_failed_write_fails_the_claim_and_leaves_nothing(tmp_path: Path, dgx: 
     assert res.error.startswith("writing the device metadata failed: ")
     assert not cdi.spec_path(tmp_path / "cdi", "u1").exists()
     assert driver.prepared() == {}
+
+
+def test_start_makes_again_the_files_a_crash_took(tmp_path: Path, dgx: Inventory) -> None:
+    """The files are written without fsync: a missing or torn one is made again from the
+    checkpoint and the CDI spec's mount (a template claim's pod claim name included)."""
+    claims = Claims()
+    claims.add("pod-gpu-x7k2p", "u3", [GPU, GPU2])
+    claims.objs[("ns", "pod-gpu-x7k2p")]["metadata"]["annotations"] = {
+        "resource.kubernetes.io/pod-claim-name": "gpu"
+    }
+    claims.add("plain", "u4", [GPU])
+    _driver(tmp_path, claims, dgx).prepare(
+        [ClaimRef("ns", "pod-gpu-x7k2p", "u3"), ClaimRef("ns", "plain", "u4")]
+    )
+    torn = tmp_path / "state" / "dra-device-metadata" / "u3" / "r" / "metadata.json"
+    gone = tmp_path / "state" / "dra-device-metadata" / "u4" / "r" / "metadata.json"
+    before = {p: p.read_bytes() for p in (torn, gone)}
+    torn.write_bytes(before[torn][:40])  # cut short
+    gone.unlink()
+    _driver(tmp_path, Claims(), dgx).reconcile()  # no API server needed
+    assert {p: p.read_bytes() for p in (torn, gone)} == before
+    assert _docs(torn)[0]["podClaimName"] == "gpu"
