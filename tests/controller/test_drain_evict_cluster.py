@@ -11,9 +11,11 @@ import pytest
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event, Pod
 
+from kubeacc.controller import taintrules
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.taintrules import DRAIN_TAINT, DeviceTaintRule, rule_name
 from kubeacc.crds.resources import as_dict
+from kubeacc.testbed.identities import token_client
 from kubeacc.testbed.testbed import Testbed
 from tests.nodestack import allocated_device, claim, claim_pod, node_stack, pod_phase
 from tests.testbed.helpers import eventually
@@ -143,6 +145,12 @@ def test_a_drained_gpus_partitions_and_a_drained_nics_vfs_are_evicted_too(
             if e.involvedObject and e.involvedObject.name in ("evict", "lift")
         }
         assert {"DeviceTaintRuleCreated", "DeviceTaintRuleDeleted"} <= reasons, reasons
+
+        # the controller's own ClusterRole (deploy/rbac/controller.yaml) allows all of it
+        ctl = token_client(testbed, tmp_path, namespace="kube-system", account="kubeacc-controller")
+        made = taintrules.ensure(ctl, accs[0], stack.node, gpu, f"{ns}/rbac")
+        assert rule_name(accs[0], f"mig-{part_suffix}") in made
+        assert sorted(taintrules.remove(ctl, accs[0])) == sorted(made)
 
 
 def _rules_metric(controller: Controller, step: str) -> float:
