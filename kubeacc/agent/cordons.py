@@ -40,21 +40,22 @@ def with_cordon_taints(
     ]
 
 
-def with_cordons_unhealthy(inv: Inventory, cordoned: Mapping[str, str]) -> Inventory:
-    """The inventory with cordoned devices marked Unhealthy (what the device plugin serves)."""
-    if not cordoned or not any(d.name in cordoned for d in inv.devices):
+def with_unhealthy(inv: Inventory, reasons: Mapping[str, str]) -> Inventory:
+    """The inventory with the devices of ``reasons`` marked Unhealthy, each with its reason
+    (what the device plugin serves)."""
+    if not reasons or not any(d.name in reasons for d in inv.devices):
         return inv
     devices = [
-        d.model_copy(
-            update={
-                "health": Health(
-                    state=HealthState.UNHEALTHY,
-                    reason=f"cordoned by {cordoned[d.name] or 'an administrator'}",
-                )
-            }
-        )
-        if d.name in cordoned
+        d.model_copy(update={"health": Health(state=HealthState.UNHEALTHY, reason=reasons[d.name])})
+        if d.name in reasons
         else d
         for d in inv.devices
     ]
     return inv.model_copy(update={"devices": devices})
+
+
+def with_cordons_unhealthy(inv: Inventory, cordoned: Mapping[str, str]) -> Inventory:
+    """The inventory with cordoned devices marked Unhealthy (what the device plugin serves)."""
+    return with_unhealthy(
+        inv, {d: f"cordoned by {who or 'an administrator'}" for d, who in cordoned.items()}
+    )

@@ -18,6 +18,12 @@ damped: a device that faults again within ``flap_window`` of being lifted is hel
 as the time before (up to ``max_hold``); a quiet ``flap_window`` brings the hold back to ``hold``.
 
 A stronger fault on a tainted device raises the effect; a weaker one only extends the hold.
+
+Device-plugin types have no slices to taint: the device plugin advertises a device with a
+``NoSchedule`` or ``NoExecute`` health taint ``Unhealthy`` in ListAndWatch
+(:func:`plugin_unhealthy`), so the kubelet gives it to no new pod; it evicts nobody for an
+Unhealthy device, so there ``NoExecute`` acts as ``NoSchedule``, and ``None`` leaves the device
+Healthy.
 """
 
 from __future__ import annotations
@@ -197,3 +203,13 @@ def with_health_taints(
         add = [t for d, t in taints.items() if belongs_to(str(e["name"]), d)]
         out.append({**e, "taints": [*e.get("taints", []), *add]} if add else e)
     return out
+
+
+def plugin_unhealthy(taints: Mapping[str, dict[str, str]]) -> dict[str, str]:
+    """Device -> why, for the devices the device plugin serves Unhealthy for their health
+    taint (``NoSchedule`` and ``NoExecute``; a degraded ``None`` device stays Healthy)."""
+    return {
+        d: f"health taint {t['value']} ({t['effect']})"
+        for d, t in taints.items()
+        if t["effect"] != Effect.NONE.value
+    }

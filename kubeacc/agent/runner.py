@@ -34,7 +34,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.accelerators import AcceleratorSync
 from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
-from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy
+from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy, with_unhealthy
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.applied import AppliedSharing
 from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
@@ -49,12 +49,18 @@ from kubeacc.agent.dra.mignvml import nvml_for
 from kubeacc.agent.dra.migprepare import MigPartitions
 from kubeacc.agent.dra.migpublish import Published, device_infos
 from kubeacc.agent.dra.migpublish import publish as mig_publish
+from kubeacc.agent.dra.netdata import host_reader
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
 from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.publishing import Publishing
 from kubeacc.agent.dra.sharing import Selector, ShareSelector, unknown_memory
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices, slice_fields
-from kubeacc.agent.healthtaints import Effect, HealthTaints, with_health_taints
+from kubeacc.agent.healthtaints import (
+    Effect,
+    HealthTaints,
+    plugin_unhealthy,
+    with_health_taints,
+)
 from kubeacc.agent.nodelabels import NodeLabeler, labels_changed, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
@@ -191,6 +197,8 @@ class AgentOptions:
     #: Write claims' status.devices at prepare, remove them at unprepare (kubeacc.agent.dra.
     #: devicestatus; DRAResourceClaimDeviceStatus).
     device_status: bool = True
+    #: Device metadata files in the containers (kubeacc.agent.dra.metadata; KEP-5304).
+    device_metadata: bool = True
     #: Label the Node with what discovery found (``kubeacc.io/<type>.count`` and so on).
     node_labels: bool = True
     #: NVML: ``auto`` (when it answers), ``on`` (warn when it can't be used) or ``off``.
@@ -326,6 +334,8 @@ class Agent:
         self._plugins: list[NodePlugin] = []
         #: The cordons the device plugins were last given.
         self._plugin_cordons: dict[str, str] = {}
+        #: Devices the device plugin serves Unhealthy for a health taint (device -> why).
+        self._plugin_sick: dict[str, str] = {}
         #: Until then, every loop pass re-reads the server's slices (see _on_registered).
         self._force_until = 0.0
         self._thread: threading.Thread | None = None
@@ -545,8 +555,12 @@ class Agent:
             return self.health.taints()
 
     def _plugin_inventory(self) -> Inventory:
+        """What the device plugin serves: cordoned devices and those with a health taint that
+        keeps new work off advertised Unhealthy (kubeacc.agent.healthtaints.plugin_unhealthy)."""
         self._plugin_cordons = self._cordoned()
-        return with_cordons_unhealthy(self.inventory, self._plugin_cordons)
+        self._plugin_sick = plugin_unhealthy(self._health_taints())
+        inv = with_unhealthy(self.inventory, self._plugin_sick)
+        return with_cordons_unhealthy(inv, self._plugin_cordons)
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -567,6 +581,8 @@ class Agent:
             self.probes.start()
         prime_decoders()
         self._observe(self._discover())
+        self.driver.network = host_reader(self.opts.host)
+        self.driver.device_metadata = self.opts.device_metadata
         self.driver.reconcile()
         if self.opts.kubelet_plugin and self.opts.device_status:
             self.driver.status = DeviceStatusWriter(self.prepare_client, self.opts.node_name)
@@ -783,7 +799,10 @@ class Agent:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            if self._plugins and self._cordoned() != self._plugin_cordons:
+            if self._plugins and (
+                self._cordoned() != self._plugin_cordons
+                or plugin_unhealthy(self._health_taints()) != self._plugin_sick
+            ):
                 inv = self._plugin_inventory()
                 for p in self._plugins:
                     p.update(inv)

@@ -155,8 +155,15 @@ def agent_command(
     device_status: Annotated[
         bool,
         typer.Option(
-            help="Write the claims' status.devices at prepare (Ready, PCI address, GPU UUID, NIC "
-            "interface) and remove them at unprepare.",
+            help="Write the claims' status.devices at prepare (Ready, PCI address, GPU or MIG "
+            "UUID, NIC network data) and remove them at unprepare.",
+        ),
+    ] = True,
+    device_metadata: Annotated[
+        bool,
+        typer.Option(
+            help="Give containers their devices' metadata files under "
+            "/var/run/kubernetes.io/dra-device-attributes (KEP-5304).",
         ),
     ] = True,
     units_table: UnitsTableOption = None,
@@ -294,6 +301,7 @@ def agent_command(
                 health_taints=health_taints,
                 health_taint_hold=health_taint_hold,
                 device_status=device_status,
+                device_metadata=device_metadata,
                 node_labels=node_labels,
                 nvml=nvml.value,
                 discovery_config=discovery,

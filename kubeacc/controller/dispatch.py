@@ -81,6 +81,7 @@ class OperationDispatch:
         self.admin_namespaces = tuple(admin_namespaces)
         self.accelerators = accelerators
         self.status = OperationStatus(client, operations, metrics)
+        self.metrics = metrics
         self.cordons = cordons
         self.due_in = due_in
 
@@ -330,21 +331,37 @@ class OperationDispatch:
                 )
             except taintrules.TaintRulesNotServed as exc:
                 for name in made:
-                    taintrules.remove(self.client, name)
+                    self._remove_rules(name, op)
                 self.status.finish(
                     op, status, OperationPhase.FAILED, "DeviceTaintRulesNotServed", str(exc)
                 )
                 return False
             if created:
                 made.append(view.name)
+                self.metrics.taint_rules.labels("created").inc(len(created))
+                also = len(created) - 1 if taintrules.rule_name(view.name) in created else 0
+                more = f" and {also} of its MIG partitions/VFs" if also else ""
                 emit_event(
                     self.client,
                     op,
                     "DeviceTaintRuleCreated",
-                    f"{taintrules.rule_name(view.name)}: {view.spec.device_name} on "
-                    f"{view.spec.node} tainted NoExecute, its pods are evicted",
+                    f"{', '.join(created)}: {view.spec.device_name}{more} on "
+                    f"{view.spec.node} tainted NoExecute, their pods are evicted",
                 )
         return True
+
+    def _remove_rules(self, accelerator: str, op: dict[str, Any]) -> list[str]:
+        """Delete an Accelerator's drain rules: counted, and an Event on ``op``."""
+        gone = taintrules.remove(self.client, accelerator)
+        if gone:
+            self.metrics.taint_rules.labels("deleted").inc(len(gone))
+            emit_event(
+                self.client,
+                op,
+                "DeviceTaintRuleDeleted",
+                f"{', '.join(gone)}: {accelerator} no longer tainted by its drain",
+            )
+        return gone
 
     def _in_use(self, targets: dict[str, TargetView | None]) -> dict[str, str]:
         """Targets in use -> by whom: ``allocatedTo``, and reserved claims that hold them."""
@@ -365,8 +382,8 @@ class OperationDispatch:
         lifted = []
         rules = []
         for view in targets.values():
-            if view is not None and taintrules.remove(self.client, view.name):
-                rules.append(taintrules.rule_name(view.name))
+            if view is not None:
+                rules += self._remove_rules(view.name, op)
             if view is not None and view.spec.cordoned:
                 self.cordons.set({"metadata": {"name": view.name}}, "", False)
                 lifted.append(view.name)
@@ -397,7 +414,7 @@ class OperationDispatch:
             acc = accelerators.get(name)
             if acc and (acc["metadata"].get("annotations") or {}).get(CORDONED_BY) == ref:
                 self.cordons.set(acc, ref, False)
-                taintrules.remove(self.client, name)
+                self._remove_rules(name, op)
 
     def _time_left(
         self, spec: AcceleratorOperationSpec, status: AcceleratorOperationStatus

@@ -4,20 +4,28 @@ A ``Drain`` (or ``drainFirst``) operation with ``spec.evict`` does not wait for 
 its targets to go: the controller creates the rule ``kubeacc-drain-<accelerator>`` tainting the
 device ``kubeacc.io/drain=<operation>:NoExecute`` (selected by driver, pool = node and device
 name), and the kube-controller-manager's device-taint eviction deletes the pods whose claims
-hold it. The rule lives as long as the cordon: ``Uncordon`` (or the end of the ``drainFirst``
-operation that set it) deletes it. DeviceTaintRules are served by Kubernetes 1.37
-(DRADeviceTaintRules, GA); where they are not, the operation fails and says so.
+hold it. A device's MIG partitions (``<gpu>-mig-<profile>-<start>``) and SR-IOV virtual
+functions (``<pf>-vf<N>``) are devices of their own in the slices, and a rule selects one device
+name: each gets a rule too (``kubeacc-drain-<accelerator>-<suffix>``), found in the node's
+slices when the drain starts, so a drained GPU's partitions and a drained NIC's VFs are covered.
+The rules live as long as the cordon: ``Uncordon`` (or the end of the ``drainFirst`` operation
+that set it) deletes them (all rules annotated with the Accelerator). DeviceTaintRules are
+served by Kubernetes 1.37 (DRADeviceTaintRules, GA); where they are not, the operation fails
+and says so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from lightkube import ApiError, Client
 from lightkube.generic_resource import create_global_resource
+from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.crds.resources import is_not_found
+from kubeacc.agent.healthtaints import belongs_to
+from kubeacc.crds.resources import as_dict, is_not_found
 from kubeacc.model.names import DOMAIN
 
 DeviceTaintRule = create_global_resource(
@@ -35,19 +43,47 @@ class TaintRulesNotServed(RuntimeError):
     """The API server serves no ``resource.k8s.io/v1`` DeviceTaintRules."""
 
 
-def rule_name(accelerator: str) -> str:
-    return (PREFIX + accelerator)[:_MAX_NAME]
+#: The annotation naming the Accelerator a rule drains (rules of its partitions and VFs too).
+ACCELERATOR_ANNOTATION = f"{DOMAIN}/accelerator"
 
 
-def rule(accelerator: str, node: str, device: str, operation: str) -> dict[str, Any]:
-    """The rule draining one device for ``operation`` (``<namespace>/<name>``)."""
+def rule_name(accelerator: str, suffix: str = "") -> str:
+    name = PREFIX + accelerator
+    return (f"{name}-{suffix}" if suffix else name)[:_MAX_NAME]
+
+
+def derived(device: str, names: Iterable[str]) -> list[str]:
+    """Of the published device ``names``, the MIG partitions and VFs of ``device`` (the
+    agent's naming, as its health taints find them: :func:`healthtaints.belongs_to`)."""
+    return sorted(n for n in set(names) if n != device and belongs_to(n, device))
+
+
+def published(client: Client, node: str) -> list[str]:
+    """The names of the devices kubeacc.io publishes for ``node``."""
+    return [
+        str(d["name"])
+        for s in client.list(
+            ResourceSlice, fields={"spec.nodeName": node, "spec.driver": DRIVER_NAME}
+        )
+        for d in as_dict(s)["spec"].get("devices") or []
+    ]
+
+
+def rule(
+    accelerator: str, node: str, device: str, operation: str, suffix: str = ""
+) -> dict[str, Any]:
+    """The rule draining one device (or, with ``suffix``, one of its partitions or VFs,
+    ``device`` then being that one's name) for ``operation`` (``<namespace>/<name>``)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceTaintRule",
         "metadata": {
-            "name": rule_name(accelerator),
+            "name": rule_name(accelerator, suffix),
             "labels": {f"{DOMAIN}/drain": "true"},
-            "annotations": {f"{DOMAIN}/operation": operation},
+            "annotations": {
+                f"{DOMAIN}/operation": operation,
+                ACCELERATOR_ANNOTATION: accelerator,
+            },
         },
         "spec": {
             "deviceSelector": {"driver": DRIVER_NAME, "pool": node, "device": device},
@@ -60,29 +96,53 @@ def rule(accelerator: str, node: str, device: str, operation: str) -> dict[str, 
     }
 
 
-def ensure(client: Client, accelerator: str, node: str, device: str, operation: str) -> bool:
-    """Create the rule unless it exists; True when it was created."""
-    body = rule(accelerator, node, device, operation)
-    try:
-        client.create(DeviceTaintRule.from_dict(body))
-    except ApiError as exc:
-        if exc.status.code == 409:
-            return False
-        if is_not_found(exc):  # a cluster-scoped create: only when the kind is not served
-            raise TaintRulesNotServed(
-                "the API server serves no resource.k8s.io/v1 DeviceTaintRules "
-                "(DRADeviceTaintRules: GA in Kubernetes 1.37)"
-            ) from exc
-        raise
-    return True
+def ensure(client: Client, accelerator: str, node: str, device: str, operation: str) -> list[str]:
+    """Create the rules of the device and of its partitions and VFs unless they exist; the
+    names of those created."""
+    bodies = [rule(accelerator, node, device, operation)]
+    for name in derived(device, published(client, node)):
+        bodies.append(rule(accelerator, node, name, operation, name[len(device) + 1 :]))
+    made = []
+    for body in bodies:
+        try:
+            client.create(DeviceTaintRule.from_dict(body))
+        except ApiError as exc:
+            if exc.status.code == 409:
+                continue
+            if is_not_found(exc):  # a cluster-scoped create: only when the kind is not served
+                raise TaintRulesNotServed(
+                    "the API server serves no resource.k8s.io/v1 DeviceTaintRules "
+                    "(DRADeviceTaintRules: GA in Kubernetes 1.37)"
+                ) from exc
+            raise
+        made.append(str(body["metadata"]["name"]))
+    return made
 
 
-def remove(client: Client, accelerator: str) -> bool:
-    """Delete the rule of ``accelerator`` if there is one; True when one was deleted."""
+def remove(client: Client, accelerator: str) -> list[str]:
+    """Delete the rules of ``accelerator`` (its device's, its partitions' and VFs'); the names
+    of those deleted."""
     try:
-        client.delete(DeviceTaintRule, rule_name(accelerator))
+        names = [
+            str(r.metadata.name)
+            for r in client.list(DeviceTaintRule, labels={f"{DOMAIN}/drain": "true"})
+            if r.metadata is not None
+            and (r.metadata.annotations or {}).get(ACCELERATOR_ANNOTATION) == accelerator
+        ]
     except ApiError as exc:
-        if is_not_found(exc) or exc.status.code == 405:
-            return False
+        if is_not_found(exc):  # not served: nothing to delete
+            return []
         raise
-    return True
+    main = rule_name(accelerator)
+    if main not in names:
+        names.insert(0, main)  # a rule made before the annotation was
+    gone = []
+    for name in names:
+        try:
+            client.delete(DeviceTaintRule, name)
+        except ApiError as exc:
+            if is_not_found(exc) or exc.status.code == 405:
+                continue
+            raise
+        gone.append(name)
+    return gone

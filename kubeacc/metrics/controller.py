@@ -14,6 +14,8 @@ Series (prefixed ``kubeacc_``):
   ``reason`` is its ``Remediation`` condition's reason while remediation holds it (``Draining``,
   ``Resetting``, ``HeldBack``, ``HandedToAdmin``, ...), else ``Cordoned`` (a person's cordon).
   Bounded by the devices out of service, read from the watch cache at scrape time.
+* ``controller_device_taint_rules_total{step}``: drain DeviceTaintRules this replica created
+  (``created``; a device's, its MIG partitions' and VFs' each count) and deleted (``deleted``).
 """
 
 from __future__ import annotations
@@ -114,6 +116,14 @@ class ControllerMetrics:
             ["action", "phase"],
             registry=r,
         )
+        self.taint_rules = Counter(
+            "kubeacc_controller_device_taint_rules_total",
+            "Drain DeviceTaintRules created and deleted (a device's, its partitions' and VFs').",
+            ["step"],
+            registry=r,
+        )
+        for step in ("created", "deleted"):
+            self.taint_rules.labels(step)  # 0 from the start, not absent
         self.duration = Histogram(
             "kubeacc_controller_operation_duration_seconds",
             "Operations from start to Succeeded/Failed.",

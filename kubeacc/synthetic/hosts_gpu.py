@@ -114,7 +114,8 @@ def enable_mig(b: HostBuilder, gpu: NvmlGpu) -> None:
 
 
 def connectx7(b: HostBuilder, parent: Parent, addr: str, index: int, vfs: int) -> None:
-    """ConnectX-7 in InfiniBand mode: IPoIB netdev ``ibp<bus>s<slot>``, ``mlx5_<index>``."""
+    """ConnectX-7 in InfiniBand mode: IPoIB netdev ``ibp<bus>s<slot>`` (with an IPv4 and an
+    IPv6 address of the host's storage/compute fabric), ``mlx5_<index>``."""
     b.function(
         parent,
         addr,
@@ -126,7 +127,8 @@ def connectx7(b: HostBuilder, parent: Parent, addr: str, index: int, vfs: int) -
         link=GEN5_X16,
     )
     a = Bdf.parse(addr)
-    b.netdev(addr, f"ibp{a.bus}s{a.device}", mtu=4092, speed=400000, infiniband=True)
+    ips = (f"10.{100 + index}.0.11/16", f"fd00:ac:{index:x}::11/64")
+    b.netdev(addr, f"ibp{a.bus}s{a.device}", mtu=4092, speed=400000, infiniband=True, ips=ips)
     b.rdma(addr, f"mlx5_{index}")
     if vfs:
         b.sriov(addr, total=16, num=vfs, vf_device_id=0x101E, vf_driver="mlx5_core")

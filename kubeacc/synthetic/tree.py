@@ -18,7 +18,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
-from kubeacc.synthetic import amd, classes, fpga, ids, nvidia, nvml, pciids, sensors, system
+from kubeacc.synthetic import (
+    amd,
+    classes,
+    fpga,
+    ids,
+    netaddrs,
+    nvidia,
+    nvml,
+    pciids,
+    sensors,
+    system,
+)
 from kubeacc.synthetic.fsw import TreeWriter
 from kubeacc.synthetic.pci import (
     AUTO_GROUP,
@@ -48,6 +59,8 @@ class HostBuilder:
         self._pci: PciTree | None = None
         self._fpga = fpga.FpgaWriter(self.w)
         self._ifindex = 2
+        #: Interface addresses written so far (kubeacc.synthetic.netaddrs).
+        self._addrs: list[netaddrs.Address] = []
         #: The next ``/sys/class/hwmon/hwmon<N>`` (kubeacc.synthetic.sensors).
         self._hwmon = 0
         self._uverbs = 0
@@ -203,10 +216,13 @@ class HostBuilder:
         speed: int = 100000,
         operstate: str = "up",
         infiniband: bool = False,
+        ips: Sequence[str] = (),
     ) -> Path:
         """``<pcidev>/net/<ifname>`` and ``/sys/class/net/<ifname>``.
 
-        ``infiniband=True`` makes an IPoIB interface (type 32, 20-byte address).
+        ``infiniband=True`` makes an IPoIB interface (type 32, 20-byte address). ``ips``: the
+        interface's addresses in CIDR notation, in the host's ``/proc/1/net`` files
+        (:mod:`kubeacc.synthetic.netaddrs`).
         """
         fn = self.get(bdf)
         if address is None:
@@ -225,6 +241,9 @@ class HostBuilder:
         )
         d = classes.write_netdev(self.w, fn, ifname, spec, self._ifindex)
         sensors.write_netdev_statistics(self.w, d)
+        if ips:
+            self._addrs += [netaddrs.Address(ifname, self._ifindex, ip) for ip in ips]
+            netaddrs.write_addresses(self.w, self._addrs)
         self._ifindex += 1
         return self.w.host(d)
 

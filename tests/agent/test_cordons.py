@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from kubeacc.agent.cordons import CORDON_TAINT, with_cordon_taints, with_cordons_unhealthy
+from kubeacc.agent.cordons import (
+    CORDON_TAINT,
+    with_cordon_taints,
+    with_cordons_unhealthy,
+    with_unhealthy,
+)
+from kubeacc.agent.healthtaints import plugin_unhealthy
 from kubeacc.model import HealthState, Inventory
 from tests.hosts import HostFactory, discover
 
@@ -37,3 +43,24 @@ def test_cordoned_devices_are_unhealthy_for_the_device_plugin(dgx: Inventory) ->
     assert out.devices[0].health.reason == "cordoned by team/drain"
     assert all(d.health == o.health for d, o in zip(out.devices[1:], dgx.devices[1:], strict=True))
     assert with_cordons_unhealthy(dgx, {}) is dgx
+
+
+def test_health_taints_that_keep_work_off_make_plugin_devices_unhealthy(dgx: Inventory) -> None:
+    gpus = [d.name for d in dgx.devices if d.type.value == "gpu"][:3]
+    taints = {
+        gpus[0]: {"key": "kubeacc.io/health", "value": "xid-79", "effect": "NoExecute"},
+        gpus[1]: {"key": "kubeacc.io/health", "value": "xid-94", "effect": "NoSchedule"},
+        gpus[2]: {"key": "kubeacc.io/health", "value": "xid-92", "effect": "None"},
+    }
+    sick = plugin_unhealthy(taints)
+    assert sick == {
+        gpus[0]: "health taint xid-79 (NoExecute)",
+        gpus[1]: "health taint xid-94 (NoSchedule)",
+    }  # a degraded (None) device is still given out
+    out = with_cordons_unhealthy(with_unhealthy(dgx, sick), {gpus[1]: "ns/drain"})
+    health = {d.name: d.health for d in out.devices}
+    assert health[gpus[0]].state is HealthState.UNHEALTHY
+    assert health[gpus[0]].reason == "health taint xid-79 (NoExecute)"
+    assert health[gpus[1]].reason == "cordoned by ns/drain"  # the cordon says it first
+    assert health[gpus[2]].state is HealthState.HEALTHY
+    assert with_unhealthy(dgx, {}) is dgx

@@ -10,6 +10,8 @@ host: a pod runs on a GPU; XID 79 on that GPU and XID 92 on another at once ->
   it, its pod Running;
 * both lifted once the hold has passed without another fault; every step an Event on the Node
   and a metric.
+
+And with the GPUs served by the device plugin: the faults make them Unhealthy in ListAndWatch.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
-from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
@@ -154,3 +156,36 @@ def test_xid_79_evicts_the_pod_and_xid_92_leaves_the_gpu_usable_until_lifted(
         assert value(port, "kubeacc_agent_health_taint_steps_total", step="lifted") == 2
         assert value(port, "kubeacc_agent_health_taints") == 0
         assert pod_phase(kube_client, "still-works", ns) == "Running"
+
+
+def test_device_plugin_gpus_with_a_fault_are_unhealthy_until_lifted(
+    testbed: Testbed, kube_client: Client, tmp_path: Path
+) -> None:
+    """GPUs served by the device plugin have no slice: XID 79 and XID 94 make them Unhealthy in
+    ListAndWatch (the kubelet's allocatable drops by two), XID 92 (degraded) does not; lifted
+    after the hold, all eight are allocatable again."""
+    port = free_port()
+    hold = 10
+    args = [
+        f"--metrics-address=127.0.0.1:{port}",
+        "--telemetry-interval=1",
+        "--health-taints",
+        f"--health-taint-hold={hold}",
+        "--device-plugin-type=gpu",
+        f"--device-plugin-dir={testbed.node(testbed.node_name).device_plugin_dir}",
+    ]
+    with node_stack(testbed, tmp_path, "dgx-h100", agent_args=args) as stack:
+
+        def allocatable() -> str:
+            status = kube_client.get(Node, stack.node).status
+            return str(((status.allocatable if status else None) or {}).get("kubeacc.io/gpu"))
+
+        eventually(lambda: allocatable() == "8", 60, "8 GPUs advertised")
+        gpus = sorted(d for d in stack.accelerators() if d.startswith("gpu-"))
+        uuids = [stack.accelerators()[g]["status"]["device"]["uuid"] for g in gpus[:3]]
+        _inject(stack, {uuids[0]: [79], uuids[1]: [94], uuids[2]: [92]})
+        eventually(lambda: allocatable() == "6", 30, "two GPUs Unhealthy")
+        tainted = _node_events(kube_client, stack.node, "DeviceTainted")
+        assert any(f"device {gpus[2]}: tainted None (xid-92)" in m for m in tainted), tainted
+        eventually(lambda: allocatable() == "8", hold + 40, "lifted: 8 again")
+        assert value(port, "kubeacc_agent_health_taint_steps_total", step="lifted") == 3

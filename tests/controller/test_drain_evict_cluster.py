@@ -1,6 +1,7 @@
 """Drain by eviction on the testbed: a Drain operation with ``spec.evict`` creates a
 DeviceTaintRule, the real kube-controller-manager evicts the pod that holds the GPU, the drain
-succeeds, and Uncordon deletes the rule."""
+succeeds, and Uncordon deletes the rule; a drained GPU's MIG partitions and a drained NIC's
+VFs get rules of their own."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import pytest
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event, Pod
 
+from kubeacc.controller import taintrules
+from kubeacc.controller.controller import Controller
 from kubeacc.controller.taintrules import DRAIN_TAINT, DeviceTaintRule, rule_name
 from kubeacc.crds.resources import as_dict
+from kubeacc.testbed.identities import token_client
 from kubeacc.testbed.testbed import Testbed
 from tests.nodestack import allocated_device, claim, claim_pod, node_stack, pod_phase
 from tests.testbed.helpers import eventually
@@ -77,3 +81,80 @@ def test_a_drain_with_evict_taints_the_gpu_and_its_pod_is_evicted(
         assert op["status"]["phase"] == "Succeeded", op["status"]
         assert f"DeviceTaintRules deleted: {rule_name(acc)}" in op["status"]["message"]
         assert _gone(kube_client, DeviceTaintRule, rule_name(acc))
+
+
+def test_a_drained_gpus_partitions_and_a_drained_nics_vfs_are_evicted_too(
+    testbed: Testbed, kube_client: Client, namespace: str, tmp_path: Path
+) -> None:
+    """The pods hold a MIG partition and a VF, devices of their own in the slices: the drain of
+    their GPU and NIC (the Accelerators) covers them with rules of their own."""
+    ns = namespace
+    with node_stack(testbed, tmp_path, "dgx-h100") as stack:
+        vf = 'has(device.attributes["kubeacc.io"].sriovVF)'
+        kube_client.create(claim("part", ns, "mig.kubeacc.io"))
+        kube_client.create(claim("vf", ns, "nic.kubeacc.io", vf))
+        for pod, held in (("on-mig", "part"), ("on-vf", "vf")):
+            kube_client.create(claim_pod(pod, ns, held))
+        for pod in ("on-mig", "on-vf"):
+            eventually(lambda p=pod: pod_phase(kube_client, p, ns) == "Running", 90, pod)
+        partition = allocated_device(kube_client, "part", ns)
+        function = allocated_device(kube_client, "vf", ns)
+        assert partition is not None and function is not None
+        gpu, _, part_suffix = partition.partition("-mig-")
+        pf, _, vf_index = function.rpartition("-vf")
+        accs = [f"{stack.node}-{gpu}", f"{stack.node}-{pf}"]
+        eventually(lambda: {gpu, pf} <= set(stack.accelerators()), 60, "the Accelerators")
+
+        stack.operation(ns, "evict", "Drain", accs, evict=True, timeoutSeconds=120)
+        for acc, device, suffix in (
+            (accs[0], partition, f"mig-{part_suffix}"),
+            (accs[1], function, f"vf{vf_index}"),
+        ):
+            name = rule_name(acc, suffix)
+            got = eventually(
+                lambda n=name: (
+                    not _gone(kube_client, DeviceTaintRule, n)
+                    and as_dict(kube_client.get(DeviceTaintRule, n))
+                ),
+                30,
+                name,
+            )
+            assert got["spec"]["deviceSelector"]["device"] == device
+            assert got["metadata"]["annotations"]["kubeacc.io/accelerator"] == acc
+        for pod in ("on-mig", "on-vf"):
+            eventually(lambda p=pod: _gone(kube_client, Pod, p, ns), 60, f"{pod} evicted")
+        op = stack.finished(ns, "evict", 120)
+        assert op["status"]["phase"] == "Succeeded", op["status"]
+        created = _rules_metric(stack.controller, "created")
+        assert created >= 2 + 2  # both devices and at least the two held
+
+        stack.operation(ns, "lift", "Uncordon", accs)
+        op = stack.finished(ns, "lift", 60)
+        assert op["status"]["phase"] == "Succeeded", op["status"]
+        left = [
+            r.metadata.name
+            for r in kube_client.list(DeviceTaintRule)
+            if r.metadata is not None
+            and (r.metadata.annotations or {}).get("kubeacc.io/accelerator") in accs
+        ]
+        assert left == []
+        assert _rules_metric(stack.controller, "deleted") == created
+        reasons = {
+            e.reason
+            for e in kube_client.list(Event, namespace=ns)
+            if e.involvedObject and e.involvedObject.name in ("evict", "lift")
+        }
+        assert {"DeviceTaintRuleCreated", "DeviceTaintRuleDeleted"} <= reasons, reasons
+
+        # the controller's own ClusterRole (deploy/rbac/controller.yaml) allows all of it
+        ctl = token_client(testbed, tmp_path, namespace="kube-system", account="kubeacc-controller")
+        made = taintrules.ensure(ctl, accs[0], stack.node, gpu, f"{ns}/rbac")
+        assert rule_name(accs[0], f"mig-{part_suffix}") in made
+        assert sorted(taintrules.remove(ctl, accs[0])) == sorted(made)
+
+
+def _rules_metric(controller: Controller, step: str) -> float:
+    value = controller.metrics.registry.get_sample_value(
+        "kubeacc_controller_device_taint_rules_total", {"step": step}
+    )
+    return value or 0.0

@@ -177,6 +177,7 @@ def device_index(inv: Inventory, *, vfs: bool = True) -> dict[str, DeviceInfo]:
                     healthy=dev.health.state,
                     message=dev.health.reason,
                     netdev=part.netdev or "",
+                    vf=True,
                 )
     return out
 
@@ -199,6 +200,8 @@ class DeviceInfo:
     uuid: str = ""
     #: A NIC's (or VF's) network interface on the host, when it has one.
     netdev: str = ""
+    #: An SR-IOV virtual function (handed to a pod whose network plugin addresses it).
+    vf: bool = False
 
     @property
     def nvidia_gpu(self) -> bool:

@@ -2,8 +2,11 @@
 
 After NodePrepareResources each device of the claim that this driver prepared gets an entry
 (driver, pool, device): the condition ``Ready`` (``Prepared``), ``data`` with what a user may
-want to know about it (its PCI address; a GPU's ``uuid``) and, for a NIC or a virtual function,
-``networkData.interfaceName``. After NodeUnprepareResources the entries go again.
+want to know about it (its PCI address; a GPU's ``uuid``; a MIG partition's instance ``uuid``,
+the MIG device UUID the claim's containers see, with its GPU's as ``parentUUID`` and its
+``migProfile``) and, for a NIC or a virtual function, ``networkData`` (interface name, hardware
+address and, for a whole NIC only, its IPs: :mod:`kubeacc.agent.dra.netdata`). After
+NodeUnprepareResources the entries go again.
 
 The writes are server-side applies of ``status.devices`` under the field manager
 ``kubeacc.io-<node>`` (the list is keyed by driver, pool and device, so another driver's entries
@@ -19,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,11 +53,21 @@ def _stamp() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: An interface's ``networkData`` (name, with or without its IPs): :func:`netdata.network_data`.
+NetworkReader = Callable[[str, bool], dict[str, Any]]
+
+
 def device_entries(
-    pool: str, prepared: Iterable[PreparedDevice], infos: Mapping[str, DeviceInfo]
+    pool: str,
+    prepared: Iterable[PreparedDevice],
+    infos: Mapping[str, DeviceInfo],
+    migs: Mapping[str, str] | None = None,
+    network: NetworkReader | None = None,
 ) -> list[dict[str, Any]]:
     """The ``status.devices`` entries of one prepared claim (one per device, shares of one
-    device once)."""
+    device once); ``migs``: the MIG device UUID of each of its partition devices; ``network``:
+    reads an interface's network data on the host (None: the interface name only)."""
+    migs = migs or {}
     out: dict[str, dict[str, Any]] = {}
     now = _stamp()
     for p in prepared:
@@ -81,8 +94,18 @@ def device_entries(
                 data["pciBusID"] = info.bus_id
             if info.uuid:
                 data["uuid"] = info.uuid
+            if info.mig is not None:
+                if mig_uuid := migs.get(p.device) or info.mig.fixed_uuid:
+                    data["uuid"] = mig_uuid
+                if info.mig.gpu_uuid:
+                    data["parentUUID"] = info.mig.gpu_uuid
+                data["migProfile"] = info.mig.profile
             if info.netdev:
-                entry["networkData"] = {"interfaceName": info.netdev}
+                entry["networkData"] = (
+                    network(info.netdev, not info.vf)
+                    if network is not None
+                    else {"interfaceName": info.netdev}
+                )
         if data:
             entry["data"] = data
         out[p.device] = entry

@@ -39,13 +39,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.dra import DRIVER_NAME, cdi
+from kubeacc.agent.dra import DRIVER_NAME, cdi, metadata
 from kubeacc.agent.dra.applied import AppliedSharing, GpuWant, SharingError, want_of
 from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
-from kubeacc.agent.dra.devicestatus import DeviceStatusWriter, device_entries
+from kubeacc.agent.dra.devicestatus import DeviceStatusWriter, NetworkReader, device_entries
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
 from kubeacc.agent.dra.migmodel import MigError
@@ -126,6 +126,11 @@ class Driver:
         self.on_change = on_change
         #: Writes claims' status.devices after prepare and unprepare (None: not written).
         self.status: DeviceStatusWriter | None = None
+        #: Device metadata files for the containers (KEP-5304), written at prepare; the agent
+        #: turns it on (``--no-device-metadata`` keeps it off).
+        self.device_metadata = False
+        #: Reads a prepared interface's network data for its status (None: the name only).
+        self.network: NetworkReader | None = None
         self.claims = claims
         self.devices = devices
         self.cdi_dir = cdi_dir
@@ -168,6 +173,9 @@ class Driver:
             ) from None
         if removed or rewritten:
             log.info("reconciled CDI specs: removed %s, rewrote %s", removed, rewritten)
+        with self.lock:
+            if restored := self._restore_metadata():
+                log.info("device metadata made again for claims %s", restored)
         if self.sharing is not None:
             with self.lock:
                 self.sharing.reconcile(set(self.checkpoint.claims))
@@ -185,6 +193,7 @@ class Driver:
         probe = self.cdi_dir / ".kubeacc-write-check"
         write_atomic(probe, b"ok\n")
         probe.unlink()
+        metadata.leftovers(self.state_dir, self.checkpoint.claims)
         on_disk = cdi.spec_uids(self.cdi_dir)
         removed = sorted(on_disk - self.checkpoint.claims.keys())
         for uid in removed:
@@ -232,7 +241,8 @@ class Driver:
             for ref in refs:
                 res = out.get(ref.uid)
                 if res is not None and not res.error:
-                    entries = device_entries(self.node, res.devices, infos)
+                    migs = self.partitions.uuids(ref.uid) if self.partitions else None
+                    entries = device_entries(self.node, res.devices, infos, migs, self.network)
                     self.status.prepared(ref.namespace, ref.name, ref.uid, entries)
         self.metrics.prepare_errors.inc(sum(1 for r in out.values() if r.error))
         self._count()
@@ -261,9 +271,10 @@ class Driver:
                         out[uid] = PrepareResult(devices=done.devices)
             built: dict[str, PreparedClaim] = {}
             wants: dict[str, list[GpuWant]] = {}
+            metas: dict[str, dict[str, bytes]] = {}  # claim: its device metadata files
             for ref in fresh:  # API server and FPGA programming: not under the driver lock
                 try:
-                    built[ref.uid] = self._prepare_one(ref, deadline, wants)
+                    built[ref.uid] = self._prepare_one(ref, deadline, wants, metas)
                 except ClaimError as exc:
                     log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
                     out[ref.uid] = PrepareResult(error=str(exc))
@@ -275,7 +286,7 @@ class Driver:
                     self._release(ref.uid)
             if built:
                 with self.lock:
-                    self._commit(built, out, wants)
+                    self._commit(built, out, wants, metas)
         return out
 
     def _release(self, uid: str) -> None:
@@ -292,6 +303,7 @@ class Driver:
         built: dict[str, PreparedClaim],
         out: dict[str, PrepareResult],
         wants: dict[str, list[GpuWant]],
+        metas: dict[str, dict[str, bytes]],
     ) -> None:
         """GPU settings, CDI specs, then one checkpoint record for all of them; errors per
         claim (a claim that fails after its GPU settings were applied gives them back)."""
@@ -316,11 +328,15 @@ class Driver:
                     )
                     self._release(uid)
                     continue
+            step = "writing the device metadata"  # the files the CDI spec mounts, first
             try:
+                metadata.write(self.state_dir, uid, metas.get(uid, {}))
+                step = "writing the CDI spec"
                 cdi.write_spec(self.cdi_dir, uid, claim.cdi_spec)
             except OSError as exc:
                 self._give_back([uid])
-                msg = f"writing the CDI spec failed: {exc.strerror or exc}"
+                metadata.remove(self.state_dir, uid)
+                msg = f"{step} failed: {exc.strerror or exc}"
                 log.error("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, msg)
                 out[uid] = PrepareResult(error=msg)
                 self._release(uid)
@@ -337,6 +353,7 @@ class Driver:
             for uid in written:
                 with contextlib.suppress(OSError):  # reconcile removes it at the next start
                     cdi.remove_spec(self.cdi_dir, uid)
+                metadata.remove(self.state_dir, uid)
                 out[uid] = PrepareResult(error=msg)
                 self._release(uid)
             self._give_back(list(written))
@@ -360,7 +377,11 @@ class Driver:
                 self.sharing.abandon(uids)
 
     def _prepare_one(
-        self, ref: ClaimRef, deadline: float, wants: dict[str, list[GpuWant]]
+        self,
+        ref: ClaimRef,
+        deadline: float,
+        wants: dict[str, list[GpuWant]],
+        metas: dict[str, dict[str, bytes]],
     ) -> PreparedClaim:
         """Read and check the claim and build its CDI spec (written later, by _commit)."""
         where = f"ResourceClaim {ref.namespace}/{ref.name}"
@@ -391,6 +412,7 @@ class Driver:
         units: list[UnitLimits] = []
         enforced: dict[str, tuple[str, bool, bool]] = {}  # share device: vendor, MPS, enforce
         visible: dict[str, str] = {}  # NVIDIA device: its (MIG) UUID
+        migs: dict[str, str] = {}  # partition device: its MIG device UUID
         for r in results:
             dev_name, pool = r["device"], r["pool"]
             if pool != self.node:
@@ -407,6 +429,7 @@ class Driver:
             nodes = info.device_nodes
             if info.mig is not None:
                 nodes, env = self._partition(where, ref.uid, info)
+                migs[dev_name] = env[NVIDIA_VISIBLE]
             if info.nvidia_gpu:
                 visible[dev_name] = env.get(NVIDIA_VISIBLE, info.uuid)
             strategy_from_class = False
@@ -487,6 +510,10 @@ class Driver:
                 self._enforced(d, limits, ref.uid, *enforced[d.name]) if d.share_id else d
                 for d in cdi_devices
             ]
+        if self.device_metadata:
+            contents, first = self._metadata_of(claim, prepared, known, migs)
+            metas[ref.uid] = contents
+            cdi_devices = _with_mounts(self.state_dir, claim, cdi_devices, first)
         claim_edits = self._user_space(where) if visible else None
         if uuids := ",".join(dict.fromkeys(u for u in visible.values() if u)):
             cdi_devices = [  # the same list on each: the device injected last sets it
@@ -497,6 +524,49 @@ class Driver:
             ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.device_root, claim_edits
         )
         return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
+
+    def _metadata_of(
+        self,
+        claim: Mapping[str, Any],
+        prepared: list[PreparedDevice],
+        known: Mapping[str, DeviceInfo],
+        migs: Mapping[str, str],
+    ) -> tuple[dict[str, bytes], dict[str, int]]:
+        """A claim's metadata files by request, and the index of each request's first device."""
+        entries = {
+            e["device"]: e for e in device_entries(self.node, prepared, known, migs, self.network)
+        }
+        requests: dict[str, metadata.RequestMetadata] = {}
+        first: dict[str, int] = {}
+        for i, p in enumerate(prepared):
+            for name in p.request_names:
+                base = metadata.base_request(name)
+                req = requests.setdefault(base, metadata.RequestMetadata(name))
+                dev = metadata.metadata_device(p.pool, p.device, entries[p.device])
+                if dev not in req.devices:
+                    req.devices.append(dev)
+                first.setdefault(base, i)
+        return metadata.files(claim, requests.values()), first
+
+    def _restore_metadata(self) -> list[str]:
+        """Make again the metadata files prepared claims' CDI specs mount but a crash took
+        (:mod:`kubeacc.agent.dra.metadata`); the claims' UIDs."""
+        known = self.devices()
+        done = []
+        for uid, claim in self.checkpoint.claims.items():
+            paths = metadata.mounted(self.state_dir, uid, claim.cdi_spec)
+            if all(metadata.whole(self.state_dir, uid, r) for r in paths):
+                continue  # none mounted (prepared with metadata off), or all there
+            obj = metadata.claim_object(claim.namespace, claim.name, uid, paths)
+            migs = self.partitions.uuids(uid) if self.partitions is not None else {}
+            contents, _ = self._metadata_of(obj, claim.devices, known, migs)
+            try:
+                metadata.write(self.state_dir, uid, contents)
+            except OSError as exc:
+                log.error("claim %s: device metadata not restored: %s", uid, exc)
+                continue
+            done.append(uid)
+        return done
 
     def _user_space(self, where: str) -> dict[str, Any] | None:
         """The NVIDIA driver's user space for the claim's container (kubeacc.agent.userspace)."""
@@ -616,11 +686,25 @@ class Driver:
         for uid in aside:
             with contextlib.suppress(OSError):  # the claim is unprepared; reconcile cleans up
                 cdi.discard(self.cdi_dir, uid)
+        for uid in uids:
+            metadata.remove(self.state_dir, uid)
         pause_point("unprepare-after-cdi", self.state_dir)
 
     def prepared(self) -> dict[str, PreparedClaim]:
         with self.lock:
             return dict(self.checkpoint.claims)
+
+
+def _with_mounts(
+    state_dir: Path, claim: Mapping[str, Any], devices: list[cdi.CDIDevice], first: dict[str, int]
+) -> list[cdi.CDIDevice]:
+    """The claim's CDI devices with each request's metadata mount on the first of its devices
+    (:mod:`kubeacc.agent.dra.metadata`)."""
+    out = list(devices)
+    for request, i in first.items():
+        mount = metadata.mount(state_dir, claim, request)
+        out[i] = replace(out[i], read_only_mounts=(*out[i].read_only_mounts, mount))
+    return out
 
 
 def _configs(entries: list[dict[str, Any]]) -> list[tuple[list[str], Any, bool]]:

@@ -93,6 +93,11 @@ class MigPartitions:
         with self.lock:
             return {r.claim for r in self.records}
 
+    def uuids(self, claim: str) -> dict[str, str]:
+        """The MIG device UUID of each partition device made for ``claim`` (by device name)."""
+        with self.lock:
+            return {r.device: r.uuid for r in self.records if r.claim == claim and r.uuid}
+
     # -- discovery ----------------------------------------------------------------------------
 
     def read(self, inv: Inventory) -> tuple[dict[str, GpuMig], dict[str, dict[int, str]]]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from kubeacc.agent.dra.checkpoint import PreparedDevice
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.devicestatus import device_entries
+from kubeacc.agent.dra.migmodel import Partition
 from kubeacc.model import HealthState
 
 
@@ -37,3 +41,51 @@ def test_each_device_once_with_what_is_known_of_it() -> None:
         assert e["driver"] == "kubeacc.io"
         [c] = e["conditions"]
         assert (c["type"], c["status"], c["reason"]) == ("Ready", "True", "Prepared")
+
+
+def _partition(**kw: object) -> Partition:
+    base: dict[str, object] = {
+        "gpu_bus_id": "0000:1b:00.0",
+        "gpu_uuid": "GPU-1234",
+        "gpu_minor": 0,
+        "profile": "1g.10gb",
+        "profile_id": 19,
+        "slices": 1,
+        "start": 2,
+        "size": 1,
+    }
+    return Partition(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_mig_partition_carries_its_instance_uuid_and_its_gpu() -> None:
+    made = info("gpu-a-mig-1g-10gb-2", bus_id="0000:1b:00.0")
+    fixed = info("gpu-a-mig-1g-10gb-4", bus_id="0000:1b:00.0")
+    infos = {
+        made.name: replace(made, mig=_partition()),
+        fixed.name: replace(fixed, mig=_partition(start=4, fixed_gi=5, fixed_uuid="MIG-fixed")),
+    }
+    prepared = [PreparedDevice(["p"], "node-a", n, []) for n in infos]
+    out = device_entries("node-a", prepared, infos, {made.name: "MIG-made"})
+    assert [e["data"] for e in out] == [
+        {"pciBusID": "0000:1b:00.0", "uuid": "MIG-made", "parentUUID": "GPU-1234",
+         "migProfile": "1g.10gb"},
+        {"pciBusID": "0000:1b:00.0", "uuid": "MIG-fixed", "parentUUID": "GPU-1234",
+         "migProfile": "1g.10gb"},
+    ]  # fmt: skip
+
+
+def test_network_data_of_a_whole_nic_with_ips_of_a_vf_without() -> None:
+    infos = {
+        "nic-a": info("nic-a", netdev="ens1f0"),
+        "nic-a-vf0": replace(info("nic-a-vf0", netdev="ens1f0v0"), vf=True),
+    }
+    asked: list[tuple[str, bool]] = []
+
+    def read(ifname: str, with_ips: bool) -> dict[str, Any]:
+        asked.append((ifname, with_ips))
+        return {"interfaceName": ifname, "hardwareAddress": "0c:42:a1:00:00:01"}
+
+    prepared = [PreparedDevice(["n"], "node-a", n, []) for n in infos]
+    out = device_entries("node-a", prepared, infos, network=read)
+    assert asked == [("ens1f0", True), ("ens1f0v0", False)]
+    assert out[0]["networkData"]["hardwareAddress"] == "0c:42:a1:00:00:01"

@@ -1,9 +1,12 @@
 """Device status on the testbed: the agent (with its own certificate identity and
 deploy/rbac/agent.yaml) fills a claim's ``status.devices`` at prepare -- a GPU's UUID, a NIC's
-interface -- and removes its entries at unprepare."""
+interface, hardware address and IPs, a MIG partition's instance UUID (the one its container
+sees) -- and removes its entries at unprepare."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
+from kubeacc.agent.dra import cdi
 from kubeacc.crds.resources import as_dict
 from kubeacc.testbed.identities import agent_cert_client
 from kubeacc.testbed.testbed import Testbed
@@ -35,19 +39,19 @@ def test_prepare_writes_device_status_and_unprepare_removes_it(
         requests = [
             {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}},
             {"name": "nic", "exactly": {"deviceClassName": "nic.kubeacc.io"}},
+            {"name": "mig", "exactly": {"deviceClassName": "mig.kubeacc.io"}},
         ]
         kube_client.create(resource_claim("both", ns, requests))
         kube_client.create(claim_pod("user", ns, "both"))
         eventually(lambda: pod_phase(kube_client, "user", ns) == "Running", 90, "pod Running")
-        results = as_dict(kube_client.get(ResourceClaim, "both", namespace=ns))["status"][
-            "allocation"
-        ]["devices"]["results"]
-        gpu, nic = (r["device"] for r in results)
+        claim = as_dict(kube_client.get(ResourceClaim, "both", namespace=ns))
+        results = claim["status"]["allocation"]["devices"]["results"]
+        gpu, nic, mig = (r["device"] for r in results)
         devices = eventually(
-            lambda: len(s := _status(kube_client, "both", ns)) == 2 and s, 30, "status.devices"
+            lambda: len(s := _status(kube_client, "both", ns)) == 3 and s, 30, "status.devices"
         )
         by_name = {d["device"]: d for d in devices}
-        assert set(by_name) == {gpu, nic}
+        assert set(by_name) == {gpu, nic, mig}
         for d in devices:
             assert (d["driver"], d["pool"]) == ("kubeacc.io", stack.node)
             [ready] = d["conditions"]
@@ -58,11 +62,42 @@ def test_prepare_writes_device_status_and_unprepare_removes_it(
         assert by_name[gpu]["data"]["uuid"] == gpu_slice["attributes"]["uuid"]["string"]
         nic_slice = stack.slice_device(nic)
         assert nic_slice is not None
-        assert by_name[nic]["networkData"]["interfaceName"]
+        net = by_name[nic]["networkData"]
+        ifname = net["interfaceName"]
+        address = (stack.host / "sys/class/net" / ifname / "address").read_text().strip()
+        assert net["hardwareAddress"] == address  # the IPoIB address, 20 octets
+        [v4, v6] = net["ips"]  # what the host has on it (kubeacc.synthetic.hosts_gpu.connectx7)
+        assert re.fullmatch(r"10\.1\d\d\.0\.11/16", v4)
+        assert re.fullmatch(r"fd00:ac:(\w+:)?:11/64", v6)
+        mig_slice = stack.slice_device(mig)
+        assert mig_slice is not None
+        mig_data = by_name[mig]["data"]
+        assert mig_data["migProfile"] == mig_slice["attributes"]["migProfile"]["string"]
+        assert mig_data["uuid"].startswith("MIG-")
+        assert mig_data["parentUUID"] == mig_slice["attributes"]["parentUUID"]["string"]
+        visible = json.loads(
+            cdi.spec_path(stack.agent.cdi_dir, claim["metadata"]["uid"]).read_text()
+        )
+        assert mig_data["uuid"] in _visible(visible)  # what the container is given
         assert (
             by_name[nic]["data"]["pciBusID"]
             == (nic_slice["attributes"]["resource.kubernetes.io/pciBusID"]["string"])
         )
+
+        # the same, for the container to read (KEP-5304): each request's file, mounted by CDI
+        (rec,) = testbed.kubelet.container_records(namespace=ns, pod="user")
+        mounts = _cdi_mounts(stack.agent.cdi_dir, rec.cdi_devices)
+        base = "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/both"
+        for request, device in (("gpu", gpu), ("nic", nic), ("mig", mig)):
+            host_file = Path(mounts[f"{base}/{request}/kubeacc.io-metadata.json"])
+            first = json.loads(host_file.read_text().splitlines()[0])
+            assert first["apiVersion"] == "metadata.resource.k8s.io/v1beta1"
+            [meta] = first["requests"][0]["devices"]
+            assert meta["name"] == device
+            if request == "nic":
+                assert meta["networkData"] == net
+            else:
+                assert meta["attributes"]["uuid"] == {"string": by_name[device]["data"]["uuid"]}
 
         _others_refused(testbed, tmp_path, ns, stack.node, devices)
 
@@ -96,3 +131,26 @@ def _others_refused(
     foreign = {**devices[0], "driver": "gpu.example.com"}
     assert "gpu.example.com" in patch(own, {"devices": [*devices, foreign]})  # not its driver
     assert patch(own, {"reservedFor": []}) != ""  # the kubelet's, not the agent's
+
+
+def _visible(spec: dict[str, Any]) -> set[str]:
+    """Every UUID in the CDI spec's NVIDIA_VISIBLE_DEVICES."""
+    out: set[str] = set()
+    for dev in spec["devices"]:
+        for kv in dev["containerEdits"].get("env", []):
+            key, _, value = kv.partition("=")
+            if key == "NVIDIA_VISIBLE_DEVICES":
+                out.update(value.split(","))
+    return out
+
+
+def _cdi_mounts(cdi_dir: Path, names: tuple[str, ...]) -> dict[str, str]:
+    """Container path -> host path of the mounts the container's CDI devices bring."""
+    out = {}
+    for spec_file in cdi_dir.glob("kubeacc.io-claim_*.json"):
+        spec = json.loads(spec_file.read_text())
+        for dev in spec["devices"]:
+            if f"{spec['kind']}={dev['name']}" in names:
+                for m in dev["containerEdits"].get("mounts", []):
+                    out[m["containerPath"]] = m["hostPath"]
+    return out
