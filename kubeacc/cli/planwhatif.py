@@ -71,9 +71,7 @@ def node_objects(
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
             }
         )
-    notes = [
-        f"{name}: a node like profile {profile} ({len(devices)} devices, published whole)"
-    ]
+    notes = [f"{name}: a node like profile {profile} ({len(devices)} devices, published whole)"]
     if mig:
         notes.append(
             f"{name}: {len(mig)} GPU(s) in MIG mode left out ({', '.join(mig)}): their partitions "
