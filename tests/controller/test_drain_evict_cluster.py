@@ -11,6 +11,7 @@ import pytest
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event, Pod
 
+from kubeacc.agent.dra.publishing import KINDS
 from kubeacc.controller import taintrules
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.taintrules import DRAIN_TAINT, DeviceTaintRule, rule_name
@@ -89,7 +90,8 @@ def test_a_drained_gpus_partitions_and_a_drained_nics_vfs_are_evicted_too(
     """The pods hold a MIG partition and a VF, devices of their own in the slices: the drain of
     their GPU and NIC (the Accelerators) covers them with rules of their own."""
     ns = namespace
-    with node_stack(testbed, tmp_path, "dgx-h100") as stack:
+    every_kind = [f"--dra-publish={kind}" for kind in KINDS]  # VFs are published on request
+    with node_stack(testbed, tmp_path, "dgx-h100", agent_args=every_kind) as stack:
         vf = 'has(device.attributes["kubeacc.io"].sriovVF)'
         kube_client.create(claim("part", ns, "mig.kubeacc.io"))
         kube_client.create(claim("vf", ns, "nic.kubeacc.io", vf))
