@@ -1,32 +1,19 @@
-"""helm built from tools/helm (like the testbed's binaries), and a cluster of the chart tests."""
+"""helm built from tools/helm (like the testbed's binaries), and a cluster of the chart tests.
+
+``Helm`` and ``CHART`` are kubeacc.testbed.withkubeacc's (what ``testbed up --with-kubeacc``
+uses): a failed helm command raises ``InstallError`` with its output."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from kubeacc.testbed.helm import ensure_helm
 from kubeacc.testbed.testbed import Testbed
+from kubeacc.testbed.withkubeacc import CHART, Helm
 
-CHART = Path(__file__).parents[2] / "charts" / "kubeacc"
-
-
-class Helm:
-    def __init__(self, binary: Path, kubeconfig: Path | None = None) -> None:
-        self.binary = binary
-        self.kubeconfig = kubeconfig
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [str(self.binary), *args]
-        if self.kubeconfig is not None:
-            argv.append(f"--kubeconfig={self.kubeconfig}")
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-        if check and done.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-        return done
+__all__ = ["CHART", "Helm"]
 
 
 @pytest.fixture(scope="session")

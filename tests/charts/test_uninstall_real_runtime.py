@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
@@ -22,16 +21,11 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from kubeacc.synthetic import profiles
-from kubeacc.testbed import KubeletOptions, Testbed
-from kubeacc.testbed.kubeacc_image import ensure_image
-from kubeacc.testbed.kubelet import make_device_nodes
+from kubeacc.testbed import KubeletOptions, Testbed, withkubeacc
 from tests.agent.test_real_runtime import one_gpu_claim, wait_running, workload
-from tests.charts.test_chart_real_runtime import _values, _wait_ready
-from tests.hosts import discover
 from tests.testbed.helpers import eventually
 
-from .conftest import CHART, Helm
+from .conftest import Helm
 
 pytestmark = pytest.mark.cluster
 
@@ -41,11 +35,11 @@ NOT_REGISTERED = "not registered"
 
 
 @pytest.fixture(scope="module")
-def real_cluster(helm: Helm) -> Iterator[tuple[Testbed, Helm]]:
-    image = ensure_image()
+def real_cluster(
+    helm: Helm, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Testbed, Helm]]:
     with Testbed.start(kubelet=KubeletOptions(node_name=NODE, runtime="containerd")) as tb:
-        assert tb.kubelet.containerd is not None
-        tb.kubelet.containerd.import_image(image)
+        withkubeacc.import_images(tb.kubelet, tmp_path_factory.mktemp("images"))
         yield tb, Helm(helm.binary, tb.kubeconfig)
 
 
@@ -62,12 +56,7 @@ def test_uninstall_waits_for_pods_using_claims(
 ) -> None:
     tb, helm = real_cluster
     client = tb.client()
-    host = profiles.build("dgx-h100", tmp_path / "host")
-    make_device_nodes(host, sorted({n for d in discover(host).devices for n in d.device_nodes}))
-    values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump(_values(tb, host, tmp_path)))
-    helm("install", "kubeacc", str(CHART), "-n", NS, "--create-namespace", "-f", str(values))
-    _wait_ready(client, "kubeacc-agent-")
+    withkubeacc.install(tb, tmp_path, nvml=False, images=False)
 
     client.create(Namespace(metadata=ObjectMeta(name="work")))
     client.create(one_gpu_claim("gpu", "work"))
@@ -88,7 +77,7 @@ def test_uninstall_waits_for_pods_using_claims(
     assert "delete these pods first" in log
     client.get(DaemonSet, "kubeacc-agent", namespace=NS)
     assert helm("status", "kubeacc", "-n", NS).returncode == 0
-    _wait_ready(client, "kubeacc-agent-")
+    withkubeacc.wait_ready(client, "kubeacc-agent-")
 
     # The order the hook asks for: the pod (its claim unprepared by the agent), then uninstall.
     client.delete(Pod, "app", namespace="work")
@@ -113,12 +102,7 @@ def test_without_the_check_the_kubelet_retries(
     deleting the pod then leaves the kubelet retrying the gone driver."""
     tb, helm = real_cluster
     client = tb.client()
-    host = profiles.build("dgx-h100", tmp_path / "host")
-    make_device_nodes(host, sorted({n for d in discover(host).devices for n in d.device_nodes}))
-    values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump(_values(tb, host, tmp_path)))
-    helm("install", "kubeacc", str(CHART), "-n", NS, "--create-namespace", "-f", str(values))
-    _wait_ready(client, "kubeacc-agent-")
+    withkubeacc.install(tb, tmp_path, nvml=False, images=False)
     client.create(Namespace(metadata=ObjectMeta(name="work2")))
     client.create(one_gpu_claim("gpu", "work2"))
     client.create(workload("app", "work2", claim="gpu"))
