@@ -193,16 +193,13 @@ def _kubeacc_lines(installed: Installed, keep: bool) -> list[str]:
     """What the admin needs once kube-acc is installed: where things are, how to use, stop."""
     tb = installed.testbed
     env = tb.workdir / "env.sh"
-    env.write_text(
-        f"export KUBECONFIG={tb.kubeconfig}\n"
-        f"export PATH={tb.bin_dir}:{installed.helm.binary.parent}:$PATH\n"
-    )
+    env.write_text(installed.shell_env())
     return [
         f"kube-acc:   release {installed.release} in namespace {installed.namespace} "
         f"(charts/kubeacc), agent and controller ready",
         f"host:       {installed.host} (agent.hostRoot)",
         f"values:     {installed.values_file}",
-        f"shell:      . {env}    # KUBECONFIG, the testbed's kubectl and helm on PATH",
+        f"shell:      . {env}    # KUBECONFIG; kubectl, helm, kubeacc on PATH",
         f"stop:       Ctrl-C here (or kill {os.getpid()}); the cluster and kube-acc stop"
         + (f", {tb.workdir} stays" if keep else f" and {tb.workdir} is removed"),
     ]

@@ -20,7 +20,6 @@ The steps ``python -m kubeacc.testbed up --with-kubeacc`` and the real-runtime c
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -196,10 +195,12 @@ class Installed:
             "upgrade", self.release, str(CHART), "-n", self.namespace, "-f", str(self.values_file)
         )
 
-    def env(self) -> dict[str, str]:
-        """The environment an admin's shell has: KUBECONFIG, kubectl and helm on PATH."""
-        path = f"{self.testbed.bin_dir}:{self.helm.binary.parent}:{os.environ.get('PATH', '')}"
-        return {**os.environ, "KUBECONFIG": str(self.testbed.kubeconfig), "PATH": path}
+    def shell_env(self) -> str:
+        """The lines an admin's shell sources: KUBECONFIG, and the testbed's kubectl, helm and
+        this Python's ``kubeacc`` first on PATH."""
+        tb = self.testbed
+        path = f"{tb.bin_dir}:{self.helm.binary.parent}:{Path(sys.executable).parent}"
+        return f"export KUBECONFIG={tb.kubeconfig}\nexport PATH={path}:$PATH\n"
 
 
 def prepare(

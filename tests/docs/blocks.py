@@ -15,7 +15,9 @@ Markdown does not render:
 
 A shell block without a marker, a marker without a block, or a skip without a reason is an
 error (tests/docs/test_blocks.py), so a new command cannot land untested without saying why.
-In a ``console`` block only the lines that start with ``$ `` are commands.
+In a ``console`` block only the lines that start with ``$ `` are commands; a plain block (no
+language) whose first line starts with ``$ `` is one too. Other plain blocks are taken for
+listings (trees, output, synopses): a command belongs in a labelled block.
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ def parse(path: Path) -> list[Block]:
                 body.append(lines[i])
                 i += 1
             lang = fence.group(3).lower()
+            if not lang and next((ln for ln in body if ln.strip()), "").startswith("$ "):
+                lang = "console"  # a plain block of prompts and their output
             if lang in SHELL_LANGS:
                 found.append(_classify(path, where, start + 1, lang, body, pending))
             elif pending is not None:

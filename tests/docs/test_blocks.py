@@ -66,6 +66,12 @@ def test_blocks_parsed_with_their_marker(tmp_path: Path) -> None:
     assert skip.script() == "echo ```\n"
 
 
+def test_plain_block_of_prompts_is_a_console_block(tmp_path: Path) -> None:
+    with pytest.raises(BlockError, match="console block without a docs-test marker"):
+        parse(_doc(tmp_path, "```\n$ kubeacc plan\noutput\n```\n"))
+    assert parse(_doc(tmp_path, "```\nkubeacc/\n  cli/\n```\n")) == []
+
+
 def test_the_repository_docs_are_read() -> None:
     files = {b.path.relative_to(ROOT).as_posix() for b in BLOCKS}
     assert {"README.md", "docs/install.md", "examples/README.md"} <= files

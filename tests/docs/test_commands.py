@@ -5,8 +5,10 @@ The module's fixture runs the docs' own ``fixture`` block, ``python -m kubeacc.t
 cluster with kube-acc installed by its chart on a containerd node. Each ``run`` block is then a
 test of its own, in the order of the docs (README.md, docs/*.md, examples/): bash ``-e -o
 pipefail`` after sourcing the ``env.sh`` that ``up`` printed, in a scratch directory that links
-the repository's top-level entries (so ``charts/kubeacc`` and ``examples/`` resolve and files a
-command writes stay out of the checkout). A block passes when it exits 0; some blocks' promises
+the repository's top-level entries (so ``charts/kubeacc`` and ``examples/`` resolve; files a
+command writes stay out of the checkout, and ``deploy/``, which one rewrites, is a copy). The
+blocks share the cluster in that order: docs/cli.md's ``plan`` runs before examples/ leave
+claims pending. A block passes when it exits 0; some blocks' promises
 are checked beyond that (``CHECKS``). Stopping ``up`` with Ctrl-C (SIGINT) is checked too: it
 exits 0 and removes its work directory, as it says.
 """
@@ -17,6 +19,7 @@ import os
 import re
 import select
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,6 +42,8 @@ pytestmark = pytest.mark.cluster
 BLOCKS = all_blocks()
 RUN = [b for b in BLOCKS if b.kind == "run"]
 UP_TIMEOUT_S = 900
+#: Copied rather than linked: blocks write there (docs/lifecycle.md regenerates deploy/crds).
+COPIED = {"deploy"}
 
 
 @dataclass
@@ -48,6 +53,8 @@ class Journey:
     env_sh: Path
     kubeconfig: Path
     scratch: Path
+    #: time.time() when the fixture began (before the copy of deploy/, which keeps its times)
+    started: float
 
     def client(self) -> Client:
         return Client(KubeConfig.from_file(self.kubeconfig))
@@ -72,6 +79,7 @@ def journey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Journey]:
     assert argv[0] == "python", argv
     tmp = tmp_path_factory.mktemp("docs")
     log = tmp / "up.log"
+    started = time.time()
     t0 = time.monotonic()
     with log.open("w") as err:
         proc = subprocess.Popen(
@@ -88,9 +96,11 @@ def journey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Journey]:
         scratch = tmp / "cwd"
         scratch.mkdir()
         for entry in ROOT.iterdir():
-            if entry.name != ".git":
+            if entry.name in COPIED:
+                shutil.copytree(entry, scratch / entry.name, symlinks=True)
+            elif entry.name != ".git":
                 (scratch / entry.name).symlink_to(entry)
-        yield Journey(proc, log, Path(found.group(1)), kubeconfig, scratch)
+        yield Journey(proc, log, Path(found.group(1)), kubeconfig, scratch, started)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -126,8 +136,21 @@ def _examples(j: Journey) -> None:
     )
 
 
+def _crds(j: Journey) -> None:
+    """docs/lifecycle.md: deploy/crds regenerated, and what is committed."""
+    written = sorted((j.scratch / "deploy" / "crds").iterdir())
+    assert written
+    for path in written:
+        # written by the block just now (the copy keeps the checkout's times), and unchanged
+        assert path.stat().st_mtime >= j.started, path.name
+        assert path.read_text() == (ROOT / "deploy" / "crds" / path.name).read_text(), path.name
+
+
 #: What a block promises beyond exiting 0, by the file it is in.
-CHECKS: dict[str, Callable[[Journey], None]] = {"examples/README.md": _examples}
+CHECKS: dict[str, Callable[[Journey], None]] = {
+    "examples/README.md": _examples,
+    "docs/lifecycle.md": _crds,
+}
 
 
 @pytest.mark.parametrize("block", RUN, ids=[b.where for b in RUN])
