@@ -203,31 +203,6 @@ class Installed:
         return f"export KUBECONFIG={tb.kubeconfig}\nexport PATH={path}:$PATH\n"
 
 
-def prepare(
-    tb: Testbed,
-    workdir: Path,
-    *,
-    profile: str = DEFAULT_PROFILE,
-    nvml: bool = True,
-    images: bool = True,
-    out: TextIO = sys.stderr,
-) -> Installed:
-    """The synthetic host built, the images imported (unless ``images`` is false: done
-    before, say by :func:`import_images` for several installs) and the values written."""
-    if len(tb.kubelets) != 1:
-        raise InstallError("kube-acc on the testbed takes one node (its synthetic host)")
-    workdir.mkdir(parents=True, exist_ok=True)
-    node = tb.kubelet
-    host = synthetic_host(profile, workdir / "host")
-    if images:
-        import_images(node, workdir / "images", out)
-    values = chart_values(node, host, workdir, nvml=nvml)
-    values_file = workdir / "values.yaml"
-    values_file.write_text(yaml.safe_dump(values))
-    helm = Helm(ensure_helm(out=out), tb.kubeconfig)
-    return Installed(tb, helm, host, values_file, values)
-
-
 def install(
     tb: Testbed,
     workdir: Path,
@@ -238,8 +213,20 @@ def install(
     wait: bool = True,
     out: TextIO = sys.stderr,
 ) -> Installed:
-    """:func:`prepare`, then ``helm install``; with ``wait`` the agent and controller ready."""
-    done = prepare(tb, workdir, profile=profile, nvml=nvml, images=images, out=out)
+    """The synthetic host built under ``workdir``, the images imported (unless ``images`` is
+    false: done before by :func:`import_images`, for several installs on one node), the values
+    written, ``helm install``; with ``wait`` the agent and controller ready."""
+    if len(tb.kubelets) != 1:
+        raise InstallError("kube-acc on the testbed takes one node (its synthetic host)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    node = tb.kubelet
+    host = synthetic_host(profile, workdir / "host")
+    if images:
+        import_images(node, workdir / "images", out)
+    values_file = workdir / "values.yaml"
+    done = Installed(tb, Helm(ensure_helm(out=out), tb.kubeconfig), host, values_file)
+    done.values = chart_values(node, host, workdir, nvml=nvml)
+    values_file.write_text(yaml.safe_dump(done.values))
     done.helm(
         "install",
         done.release,

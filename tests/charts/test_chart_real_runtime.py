@@ -14,7 +14,6 @@ import json
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra import cdi as dra_cdi
 from kubeacc.crds.resources import Accelerator
 from kubeacc.crds.types import NODE_LABEL
-from kubeacc.testbed import KubeletOptions, Testbed, withkubeacc
+from kubeacc.testbed import Testbed, withkubeacc
 from kubeacc.testbed.kubeacc_image import KUBEACC_IMAGE
 from tests.agent.test_real_runtime import (
     Seen,
@@ -48,16 +47,6 @@ pytestmark = pytest.mark.cluster
 
 NS = "kubeacc-system"
 NODE = "node-c"
-
-
-@pytest.fixture(scope="module")
-def real_cluster(
-    helm: Helm, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Testbed, Helm]]:
-    """A cluster of its own on the real runtime, the kube-acc image on its node."""
-    with Testbed.start(kubelet=KubeletOptions(node_name=NODE, runtime="containerd")) as tb:
-        withkubeacc.import_images(tb.kubelet, tmp_path_factory.mktemp("images"))
-        yield tb, Helm(helm.binary, tb.kubeconfig)
 
 
 def _agent_after_upgrade(client: Client, old: str) -> str:

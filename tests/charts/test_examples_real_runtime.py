@@ -13,7 +13,6 @@ claims for devices the node lacks (an N3000, an XPU) stay Pending.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,10 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from kubeacc.crds.resources import AcceleratorOperation, as_dict
-from kubeacc.testbed import KubeletOptions, Testbed, withkubeacc
+from kubeacc.testbed import Testbed, withkubeacc
 from tests.testbed.helpers import eventually
+
+from .conftest import Helm
 
 pytestmark = pytest.mark.cluster
 
@@ -33,12 +34,6 @@ NS = "kubeacc-system"
 NODE = "node-e"
 RUNS = ["any-gpu", "h100", "gpu-nic-same-root", "sriov-vf"]
 PENDING = ["h200-else-xpu", "fpga-crypto", "xpu-from-template"]
-
-
-@pytest.fixture(scope="module")
-def real_node() -> Iterator[Testbed]:
-    with Testbed.start(kubelet=KubeletOptions(node_name=NODE, runtime="containerd")) as tb:
-        yield tb
 
 
 def _kubectl(tb: Testbed, *args: str) -> str:
@@ -60,13 +55,15 @@ def _phases(client: Client) -> dict[str, str]:
     }
 
 
-def test_examples_as_written_on_the_chart_install(real_node: Testbed, tmp_path: Path) -> None:
-    tb = real_node
+def test_examples_as_written_on_the_chart_install(
+    real_cluster: tuple[Testbed, Helm], tmp_path: Path
+) -> None:
+    tb, _ = real_cluster
     client = tb.client()
-    # the images imported (busybox:1.36 under the examples' name), the synthetic dgx-h100 host
-    withkubeacc.install(tb, tmp_path, nvml=False)
+    # the fixture imported the images (busybox:1.36 under the examples' name); dgx-h100 host
+    withkubeacc.install(tb, tmp_path, nvml=False, images=False)
 
-    # The commands of examples/README.md, as written (the wait cut short: two operations fail).
+    # The commands of examples/README.md, with waits of the test's own between them.
     _kubectl(tb, "apply", "-f", str(EXAMPLES / "namespace.yaml"))
     tb.wait_service_account("ml-team")
     _kubectl(tb, "apply", "-f", str(EXAMPLES / "policies"))

@@ -10,7 +10,6 @@ removed. Once the pod is gone the uninstall goes through, and the kubelet has no
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from kubeacc.testbed import KubeletOptions, Testbed, withkubeacc
+from kubeacc.testbed import Testbed, withkubeacc
 from tests.agent.test_real_runtime import one_gpu_claim, wait_running, workload
 from tests.testbed.helpers import eventually
 
@@ -34,15 +33,6 @@ NODE = "node-u"
 NOT_REGISTERED = "not registered"
 
 
-@pytest.fixture(scope="module")
-def real_cluster(
-    helm: Helm, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Testbed, Helm]]:
-    with Testbed.start(kubelet=KubeletOptions(node_name=NODE, runtime="containerd")) as tb:
-        withkubeacc.import_images(tb.kubelet, tmp_path_factory.mktemp("images"))
-        yield tb, Helm(helm.binary, tb.kubeconfig)
-
-
 def _gone(client: Client, kind: type[Pod] | type[ResourceClaim], name: str, ns: str) -> bool:
     try:
         client.get(kind, name, namespace=ns)
@@ -51,17 +41,22 @@ def _gone(client: Client, kind: type[Pod] | type[ResourceClaim], name: str, ns: 
     return False
 
 
+def _installed_with_a_running_pod(tb: Testbed, tmp_path: Path, ns: str) -> Client:
+    """The chart installed, and pod ``ns/app`` running with claim ``ns/gpu`` (one GPU)."""
+    client = tb.client()
+    withkubeacc.install(tb, tmp_path, nvml=False, images=False)
+    client.create(Namespace(metadata=ObjectMeta(name=ns)))
+    client.create(one_gpu_claim("gpu", ns))
+    client.create(workload("app", ns, claim="gpu"))
+    wait_running(client, "app", ns)
+    return client
+
+
 def test_uninstall_waits_for_pods_using_claims(
     real_cluster: tuple[Testbed, Helm], tmp_path: Path
 ) -> None:
     tb, helm = real_cluster
-    client = tb.client()
-    withkubeacc.install(tb, tmp_path, nvml=False, images=False)
-
-    client.create(Namespace(metadata=ObjectMeta(name="work")))
-    client.create(one_gpu_claim("gpu", "work"))
-    client.create(workload("app", "work", claim="gpu"))
-    wait_running(client, "app", "work")
+    client = _installed_with_a_running_pod(tb, tmp_path, "work")
 
     # The uninstall is refused: the hook names the pod, and nothing of the release is removed.
     refused = helm("uninstall", "kubeacc", "-n", NS, "--wait", "--timeout=3m", check=False)
@@ -101,12 +96,7 @@ def test_without_the_check_the_kubelet_retries(
     """What the hook prevents, reproduced: ``--no-hooks`` removes the agents under a running pod;
     deleting the pod then leaves the kubelet retrying the gone driver."""
     tb, helm = real_cluster
-    client = tb.client()
-    withkubeacc.install(tb, tmp_path, nvml=False, images=False)
-    client.create(Namespace(metadata=ObjectMeta(name="work2")))
-    client.create(one_gpu_claim("gpu", "work2"))
-    client.create(workload("app", "work2", claim="gpu"))
-    wait_running(client, "app", "work2")
+    client = _installed_with_a_running_pod(tb, tmp_path, "work2")
 
     helm("uninstall", "kubeacc", "-n", NS, "--wait", "--timeout=4m", "--no-hooks")
     eventually(lambda: _pod_gone_prefix(client, "kubeacc-agent-"), 120, "agent pods gone")
