@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Literal
 
 from kubeacc.testbed.build import BuildError, bin_dir, ensure_built
 from kubeacc.testbed.kubelet import KubeletOptions
 from kubeacc.testbed.shapes import multinode_options
 from kubeacc.testbed.testbed import Testbed
+from kubeacc.testbed.withkubeacc import Installed, InstallError, install
 
 
 def _raise_exit(signum: int, frame: FrameType | None) -> None:
@@ -46,8 +49,23 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument(
         "--runtime",
         choices=("fake", "containerd"),
-        default="fake",
-        help="the kubelets' container runtime (containerd: containers really run)",
+        default=None,
+        help="the kubelets' container runtime (containerd: containers really run); default "
+        "fake, containerd with --with-kubeacc",
+    )
+    up.add_argument(
+        "--with-kubeacc",
+        action="store_true",
+        help="install kube-acc by its Helm chart: the image imported into the node's "
+        "containerd, a synthetic host (device nodes, NVML stand-in, bitstreams) as the agent's "
+        "host root (kubeacc.testbed.withkubeacc)",
+    )
+    up.add_argument(
+        "--host",
+        dest="host_profile",
+        metavar="PROFILE",
+        help="the synthetic host profile under --with-kubeacc (default dgx-h100; "
+        "kubeacc.synthetic.profiles)",
     )
     up.add_argument(
         "--multinode",
@@ -98,17 +116,23 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
 
+    problem = _check_up(args)
+    if problem:
+        parser.error(problem)
+    runtime: Literal["fake", "containerd"] = args.runtime or (
+        "containerd" if args.with_kubeacc else "fake"
+    )
     signal.signal(signal.SIGTERM, _raise_exit)
     t0 = time.monotonic()
     options = KubeletOptions(
         node_name=args.node_name,
         topology_manager_policy=args.topology_manager_policy,
         cpu_manager_policy=args.cpu_manager_policy,
-        runtime=args.runtime,
+        runtime=runtime,
     )
     nodes = multinode_options() if args.multinode else None
     for node in nodes or ():
-        node.runtime = args.runtime
+        node.runtime = runtime
     tb = Testbed.start(
         args.workdir,
         kubelet=None if args.multinode else options,
@@ -117,12 +141,20 @@ def main(argv: list[str] | None = None) -> int:
         keep=args.keep,
     )
     try:
+        installed = None
+        if args.with_kubeacc:
+            t1 = time.monotonic()
+            installed = install(tb, tb.workdir / "kubeacc", profile=args.host_profile or "dgx-h100")
+            tb.timings["kubeacc_ready_s"] = time.monotonic() - t1
         steps = ", ".join(f"{k} {v:.1f}s" for k, v in tb.timings.items())
         print(f"ready in {time.monotonic() - t0:.1f}s ({steps})", file=sys.stderr)
         print(f"workdir:    {tb.workdir}", file=sys.stderr)
         print(f"logs:       {tb.logs_dir}", file=sys.stderr)
         print(f"nodes:      {', '.join(tb.node_names) or 'none'}", file=sys.stderr)
         print(f"kubectl:    {' '.join(tb.kubectl())}", file=sys.stderr)
+        if installed is not None:
+            for line in _kubeacc_lines(installed, args.keep):
+                print(line, file=sys.stderr)
         print(tb.kubeconfig, flush=True)
         deadline = None if args.duration is None else time.monotonic() + args.duration
         while deadline is None or time.monotonic() < deadline:
@@ -130,9 +162,47 @@ def main(argv: list[str] | None = None) -> int:
             tb.check_alive()
     except KeyboardInterrupt:
         pass
+    except (InstallError, BuildError, OSError) as exc:
+        print(f"kube-acc install failed: {exc}", file=sys.stderr)
+        print(f"cluster logs kept in {tb.logs_dir}", file=sys.stderr)
+        tb.keep = True
+        return 1
     finally:
         tb.stop()
     return 0
+
+
+def _check_up(args: argparse.Namespace) -> str | None:
+    """Why these ``up`` arguments cannot work (checked before anything starts), or None."""
+    if args.host_profile is not None and not args.with_kubeacc:
+        return "--host needs --with-kubeacc"
+    if not args.with_kubeacc:
+        return None
+    if args.runtime == "fake":
+        return "--with-kubeacc runs kube-acc's pods: it needs --runtime containerd"
+    if args.multinode or args.no_kubelet:
+        return "--with-kubeacc takes one node (its synthetic host): drop --multinode/--no-kubelet"
+    from kubeacc.synthetic.profiles import PROFILES
+
+    if args.host_profile is not None and args.host_profile not in PROFILES:
+        return f"unknown --host {args.host_profile!r}; known: {', '.join(sorted(PROFILES))}"
+    return None
+
+
+def _kubeacc_lines(installed: Installed, keep: bool) -> list[str]:
+    """What the admin needs once kube-acc is installed: where things are, how to use, stop."""
+    tb = installed.testbed
+    env = tb.workdir / "env.sh"
+    env.write_text(installed.shell_env())
+    return [
+        f"kube-acc:   release {installed.release} in namespace {installed.namespace} "
+        f"(charts/kubeacc), agent and controller ready",
+        f"host:       {installed.host} (agent.hostRoot)",
+        f"values:     {installed.values_file}",
+        f"shell:      . {env}    # KUBECONFIG; kubectl, helm, kubeacc on PATH",
+        f"stop:       Ctrl-C here (or kill {os.getpid()}); the cluster and kube-acc stop"
+        + (f", {tb.workdir} stays" if keep else f" and {tb.workdir} is removed"),
+    ]
 
 
 if __name__ == "__main__":

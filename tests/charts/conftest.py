@@ -1,37 +1,38 @@
-"""helm built from tools/helm (like the testbed's binaries), and a cluster of the chart tests."""
+"""helm built from tools/helm (like the testbed's binaries), and a cluster of the chart tests.
+
+``Helm`` and ``CHART`` are kubeacc.testbed.withkubeacc's (what ``testbed up --with-kubeacc``
+uses): a failed helm command raises ``InstallError`` with its output."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from kubeacc.testbed.helm import ensure_helm
+from kubeacc.testbed.kubelet import KubeletOptions
 from kubeacc.testbed.testbed import Testbed
+from kubeacc.testbed.withkubeacc import CHART, Helm, import_images
 
-CHART = Path(__file__).parents[2] / "charts" / "kubeacc"
-
-
-class Helm:
-    def __init__(self, binary: Path, kubeconfig: Path | None = None) -> None:
-        self.binary = binary
-        self.kubeconfig = kubeconfig
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [str(self.binary), *args]
-        if self.kubeconfig is not None:
-            argv.append(f"--kubeconfig={self.kubeconfig}")
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-        if check and done.returncode != 0:
-            raise AssertionError(f"helm {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-        return done
+__all__ = ["CHART", "Helm"]
 
 
 @pytest.fixture(scope="session")
 def helm() -> Helm:
     return Helm(ensure_helm())
+
+
+@pytest.fixture(scope="module")
+def real_cluster(
+    helm: Helm, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[Testbed, Helm]]:
+    """A cluster of its own whose one node (named by the test module's ``NODE``) runs
+    containerd, the images of kubeacc.testbed.withkubeacc imported there; the module's tests
+    install the chart (``withkubeacc.install(..., images=False)``)."""
+    node = request.module.NODE
+    with Testbed.start(kubelet=KubeletOptions(node_name=node, runtime="containerd")) as tb:
+        import_images(tb.kubelet, tmp_path_factory.mktemp("images"))
+        yield tb, Helm(helm.binary, tb.kubeconfig)
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,9 @@ import json
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
@@ -30,10 +27,8 @@ from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra import cdi as dra_cdi
 from kubeacc.crds.resources import Accelerator
 from kubeacc.crds.types import NODE_LABEL
-from kubeacc.synthetic import profiles
-from kubeacc.testbed import KubeletOptions, Testbed
-from kubeacc.testbed.kubeacc_image import KUBEACC_IMAGE, ensure_image
-from kubeacc.testbed.kubelet import make_device_nodes
+from kubeacc.testbed import Testbed, withkubeacc
+from kubeacc.testbed.kubeacc_image import KUBEACC_IMAGE
 from tests.agent.test_real_runtime import (
     Seen,
     bus_ids,
@@ -44,10 +39,9 @@ from tests.agent.test_real_runtime import (
     workload,
 )
 from tests.crdfixtures import put_policy
-from tests.hosts import discover
 from tests.testbed.helpers import eventually
 
-from .conftest import CHART, Helm
+from .conftest import Helm
 
 pytestmark = pytest.mark.cluster
 
@@ -55,61 +49,11 @@ NS = "kubeacc-system"
 NODE = "node-c"
 
 
-@pytest.fixture(scope="module")
-def real_cluster(helm: Helm) -> Iterator[tuple[Testbed, Helm]]:
-    """A cluster of its own on the real runtime, the kube-acc image on its node."""
-    image = ensure_image()
-    with Testbed.start(kubelet=KubeletOptions(node_name=NODE, runtime="containerd")) as tb:
-        assert tb.kubelet.containerd is not None
-        tb.kubelet.containerd.import_image(image)
-        yield tb, Helm(helm.binary, tb.kubeconfig)
-
-
-def _values(tb: Testbed, host: Path, tmp: Path) -> dict[str, Any]:
-    repository, tag = KUBEACC_IMAGE.rsplit(":", 1)
-    return {
-        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-        "agent": {
-            "hostRoot": str(host),
-            "kubeletRoot": str(tb.kubelet.root_dir),
-            "cdiDir": str(tb.kubelet.cdi_dir),
-            "stateDir": str(tmp / "state"),
-            "rediscoverInterval": 2,
-        },
-        "bitstreams": {"hostPath": str(tmp / "bitstreams")},
-        "nvidia": {"nvml": "off", "driverUserSpace": "toolkit"},  # synthetic: no driver
-        "controller": {"replicas": 1},
-    }
-
-
-def _pod(client: Client, prefix: str) -> Pod | None:
-    return next(
-        (p for p in client.list(Pod, namespace=NS) if p.metadata.name.startswith(prefix)), None
-    )
-
-
-def _ready_pod(client: Client, prefix: str) -> Pod | None:
-    """The pod whose every container is running and ready (None until then)."""
-    pod = _pod(client, prefix)
-    statuses = (pod.status.containerStatuses if pod and pod.status else None) or []
-    if statuses and all(s.ready and s.state and s.state.running for s in statuses):
-        return pod
-    return None
-
-
-def _wait_ready(client: Client, prefix: str, timeout: float = 180) -> Pod:
-    try:
-        return eventually(lambda: _ready_pod(client, prefix), timeout, f"{prefix} pod ready")
-    except AssertionError as exc:
-        pod = _pod(client, prefix)
-        raise AssertionError(f"{exc}; pod status: {pod.status if pod else None}") from None
-
-
 def _agent_after_upgrade(client: Client, old: str) -> str:
     """The name of the agent pod that replaced ``old`` (rolled by an upgrade), once ready."""
 
     def rolled() -> str | None:
-        pod = _ready_pod(client, "kubeacc-agent-")
+        pod = withkubeacc.ready_pod(client, "kubeacc-agent-")
         name = pod.metadata.name if pod and pod.metadata else None
         return name if name and name != old else None
 
@@ -150,15 +94,12 @@ def test_chart_pods_run_in_real_containers(
 ) -> None:
     tb, helm = real_cluster
     client = tb.client()
-    host = profiles.build("dgx-h100", tmp_path / "host")
-    nodes = sorted({n for d in discover(host).devices for n in d.device_nodes})
-    make_device_nodes(host, nodes)
-    values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump(_values(tb, host, tmp_path)))
-    helm("install", "kubeacc", str(CHART), "-n", NS, "--create-namespace", "-f", str(values))
+    # NVML off first: `helm test` must fail on the GPUs' unknown memory
+    kubeacc = withkubeacc.install(tb, tmp_path, nvml=False, images=False, wait=False)
+    host = kubeacc.host
 
     # The agent DaemonSet's pod runs the kube-acc image in containerd, both containers ready.
-    agent = _wait_ready(client, "kubeacc-agent-")
+    agent = withkubeacc.wait_ready(client, "kubeacc-agent-")
     assert agent.spec is not None and agent.spec.nodeName == NODE
     images = _container_images(tb)
     tasks = _running_tasks(tb)
@@ -188,7 +129,7 @@ def test_chart_pods_run_in_real_containers(
 
     # The controller Deployment's pod runs (non-root, read-only root), leads and does its job:
     # a policy becomes a DeviceClass.
-    controller = _wait_ready(client, "kubeacc-controller-")
+    controller = withkubeacc.wait_ready(client, "kubeacc-controller-")
     assert controller.metadata is not None
     lease = eventually(
         lambda: client.get(Lease, "kubeacc-controller", namespace=NS).spec.holderIdentity,
@@ -216,15 +157,7 @@ def test_chart_pods_run_in_real_containers(
     assert "nvidia.driverRoot / nvidia.libraryDir" in broken.stdout, broken.stdout
     # With NVML (the synthetic host's description, /.synthetic mounted where the agent's
     # --host-root sees it) the agent labels the GPUs' memory, and the test passes.
-    with_nvml = _values(tb, host, tmp_path)
-    with_nvml["nvidia"]["nvml"] = "auto"
-    synthetic = {"name": "synthetic", "hostPath": {"path": str(host / ".synthetic")}}
-    with_nvml["agent"]["extraVolumes"] = [synthetic]
-    with_nvml["agent"]["extraVolumeMounts"] = [
-        {"name": "synthetic", "mountPath": "/host/.synthetic"}
-    ]
-    values.write_text(yaml.safe_dump(with_nvml))
-    helm("upgrade", "kubeacc", str(CHART), "-n", NS, "-f", str(values))
+    kubeacc.upgrade(withkubeacc.chart_values(tb.kubelet, host, tmp_path, nvml=True))
 
     def memory_labelled() -> str | None:
         node = client.get(Node, NODE)
@@ -281,7 +214,7 @@ def test_chart_pods_run_in_real_containers(
     def restarted() -> str | None:
         """The agent's new container once the pod is ready again and containerd runs it."""
         cid = _container_id(client, agent_name, "agent")
-        if not cid or cid == agent_cid or not _ready_pod(client, "kubeacc-agent-"):
+        if not cid or cid == agent_cid or not withkubeacc.ready_pod(client, "kubeacc-agent-"):
             return None
         return cid if _running_tasks(tb).get(cid) == "RUNNING" else None
 
@@ -302,10 +235,9 @@ def test_chart_pods_run_in_real_containers(
     # helm upgrade to GPUs through the device plugin with CDI names: the rolled agent pod
     # registers with the kubelet's device manager, and a pod asking for kubeacc.io/gpu gets its
     # GPU the same way (KUBEACC_DEVICE is set only by the CDI spec).
-    upgraded = _values(tb, host, tmp_path)
+    upgraded = withkubeacc.chart_values(tb.kubelet, host, tmp_path, nvml=False)
     upgraded.update({"modes": {"gpu": "device-plugin"}, "devicePlugin": {"cdi": True}})
-    values.write_text(yaml.safe_dump(upgraded))
-    helm("upgrade", "kubeacc", str(CHART), "-n", NS, "-f", str(values))
+    kubeacc.upgrade(upgraded)
 
     def allocatable() -> str | None:
         status = client.get(Node, NODE).status
@@ -338,7 +270,9 @@ def test_chart_pods_run_in_real_containers(
     )
     assert kubectl.returncode == 0, kubectl.stderr
     eventually(lambda: not _slices(client), 120, "the agent's ResourceSlices gone")
-    eventually(lambda: _pod(client, "kubeacc-") is None, 120, "kube-acc's pods gone")
+    eventually(
+        lambda: withkubeacc.pod_with_prefix(client, "kubeacc-") is None, 120, "kube-acc's pods gone"
+    )
 
     def agent_containers_gone() -> bool:
         return KUBEACC_IMAGE not in _container_images(tb).values()

@@ -13,52 +13,27 @@ claims for devices the node lacks (an N3000, an XPU) stay Pending.
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from kubeacc.crds.resources import AcceleratorOperation, as_dict
-from kubeacc.synthetic import profiles
-from kubeacc.testbed import KubeletOptions, Testbed
-from kubeacc.testbed.images import busybox_layer, write_image
-from kubeacc.testbed.kubeacc_image import ensure_image
-from kubeacc.testbed.kubelet import make_device_nodes
-from tests.charts.test_chart_real_runtime import _values, _wait_ready
-from tests.hosts import discover
+from kubeacc.testbed import Testbed, withkubeacc
 from tests.testbed.helpers import eventually
 
-from .conftest import CHART, Helm
+from .conftest import Helm
 
 pytestmark = pytest.mark.cluster
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NS = "kubeacc-system"
 NODE = "node-e"
-#: The examples' image as the kubelet asks containerd for it.
-BUSYBOX = "docker.io/library/busybox:1.36"
 RUNS = ["any-gpu", "h100", "gpu-nic-same-root", "sriov-vf"]
 PENDING = ["h200-else-xpu", "fpga-crypto", "xpu-from-template"]
-
-
-@pytest.fixture(scope="module")
-def real_node(
-    helm: Helm, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Testbed, Helm]]:
-    image = ensure_image()
-    tarball = write_image(
-        BUSYBOX, ["sh"], busybox_layer(), tmp_path_factory.mktemp("img") / "busybox.tar"
-    )
-    with Testbed.start(kubelet=KubeletOptions(node_name=NODE, runtime="containerd")) as tb:
-        assert tb.kubelet.containerd is not None
-        tb.kubelet.containerd.import_image(image)
-        tb.kubelet.containerd.import_image(tarball)
-        yield tb, Helm(helm.binary, tb.kubeconfig)
 
 
 def _kubectl(tb: Testbed, *args: str) -> str:
@@ -81,21 +56,14 @@ def _phases(client: Client) -> dict[str, str]:
 
 
 def test_examples_as_written_on_the_chart_install(
-    real_node: tuple[Testbed, Helm], tmp_path: Path
+    real_cluster: tuple[Testbed, Helm], tmp_path: Path
 ) -> None:
-    tb, helm = real_node
+    tb, _ = real_cluster
     client = tb.client()
-    host = profiles.build("dgx-h100", tmp_path / "host")
-    make_device_nodes(host, sorted({n for d in discover(host).devices for n in d.device_nodes}))
-    values = tmp_path / "values.yaml"
-    chosen = _values(tb, host, tmp_path)
-    chosen["agent"]["draPublish"] = ["gpu", "nic", "vf"]  # the sriov-vf example asks for a VF
-    values.write_text(yaml.safe_dump(chosen))
-    helm("install", "kubeacc", str(CHART), "-n", NS, "--create-namespace", "-f", str(values))
-    _wait_ready(client, "kubeacc-agent-")
-    _wait_ready(client, "kubeacc-controller-")
+    # the fixture imported the images (busybox:1.36 under the examples' name); dgx-h100 host
+    withkubeacc.install(tb, tmp_path, nvml=False, images=False)
 
-    # The commands of examples/README.md, as written (the wait cut short: two operations fail).
+    # The commands of examples/README.md, with waits of the test's own between them.
     _kubectl(tb, "apply", "-f", str(EXAMPLES / "namespace.yaml"))
     tb.wait_service_account("ml-team")
     _kubectl(tb, "apply", "-f", str(EXAMPLES / "policies"))

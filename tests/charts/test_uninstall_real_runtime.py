@@ -10,11 +10,9 @@ removed. Once the pod is gone the uninstall goes through, and the kubelet has no
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apps_v1 import DaemonSet
@@ -22,31 +20,17 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from kubeacc.synthetic import profiles
-from kubeacc.testbed import KubeletOptions, Testbed
-from kubeacc.testbed.kubeacc_image import ensure_image
-from kubeacc.testbed.kubelet import make_device_nodes
+from kubeacc.testbed import Testbed, withkubeacc
 from tests.agent.test_real_runtime import one_gpu_claim, wait_running, workload
-from tests.charts.test_chart_real_runtime import _values, _wait_ready
-from tests.hosts import discover
 from tests.testbed.helpers import eventually
 
-from .conftest import CHART, Helm
+from .conftest import Helm
 
 pytestmark = pytest.mark.cluster
 
 NS = "kubeacc-system"
 NODE = "node-u"
 NOT_REGISTERED = "not registered"
-
-
-@pytest.fixture(scope="module")
-def real_cluster(helm: Helm) -> Iterator[tuple[Testbed, Helm]]:
-    image = ensure_image()
-    with Testbed.start(kubelet=KubeletOptions(node_name=NODE, runtime="containerd")) as tb:
-        assert tb.kubelet.containerd is not None
-        tb.kubelet.containerd.import_image(image)
-        yield tb, Helm(helm.binary, tb.kubeconfig)
 
 
 def _gone(client: Client, kind: type[Pod] | type[ResourceClaim], name: str, ns: str) -> bool:
@@ -57,22 +41,22 @@ def _gone(client: Client, kind: type[Pod] | type[ResourceClaim], name: str, ns: 
     return False
 
 
+def _installed_with_a_running_pod(tb: Testbed, tmp_path: Path, ns: str) -> Client:
+    """The chart installed, and pod ``ns/app`` running with claim ``ns/gpu`` (one GPU)."""
+    client = tb.client()
+    withkubeacc.install(tb, tmp_path, nvml=False, images=False)
+    client.create(Namespace(metadata=ObjectMeta(name=ns)))
+    client.create(one_gpu_claim("gpu", ns))
+    client.create(workload("app", ns, claim="gpu"))
+    wait_running(client, "app", ns)
+    return client
+
+
 def test_uninstall_waits_for_pods_using_claims(
     real_cluster: tuple[Testbed, Helm], tmp_path: Path
 ) -> None:
     tb, helm = real_cluster
-    client = tb.client()
-    host = profiles.build("dgx-h100", tmp_path / "host")
-    make_device_nodes(host, sorted({n for d in discover(host).devices for n in d.device_nodes}))
-    values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump(_values(tb, host, tmp_path)))
-    helm("install", "kubeacc", str(CHART), "-n", NS, "--create-namespace", "-f", str(values))
-    _wait_ready(client, "kubeacc-agent-")
-
-    client.create(Namespace(metadata=ObjectMeta(name="work")))
-    client.create(one_gpu_claim("gpu", "work"))
-    client.create(workload("app", "work", claim="gpu"))
-    wait_running(client, "app", "work")
+    client = _installed_with_a_running_pod(tb, tmp_path, "work")
 
     # The uninstall is refused: the hook names the pod, and nothing of the release is removed.
     refused = helm("uninstall", "kubeacc", "-n", NS, "--wait", "--timeout=3m", check=False)
@@ -88,7 +72,7 @@ def test_uninstall_waits_for_pods_using_claims(
     assert "delete these pods first" in log
     client.get(DaemonSet, "kubeacc-agent", namespace=NS)
     assert helm("status", "kubeacc", "-n", NS).returncode == 0
-    _wait_ready(client, "kubeacc-agent-")
+    withkubeacc.wait_ready(client, "kubeacc-agent-")
 
     # The order the hook asks for: the pod (its claim unprepared by the agent), then uninstall.
     client.delete(Pod, "app", namespace="work")
@@ -112,17 +96,7 @@ def test_without_the_check_the_kubelet_retries(
     """What the hook prevents, reproduced: ``--no-hooks`` removes the agents under a running pod;
     deleting the pod then leaves the kubelet retrying the gone driver."""
     tb, helm = real_cluster
-    client = tb.client()
-    host = profiles.build("dgx-h100", tmp_path / "host")
-    make_device_nodes(host, sorted({n for d in discover(host).devices for n in d.device_nodes}))
-    values = tmp_path / "values.yaml"
-    values.write_text(yaml.safe_dump(_values(tb, host, tmp_path)))
-    helm("install", "kubeacc", str(CHART), "-n", NS, "--create-namespace", "-f", str(values))
-    _wait_ready(client, "kubeacc-agent-")
-    client.create(Namespace(metadata=ObjectMeta(name="work2")))
-    client.create(one_gpu_claim("gpu", "work2"))
-    client.create(workload("app", "work2", claim="gpu"))
-    wait_running(client, "app", "work2")
+    client = _installed_with_a_running_pod(tb, tmp_path, "work2")
 
     helm("uninstall", "kubeacc", "-n", NS, "--wait", "--timeout=4m", "--no-hooks")
     eventually(lambda: _pod_gone_prefix(client, "kubeacc-agent-"), 120, "agent pods gone")
