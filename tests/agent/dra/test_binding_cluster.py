@@ -5,7 +5,8 @@ kube-scheduler.
 the claim's bitstream on the Arria 10 model only. The node agents run with their own
 certificate identities under deploy/rbac and the admission policy. First only ``fpga-a``'s agent
 runs: the scheduler allocates its card, waits in PreBind, the agent refuses the bitstream and
-reports the failure condition, and the pod stays unbound with the card untouched. Then
+reports the failure condition, and the pod stays unbound with the card untouched; a namespace
+user allowed to patch the claim's status cannot write the condition in its stead. Then
 ``fpga-b``'s agent starts, with a synthetic partial reconfiguration of several seconds: the pod
 is allocated the Arria 10 and is not bound while the bitstream loads (every sample where the pod
 has a node finds the bitstream in), then runs there; prepare only checks the card.
@@ -20,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Event, Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.types import PatchType
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.binding import FAILED, PROGRAMMED
@@ -35,7 +37,7 @@ from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.hosts_fpga import PAC_ARRIA10, PAC_N3000, IntelCard, intel_fpga_server
 from kubeacc.synthetic.kernel import PR_SECONDS_FILE
 from kubeacc.synthetic.tree import HostBuilder
-from kubeacc.testbed.identities import agent_kubeconfig
+from kubeacc.testbed.identities import agent_kubeconfig, cert_client
 from kubeacc.testbed.kubelet import KubeletOptions
 from kubeacc.testbed.testbed import Testbed
 from tests.hosts import discover
@@ -56,6 +58,7 @@ PR_SECONDS = 8
 
 @dataclass
 class Cluster:
+    work: Path
     tb: Testbed
     client: Client
     hosts: dict[str, Path]
@@ -114,7 +117,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             )
         )
         client.create(Namespace(metadata={"name": NS}))  # type: ignore[arg-type]
-        yield Cluster(tb, client, hosts, agents, digest)
+        yield Cluster(work, tb, client, hosts, agents, digest)
     finally:
         for agent in agents.values():
             agent.stop()
@@ -171,6 +174,7 @@ def test_bitstream_loaded_before_binding_and_refused_one_goes_elsewhere(cluster:
     assert _node_name(c) == ""
     card_a = _card(c.hosts[NODE_A])
     assert card_a.fpga and card_a.fpga.afu_id is None, "nothing loaded on fpga-a"
+    _user_cannot_write_the_condition(c, card_a.name)
 
     # fpga-b joins: the pod goes there, and is bound only once the bitstream is in
     _start(c, NODE_B)
@@ -210,3 +214,83 @@ def test_bitstream_loaded_before_binding_and_refused_one_goes_elsewhere(cluster:
         if ev.involvedObject and ev.involvedObject.name == "app"
     ]
     assert any("BitstreamNotAllowed" in m for m in events), events
+
+
+def _user_cannot_write_the_condition(c: Cluster, device: str) -> None:
+    """A namespace user allowed to patch claim status still cannot say "programmed": the API
+    server's per-driver check wants the resourceclaims/driver verbs for kubeacc.io."""
+    c.client.create(
+        from_dict(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": "claim-status", "namespace": NS},
+                "rules": [
+                    {
+                        "apiGroups": ["resource.k8s.io"],
+                        "resources": ["resourceclaims", "resourceclaims/status"],
+                        "verbs": ["get", "patch", "update"],
+                    }
+                ],
+            }
+        )
+    )
+    c.client.create(
+        from_dict(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": "claim-status", "namespace": NS},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "claim-status",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"}
+                ],
+            }
+        )
+    )
+    user = cert_client(c.tb, c.work / "mallory", "mallory", (), field_manager="mallory")
+    entry = {
+        "driver": DRIVER_NAME,
+        "pool": NODE_A,
+        "device": device,
+        "conditions": [
+            {
+                "type": PROGRAMMED,
+                "status": "True",
+                "reason": "Programmed",
+                "message": "trust me",
+                "lastTransitionTime": "2026-11-27T06:00:00Z",
+            }
+        ],
+    }
+
+    def forged() -> str:
+        try:
+            user.patch(
+                ResourceClaim.Status,
+                "fpga",
+                [{"op": "add", "path": "/status/devices", "value": [entry]}],
+                namespace=NS,
+                patch_type=PatchType.JSON,
+            )
+        except ApiError as exc:
+            return f"{exc.status.code}: {exc.status.message}"
+        return "written"
+
+    answers: list[str] = []
+
+    def answer() -> str:  # the claim may be given back and allocated again meanwhile
+        if _pool(_claim_status(c)) != NODE_A:
+            return ""
+        answers.append(forged())
+        said = answers[-1]
+        return said if said == "written" or "resourceclaims/driver" in said else ""
+
+    said = eventually(answer, 60, "the answer to a forged write", log=lambda: "\n".join(answers))
+    # the API server's per-driver check (a field error, so 422 "Forbidden")
+    assert said != "written", "a namespace user wrote the binding condition"
+    assert "mallory" in said and "kubeacc.io" in said, said
