@@ -6,6 +6,10 @@ already carries that AFU. The checks are the life-cycle operation's: the bitstre
 the node-local library by a name that can't escape it, its digest must match, an
 AcceleratorPolicy that selects the device must allow the digest, and it must be built for the
 card's FPGA interface (FIM). A refusal is the claim's per-claim error; nothing is half-applied.
+
+Where the cluster keeps binding conditions the bitstream is loaded before the pod is bound
+(:mod:`kubeacc.agent.dra.binding`, through :meth:`ClaimProgrammer.ensure` as well) and prepare
+only calls :meth:`ClaimProgrammer.verify`.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kubeacc.agent.dra.binding import NotProgrammed
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import Executor
 from kubeacc.crds.status import allowed_bitstream_digests
@@ -49,6 +54,25 @@ class ClaimProgrammer:
             if dev.name == name:
                 return dev
         return None
+
+    def verify(self, device_name: str, bitstream: str, digest: str) -> str:
+        """Check that ``device_name`` carries the bitstream (loaded before binding,
+        kubeacc.agent.dra.binding); raises :class:`NotProgrammed` when it does not."""
+        sha256 = digest.removeprefix("sha256:")
+        with self._lock:
+            device = self._device(device_name)
+            if device is None or device.fpga is None:
+                raise ProgrammingRefused(f"{device_name} is not an FPGA on this node")
+            try:
+                image = self.library.load(bitstream, sha256)
+            except HostError as err:
+                raise ProgrammingRefused(f"{err.reason}: {err}") from None
+            if device.fpga.afu_id != image.afu_id:
+                raise NotProgrammed(
+                    f"NotProgrammed: {device_name} carries AFU {device.fpga.afu_id or 'none'}, "
+                    f"not {image.afu_id} of {bitstream}"
+                )
+            return f"{device_name} carries AFU {image.afu_id} of {bitstream}"
 
     def ensure(self, device_name: str, bitstream: str, digest: str) -> str:
         """Program ``device_name`` with the bitstream unless it carries it already.

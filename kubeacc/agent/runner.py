@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,6 +36,7 @@ from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
 from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy, with_unhealthy
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.applied import AppliedSharing
+from kubeacc.agent.dra.binding import FpgaBinder, with_binding_conditions
 from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
 from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
@@ -85,6 +85,7 @@ from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
 
 if TYPE_CHECKING:
+    from kubeacc.agent.fpga_claims import ClaimProgrammer
     from kubeacc.agent.telemetry.faults import DeviceFault
     from kubeacc.agent.telemetry.holders import Holders
     from kubeacc.agent.telemetry.report import FaultReporter
@@ -178,6 +179,9 @@ class AgentOptions:
     publishing: Publishing = field(default_factory=Publishing)
     #: Node-local bitstream library: claims with an FpgaConfig bitstream get it programmed.
     bitstream_dir: Path | None = None
+    #: With a bitstream library: load a claim's bitstream before its pod is bound (binding
+    #: conditions, kubeacc.agent.dra.binding) where the cluster keeps them; off: at prepare.
+    fpga_binding_conditions: bool = True
     #: Fold the DRA checkpoint journal into a new snapshot after this many calls.
     compact_after: int = 1000
     #: Keep the node's Accelerators' users (status.allocatedTo) and honour their cordons.
@@ -313,6 +317,19 @@ class Agent:
         #: What enforces memory shares here (the library copied to the host, or nothing).
         self.limiter = Limiter(install(options.sharelimit_library, options.state_dir))
         self.user_space = _user_space(options)
+        self._programmer = self._fpga_programmer()
+        #: Loads claims' bitstreams before binding (kubeacc.agent.dra.binding); None: off.
+        self.binder: FpgaBinder | None = None
+        if (
+            self._programmer is not None
+            and options.fpga_binding_conditions
+            and options.device_status
+            and isinstance(claims, WatchingClaimSource)
+        ):
+            self.binder = FpgaBinder(
+                self.prepare_client, options.node_name, self._programmer.ensure
+            )
+            claims.observers.append(self.binder.observe)
         self.driver = Driver(
             options.node_name,
             claims or WatchingClaimSource(self.prepare_client, options.node_name),
@@ -320,7 +337,8 @@ class Agent:
             cdi_dir=options.cdi_dir,
             state_dir=options.state_dir,
             device_root=options.device_root,
-            fpga=self._fpga_programmer(),
+            fpga=self._programmer.ensure if self._programmer is not None else None,
+            fpga_verify=self._programmer.verify if self._programmer is not None else None,
             compact_after=options.compact_after,
             on_change=self._users_changed,
             metrics=self.metrics,
@@ -352,18 +370,17 @@ class Agent:
         #: last good inventory and says so in /readyz.
         self.discovery_error = ""
 
-    def _fpga_programmer(self) -> Callable[[str, str, str], str] | None:
+    def _fpga_programmer(self) -> ClaimProgrammer | None:
         if self.opts.bitstream_dir is None:
             return None
         from kubeacc.agent.fpga_claims import ClaimProgrammer
         from kubeacc.crds.resources import AcceleratorPolicy, as_dict
 
-        programmer = ClaimProgrammer(
+        return ClaimProgrammer(
             self.opts.host,
             self.opts.bitstream_dir,
             lambda: [as_dict(p) for p in self.prepare_client.list(AcceleratorPolicy)],
         )
-        return programmer.ensure
 
     def _list_policies(self) -> list[dict[str, Any]]:
         """The watched policies; an error while the watch is not synced (PolicyShares then
@@ -589,6 +606,8 @@ class Agent:
             self.driver.status.start()
         for w in self._watches():
             w.start()
+        if self.binder is not None:
+            self.binder.start()
         if self._watch is not None:
             self._watch.start()
         if self.accelerators is not None:
@@ -630,6 +649,8 @@ class Agent:
             self.driver.status.stop()
         if self._watch is not None:
             self._watch.stop()
+        if self.binder is not None:
+            self.binder.stop()
         if self.accelerators is not None:
             self.accelerators.stop()
         if self.telemetry is not None:
@@ -776,6 +797,9 @@ class Agent:
                     ),
                     self._health_taints(),
                 )
+                if self.binder is not None:
+                    fpgas = {n for n, i in self._index.items() if i.type == "fpga"}
+                    devices = with_binding_conditions(devices, fpgas)
                 if self.publisher.publish(
                     devices, force=force, counter_sets=self._mig.counter_sets
                 ):

@@ -81,6 +81,13 @@ def agent_command(
         Path | None,
         typer.Option(help="Bitstream library: claims whose FpgaConfig names one get it loaded."),
     ] = None,
+    fpga_binding_conditions: Annotated[
+        bool,
+        typer.Option(
+            help="With --bitstream-dir: load a claim's bitstream before its pod is bound "
+            "(DRA binding conditions, where the API server keeps them); off: at prepare.",
+        ),
+    ] = True,
     simulate_kernel: SimulateKernelOption = False,
     compact_after: Annotated[
         int,
@@ -295,6 +302,7 @@ def agent_command(
                 kubelet_plugin=kubelet_plugin,
                 device_plugin_types=frozenset(dp_config.types if dp_config else ()),
                 bitstream_dir=bitstream_dir,
+                fpga_binding_conditions=fpga_binding_conditions,
                 compact_after=compact_after,
                 metrics_address=metrics_address,
                 telemetry_interval=telemetry_interval,

@@ -48,10 +48,14 @@ def _intel_card(b: HostBuilder, root_bus: int, numa: int, card: IntelCard, drive
     return addr
 
 
-def dfl_cards(b: HostBuilder, roots: list[tuple[int, int]]) -> list[fpga.DflCard]:
-    """One card per (root bus, NUMA node), in-tree DFL driver, following :data:`CARDS`."""
+def dfl_cards(
+    b: HostBuilder,
+    roots: list[tuple[int, int]],
+    cards: tuple[tuple[IntelCard, str], ...] = CARDS,
+) -> list[fpga.DflCard]:
+    """One card per (root bus, NUMA node), in-tree DFL driver, following ``cards``."""
     out = []
-    for (root_bus, numa), (card, afu) in zip(roots, CARDS, strict=False):
+    for (root_bus, numa), (card, afu) in zip(roots, cards, strict=False):
         addr = _intel_card(b, root_bus, numa, card, "dfl-pci")
         out.append(
             b.dfl_fpga(addr, afu_id=afu, compat_id=card.compat_id, bitstream_id=card.bitstream_id)
@@ -71,6 +75,16 @@ def intel_fpga_dfl(b: HostBuilder) -> None:
     """2 Intel FPGA cards (PAC N3000 with nlb0 loaded, PAC Arria 10 empty), DFL driver."""
     _fpga_server(b, "fpga-dfl-01")
     dfl_cards(b, [(0x3A, 0), (0xAE, 1)])
+    b.pci_ids()
+
+
+def intel_fpga_server(
+    b: HostBuilder, hostname: str, cards: tuple[tuple[IntelCard, str], ...]
+) -> None:
+    """A server with the given Intel cards (and AFU ids) under the DFL driver, at most two:
+    for tests whose nodes differ in their cards."""
+    _fpga_server(b, hostname)
+    dfl_cards(b, [(0x3A, 0), (0xAE, 1)], cards)
     b.pci_ids()
 
 

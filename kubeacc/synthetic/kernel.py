@@ -8,7 +8,9 @@ side effects the real kernel has become visible the way they would on a node:
 * ``drivers/<drv>/bind`` creates them, unless ``driver_override`` names another driver
   (the real kernel answers ENODEV then);
 * ``driver_override`` reads back as written, ``(null)`` when cleared;
-* the FME PR ioctl makes the new AFU id appear in the port's ``afu_id``.
+* the FME PR ioctl makes the new AFU id appear in the port's ``afu_id``, after as many seconds
+  as ``/.synthetic/fpga-pr-seconds`` says (absent: at once), as a real partial reconfiguration
+  takes seconds.
 
 ``modules`` names drivers to "load" (create under ``/sys/bus/pci/drivers``), vfio-pci by default.
 """
@@ -16,12 +18,23 @@ side effects the real kernel has become visible the way they would on a node:
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from kubeacc.host.kernel import FpgaImage, FpgaPort, HostError, host_path
 from kubeacc.synthetic.mig_state import reset_gpu_at
 
 PCI = "/sys/bus/pci"
+#: How long a partial reconfiguration takes on the synthetic host (seconds, a float).
+PR_SECONDS_FILE = ".synthetic/fpga-pr-seconds"
+
+
+def pr_seconds(root: Path) -> float:
+    """The synthetic partial reconfiguration's duration (0 without the file or when invalid)."""
+    try:
+        return max(0.0, float((root / PR_SECONDS_FILE).read_text().strip()))
+    except (OSError, ValueError):
+        return 0.0
 
 
 class SyntheticKernel:
@@ -84,4 +97,6 @@ class SyntheticKernel:
         if not afu.parent.exists():
             raise HostError("PartialReconfigurationFailed", f"{port.port_sysfs}: no such port")
         self.writes.append((port.fme_dev, f"PR port {port.port_id}: {image.name}"))
+        if delay := pr_seconds(self.root):
+            time.sleep(delay)
         afu.write_text(image.afu_id + "\n")

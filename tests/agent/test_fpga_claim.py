@@ -4,7 +4,9 @@ The real scheduler allocates an FPGA from the agent's slices, the real kubelet c
 NodePrepareResources, the agent loads the bitstream (through the synthetic kernel at the ioctl
 boundary) before the container starts, and the new AFU id shows in the ResourceSlice. A
 bitstream that no AcceleratorPolicy allows fails the claim with a clear error and leaves the
-card as it was.
+card as it was. This is the agent without binding conditions (``--no-fpga-binding-conditions``,
+and clusters that drop them); with them the bitstream is loaded before the pod is bound
+(tests/agent/dra/test_binding_cluster.py).
 """
 
 from __future__ import annotations
@@ -115,7 +117,11 @@ def fpga_node(
     agent = AgentProcess(
         testbed.node_name, host, testbed.kubeconfig, testbed.kubelet.root_dir, tmp_path
     )
-    agent.start(extra=[f"--bitstream-dir={library}", "--simulate-kernel"])
+    # programming at prepare (the path where the cluster keeps no binding conditions);
+    # tests/agent/dra/test_binding_cluster.py loads it before binding
+    agent.start(
+        extra=[f"--bitstream-dir={library}", "--simulate-kernel", "--no-fpga-binding-conditions"]
+    )
     try:
         agent.wait_registered()
         yield agent, host, {"index": str(empty.index), "name": empty.name, **digests}

@@ -66,6 +66,9 @@ class WatchingClaimSource(ApiClaimSource):
         self.pool = pool
         #: Called when a claim allocated from ``pool`` changed (e.g. its ``reservedFor``).
         self.on_change = on_change
+        #: Called with each claim allocated from ``pool`` as the watch delivers it (listed
+        #: again after every restart of the watch), e.g. kubeacc.agent.dra.binding.
+        self.observers: list[Callable[[dict[str, Any]], None]] = []
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -106,14 +109,18 @@ class WatchingClaimSource(ApiClaimSource):
                         continue
                     key = (meta.namespace, meta.name)
                     data = obj.to_dict()
+                    here = event != "DELETED" and allocated_here(data, self.pool)
                     with self._lock:
-                        if event != "DELETED" and allocated_here(data, self.pool):
+                        if here:
                             self._cache[key] = data
                             ours = True
                         else:
                             ours = self._cache.pop(key, None) is not None
                     if ours and self.on_change is not None:
                         self.on_change()
+                    if here:
+                        for observe in self.observers:
+                            observe(data)
                     backoff = 1.0
             except Exception as exc:
                 if self._stop.is_set():

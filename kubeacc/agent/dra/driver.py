@@ -42,6 +42,7 @@ from typing import Any
 from kubeacc.agent.dra import DRIVER_NAME, cdi, metadata
 from kubeacc.agent.dra.applied import AppliedSharing, GpuWant, SharingError, want_of
 from kubeacc.agent.dra.atomic import write_atomic
+from kubeacc.agent.dra.binding import PROGRAMMED, NotProgrammed
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
@@ -102,6 +103,7 @@ class Driver:
         state_dir: Path,
         device_root: Path = Path("/"),
         fpga: FpgaProgrammer | None = None,
+        fpga_verify: FpgaProgrammer | None = None,
         compact_after: int = 1000,
         api_budget: float = API_BUDGET_S,
         on_change: Callable[[], None] | None = None,
@@ -116,6 +118,8 @@ class Driver:
         self.user_space = user_space
         self.metrics = metrics or AgentMetrics()
         self.fpga = fpga
+        #: Checks a bitstream loaded before binding (kubeacc.agent.dra.binding).
+        self.fpga_verify = fpga_verify
         #: Applies GpuConfig sharing strategies on the GPUs (None: such configs are refused).
         self.sharing = sharing
         #: Creates and destroys MIG instances of partition devices (None: no MIG here).
@@ -446,7 +450,11 @@ class Driver:
                         f"(request {r['request']})"
                     )
                 if isinstance(cfg, FpgaConfig) and cfg.bitstream is not None:
-                    self._program(where, dev_name, cfg.bitstream.name, cfg.bitstream.digest)
+                    bitstream = (dev_name, cfg.bitstream.name, cfg.bitstream.digest)
+                    if PROGRAMMED in (r.get("bindingConditions") or []):
+                        self._verify(where, *bitstream)
+                    else:
+                        self._program(where, *bitstream)
                 if isinstance(cfg, GpuConfig) and cfg.enforce is not None:
                     if not from_class and not cfg.enforce:
                         raise ClaimError(
@@ -618,6 +626,23 @@ class Driver:
         try:
             done = self.fpga(device, bitstream, digest)
         except Exception as exc:  # ProgrammingRefused, or the API server being away
+            raise ClaimError(f"{where}: device {device}: {exc}") from None
+        log.info("%s: %s", where, done)
+
+    def _verify(self, where: str, device: str, bitstream: str, digest: str) -> None:
+        """The bitstream was loaded before binding: check the card carries it. Should the
+        scheduler not have waited for the condition (its gate off while the API server's is
+        on), load it now rather than fail the pod."""
+        if self.fpga_verify is None:
+            self._program(where, device, bitstream, digest)
+            return
+        try:
+            done = self.fpga_verify(device, bitstream, digest)
+        except NotProgrammed as exc:
+            log.warning("%s: %s; loading it now", where, exc)
+            self._program(where, device, bitstream, digest)
+            return
+        except Exception as exc:
             raise ClaimError(f"{where}: device {device}: {exc}") from None
         log.info("%s: %s", where, done)
 

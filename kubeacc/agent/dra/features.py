@@ -17,6 +17,11 @@ cluster enforces (docs/security.md, "Cluster features"):
 * partitionable devices dropped: MIG partitions and counter sets are left out, whole GPUs are
   published without ``consumesCounters``;
 * consumable capacity dropped: memory-shared devices are published whole (one claim each).
+
+One more field is a convenience, not a safety matter, and is probed only when a device carries
+it: ``bindingConditions`` (DRADeviceBindingConditions, with DRAResourceClaimDeviceStatus; beta
+and on from 1.36). Where it is dropped, :func:`without_binding` takes it off and FPGAs are
+programmed at prepare, as before (:mod:`kubeacc.agent.dra.binding`).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ class SliceFeatures:
     taints: bool = True
     partitionable: bool = True
     consumable: bool = True
+    #: ``bindingConditions`` kept; None: not asked yet (no device carried them).
+    binding: bool | None = None
 
     def dropped(self) -> list[str]:
         """The gates whose fields are dropped, for messages."""
@@ -144,6 +151,40 @@ def probe(client: Client, node: str) -> SliceFeatures:
         except Exception as exc:
             log.warning("cannot tell whether the API server keeps consumesCounters: %s", exc)
     return SliceFeatures(**kept)
+
+
+#: The device fields of binding conditions (KEP-5007).
+BINDING_FIELDS = ("bindingConditions", "bindingFailureConditions", "bindsToNode")
+
+
+def probe_binding(client: Client, node: str) -> bool:
+    """Does the API server keep a device's ``bindingConditions``? (unknown counts as no: a
+    device whose conditions were dropped would be given out unprogrammed, and programming at
+    prepare is the safe way round)."""
+    spec = {
+        "devices": [
+            {
+                "name": PROBE,
+                "bindingConditions": ["kubeacc.io/Probe"],
+                "bindingFailureConditions": ["kubeacc.io/ProbeFailed"],
+            }
+        ]
+    }
+    try:
+        return _kept(client, node, spec, ("devices", "0", "bindingConditions"))
+    except Exception as exc:
+        log.warning("cannot tell whether the API server keeps bindingConditions: %s", exc)
+        return False
+
+
+def without_binding(devices: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``devices`` with their binding conditions taken off."""
+    return [
+        {k: v for k, v in d.items() if k not in BINDING_FIELDS}
+        if any(k in d for k in BINDING_FIELDS)
+        else d
+        for d in devices
+    ]
 
 
 def restrict(

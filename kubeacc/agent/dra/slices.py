@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from lightkube import ApiError, Client
@@ -21,7 +22,14 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME, FIELD_MANAGER
-from kubeacc.agent.dra.features import SliceFeatures, probe, restrict
+from kubeacc.agent.dra.features import (
+    BINDING_FIELDS,
+    SliceFeatures,
+    probe,
+    probe_binding,
+    restrict,
+    without_binding,
+)
 from kubeacc.crds.watch import WatchCache
 
 log = logging.getLogger(__name__)
@@ -221,6 +229,19 @@ class SlicePublisher:
         """Only what the API server keeps the fields of (refused once, loudly, otherwise)."""
         if self.features is None:
             self.features = probe(self.client, self.node)
+        if any(k in d for d in devices for k in BINDING_FIELDS):
+            if self.features.binding is None:
+                binding = probe_binding(self.client, self.node)
+                self.features = replace(self.features, binding=binding)
+                if not binding:
+                    log.warning(
+                        "node %s: the API server drops bindingConditions "
+                        "(DRADeviceBindingConditions off, or Kubernetes older than 1.36): "
+                        "FPGAs are programmed at prepare",
+                        self.node,
+                    )
+            if not self.features.binding:
+                devices = without_binding(devices)
         dropped = self.features.dropped()
         if not dropped:
             return list(devices), list(counter_sets)
