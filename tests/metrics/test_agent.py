@@ -78,12 +78,14 @@ def test_ready_after_registration_and_series_follow_claims(
     assert value(port, "kubeacc_agent_prepare_seconds_count") >= 1
     assert value(port, "kubeacc_agent_prepared_claims") == 1
     assert value(port, "kubeacc_agent_prepare_errors_total") == 0
-    assert value(port, "kubeacc_agent_unprepare_seconds_count") == 0
+    # Not necessarily 0: once a driver of this name registers, the kubelet retries the
+    # unprepares an earlier test's agent left it owing (claims it still has checkpointed).
+    unprepared = value(port, "kubeacc_agent_unprepare_seconds_count")
 
     kube_client.delete(Pod, "app", namespace=namespace)
     eventually(lambda: gone(kube_client, "app", namespace), 90, "pod deleted")
     eventually(lambda: value(port, "kubeacc_agent_prepared_claims") == 0, 30, "unprepared")
-    assert value(port, "kubeacc_agent_unprepare_seconds_count") >= 1
+    assert value(port, "kubeacc_agent_unprepare_seconds_count") >= unprepared + 1
     assert value(port, "kubeacc_agent_unprepare_errors_total") == 0
 
 
