@@ -35,11 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lightkube import ApiError, Client
-from lightkube.resources.resource_v1 import ResourceClaim
-from lightkube.types import PatchType
+from lightkube import Client
 
 from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.dra.claimpatch import patch_devices
 from kubeacc.crds.opaque import ConfigError, FpgaConfig, parse_config
 
 log = logging.getLogger(__name__)
@@ -294,50 +293,15 @@ class FpgaBinder:
 
     def write(self, work: Work, entry: dict[str, Any]) -> None:
         """Put the entry's condition into the claim's entry of the device, if the claim still
-        holds that allocation.
+        holds that allocation (:mod:`kubeacc.agent.dra.claimpatch`: a guarded JSON patch)."""
 
-        A JSON patch guarded by the claim's ``resourceVersion`` (re-read on a conflict), not a
-        server-side apply: the API server cannot apply to a claim whose allocation carries
-        opaque configs (it takes the apply for a change of ``status.allocation``).
-        """
-        for _ in range(WRITE_CONFLICTS):
-            try:
-                claim = self.client.get(ResourceClaim, work.name, namespace=work.namespace)
-            except ApiError as exc:
-                if exc.status.code == 404:
-                    return
-                raise
-            data = claim.to_dict()
+        def change(data: dict[str, Any]) -> list[dict[str, Any]] | None:
             if not still_allocated(data, work):
                 log.info("claim %s/%s was given back meanwhile", work.namespace, work.name)
-                return
-            devices = merged_entries(data["status"].get("devices") or [], entry)
-            patch = [
-                {
-                    "op": "test",
-                    "path": "/metadata/resourceVersion",
-                    "value": data["metadata"]["resourceVersion"],
-                },
-                {"op": "add", "path": "/status/devices", "value": devices},
-            ]
-            try:
-                self.client.patch(
-                    ResourceClaim.Status,
-                    work.name,
-                    patch,
-                    namespace=work.namespace,
-                    patch_type=PatchType.JSON,
-                    field_manager=self.field_manager,
-                )
-                return
-            except ApiError as exc:
-                if exc.status.code not in (409, 422):  # 422: the test of the version failed
-                    raise
-        raise RuntimeError(f"claim {work.namespace}/{work.name} kept changing")
+                return None
+            return merged_entries((data.get("status") or {}).get("devices") or [], entry)
 
-
-#: Re-reads of a claim that changed between read and write, per attempt.
-WRITE_CONFLICTS = 5
+        patch_devices(self.client, work.namespace, work.name, change, self.field_manager)
 
 
 def still_allocated(claim: dict[str, Any], work: Work) -> bool:

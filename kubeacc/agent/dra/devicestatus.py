@@ -8,9 +8,10 @@ the MIG device UUID the claim's containers see, with its GPU's as ``parentUUID``
 address and, for a whole NIC only, its IPs: :mod:`kubeacc.agent.dra.netdata`). After
 NodeUnprepareResources the entries go again.
 
-The writes are server-side applies of ``status.devices`` under the field manager
-``kubeacc.io-<node>`` (the list is keyed by driver, pool and device, so another driver's entries
-are never touched; applying an empty list removes ours). They run on a thread of their own so
+Each write replaces this node's entries in ``status.devices`` by a JSON patch guarded by the
+claim's ``resourceVersion`` (:mod:`kubeacc.agent.dra.claimpatch` says why not a server-side
+apply), under the field manager ``kubeacc.io-<node>``: another driver's or pool's entries are
+never touched, and an empty list removes ours. They run on a thread of their own so
 that prepare and unprepare never wait for the API server: the status follows within moments, a
 claim already gone is skipped, and a write that fails is tried again a few times. Writes are
 coalesced per claim (only its latest state is sent), so a burst of prepares and unprepares costs
@@ -26,12 +27,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lightkube import ApiError, Client
-from lightkube.resources.resource_v1 import ResourceClaim
-from lightkube.types import PatchType
+from lightkube import Client
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.checkpoint import PreparedDevice
+from kubeacc.agent.dra.claimpatch import patch_devices
 from kubeacc.agent.dra.devices import DeviceInfo
 
 log = logging.getLogger(__name__)
@@ -188,25 +188,35 @@ class DeviceStatusWriter:
                     self._written.discard(uid)
 
     def write(self, namespace: str, name: str, uid: str, devices: list[dict[str, Any]]) -> None:
-        """Apply ``devices`` as this node's entries of the claim (its UID must match)."""
-        body = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
-            "status": {"devices": devices},
-        }
-        try:
-            self.client.patch(
-                ResourceClaim.Status,
-                name,
-                body,
-                namespace=namespace,
-                patch_type=PatchType.APPLY,
-                field_manager=self.field_manager,
-                force=True,
-            )
-        except ApiError as exc:
-            if exc.status.code in (404, 409):  # gone, or another claim of that name now
-                return
-            raise
-        self.written += 1
+        """Make ``devices`` this node's entries of the claim (its UID must match)."""
+
+        def change(data: dict[str, Any]) -> list[dict[str, Any]] | None:
+            if (data.get("metadata") or {}).get("uid") != uid:
+                return None  # another claim of that name now
+            entries = (data.get("status") or {}).get("devices") or []
+            return with_node_entries(entries, self.node, devices)
+
+        if patch_devices(self.client, namespace, name, change, self.field_manager):
+            self.written += 1
+
+
+def with_node_entries(
+    entries: list[dict[str, Any]], pool: str, devices: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``status.devices`` with this driver's entries of ``pool`` replaced by ``devices``. A
+    device that stays keeps the conditions of types ``devices`` does not set (another writer's:
+    the binding conditions); an entry of the pool not in ``devices`` goes (at unprepare, all of
+    them); other drivers' and pools' entries stay as they are."""
+    new = {d["device"]: d for d in devices}
+    out: list[dict[str, Any]] = []
+    for e in entries:
+        if (e.get("driver"), e.get("pool")) != (DRIVER_NAME, pool):
+            out.append(e)
+            continue
+        d = new.pop(str(e.get("device")), None)
+        if d is None:
+            continue
+        types = {c.get("type") for c in d.get("conditions") or []}
+        kept = [c for c in e.get("conditions") or [] if c.get("type") not in types]
+        out.append({**d, "conditions": [*kept, *(d.get("conditions") or [])]})
+    return [*out, *new.values()]

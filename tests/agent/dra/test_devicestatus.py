@@ -89,3 +89,28 @@ def test_network_data_of_a_whole_nic_with_ips_of_a_vf_without() -> None:
     out = device_entries("node-a", prepared, infos, network=read)
     assert asked == [("ens1f0", True), ("ens1f0v0", False)]
     assert out[0]["networkData"]["hardwareAddress"] == "0c:42:a1:00:00:01"
+
+
+def test_this_nodes_entries_are_replaced_and_other_writers_conditions_kept() -> None:
+    from kubeacc.agent.dra.devicestatus import with_node_entries
+
+    bound = {"type": "kubeacc.io/BitstreamProgrammed", "status": "True"}
+    ready = {"type": "Ready", "status": "True"}
+    entries = [
+        {"driver": "kubeacc.io", "pool": "a", "device": "fpga-0", "conditions": [bound]},
+        {"driver": "kubeacc.io", "pool": "a", "device": "gone", "conditions": [ready]},
+        {"driver": "kubeacc.io", "pool": "b", "device": "x", "conditions": [ready]},
+        {"driver": "gpu.example.com", "pool": "a", "device": "y"},
+    ]
+    ours = [
+        {"driver": "kubeacc.io", "pool": "a", "device": "fpga-0", "conditions": [ready]},
+        {"driver": "kubeacc.io", "pool": "a", "device": "new", "conditions": [ready]},
+    ]
+    got = with_node_entries(entries, "a", ours)
+    assert got == [
+        {"driver": "kubeacc.io", "pool": "a", "device": "fpga-0", "conditions": [bound, ready]},
+        entries[2],
+        entries[3],
+        ours[1],
+    ]
+    assert with_node_entries(got, "a", []) == [entries[2], entries[3]]  # unprepare

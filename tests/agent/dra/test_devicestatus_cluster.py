@@ -41,7 +41,22 @@ def test_prepare_writes_device_status_and_unprepare_removes_it(
             {"name": "nic", "exactly": {"deviceClassName": "nic.kubeacc.io"}},
             {"name": "mig", "exactly": {"deviceClassName": "mig.kubeacc.io"}},
         ]
-        kube_client.create(resource_claim("both", ns, requests))
+        # An opaque config in the allocation: the status is still written (a server-side
+        # apply of it is refused for a node agent, docs/dra.md "Device status").
+        config = [
+            {
+                "requests": ["gpu"],
+                "opaque": {
+                    "driver": "kubeacc.io",
+                    "parameters": {
+                        "apiVersion": "kubeacc.io/v1alpha1",
+                        "kind": "GpuConfig",
+                        "env": {"MY_SETTING": "on"},
+                    },
+                },
+            }
+        ]
+        kube_client.create(resource_claim("both", ns, requests, config))
         kube_client.create(claim_pod("user", ns, "both"))
         eventually(lambda: pod_phase(kube_client, "user", ns) == "Running", 90, "pod Running")
         claim = as_dict(kube_client.get(ResourceClaim, "both", namespace=ns))

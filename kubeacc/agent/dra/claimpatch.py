@@ -1,0 +1,68 @@
+"""Writing ``status.devices`` of a ResourceClaim: a JSON patch guarded by the claim's
+``resourceVersion``, re-read and recomputed on a conflict.
+
+Not a server-side apply: the API server cannot take an apply to a claim whose allocation
+carries opaque configs (a ``GpuConfig``, an ``FpgaConfig``) from a node agent. It reads the
+apply as a change of ``status.allocation``, which needs ``resourceclaims/binding``, and refuses
+it (422). The device-status writer and the binding-condition writer both go through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lightkube import ApiError, Client
+from lightkube.resources.resource_v1 import ResourceClaim
+from lightkube.types import PatchType
+
+#: Re-reads of a claim that changed between read and write, per write.
+CONFLICTS = 5
+
+#: (the claim as API JSON) -> its new ``status.devices``, or None to leave the claim alone
+Change = Callable[[dict[str, Any]], list[dict[str, Any]] | None]
+
+
+def patch_devices(
+    client: Client, namespace: str, name: str, change: Change, field_manager: str
+) -> bool:
+    """Read the claim, compute its new ``status.devices`` and write them if the claim did not
+    change meanwhile (else read again, :data:`CONFLICTS` times at most). False when the claim
+    is gone or ``change`` leaves it alone; raises RuntimeError when it kept changing."""
+    for _ in range(CONFLICTS):
+        try:
+            claim = client.get(ResourceClaim, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise
+        data = claim.to_dict()
+        devices = change(data)
+        if devices is None:
+            return False
+        if devices == ((data.get("status") or {}).get("devices") or []):
+            return True  # already so
+        patch = [
+            {
+                "op": "test",
+                "path": "/metadata/resourceVersion",
+                "value": data["metadata"]["resourceVersion"],
+            },
+            {"op": "add", "path": "/status/devices", "value": devices},
+        ]
+        try:
+            client.patch(
+                ResourceClaim.Status,
+                name,
+                patch,
+                namespace=namespace,
+                patch_type=PatchType.JSON,
+                field_manager=field_manager,
+            )
+            return True
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            if exc.status.code not in (409, 422):  # 422: the resourceVersion test failed
+                raise
+    raise RuntimeError(f"claim {namespace}/{name} kept changing")
