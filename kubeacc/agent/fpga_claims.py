@@ -26,8 +26,8 @@ from kubeacc.agent.lifecycle.executor import Executor
 from kubeacc.crds.status import allowed_bitstream_digests
 from kubeacc.discovery import discover
 from kubeacc.host import Host
-from kubeacc.host.kernel import HostError
-from kubeacc.model import Device
+from kubeacc.host.kernel import FpgaImage, HostError
+from kubeacc.model import Device, FPGAState
 
 log = logging.getLogger(__name__)
 
@@ -55,21 +55,28 @@ class ClaimProgrammer:
                 return dev
         return None
 
+    def _card_and_image(
+        self, device_name: str, bitstream: str, digest: str
+    ) -> tuple[Device, FPGAState, FpgaImage]:
+        """The FPGA ``device_name`` of this node (device and its FPGA facts) and the library's
+        image of the bitstream; raises :class:`ProgrammingRefused` for either missing."""
+        device = self._device(device_name)
+        if device is None or device.fpga is None:
+            raise ProgrammingRefused(f"{device_name} is not an FPGA on this node")
+        try:
+            image = self.library.load(bitstream, digest.removeprefix("sha256:"))
+        except HostError as err:
+            raise ProgrammingRefused(f"{err.reason}: {err}") from None
+        return device, device.fpga, image
+
     def verify(self, device_name: str, bitstream: str, digest: str) -> str:
         """Check that ``device_name`` carries the bitstream (loaded before binding,
         kubeacc.agent.dra.binding); raises :class:`NotProgrammed` when it does not."""
-        sha256 = digest.removeprefix("sha256:")
         with self._lock:
-            device = self._device(device_name)
-            if device is None or device.fpga is None:
-                raise ProgrammingRefused(f"{device_name} is not an FPGA on this node")
-            try:
-                image = self.library.load(bitstream, sha256)
-            except HostError as err:
-                raise ProgrammingRefused(f"{err.reason}: {err}") from None
-            if device.fpga.afu_id != image.afu_id:
+            _, fpga, image = self._card_and_image(device_name, bitstream, digest)
+            if fpga.afu_id != image.afu_id:
                 raise NotProgrammed(
-                    f"NotProgrammed: {device_name} carries AFU {device.fpga.afu_id or 'none'}, "
+                    f"NotProgrammed: {device_name} carries AFU {fpga.afu_id or 'none'}, "
                     f"not {image.afu_id} of {bitstream}"
                 )
             return f"{device_name} carries AFU {image.afu_id} of {bitstream}"
@@ -81,20 +88,14 @@ class ClaimProgrammer:
         """
         sha256 = digest.removeprefix("sha256:")
         with self._lock:  # one reconfiguration at a time on this node
-            device = self._device(device_name)
-            if device is None or device.fpga is None:
-                raise ProgrammingRefused(f"{device_name} is not an FPGA on this node")
-            try:
-                image = self.library.load(bitstream, sha256)
-            except HostError as err:
-                raise ProgrammingRefused(f"{err.reason}: {err}") from None
+            device, fpga, image = self._card_and_image(device_name, bitstream, digest)
             allowed = allowed_bitstream_digests(self.policies(), device)
             if sha256 not in allowed:
                 raise ProgrammingRefused(
                     f"BitstreamNotAllowed: {bitstream} (sha256 {sha256[:12]}…) is not allowed "
                     f"by the AcceleratorPolicies that select {device_name}"
                 )
-            if device.fpga.afu_id == image.afu_id:
+            if fpga.afu_id == image.afu_id:
                 return f"{device_name} already carries AFU {image.afu_id}"
             try:
                 outcome = self.executor.program(device, bitstream, sha256, allowed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.synthetic.bitstreams import bitstream
 
 H200 = 'device.attributes["kubeacc.io"].model.startsWith("NVIDIA H200")'
@@ -83,22 +83,7 @@ CLAIMS: dict[str, tuple[str, dict[str, Any]]] = {
         {
             "devices": {
                 "requests": [_req("fpga", "fpga.kubeacc.io", cel=ARRIA10)],
-                "config": [
-                    {
-                        "requests": ["fpga"],
-                        "opaque": {
-                            "driver": DRIVER_NAME,
-                            "parameters": {
-                                "apiVersion": "kubeacc.io/v1alpha1",
-                                "kind": "FpgaConfig",
-                                "bitstream": {
-                                    "name": BITSTREAM.name,
-                                    "digest": f"sha256:{BITSTREAM.sha256}",
-                                },
-                            },
-                        },
-                    }
-                ],
+                "config": [fpga_claim_config(BITSTREAM.name, f"sha256:{BITSTREAM.sha256}")],
             }
         },
     ),

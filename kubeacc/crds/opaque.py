@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from kubeacc.crds.types import API_VERSION, Sharing, SharingMode, TimeSlice
+from kubeacc.model.names import DOMAIN
 
 _MIB = 1 << 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -107,6 +108,19 @@ class FpgaConfig(_Config):
     kind: Literal["FpgaConfig"]
     bitstream: Bitstream | None = None
     DEVICE_TYPE: ClassVar[str] = "fpga"
+
+
+def fpga_claim_config(
+    name: str, digest: str, requests: tuple[str, ...] = ("fpga",)
+) -> dict[str, Any]:
+    """A claim's ``spec.devices.config`` entry: the FPGA of ``requests`` is to carry the
+    bitstream ``name`` of ``digest`` (``sha256:<hex>``)."""
+    parameters = {"apiVersion": API_VERSION, "kind": "FpgaConfig"}
+    bitstream = {"name": name, "digest": digest}
+    return {
+        "requests": list(requests),
+        "opaque": {"driver": DOMAIN, "parameters": {**parameters, "bitstream": bitstream}},
+    }
 
 
 class NicConfig(_Config):

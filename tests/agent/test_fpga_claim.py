@@ -24,6 +24,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.crds.types import API_VERSION
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
@@ -62,19 +63,7 @@ def _claim(name: str, ns: str, device: str, bitstream: str, digest: str) -> Any:
                             },
                         }
                     ],
-                    "config": [
-                        {
-                            "requests": ["fpga"],
-                            "opaque": {
-                                "driver": DRIVER_NAME,
-                                "parameters": {
-                                    "apiVersion": "kubeacc.io/v1alpha1",
-                                    "kind": "FpgaConfig",
-                                    "bitstream": {"name": bitstream, "digest": digest},
-                                },
-                            },
-                        }
-                    ],
+                    "config": [fpga_claim_config(bitstream, digest)],
                 }
             },
         }

@@ -27,6 +27,7 @@ from kubeacc.agent.dra.binding import (
 from kubeacc.agent.dra.features import SliceFeatures, without_binding
 from kubeacc.agent.fpga_claims import ClaimProgrammer, ProgrammingRefused
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
@@ -38,18 +39,7 @@ AFU = "d8424dc4a4a3c413f89e433683f9040b"
 
 
 def _fpga_config(name: str, digest: str, source: str = "FromClaim") -> dict[str, Any]:
-    return {
-        "source": source,
-        "requests": ["fpga"],
-        "opaque": {
-            "driver": DRIVER_NAME,
-            "parameters": {
-                "apiVersion": "kubeacc.io/v1alpha1",
-                "kind": "FpgaConfig",
-                "bitstream": {"name": name, "digest": digest},
-            },
-        },
-    }
+    return {"source": source, **fpga_claim_config(name, digest)}
 
 
 def _claim(

@@ -30,6 +30,7 @@ from lightkube.types import PatchType
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.binding import FAILED, PROGRAMMED
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.crds.resources import as_dict, install_crds
 from kubeacc.crds.types import API_VERSION
 from kubeacc.model import DeviceType
@@ -147,19 +148,7 @@ def _node_name(c: Cluster) -> str:
 
 def test_bitstream_loaded_before_binding_and_refused_one_goes_elsewhere(cluster: Cluster) -> None:
     c = cluster
-    config = [
-        {
-            "requests": ["fpga"],
-            "opaque": {
-                "driver": DRIVER_NAME,
-                "parameters": {
-                    "apiVersion": "kubeacc.io/v1alpha1",
-                    "kind": "FpgaConfig",
-                    "bitstream": {"name": "arria.gbs", "digest": f"sha256:{c.digest}"},
-                },
-            },
-        }
-    ]
+    config = [fpga_claim_config("arria.gbs", f"sha256:{c.digest}")]
     _start(c, NODE_A)
     requests = [{"name": "fpga", "exactly": {"deviceClassName": "fpga.kubeacc.io"}}]
     c.client.create(resource_claim("fpga", NS, requests, config))
