@@ -313,18 +313,23 @@ class Engine:
         if len(self._answers) > ANSWERS_MAX:
             self._answers.popitem(last=False)
 
+    def _first_fit(self, claims: Sequence[Claim], n: Node, pools: list[NodePool]) -> FirstFit:
+        """kube-scheduler's search for ``claims`` (a pod's) on node ``n``, in this engine's
+        release."""
+        return FirstFit(
+            claims,
+            n,
+            pools,
+            self.classes,
+            self.ledger,
+            self._matches,
+            verdicts=self._verdicts,
+            release=self.release,
+        )
+
     def _search(self, claim: Claim, n: Node, pools: list[NodePool]) -> NodeResult:
         try:
-            fits = FirstFit(
-                [claim],
-                n,
-                pools,
-                self.classes,
-                self.ledger,
-                self._matches,
-                verdicts=self._verdicts,
-                release=self.release,
-            ).run()
+            fits = self._first_fit([claim], n, pools).run()
         except AllocationError as e:
             if e.fatal:
                 return NodeResult(n.name, None, error=str(e))
@@ -356,16 +361,7 @@ class Engine:
             return NodeResult(n.name, None, why)
         picks = None
         if res.picks is not None:
-            picks = FirstFit(
-                [claim],
-                n,
-                pools,
-                self.classes,
-                self.ledger,
-                self._matches,
-                verdicts=self._verdicts,
-                release=self.release,
-            ).replay(res.picks)
+            picks = self._first_fit([claim], n, pools).replay(res.picks)
         return NodeResult(n.name, picks if picks is not None else fit)
 
     def devices_on(self, node: str) -> list[Device]:
@@ -656,16 +652,7 @@ class Engine:
                 out.append([Pick(alts[a], devs[i], c) for a, i, c in picks])
             return out
         try:
-            fit = FirstFit(
-                claims,
-                n,
-                pools,
-                self.classes,
-                self.ledger,
-                self._matches,
-                verdicts=self._verdicts,
-                release=self.release,
-            ).run()
+            fit = self._first_fit(claims, n, pools).run()
         except AllocationError as e:
             if e.fatal:
                 self._remember((pkey, sig), ("error", [str(e)]))

@@ -40,12 +40,18 @@ def test_bad_input_is_one_line(tmp_path: Path, flag: str, text: str | None, mess
     if text is not None:
         (tmp_path / "c.yaml").write_text(text)
         arg = str(tmp_path / "c.yaml")
+    (line,) = _refused(tmp_path, f"{flag}={arg}")
+    assert line.startswith("error: ") and message in line
+
+
+def _refused(tmp_path: Path, *flags: str) -> list[str]:
+    """stderr of ``kubeacc agent`` with ``flags``: it must exit 2 having made no state."""
     done = subprocess.run(
         [
             str(Path(sys.executable).parent / "kubeacc"),
             "agent",
             "--node-name=n",
-            f"{flag}={arg}",
+            *flags,
             f"--state-dir={tmp_path / 'state'}",
         ],
         capture_output=True,
@@ -54,51 +60,18 @@ def test_bad_input_is_one_line(tmp_path: Path, flag: str, text: str | None, mess
         check=False,
     )
     assert done.returncode == 2
-    (line,) = done.stderr.splitlines()
-    assert line.startswith("error: ") and message in line
     assert not (tmp_path / "state").exists()
+    return done.stderr.splitlines()
 
 
 def test_a_bad_memory_shared_selector_is_one_line(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "kubeacc"),
-            "agent",
-            "--node-name=n",
-            "--memory-shared=all",
-            "--memory-shared=vendor=nvidia",
-            f"--state-dir={tmp_path / 'state'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert done.stderr.splitlines() == [
+    assert _refused(tmp_path, "--memory-shared=all", "--memory-shared=vendor=nvidia") == [
         "error: memory-shared selector 'vendor=nvidia': expected all, type=TYPE, model=GLOB, "
         "pci=BUS-ID or name=DEVICE"
     ]
-    assert not (tmp_path / "state").exists()
 
 
 def test_a_wrong_dra_publish_kind_is_one_line(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "kubeacc"),
-            "agent",
-            "--node-name=n",
-            "--dra-publish=gpu",
-            "--dra-publish=vf",
-            f"--state-dir={tmp_path / 'state'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2
-    assert done.stderr.splitlines() == [
+    assert _refused(tmp_path, "--dra-publish=gpu", "--dra-publish=vf") == [
         "error: --dra-publish vf needs --dra-publish nic: VFs go with their NICs"
     ]
-    assert not (tmp_path / "state").exists()
