@@ -152,8 +152,10 @@ def test_mps_daemon_lives_from_the_first_share_to_the_last(
         assert env["KUBEACC_SHARE_ENFORCEMENT"] == "mps" and "LD_PRELOAD" not in env
         uid = claim["metadata"]["uid"]
         spec = json.loads((agent.cdi_dir / f"kubeacc.io-claim_{uid}.json").read_text())
-        (mount,) = spec["devices"][0]["containerEdits"]["mounts"]
-        assert (mount["hostPath"], mount["containerPath"]) == (str(pipe), "/tmp/nvidia-mps")
+        # the pipe, and the request's device metadata file (KEP-5304)
+        edits = spec["devices"][0]["containerEdits"]
+        mounts = {m["containerPath"]: m["hostPath"] for m in edits["mounts"]}
+        assert mounts["/tmp/nvidia-mps"] == str(pipe)
 
     kube_client.delete(Pod, "mps-a", namespace=namespace)
     eventually(lambda: gone(kube_client, "mps-a", namespace), 90, "mps-a gone")

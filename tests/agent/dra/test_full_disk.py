@@ -70,8 +70,9 @@ def test_start_on_a_full_or_read_only_directory_fails_with_one_line(
     assert out[-1] == errors[0]
 
 
+@pytest.mark.parametrize("metadata", [True, False], ids=["metadata", "no-metadata"])
 def test_full_directories_at_run_time_fail_per_claim_and_recover(
-    kube_client: Client, namespace: str, lone_agent: AgentProcess
+    kube_client: Client, namespace: str, lone_agent: AgentProcess, metadata: bool
 ) -> None:
     agent = lone_agent
     refs = [
@@ -85,7 +86,7 @@ def test_full_directories_at_run_time_fail_per_claim_and_recover(
     uids = [u for _, _, u in refs]
     # a snapshot after every call leaves the journal empty: its next line needs a fresh page
     agent.start(
-        extra=["--compact-after=1"],
+        extra=["--compact-after=1", *([] if metadata else ["--no-device-metadata"])],
         wrapper=in_tmpfs({agent.state_dir: "size=256k", agent.cdi_dir: "size=256k"}),
     )
     crashstream.wait_serving(agent)
@@ -117,9 +118,10 @@ def test_full_directories_at_run_time_fail_per_claim_and_recover(
         assert on_disk() == ({uids[0]}, {uids[0]})
 
         (cdi_dir / "fill").unlink()
-        fill(state)  # state directory full: the checkpoint cannot be written
-        out = call(stub, "prepare", [refs[1], refs[2]])
-        assert out == dict.fromkeys(uids[1:], "checkpoint write failed: No space left on device")
+        fill(state)  # state directory full: the claims' device metadata files (written first)
+        out = call(stub, "prepare", [refs[1], refs[2]])  # or else the checkpoint cannot be
+        failed = "writing the device metadata failed" if metadata else "checkpoint write failed"
+        assert out == dict.fromkeys(uids[1:], f"{failed}: No space left on device")
         out = call(stub, "unprepare", [refs[0]])
         assert out == {uids[0]: "unprepare failed: No space left on device"}
         assert on_disk() == ({uids[0]}, {uids[0]})  # still prepared, whole: retryable
