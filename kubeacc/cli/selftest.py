@@ -62,6 +62,17 @@ def selftest_command(
     smoke_timeout: Annotated[float, typer.Option(help="Seconds the smoke container may run.")] = (
         120.0
     ),
+    sharelimit_library: Annotated[
+        Path,
+        typer.Option(
+            help="The share-limit library, a host path (the agent copies it there); the "
+            "memory-share check is skipped without it."
+        ),
+    ] = Path("/var/lib/kubeacc/native/libkubeacc-sharelimit.so"),
+    smoke_env: Annotated[
+        list[str] | None,
+        typer.Option(help="NAME=VALUE: extra environment of the smoke containers (repeatable)."),
+    ] = None,
     mig: Annotated[
         bool, typer.Option("--mig", help="Create and destroy a MIG instance on a free MIG GPU.")
     ] = False,
@@ -80,10 +91,12 @@ def selftest_command(
     from kubeacc.agent.userspace.provider import DriverUserSpace
     from kubeacc.selftest.discovery import discovery_checks, nvidia_gpus
     from kubeacc.selftest.gpuops import mig_check, mps_check, timeslice_check
+    from kubeacc.selftest.prepare import prepare_checks
     from kubeacc.selftest.report import Report, node_facts, skipped
     from kubeacc.selftest.smoke import Runtime, smoke_check
     from kubeacc.selftest.userspace import spec_checks, user_space_checks
 
+    env = _env_pairs(smoke_env or [])  # refused before any check runs
     host = open_host(host_root, host_kind)
     try:
         driver: str | None = module_version(host.files())
@@ -110,10 +123,20 @@ def selftest_command(
         containerd_namespace,
         device_root,
         smoke_timeout,
+        env,
     )
     report.checks.append(smoke_check(runtime, us, gpus[0] if gpus else None))
+    report.checks += prepare_checks(runtime, us, host, sharelimit_library)
     report.checks.append(mig_check(host, gpus, mig))
     report.checks.append(mps_check(host, gpus, mps))
     report.checks.append(timeslice_check(host, gpus, timeslice))
     typer.echo(report.as_json() if output is ReportFormat.JSON else report.text())
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _env_pairs(pairs: list[str]) -> tuple[str, ...]:
+    for pair in pairs:
+        name, eq, _ = pair.partition("=")
+        if not eq or not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise typer.BadParameter(f"not NAME=VALUE: {pair!r}", param_hint="--smoke-env")
+    return tuple(pairs)

@@ -49,6 +49,19 @@ class Runtime:
     #: Where the device nodes are, a host path (``/`` on a node).
     device_root: Path = Path("/")
     timeout: float = 120.0
+    #: Extra environment of the smoke containers (NAME=VALUE).
+    env: tuple[str, ...] = ()
+
+    def problem(self) -> str:
+        """Why no container can be started with it ("" when one can)."""
+        for what, path in (("--ctr", self.ctr), ("--smoke-program", self.program)):
+            if not os.access(path, os.X_OK):
+                return f"{what} {path} is not an executable file"
+        return ""
+
+    def run_args(self) -> list[str]:
+        """``ctr run``'s options for what every smoke container gets."""
+        return [a for e in self.env for a in ("--env", e)]
 
 
 def smoke_check(rt: Runtime, us: DriverUserSpace, gpu: Device | None) -> Check:
@@ -56,9 +69,8 @@ def smoke_check(rt: Runtime, us: DriverUserSpace, gpu: Device | None) -> Check:
         return skipped(NAME, "no --smoke-image given (an image with a C library and ldconfig)")
     if gpu is None:
         return skipped(NAME, "no NVIDIA GPU on this node")
-    for what, path in (("--ctr", rt.ctr), ("--smoke-program", rt.program)):
-        if not os.access(path, os.X_OK):
-            return failed(NAME, f"{what} {path} is not an executable file")
+    if problem := rt.problem():
+        return failed(NAME, problem)
     try:
         edits = us.nvidia_edits()
     except DriverRootError as exc:
@@ -83,10 +95,11 @@ def smoke_check(rt: Runtime, us: DriverUserSpace, gpu: Device | None) -> Check:
     try:
         rt.spec_dir.mkdir(parents=True, exist_ok=True)
         spec_path.write_text(json.dumps(spec, indent=1))
-        done = _ctr(
+        done = ctr(
             rt,
             "run",
             "--rm",
+            *rt.run_args(),
             "--device",
             f"{KIND}={name}",
             "--mount",
@@ -96,8 +109,8 @@ def smoke_check(rt: Runtime, us: DriverUserSpace, gpu: Device | None) -> Check:
             CONTAINER_PROGRAM,
         )
     except subprocess.TimeoutExpired:
-        _ctr(rt, "task", "kill", "--signal", "SIGKILL", container, check_timeout=False)
-        _ctr(rt, "containers", "rm", container, check_timeout=False)
+        ctr(rt, "task", "kill", "--signal", "SIGKILL", container, check_timeout=False)
+        ctr(rt, "containers", "rm", container, check_timeout=False)
         return failed(NAME, f"the container did not end within {rt.timeout:.0f} s")
     except OSError as exc:
         return failed(NAME, f"{spec_path}: {exc.strerror or exc}")
@@ -111,7 +124,7 @@ def smoke_check(rt: Runtime, us: DriverUserSpace, gpu: Device | None) -> Check:
     return failed(NAME, f"{gpu_name}, image {rt.image}: exit {done.returncode}: {last}")
 
 
-def _ctr(rt: Runtime, *args: str, check_timeout: bool = True) -> subprocess.CompletedProcess[str]:
+def ctr(rt: Runtime, *args: str, check_timeout: bool = True) -> subprocess.CompletedProcess[str]:
     argv = [str(rt.ctr), f"--address={rt.address}", f"--namespace={rt.namespace}", *args]
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=rt.timeout, check=False)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kubeacc.agent.userspace.provider import DriverUserSpace
+from kubeacc.selftest import prepare
 from kubeacc.synthetic.host import SyntheticHost
 from tests.cli.clirun import kubeacc
 from tests.driverroot import LIB_DIR, driver_version, stand_in_driver
@@ -80,9 +81,10 @@ def test_every_check_passes_on_a_node_as_expected(node: Path, tmp_path: Path) ->
     assert report["node"]["driver"] == version
     assert report["node"]["kernel"] == (node / "proc/sys/kernel/osrelease").read_text().strip()
     failed = {n: c for n, c in checks.items() if c[0] != "pass"}
-    # The smoke program needs a container runtime (tests/selftest/test_smoke_runtime.py).
-    assert set(failed) == {"CUDA smoke in a container"}, failed
-    assert failed["CUDA smoke in a container"][0] == "skip"
+    # The containers need a runtime (tests/selftest/test_smoke_runtime.py).
+    containers = {"CUDA smoke in a container", prepare.WHOLE, prepare.SHARE}
+    assert set(failed) == containers, failed
+    assert {failed[name][0] for name in containers} == {"skip"}
     assert rc == 0
     assert checks["NVML: GPU count"][1] == "discovery 8, NVML 8"
     assert checks["NVML: driver version"][1] == f"kernel module {version}, NVML {version}"
@@ -93,7 +95,7 @@ def test_every_check_passes_on_a_node_as_expected(node: Path, tmp_path: Path) ->
     assert mig.startswith("GPU 0000:bf:00.0: 1g.10gb at slice 0 created (MIG-"), mig
     assert "0 -> 1 -> 0" in checks["time slice set/restore"][1]
     assert "started and stopped" in checks["MPS daemon start/stop"][1]
-    assert report["summary"] == {"pass": len(checks) - 1, "fail": 0, "skip": 1}
+    assert report["summary"] == {"pass": len(checks) - 3, "fail": 0, "skip": 3}
 
 
 def test_nvml_disagreeing_with_discovery_fails_by_gpu(node: Path, tmp_path: Path) -> None:
@@ -161,10 +163,17 @@ def test_a_smoke_run_without_a_runtime_fails_with_the_path(node: Path, tmp_path:
         node, tmp_path, "--smoke-image", "debian:stable", "--ctr", str(tmp_path / "no-ctr")
     )
     assert rc == 1
-    assert by_name(report)["CUDA smoke in a container"] == (
-        "fail",
-        f"--ctr {tmp_path / 'no-ctr'} is not an executable file",
-    )
+    why = ("fail", f"--ctr {tmp_path / 'no-ctr'} is not an executable file")
+    checks = by_name(report)
+    for name in ("CUDA smoke in a container", prepare.WHOLE, prepare.SHARE):
+        assert checks[name] == why
+
+
+def test_a_smoke_env_that_is_not_name_value_is_refused(node: Path, tmp_path: Path) -> None:
+    for bad in ("NOEQUALS", "=x", "1X=y", "A-B=c"):
+        got = kubeacc("selftest", "--host-root", str(node), "--smoke-env", bad, home=tmp_path)
+        assert got.returncode == 2, got.stdout
+        assert "not NAME=VALUE" in got.stderr and repr(bad) in got.stderr
 
 
 def test_a_node_without_nvidia_gpus_skips_the_nvidia_checks(

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kubeacc.native import build
+from kubeacc.selftest import prepare
 from kubeacc.testbed.images import busybox_layer, write_image
 from kubeacc.testbed.kubelet import make_device_nodes
 from kubeacc.testbed.runtime import Containerd, ensure_runtime
@@ -27,6 +28,7 @@ from tests.hosts import HostFactory, discover
 pytestmark = pytest.mark.cluster
 
 IMAGE = "kubeacc.local/glibc:1"
+SMOKE = "CUDA smoke in a container"
 #: The host's C library, its loader and ldconfig, where a Debian image has them, and the glibc
 #: libraries the real libcuda.so.1 links against (its ldd on driver 580: libm, libdl,
 #: libpthread, librt; without libm.so.6 its dlopen fails, as seen on an H100 node).
@@ -78,6 +80,12 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]
         runtime.shutdown()
 
 
+def gpu_bus(host: Path) -> str:
+    gpu = next(d for d in discover(host).devices if d.vendor == "NVIDIA")
+    assert gpu.pci is not None
+    return gpu.pci.bus_id
+
+
 def run_selftest(
     host: Path,
     tmp_path: Path,
@@ -85,7 +93,9 @@ def run_selftest(
     native: Path,
     devices: Path,
     image: str = IMAGE,
-) -> tuple[int, dict[str, str]]:
+    library: Path | None = None,
+) -> tuple[int, dict[str, dict[str, str]]]:
+    """The exit status and every check of the report, by name."""
     got = kubeacc(
         "selftest",
         f"--host-root={host}",
@@ -97,14 +107,17 @@ def run_selftest(
         f"--containerd-address={containerd.socket}",
         f"--smoke-image={image}",
         f"--smoke-program={native / build.SMOKE}",
+        f"--sharelimit-library={library or tmp_path / 'no-library.so'}",
+        # The stand-in driver's GPU at the bus id of the host's first GPU (the library holds
+        # the share of the unit with that bus id).
+        f"--smoke-env=KUBEACC_STUB_GPUS={gpu_bus(host)}=16384",
         "-o",
         "json",
         home=tmp_path,
         timeout=300,
     )
     assert got.returncode in (0, 1), got.stderr
-    checks = {c["name"]: c for c in json.loads(got.stdout)["checks"]}
-    return got.returncode, checks["CUDA smoke in a container"]
+    return got.returncode, {c["name"]: c for c in json.loads(got.stdout)["checks"]}
 
 
 def test_the_smoke_program_loads_the_driver_through_the_runtime(
@@ -121,7 +134,8 @@ def test_the_smoke_program_loads_the_driver_through_the_runtime(
     make_device_nodes(devices, gpu.device_nodes)
     (tmp_path / "cdi").mkdir()
 
-    rc, smoke = run_selftest(host, tmp_path, containerd, native, devices)
+    rc, checks = run_selftest(host, tmp_path, containerd, native, devices)
+    smoke = checks[SMOKE]
     assert smoke["status"] == "pass", smoke
     detail = smoke["detail"]
     assert f"GPU {gpu.pci.bus_id if gpu.pci else ''}, image {IMAGE}" in detail
@@ -129,14 +143,51 @@ def test_the_smoke_program_loads_the_driver_through_the_runtime(
         assert step in detail, detail
     assert not list(Path("/var/run/cdi").glob("kubeacc-selftest-*.json"))  # removed after
     assert not containerd.ctr("containers", "list", "--quiet").stdout.strip()  # --rm
+    # The driver's own prepare of the whole GPU: its spec runs the smoke program too, and the
+    # container reads the GPU's UUID from its metadata file; no library, no share check.
+    whole = checks[prepare.WHOLE]
+    assert whole["status"] == "pass", whole
+    assert f"name {gpu.uuid}; spec and metadata removed at unprepare" in whole["detail"]
+    assert checks[prepare.SHARE]["status"] == "skip"
+    assert "shares are advisory here" in checks[prepare.SHARE]["detail"]
+    assert not list(Path("/var/run/cdi").glob(f"*{prepare.POOL}*"))
 
     (host / "driver" / LIB_DIR / f"libcuda.so.{version}").unlink()
-    rc, smoke = run_selftest(host, tmp_path, containerd, native, devices)
+    rc, checks = run_selftest(host, tmp_path, containerd, native, devices)
+    smoke = checks[SMOKE]
     assert rc == 1 and smoke["status"] == "fail"
     assert (
         "no driver user space to hand the container: driver root /driver: no libcuda"
         in (smoke["detail"])
     )
+
+
+def test_a_memory_share_is_held_to_its_size_in_the_container_only_by_the_library(
+    containerd: Containerd, hosts: HostFactory, tmp_path: Path
+) -> None:
+    host = hosts.copy("dgx-h100")
+    stand_in_driver(host / "driver", driver_version(host))
+    native = tmp_path / "native"
+    build.build_hook(native)
+    build.build_smoke(native)
+    library = build.build_library(native)
+    devices = tmp_path / "devices"
+    gpu = next(d for d in discover(host).devices if d.vendor == "NVIDIA")
+    make_device_nodes(devices, gpu.device_nodes)
+    (tmp_path / "cdi").mkdir()
+
+    rc, checks = run_selftest(host, tmp_path, containerd, native, devices, library=library)
+    share = checks[prepare.SHARE]
+    assert rc == 0 and share["status"] == "pass", share
+    assert "sees 1024 MiB, 512 MiB allocated, 2048 MiB refused" in share["detail"]
+    assert not containerd.ctr("containers", "list", "--quiet").stdout.strip()
+
+    # Another library in its place (it does not hold allocations): the check fails.
+    _, nvml = build.build_stub(tmp_path / "stubs")
+    rc, checks = run_selftest(host, tmp_path, containerd, native, devices, library=nvml)
+    share = checks[prepare.SHARE]
+    assert rc == 1 and share["status"] == "fail"
+    assert "does not see its 1024 MiB share: memory total 16384 MiB" in share["detail"]
 
 
 def test_an_image_the_runtime_lacks_fails_with_its_message(
@@ -148,9 +199,10 @@ def test_an_image_the_runtime_lacks_fails_with_its_message(
     build.build_hook(native)
     build.build_smoke(native)
     (tmp_path / "cdi").mkdir()
-    rc, smoke = run_selftest(
+    rc, checks = run_selftest(
         host, tmp_path, containerd, native, tmp_path / "devices", "kubeacc.local/absent:1"
     )
+    smoke = checks[SMOKE]
     assert rc == 1 and smoke["status"] == "fail"
     assert "image kubeacc.local/absent:1: exit 1:" in smoke["detail"]
     assert "not found" in smoke["detail"]
