@@ -41,6 +41,13 @@ from kubeacc.cli.planheld import HEADER, Held, held_devices, wants_pod
 from kubeacc.cli.planhints import unknown_memory_hint
 from kubeacc.engine.engine import Engine, Placement
 from kubeacc.engine.explain import Explanation
+from kubeacc.engine.extended import (
+    ExtendedResourceError,
+    PodExtended,
+    asks_extended,
+    pending_extended,
+    plugin_use,
+)
 from kubeacc.engine.release import Release, ReleaseError, release
 from kubeacc.safeyaml import InputError, load_file
 from kubeacc.units.explain import preference_lines, why_not
@@ -90,7 +97,7 @@ def cluster_objects(
     # device plugin's pods say who holds what (--held).
     for po in client.list(Pod, namespace=namespace or "*"):
         pod = {**po.to_dict(), "kind": "Pod"}
-        if wants_pod(pod):
+        if wants_pod(pod) or asks_extended(pod):
             objs.append(pod)
     return objs
 
@@ -120,10 +127,28 @@ def run_plan_explained(
         release=release,
     )
     out: list[tuple[Placement, list[str]]] = []
-    for group in pod_groups(pending, existing, by_kind.get("Pod", [])):
+    pods = by_kind.get("Pod", [])
+    groups = pod_groups(pending, existing, pods)
+    # Pods whose only pending request is an extended resource a DeviceClass serves
+    grouped = {g.pod for g in groups}
+    groups += [PodGroup(_ref(p), []) for p in pods if _ref(p) not in grouped and asks_extended(p)]
+    pod_objs = {_ref(p): p for p in pods}
+    used = plugin_use(pods)
+    classes = by_kind.get("DeviceClass", [])
+    for group in groups:
+        ext: PodExtended | None = None
+        if group.pod is not None and group.pod in pod_objs:
+            try:
+                ext = pending_extended(pod_objs[group.pod], classes, used)
+            except ExtendedResourceError as err:
+                for ref in [_ref(c) for c in group.claims] or [f"{group.pod}-extended-resources"]:
+                    expl = Explanation(ref, [f"pod {group.pod}: {err}"])
+                    out.append((Placement(ref, None, None, explanation=expl, pod=group.pod), []))
+                continue
+        if not group.claims and ext is None:
+            continue  # nothing of this pod is planned through DRA
         if group.missing:
-            for c in group.claims:
-                ref = _ref(c)
+            for ref in [_ref(c) for c in group.claims] + ([ext.claim_ref] if ext else []):
                 why = f"pod {group.pod}: {'; '.join(group.missing)} (kube-scheduler waits for it)"
                 expl = Explanation(ref, [why])
                 out.append((Placement(ref, None, None, explanation=expl, pod=group.pod), []))
@@ -132,7 +157,9 @@ def run_plan_explained(
         if group.pod is None:  # as Engine.plan, one after another
             placements = [engine.allocate(group.claims[0])]
         else:
-            placements = engine.allocate_pod(group.claims, pod=group.pod).placements
+            placed = engine.allocate_pod(group.claims, pod=group.pod, extended=ext)
+            placements = placed.placements
+            tried += [{}] * (len(placements) - len(tried))  # the extended resources' claim
         for t, placement in zip(tried, placements, strict=True):
             out.append((placement, preference_lines(t, placement) if t else []))
     return out
@@ -459,6 +486,9 @@ def _row(
             + (f" (share, {shares[r['request']]})" if r["request"] in shares else "")
             for r in p.allocation["devices"]["results"]
         )
+        served = (p.extended or {}).get("devicePlugin") or {}
+        plugin = ", ".join(f"{k}: {v} by the device plugin" for k, v in served.items())
+        devs = ", ".join(x for x in (devs, plugin) if x)
         return [p.claim, p.node or "(any)", devs, ""]
     why = "\n".join([*(p.explanation.lines() if p.explanation else ["unknown"]), *hints])
     return [p.claim, "-", "-", why]
