@@ -8,7 +8,9 @@ kinds are fine), or, without a folder, the live objects of the cluster the kubec
 one Pod references (``spec.resourceClaims``: ``resourceClaimName``, or the claim a template made,
 named in ``status.resourceClaimStatuses``) are placed together, as kube-scheduler allocates a
 pod's claims in one go (all on one node, or none); a pod that references a claim missing from the
-input is not placed (the scheduler waits for the claim). Prints a
+input is not placed (the scheduler waits for the claim). A pending pod asking an extended resource
+that a DeviceClass serves (``kubeacc.io/gpu: 2``) is planned with the claim kube-scheduler would
+make for it (kubeacc.engine.extended), or left to a node's device plugin. Prints a
 table, or JSON / YAML with ``-o json`` / ``-o yaml``. Verdicts are kube-scheduler's (its
 allocator's quirks included); an explanation names the scheduler deviation when one decides
 (docs/placement.md, "Deviations").

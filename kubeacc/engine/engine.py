@@ -568,6 +568,7 @@ class Engine:
         count = len(nodes)
         start = self._start % count if node is None else 0
         error: str | None = None
+        parsed: dict[int, tuple[list[Claim], str]] = {}  # per special claim (one per node kind)
         for k in range(count):
             n = nodes[(start + k) % count]
             tried += 1
@@ -578,8 +579,15 @@ class Engine:
                     expl.add(n.name, ext.reason)
                     continue
                 if ext.claim is not None:
-                    node_claims = [*claims, parse_claim(ext.claim)]
-                    node_key = json.dumps([pkey, ext.claim["spec"]["devices"]], sort_keys=True)
+                    hit = parsed.get(id(ext.claim))
+                    if hit is None:
+                        devices = ext.claim["spec"]["devices"]
+                        hit = (
+                            [*claims, parse_claim(ext.claim)],
+                            json.dumps([pkey, devices], sort_keys=True),
+                        )
+                        parsed[id(ext.claim)] = hit
+                    node_claims, node_key = hit
             res = self._pod_node_result(node_claims, node_key, n, expl) if node_claims else []
             if isinstance(res, str):
                 error = f"node {n.name}: {res}"

@@ -151,6 +151,8 @@ class PodExtended:
     #: node -> resource -> count already taken through the device plugin (shared by the pods
     #: of one plan: :meth:`take` adds a placed pod's)
     plugin_used: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: the answer for a node that advertises none of the resources (the same on all of them)
+    _all_dra: NodeExtended | None = None
 
     @classmethod
     def of(
@@ -184,6 +186,14 @@ class PodExtended:
             mine[k] = mine.get(k, 0) + v
 
     def for_node(self, node: Node) -> NodeExtended:
+        if self._all_dra is not None and not any(r in node.allocatable for r in self.requests):
+            return self._all_dra
+        got = self._for_node(node)
+        if got.reason is None and not got.plugin:
+            self._all_dra = got
+        return got
+
+    def _for_node(self, node: Node) -> NodeExtended:
         dra: dict[str, int] = {}
         plugin: dict[str, int] = {}
         for name in sorted(self.requests):
