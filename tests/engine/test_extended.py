@@ -182,3 +182,21 @@ def test_a_device_plugin_node_takes_the_pod_without_a_claim() -> None:
     (only,) = got.placements
     assert only.allocation == {"devices": {"results": [], "config": []}}
     assert only.extended is not None and only.extended["devicePlugin"] == {GPU: 3}
+
+
+def test_dra_and_plugin_nodes_side_by_side_each_get_their_own_answer() -> None:
+    ext = PodExtended.of(pod(container("a", 2)), [gpu_class()])
+    assert ext is not None
+    first = ext.for_node(Node.from_dict(node("a")))
+    assert first.claim is not None
+    assert ext.for_node(Node.from_dict(node("b"))) is first  # the same special claim
+    plugin = ext.for_node(Node.from_dict(node("dp", {GPU: "2"})))
+    assert plugin.claim is None and plugin.plugin == {GPU: 2}
+    zero = ext.for_node(Node.from_dict(node("z", {GPU: "0"})))  # advertised, none left: DRA
+    assert zero.claim is not None
+    e = Engine(
+        [slice_("a", [gpu("gpu-0")])], [gpu_class()], [], [node("a"), node("dp", {GPU: "2"})]
+    )
+    got = e.allocate_pod([], pod="default/p", extended=ext)
+    assert got.ok and got.node == "dp"  # a has one GPU only
+    assert e.allocate_pod([], pod="default/q", extended=ext).ok is False  # dp's two are taken
