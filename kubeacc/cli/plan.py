@@ -97,10 +97,13 @@ def cluster_objects(
             objs.append(claim)
     # Pods group the pending claims they reference (placed together); the extender's and the
     # device plugin's pods say who holds what (--held).
-    for po in client.list(Pod, namespace=namespace or "*"):
+    for po in client.list(Pod, namespace="*"):
         pod = {**po.to_dict(), "kind": "Pod"}
-        if wants_pod(pod) or asks_extended(pod):
+        mine = namespace is None or pod["metadata"].get("namespace") == namespace
+        if mine and (wants_pod(pod) or asks_extended(pod)):
             objs.append(pod)
+        elif asks_extended(pod) and (pod.get("spec") or {}).get("nodeName"):
+            objs.append(pod)  # what device plugins gave out is the whole cluster's
     return objs
 
 
@@ -131,9 +134,6 @@ def run_plan_explained(
     out: list[tuple[Placement, list[str]]] = []
     pods = by_kind.get("Pod", [])
     groups = pod_groups(pending, existing, pods)
-    # Pods whose only pending request is an extended resource a DeviceClass serves
-    grouped = {g.pod for g in groups}
-    groups += [PodGroup(_ref(p), []) for p in pods if _ref(p) not in grouped and asks_extended(p)]
     pod_objs = {_ref(p): p for p in pods}
     used = plugin_use(pods)
     classes = by_kind.get("DeviceClass", [])
@@ -206,10 +206,13 @@ def pod_groups(
     pending: list[dict[str, Any]], existing: list[dict[str, Any]], pods: list[dict[str, Any]]
 ) -> list[PodGroup]:
     """The pending claims in input order, those of one pod gathered where the pod's first one
-    comes (a claim two pods share goes with the first pod that names it)."""
+    comes (a claim two pods share goes with the first pod that names it); then the pods with
+    none that ask extended resources (a DeviceClass may serve them)."""
     by_ref = {_ref(c): c for c in pending}
     allocated = {_ref(c) for c in existing}
     owner: dict[str, PodGroup] = {}
+    #: pods without pending claims that ask extended resources (planned after the others)
+    extended_only: list[PodGroup] = []
     for pod in pods:
         group = PodGroup(_ref(pod), [])
         for entry, ref in _pod_claim_refs(pod):
@@ -221,6 +224,8 @@ def pod_groups(
                     group.claims.append(by_ref[ref])
             elif ref not in allocated:
                 group.missing.append(f"claim {ref} not found")
+        if not group.claims and asks_extended(pod):
+            extended_only.append(group)
     out: list[PodGroup] = []
     emitted: set[int] = set()
     for c in pending:
@@ -230,7 +235,7 @@ def pod_groups(
         elif id(mine) not in emitted:
             emitted.add(id(mine))
             out.append(mine)
-    return out
+    return out + extended_only
 
 
 def plan(

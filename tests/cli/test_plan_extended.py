@@ -112,3 +112,17 @@ def test_a_resource_no_class_names_is_not_planned(tmp_path: Path) -> None:
     docs = [slice_("a", [gpu("gpu-0")]), device_class(), node("a"), gpu_pod("p", "1")]
     code, out = run(tmp_path, docs, "-o", "json")
     assert code == 0 and json.loads(out) == []
+
+
+def test_a_pod_waiting_for_its_claim_is_not_planned_for_its_gpus_either(tmp_path: Path) -> None:
+    waiting = gpu_pod("waits", "1")
+    waiting["spec"]["resourceClaims"] = [{"name": "c", "resourceClaimName": "absent"}]
+    docs = [slice_("a", [gpu("gpu-0")]), gpu_class(), node("a"), waiting, gpu_pod("next", "1")]
+    code, out = run(tmp_path, docs, "-o", "json")
+    got = json.loads(out)
+    assert code == 1
+    assert [(o["claim"], o["allocated"]) for o in got] == [
+        ("default/waits-extended-resources", False),
+        ("default/next-extended-resources", True),
+    ]
+    assert "claim default/absent not found" in json.dumps(got[0]["explanation"])
