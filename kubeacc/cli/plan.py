@@ -8,7 +8,9 @@ kinds are fine), or, without a folder, the live objects of the cluster the kubec
 one Pod references (``spec.resourceClaims``: ``resourceClaimName``, or the claim a template made,
 named in ``status.resourceClaimStatuses``) are placed together, as kube-scheduler allocates a
 pod's claims in one go (all on one node, or none); a pod that references a claim missing from the
-input is not placed (the scheduler waits for the claim). Prints a
+input is not placed (the scheduler waits for the claim). A pending pod asking an extended resource
+that a DeviceClass serves (``kubeacc.io/gpu: 2``) is planned with the claim kube-scheduler would
+make for it (kubeacc.engine.extended), or left to a node's device plugin. Prints a
 table, or JSON / YAML with ``-o json`` / ``-o yaml``. Verdicts are kube-scheduler's (its
 allocator's quirks included); an explanation names the scheduler deviation when one decides
 (docs/placement.md, "Deviations").
@@ -41,6 +43,13 @@ from kubeacc.cli.planheld import HEADER, Held, held_devices, wants_pod
 from kubeacc.cli.planhints import unknown_memory_hint
 from kubeacc.engine.engine import Engine, Placement
 from kubeacc.engine.explain import Explanation
+from kubeacc.engine.extended import (
+    ExtendedResourceError,
+    PodExtended,
+    asks_extended,
+    pending_extended,
+    plugin_use,
+)
 from kubeacc.engine.release import Release, ReleaseError, release
 from kubeacc.safeyaml import InputError, load_file
 from kubeacc.units.explain import preference_lines, why_not
@@ -88,10 +97,13 @@ def cluster_objects(
             objs.append(claim)
     # Pods group the pending claims they reference (placed together); the extender's and the
     # device plugin's pods say who holds what (--held).
-    for po in client.list(Pod, namespace=namespace or "*"):
+    for po in client.list(Pod, namespace="*"):
         pod = {**po.to_dict(), "kind": "Pod"}
-        if wants_pod(pod):
+        mine = namespace is None or pod["metadata"].get("namespace") == namespace
+        if mine and (wants_pod(pod) or asks_extended(pod)):
             objs.append(pod)
+        elif asks_extended(pod) and (pod.get("spec") or {}).get("nodeName"):
+            objs.append(pod)  # what device plugins gave out is the whole cluster's
     return objs
 
 
@@ -120,10 +132,25 @@ def run_plan_explained(
         release=release,
     )
     out: list[tuple[Placement, list[str]]] = []
-    for group in pod_groups(pending, existing, by_kind.get("Pod", [])):
+    pods = by_kind.get("Pod", [])
+    groups = pod_groups(pending, existing, pods)
+    pod_objs = {_ref(p): p for p in pods}
+    used = plugin_use(pods)
+    classes = by_kind.get("DeviceClass", [])
+    for group in groups:
+        ext: PodExtended | None = None
+        if group.pod is not None and group.pod in pod_objs:
+            try:
+                ext = pending_extended(pod_objs[group.pod], classes, used)
+            except ExtendedResourceError as err:
+                for ref in [_ref(c) for c in group.claims] or [f"{group.pod}-extended-resources"]:
+                    expl = Explanation(ref, [f"pod {group.pod}: {err}"])
+                    out.append((Placement(ref, None, None, explanation=expl, pod=group.pod), []))
+                continue
+        if not group.claims and ext is None:
+            continue  # nothing of this pod is planned through DRA
         if group.missing:
-            for c in group.claims:
-                ref = _ref(c)
+            for ref in [_ref(c) for c in group.claims] + ([ext.claim_ref] if ext else []):
                 why = f"pod {group.pod}: {'; '.join(group.missing)} (kube-scheduler waits for it)"
                 expl = Explanation(ref, [why])
                 out.append((Placement(ref, None, None, explanation=expl, pod=group.pod), []))
@@ -132,7 +159,9 @@ def run_plan_explained(
         if group.pod is None:  # as Engine.plan, one after another
             placements = [engine.allocate(group.claims[0])]
         else:
-            placements = engine.allocate_pod(group.claims, pod=group.pod).placements
+            placed = engine.allocate_pod(group.claims, pod=group.pod, extended=ext)
+            placements = placed.placements
+            tried += [{}] * (len(placements) - len(tried))  # the extended resources' claim
         for t, placement in zip(tried, placements, strict=True):
             out.append((placement, preference_lines(t, placement) if t else []))
     return out
@@ -177,10 +206,13 @@ def pod_groups(
     pending: list[dict[str, Any]], existing: list[dict[str, Any]], pods: list[dict[str, Any]]
 ) -> list[PodGroup]:
     """The pending claims in input order, those of one pod gathered where the pod's first one
-    comes (a claim two pods share goes with the first pod that names it)."""
+    comes (a claim two pods share goes with the first pod that names it); then the pods with
+    none that ask extended resources (a DeviceClass may serve them)."""
     by_ref = {_ref(c): c for c in pending}
     allocated = {_ref(c) for c in existing}
     owner: dict[str, PodGroup] = {}
+    #: pods without pending claims that ask extended resources (planned after the others)
+    extended_only: list[PodGroup] = []
     for pod in pods:
         group = PodGroup(_ref(pod), [])
         for entry, ref in _pod_claim_refs(pod):
@@ -192,6 +224,8 @@ def pod_groups(
                     group.claims.append(by_ref[ref])
             elif ref not in allocated:
                 group.missing.append(f"claim {ref} not found")
+        if not group.claims and asks_extended(pod):
+            extended_only.append(group)
     out: list[PodGroup] = []
     emitted: set[int] = set()
     for c in pending:
@@ -201,7 +235,7 @@ def pod_groups(
         elif id(mine) not in emitted:
             emitted.add(id(mine))
             out.append(mine)
-    return out
+    return out + extended_only
 
 
 def plan(
@@ -459,6 +493,9 @@ def _row(
             + (f" (share, {shares[r['request']]})" if r["request"] in shares else "")
             for r in p.allocation["devices"]["results"]
         )
+        served = (p.extended or {}).get("devicePlugin") or {}
+        plugin = ", ".join(f"{k}: {v} by the device plugin" for k, v in served.items())
+        devs = ", ".join(x for x in (devs, plugin) if x)
         return [p.claim, p.node or "(any)", devs, ""]
     why = "\n".join([*(p.explanation.lines() if p.explanation else ["unknown"]), *hints])
     return [p.claim, "-", "-", why]

@@ -27,6 +27,7 @@ from kubeacc.engine.celenv import CelError, compile_selector
 from kubeacc.engine.celreads import selector_reads, view
 from kubeacc.engine.claims import Claim, ClaimError, DeviceClass, parse_claim
 from kubeacc.engine.explain import Explanation
+from kubeacc.engine.extended import ExtendedResourceError, NodeExtended, PodExtended
 from kubeacc.engine.firstfit import AllocationError, FirstFit
 from kubeacc.engine.nodepools import NodePool, gather_node_pools
 from kubeacc.engine.pools import (
@@ -64,6 +65,9 @@ class Placement:
     error: str | None = None
     #: the pod whose claims were placed together with this one
     pod: str | None = None
+    #: for the pod's extended resources (kubeacc.engine.extended): the counts per resource,
+    #: those its node's device plugin serves, and which container's request is which
+    extended: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -73,6 +77,8 @@ class Placement:
         out: dict[str, Any] = {"claim": self.claim, "allocated": self.ok}
         if self.pod is not None:
             out["pod"] = self.pod
+        if self.extended is not None:
+            out["extendedResources"] = self.extended
         if self.error is not None:
             out["error"] = self.error
         if self.ok:
@@ -503,12 +509,18 @@ class Engine:
         *,
         commit: bool = True,
         pod: str = "",
+        extended: PodExtended | None = None,
     ) -> PodPlacement:
         """Place a pod's pending claims together: on each node tried, one first-fit search for
         all of them in claim order, going back into earlier claims when a later one does not
         fit (kube-scheduler's allocator). A one-claim pod is :meth:`allocate`, with its
-        topology-aware pick; a pod of several claims gets the scheduler's own first fit."""
-        if len(claim_objs) == 1:
+        topology-aware pick; a pod of several claims gets the scheduler's own first fit.
+
+        ``extended``: the pod's extended resources that DeviceClasses serve. On each node their
+        special claim (kubeacc.engine.extended) is searched last, together with the others; a
+        node whose device plugin serves them needs none. Its placement comes last, named
+        ``<pod>-extended-resources``."""
+        if len(claim_objs) == 1 and extended is None:
             one = self.allocate(claim_objs[0], node, commit=commit)
             one.pod = pod or None
             return PodPlacement(
@@ -529,8 +541,9 @@ class Engine:
             except ClaimError as e:
                 name = str(get(get(obj, "metadata", {}), "name", "?"))
                 expl.general.append(f"claim {name}: {e}")
+        ext_ref = [] if extended is None else [extended.claim_ref]
         if len(claims) != len(claim_objs):
-            return self._pod_failed(pod, claim_objs, claims, expl, None, 0, t0)
+            return self._pod_failed(pod, claim_objs, claims, expl, None, 0, t0, ext_ref)
         missing = sorted(
             {
                 a.device_class
@@ -542,50 +555,75 @@ class Engine:
         )
         if missing:
             expl.general.append(f"device class {', '.join(missing)} not found")
-            return self._pod_failed(pod, claim_objs, claims, expl, None, 0, t0)
+            return self._pod_failed(pod, claim_objs, claims, expl, None, 0, t0, ext_ref)
         nodes = self.nodes if node is None else [n for n in self.nodes if n.name == node]
         if not nodes:
             expl.general.append(f"node {node} not known" if node else "no nodes")
-            return self._pod_failed(pod, claim_objs, claims, expl, None, 0, t0)
+            return self._pod_failed(pod, claim_objs, claims, expl, None, 0, t0, ext_ref)
         pkey = json.dumps(
             [get(get(c, "spec", {}), "devices", {}) for c in claim_objs], sort_keys=True
         )
-        feasible: list[tuple[str, list[list[Pick]]]] = []
+        feasible: list[tuple[str, list[list[Pick]], list[Claim], NodeExtended | None]] = []
         tried = 0
         count = len(nodes)
         start = self._start % count if node is None else 0
         error: str | None = None
+        parsed: dict[int, tuple[list[Claim], str]] = {}  # per special claim (one per node kind)
         for k in range(count):
             n = nodes[(start + k) % count]
             tried += 1
-            res = self._pod_node_result(claims, pkey, n, expl)
+            node_claims, node_key, ext = claims, pkey, None
+            if extended is not None:
+                ext = _node_extended(extended, n)
+                if ext.reason is not None:
+                    expl.add(n.name, ext.reason)
+                    continue
+                if ext.claim is not None:
+                    hit = parsed.get(id(ext.claim))
+                    if hit is None:
+                        devices = ext.claim["spec"]["devices"]
+                        hit = (
+                            [*claims, parse_claim(ext.claim)],
+                            json.dumps([pkey, devices], sort_keys=True),
+                        )
+                        parsed[id(ext.claim)] = hit
+                    node_claims, node_key = hit
+            res = self._pod_node_result(node_claims, node_key, n, expl) if node_claims else []
             if isinstance(res, str):
                 error = f"node {n.name}: {res}"
                 break
             if res is not None:
-                feasible.append((n.name, res))
+                feasible.append((n.name, res, node_claims, ext))
                 if len(feasible) >= self.max_feasible_nodes:
                     break
         if node is None:
             self._start = start + tried
         if error is not None or not feasible:
-            return self._pod_failed(pod, claim_objs, claims, expl, error, tried, t0)
+            return self._pod_failed(pod, claim_objs, claims, expl, error, tried, t0, ext_ref)
 
-        def score(f: tuple[str, list[list[Pick]]]) -> int:
+        def score(f: tuple[str, list[list[Pick]], list[Claim], NodeExtended | None]) -> int:
             return sum(NodeResult(f[0], picks).score() for picks in f[1])
 
-        best_node, best = max(feasible, key=score)  # first of the best on ties
+        best_node, best, best_claims, best_ext = max(feasible, key=score)  # first on ties
         placements = []
-        for claim, picks in zip(claims, best, strict=True):
+        for claim, picks in zip(best_claims, best, strict=True):
             chosen = NodeResult(best_node, picks)
             allocation = self._allocation(claim, chosen)
             placements.append(
                 Placement(claim.ref, best_node, allocation, chosen.score(), pod=pod or None)
             )
+        if extended is not None and best_ext is not None:
+            if best_ext.claim is None:  # the device plugin serves all of them
+                empty: dict[str, Any] = {"devices": {"results": [], "config": []}}
+                placements.append(Placement(extended.claim_ref, best_node, empty, pod=pod or None))
+            placements[-1].claim = extended.claim_ref
+            placements[-1].extended = _extended_note(extended, best_ext)
         if commit:
             for p in placements:
                 assert p.allocation is not None
                 self._commit(p.allocation["devices"]["results"])
+            if extended is not None and best_ext is not None and best_ext.plugin:
+                extended.take(best_node, best_ext.plugin)
         seconds = time.perf_counter() - t0
         for p in placements:
             p.nodes_tried, p.seconds = tried, seconds
@@ -600,6 +638,7 @@ class Engine:
         error: str | None,
         tried: int,
         t0: float,
+        extra_refs: Sequence[str] = (),
     ) -> PodPlacement:
         if error is not None:
             expl.general.insert(0, _fails_pod(error))
@@ -608,7 +647,7 @@ class Engine:
             [c.ref for c in claims]
             if len(claims) == len(claim_objs)
             else [str(get(get(o, "metadata", {}), "name", "?")) for o in claim_objs]
-        )
+        ) + list(extra_refs)
         placements = [
             Placement(
                 ref,
@@ -663,6 +702,10 @@ class Engine:
                 f"the pod's {len(claims)} claims do not fit together in kube-scheduler's "
                 "first-fit search (it backtracks across claims)"
             ]
+            if fit is None and len(claims) == 1:  # one claim (extended resources): say why
+                single = self._search(claims[0], n, pools)
+                if single.picks is None and single.reasons and single.error is None:
+                    reasons = single.reasons
         if fit is None:
             self._remember((pkey, sig), ("no", reasons))
             if vkey is not None and shareable_reasons(reasons):
@@ -683,6 +726,22 @@ class Engine:
         """Allocate pods one after another (each pod's claims together), each seeing the
         previous pods' devices taken."""
         return [self.allocate_pod(claims, pod=name) for name, claims in pods]
+
+
+def _node_extended(extended: PodExtended, n: Node) -> NodeExtended:
+    try:
+        return extended.for_node(n)
+    except ExtendedResourceError as e:
+        return NodeExtended(reason=str(e))
+
+
+def _extended_note(extended: PodExtended, ext: NodeExtended) -> dict[str, Any]:
+    out: dict[str, Any] = {"requests": dict(extended.requests)}
+    if ext.plugin:
+        out["devicePlugin"] = dict(ext.plugin)
+    if ext.mappings:
+        out["requestMappings"] = list(ext.mappings)
+    return out
 
 
 def _fails_pod(error: str) -> str:

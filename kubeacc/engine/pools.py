@@ -38,11 +38,18 @@ DeviceKey = tuple[str, str, str]  # driver, pool, device
 class Node:
     name: str
     labels: dict[str, str] = field(default_factory=dict)
+    #: ``status.allocatable``: what the kubelet advertises (device plugins' extended resources)
+    allocatable: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> Node:
         meta = obj.get("metadata") or {}
-        return cls(str(meta.get("name", "")), dict(meta.get("labels") or {}))
+        alloc = (obj.get("status") or {}).get("allocatable") or {}
+        return cls(
+            str(meta.get("name", "")),
+            dict(meta.get("labels") or {}),
+            {str(k): str(v) for k, v in alloc.items()},
+        )
 
 
 def _get(obj: Mapping[str, Any], *keys: str) -> Any:
