@@ -41,12 +41,12 @@ from tests.agent.test_real_runtime import (
 from tests.crdfixtures import put_policy
 from tests.testbed.helpers import eventually
 
-from .conftest import Helm
+from .conftest import REAL_NODE, Helm
 
 pytestmark = pytest.mark.cluster
 
 NS = "kubeacc-system"
-NODE = "node-c"
+NODE = REAL_NODE
 
 
 def _agent_after_upgrade(client: Client, old: str) -> str:

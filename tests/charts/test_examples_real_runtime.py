@@ -25,13 +25,13 @@ from kubeacc.crds.resources import AcceleratorOperation, as_dict
 from kubeacc.testbed import Testbed, withkubeacc
 from tests.testbed.helpers import eventually
 
-from .conftest import Helm
+from .conftest import REAL_NODE, Helm
 
 pytestmark = pytest.mark.cluster
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NS = "kubeacc-system"
-NODE = "node-e"
+NODE = REAL_NODE
 RUNS = ["any-gpu", "h100", "gpu-nic-same-root", "sriov-vf"]
 PENDING = ["h200-else-xpu", "fpga-crypto", "xpu-from-template"]
 

@@ -24,12 +24,12 @@ from kubeacc.testbed import Testbed, withkubeacc
 from tests.agent.test_real_runtime import one_gpu_claim, wait_running, workload
 from tests.testbed.helpers import eventually
 
-from .conftest import Helm
+from .conftest import REAL_NODE, Helm
 
 pytestmark = pytest.mark.cluster
 
 NS = "kubeacc-system"
-NODE = "node-u"
+NODE = REAL_NODE
 NOT_REGISTERED = "not registered"
 
 
@@ -91,11 +91,12 @@ def test_uninstall_waits_for_pods_using_claims(
 
 
 def test_without_the_check_the_kubelet_retries(
-    real_cluster: tuple[Testbed, Helm], tmp_path: Path
+    own_real_cluster: tuple[Testbed, Helm], tmp_path: Path
 ) -> None:
     """What the hook prevents, reproduced: ``--no-hooks`` removes the agents under a running pod;
-    deleting the pod then leaves the kubelet retrying the gone driver."""
-    tb, helm = real_cluster
+    deleting the pod then leaves the kubelet retrying the gone driver (hence a cluster of its
+    own: nothing short of a reinstall ends that)."""
+    tb, helm = own_real_cluster
     client = _installed_with_a_running_pod(tb, tmp_path, "work2")
 
     helm("uninstall", "kubeacc", "-n", NS, "--wait", "--timeout=4m", "--no-hooks")
