@@ -327,7 +327,7 @@ class Agent:
             and isinstance(claims, WatchingClaimSource)
         ):
             self.binder = FpgaBinder(
-                self.prepare_client, options.node_name, self._programmer.ensure
+                self.prepare_client, options.node_name, self._programmer.ensure, claims=claims
             )
             claims.observers.append(self.binder.observe)
         self.driver = Driver(
@@ -602,7 +602,9 @@ class Agent:
         self.driver.device_metadata = self.opts.device_metadata
         self.driver.reconcile()
         if self.opts.kubelet_plugin and self.opts.device_status:
-            self.driver.status = DeviceStatusWriter(self.prepare_client, self.opts.node_name)
+            self.driver.status = DeviceStatusWriter(
+                self.prepare_client, self.opts.node_name, claims=self._watch
+            )
             self.driver.status.start()
         for w in self._watches():
             w.start()

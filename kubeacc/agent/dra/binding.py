@@ -39,6 +39,7 @@ from lightkube import Client
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.claimpatch import patch_devices
+from kubeacc.agent.dra.claims import WatchingClaimSource
 from kubeacc.crds.opaque import ConfigError, FpgaConfig, parse_config
 
 log = logging.getLogger(__name__)
@@ -191,8 +192,11 @@ class FpgaBinder:
         program: Program,
         *,
         timeout: float = PROGRAM_TIMEOUT_S,
+        claims: WatchingClaimSource | None = None,
     ) -> None:
         self.client = client
+        #: The agent's watch of its claims: a write starts from its copy (no GET first).
+        self.claims = claims
         self.node = node
         self.program = program
         self.timeout = timeout
@@ -301,7 +305,8 @@ class FpgaBinder:
                 return None
             return merged_entries((data.get("status") or {}).get("devices") or [], entry)
 
-        patch_devices(self.client, work.namespace, work.name, change, self.field_manager)
+        first = self.claims.cached(work.namespace, work.name, work.uid) if self.claims else None
+        patch_devices(self.client, work.namespace, work.name, change, self.field_manager, first)
 
 
 def still_allocated(claim: dict[str, Any], work: Work) -> bool:

@@ -1,6 +1,9 @@
 """Writing ``status.devices`` of a ResourceClaim: a JSON patch guarded by the claim's
 ``resourceVersion``, re-read and recomputed on a conflict.
 
+The first try starts from the agent's watch of its claims when it has the claim (one request
+per write, not a GET and a PATCH); a stale copy fails the guard and the claim is read then.
+
 Not a server-side apply: the API server cannot take an apply to a claim whose allocation
 carries opaque configs (a ``GpuConfig``, an ``FpgaConfig``) from a node agent. It reads the
 apply as a change of ``status.allocation``, which needs ``resourceclaims/binding``, and refuses
@@ -24,24 +27,38 @@ Change = Callable[[dict[str, Any]], list[dict[str, Any]] | None]
 
 
 def patch_devices(
-    client: Client, namespace: str, name: str, change: Change, field_manager: str
+    client: Client,
+    namespace: str,
+    name: str,
+    change: Change,
+    field_manager: str,
+    first: dict[str, Any] | None = None,
 ) -> bool:
-    """Read the claim, compute its new ``status.devices`` and write them if the claim did not
-    change meanwhile (else read again, :data:`CONFLICTS` times at most). False when the claim
-    is gone or ``change`` leaves it alone; raises RuntimeError when it kept changing."""
+    """Read the claim (or start from ``first``, a copy of it from a watch), compute its new
+    ``status.devices`` and write them if the claim did not change meanwhile (else read again,
+    :data:`CONFLICTS` times at most). False when the claim is gone or ``change`` leaves it
+    alone; raises RuntimeError when it kept changing."""
     for _ in range(CONFLICTS):
-        try:
-            claim = client.get(ResourceClaim, name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return False
-            raise
-        data = claim.to_dict()
+        data, first = first, None
+        if data is None:
+            try:
+                data = client.get(ResourceClaim, name, namespace=namespace).to_dict()
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    return False
+                raise
+            fresh = True
+        else:
+            fresh = False
         devices = change(data)
         if devices is None:
-            return False
+            if fresh:
+                return False
+            continue  # the copy may be stale: decide on the server's claim
         if devices == ((data.get("status") or {}).get("devices") or []):
-            return True  # already so
+            if fresh:
+                return True  # already so
+            continue
         patch = [
             {
                 "op": "test",

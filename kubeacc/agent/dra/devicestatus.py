@@ -32,6 +32,7 @@ from lightkube import Client
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.checkpoint import PreparedDevice
 from kubeacc.agent.dra.claimpatch import patch_devices
+from kubeacc.agent.dra.claims import WatchingClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
 
 log = logging.getLogger(__name__)
@@ -117,8 +118,16 @@ class DeviceStatusWriter:
     latest state at a time: a write still waiting is replaced by a newer one of the same claim,
     and a claim unprepared before its entries were written is not written at all."""
 
-    def __init__(self, client: Client, node: str, retry_delay: float = 1.0) -> None:
+    def __init__(
+        self,
+        client: Client,
+        node: str,
+        retry_delay: float = 1.0,
+        claims: WatchingClaimSource | None = None,
+    ) -> None:
         self.client = client
+        #: The agent's watch of its claims: a write starts from its copy (no GET first).
+        self.claims = claims
         self.node = node
         self.field_manager = f"{DRIVER_NAME}-{node}"
         self.retry_delay = retry_delay
@@ -196,7 +205,8 @@ class DeviceStatusWriter:
             entries = (data.get("status") or {}).get("devices") or []
             return with_node_entries(entries, self.node, devices)
 
-        if patch_devices(self.client, namespace, name, change, self.field_manager):
+        first = self.claims.cached(namespace, name, uid) if self.claims is not None else None
+        if patch_devices(self.client, namespace, name, change, self.field_manager, first):
             self.written += 1
 
 
