@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kubeacc.agent.deviceplugin.shared import id_gpu_key
+from kubeacc.agent.deviceplugin.unitid import id_gpu_key
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.agent.sharelimit import claim_enforcement

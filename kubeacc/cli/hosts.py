@@ -59,7 +59,7 @@ def open_host(
     """The host under ``root``: real or synthetic, as ``kind`` says (module docstring)."""
     check_host_root(root)
     if kind is HostKind.AUTO:
-        from kubeacc.synthetic.host import is_synthetic
+        from kubeacc.synthetic.marker import is_synthetic
 
         kind = HostKind.SYNTHETIC if is_synthetic(root) else HostKind.REAL
     if kind is HostKind.SYNTHETIC:

@@ -9,6 +9,7 @@ definition: the controller builds the ``SharingConfig`` of a policy's DeviceClas
 
 from __future__ import annotations
 
+import functools
 import re
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
@@ -36,7 +37,7 @@ class ConfigError(ValueError):
 
 
 class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     api_version: Literal["kubeacc.io/v1alpha1"] = Field(alias="apiVersion")
     env: dict[str, str] = Field(
@@ -67,7 +68,7 @@ class SharingStrategy(StrEnum):
 
 
 class GpuSharing(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     strategy: SharingStrategy = SharingStrategy.EXCLUSIVE
     time_slice: TimeSlice = Field(default=TimeSlice.DEFAULT, alias="timeSlice")
@@ -96,7 +97,7 @@ class GpuConfig(_Config):
 
 
 class Bitstream(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     name: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
     digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
@@ -146,7 +147,17 @@ class SharingConfig(_Config):
 
 AnyConfig = GpuConfig | FpgaConfig | NicConfig | SharingConfig
 DeviceConfig = Annotated[AnyConfig, Field(discriminator="kind")]
-_ADAPTER: TypeAdapter[AnyConfig] = TypeAdapter(DeviceConfig)
+
+
+@functools.cache
+def _adapter() -> TypeAdapter[AnyConfig]:
+    """The validator of every kind, built at the first claim config the process reads.
+
+    Like the models' ``defer_build``: a node agent whose claims carry no config never builds it.
+    """
+    return TypeAdapter(DeviceConfig)
+
+
 #: Every kind the driver accepts.
 KINDS: tuple[str, ...] = ("GpuConfig", "FpgaConfig", "NicConfig", "SharingConfig")
 
@@ -195,7 +206,7 @@ def parse_config(parameters: Any) -> AnyConfig:
             f"unsupported apiVersion {parameters.get('apiVersion')!r}, want {API_VERSION}"
         )
     try:
-        return _ADAPTER.validate_python(parameters)
+        return _adapter().validate_python(parameters)
     except ValidationError as exc:
         kind = parameters.get("kind", "?")
         problems = "; ".join(

@@ -25,7 +25,9 @@ def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", defer_build=True
+    )
 
 
 #: The Accelerator condition the remediation loop keeps (True while remediation holds it).

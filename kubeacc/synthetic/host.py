@@ -20,15 +20,8 @@ from kubeacc.host.tools import DriverTools, HostTools
 from kubeacc.synthetic.nvml_control import ControlledNVML
 from kubeacc.synthetic.tools import PYTHON_ENV
 
-#: Every synthetic host tree has this directory.
-MARKER = ".synthetic"
 #: Where a synthetic host describes the NVML answers of its GPUs (kubeacc.synthetic.nvml).
 NVML_DESCRIPTION = "/.synthetic/nvml.json"
-
-
-def is_synthetic(root: Path) -> bool:
-    """``root`` is a tree that :mod:`kubeacc.synthetic` built (for the composition root)."""
-    return (root / MARKER).is_dir()
 
 
 class SyntheticHost(RootedHost):

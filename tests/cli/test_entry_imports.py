@@ -34,6 +34,9 @@ FORBIDDEN = (
     "kubeacc.engine.celenv",
     "cel",
 )
+#: Modules one daemon may not import: the agent maps a shared GPU's unit IDs without the device
+#: plugin's allocation code or the extender (kubeacc.agent.deviceplugin.unitid).
+FORBIDDEN_FOR = {"agent": ("kubeacc.agent.deviceplugin.shared", "kubeacc.extender")}
 #: At most this many modules per daemon (what each imported when the budget was set, plus
 #: about 5 %: a new dependency is a decision, not a side effect).
 BUDGET = {
@@ -111,7 +114,8 @@ def test_daemon_imports_only_what_it_runs(name: str, hosts: HostFactory, tmp_pat
     host = hosts.pristine("dgx-h100")
     modules = imported(name, _args(name, host, tmp_path), tmp_path / "daemon.log")
     assert "kubeacc.cli.entry" in modules  # it went through the console script's entry
-    bad = sorted(m for m in modules if any(m == f or m.startswith(f"{f}.") for f in FORBIDDEN))
+    forbidden = FORBIDDEN + FORBIDDEN_FOR.get(name, ())
+    bad = sorted(m for m in modules if any(m == f or m.startswith(f"{f}.") for f in forbidden))
     assert not bad, f"kubeacc {name} imports {bad}"
     assert len(modules) <= BUDGET[name], (
         f"kubeacc {name} imports {len(modules)} modules, budget {BUDGET[name]}"

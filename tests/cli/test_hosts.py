@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,3 +37,18 @@ def test_simulate_kernel_on_a_real_host_is_one_error(tmp_path: Path) -> None:
     with pytest.raises(typer.Exit) as err:
         open_host(tmp_path, simulate_kernel=True)
     assert err.value.exit_code == 2
+
+
+def test_a_real_host_is_opened_without_the_synthetic_host(tmp_path: Path) -> None:
+    """A node asks for the marker only: the synthetic host and its NVML stand-in stay out."""
+    code = (
+        "import sys; from pathlib import Path; from kubeacc.cli.hosts import open_host; "
+        f"h = open_host(Path({str(tmp_path)!r})); "
+        "print(type(h).__name__, "
+        "sorted(m for m in sys.modules if m.startswith('kubeacc.synthetic')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split(maxsplit=1) == [
+        "RealHost",
+        "['kubeacc.synthetic', 'kubeacc.synthetic.marker']\n",
+    ]

@@ -77,13 +77,9 @@ _LETTER = {Kind.WHOLE: "g", Kind.CORES: "c", Kind.MEMORY: "m", Kind.UNITS: "u"}
 
 
 def id_gpus(kind: Kind, devices: Sequence[Device]) -> dict[str, Device]:
-    """The GPU each unit ID stands for, by the ID's part before ``-`` (see :func:`unit_ids`)."""
+    """The GPU each unit ID stands for, by the ID's part before ``-`` (see :func:`unit_ids`;
+    :func:`~kubeacc.agent.deviceplugin.unitid.id_gpu_key` reads it back)."""
     return {f"{_LETTER[kind]}{n}": dev for n, dev in enumerate(devices)}
-
-
-def id_gpu_key(device_id: str) -> str:
-    """The part of a unit ID that names its GPU (the key of :func:`id_gpus`)."""
-    return device_id.split("-", 1)[0]
 
 
 def unit_ids(kind: Kind, devices: Sequence[Device]) -> list[tuple[str, Device]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from kubeacc.agent.deviceplugin.shared import id_gpu_key
+from kubeacc.agent.deviceplugin.unitid import id_gpu_key
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.agent.users import MAX_CONSUMERS, RESOURCE_DOMAIN, ClaimLookup, accelerator_device

@@ -40,7 +40,7 @@ def _hex_id(value: str) -> str:
 
 
 class AdminDevice(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     vendor: str
     device: str | None = None
@@ -55,7 +55,7 @@ class AdminDevice(BaseModel):
 
 
 class DiscoveryConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     api_version: Literal["kubeacc.io/v1alpha1"] = Field(
         default="kubeacc.io/v1alpha1", alias="apiVersion"

@@ -13,7 +13,8 @@ import pytest
 from kubeacc.agent.deviceplugin.config import DevicePluginConfig
 from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 from kubeacc.agent.deviceplugin.shared import MEMORY_RESOURCE as MEMORY
-from kubeacc.agent.deviceplugin.shared import Found, Kind, id_gpu_key, shared_allocate
+from kubeacc.agent.deviceplugin.shared import Found, Kind, shared_allocate
+from kubeacc.agent.deviceplugin.unitid import id_gpu_key
 from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.driver import ClaimRef
 from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
