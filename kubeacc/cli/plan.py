@@ -42,6 +42,7 @@ from kubeacc.cli.planhints import unknown_memory_hint
 from kubeacc.engine.engine import Engine, Placement
 from kubeacc.engine.explain import Explanation
 from kubeacc.engine.release import Release, ReleaseError, release
+from kubeacc.engine.taintrules import apply_taint_rules
 from kubeacc.safeyaml import InputError, load_file
 from kubeacc.units.explain import preference_lines, why_not
 
@@ -79,6 +80,7 @@ def cluster_objects(
         (Node, "Node"),
     ):
         objs += [{**o.to_dict(), "kind": name} for o in client.list(kind)]  # type: ignore[attr-defined]
+    objs += _taint_rules(client)
     # Devices are shared by the whole cluster: claims allocated in any namespace hold theirs,
     # whatever namespace is being planned. Only the pending claims are limited to it.
     for o in client.list(ResourceClaim, namespace="*"):
@@ -93,6 +95,22 @@ def cluster_objects(
         if wants_pod(pod):
             objs.append(pod)
     return objs
+
+
+def _taint_rules(client: Any) -> list[dict[str, Any]]:
+    """The cluster's DeviceTaintRules (kube-scheduler taints the devices they select); none
+    where ``resource.k8s.io/v1`` does not serve them (before Kubernetes 1.37)."""
+    from lightkube import ApiError
+
+    from kubeacc.controller.taintrules import DeviceTaintRule
+    from kubeacc.crds.resources import as_dict, is_not_found
+
+    try:
+        return [{**as_dict(o), "kind": "DeviceTaintRule"} for o in client.list(DeviceTaintRule)]
+    except ApiError as e:
+        if is_not_found(e):
+            return []
+        raise
 
 
 def run_plan(objs: list[dict[str, Any]], release: Release | None = None) -> list[Placement]:
@@ -113,7 +131,7 @@ def run_plan_explained(
     pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
     nodes = by_kind.get("Node")
     engine = Engine(
-        by_kind.get("ResourceSlice", []),
+        apply_taint_rules(by_kind.get("ResourceSlice", []), by_kind.get("DeviceTaintRule", [])),
         by_kind.get("DeviceClass", []),
         existing,
         nodes if nodes else None,
