@@ -92,6 +92,7 @@ def engine(rounds: int) -> dict[str, Any]:
         **SELECTORS,
         "regex": f'{A}.model.find("[0-9]+") == "100"',
         "optional": f"{A}.?ecc.orValue(false) || {A}.numa == 1",
+        "format_library": f"!format.dns1123Label().validate({A}.model).hasValue()",
     }
     for name, expr in k8s.items():
         sel = compile_selector(expr)

@@ -51,6 +51,7 @@ from kubeacc.engine.extended import (
     plugin_use,
 )
 from kubeacc.engine.release import Release, ReleaseError, release
+from kubeacc.engine.taintrules import apply_taint_rules
 from kubeacc.safeyaml import InputError, load_file
 from kubeacc.units.explain import preference_lines, why_not
 
@@ -88,6 +89,7 @@ def cluster_objects(
         (Node, "Node"),
     ):
         objs += [{**o.to_dict(), "kind": name} for o in client.list(kind)]  # type: ignore[attr-defined]
+    objs += _taint_rules(client)
     # Devices are shared by the whole cluster: claims allocated in any namespace hold theirs,
     # whatever namespace is being planned. Only the pending claims are limited to it.
     for o in client.list(ResourceClaim, namespace="*"):
@@ -105,6 +107,22 @@ def cluster_objects(
         elif asks_extended(pod) and (pod.get("spec") or {}).get("nodeName"):
             objs.append(pod)  # what device plugins gave out is the whole cluster's
     return objs
+
+
+def _taint_rules(client: Any) -> list[dict[str, Any]]:
+    """The cluster's DeviceTaintRules (kube-scheduler taints the devices they select); none
+    where ``resource.k8s.io/v1`` does not serve them (before Kubernetes 1.37)."""
+    from lightkube import ApiError
+
+    from kubeacc.controller.taintrules import DeviceTaintRule
+    from kubeacc.crds.resources import as_dict, is_not_found
+
+    try:
+        return [{**as_dict(o), "kind": "DeviceTaintRule"} for o in client.list(DeviceTaintRule)]
+    except ApiError as e:
+        if is_not_found(e):
+            return []
+        raise
 
 
 def run_plan(objs: list[dict[str, Any]], release: Release | None = None) -> list[Placement]:
@@ -125,7 +143,7 @@ def run_plan_explained(
     pending = [c for c in claims if not (c.get("status") or {}).get("allocation")]
     nodes = by_kind.get("Node")
     engine = Engine(
-        by_kind.get("ResourceSlice", []),
+        apply_taint_rules(by_kind.get("ResourceSlice", []), by_kind.get("DeviceTaintRule", [])),
         by_kind.get("DeviceClass", []),
         existing,
         nodes if nodes else None,

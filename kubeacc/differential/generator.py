@@ -112,6 +112,27 @@ FORMAT_SELECTORS: tuple[tuple[str, str], ...] = (
     ("cel-format-error", f'{A}.numa == 1 || "%s".format(dyn([{C}.memory])) == ""'),
 )
 
+#: the ``format`` library (kubeacc.engine.celformatlib), drawn from a stream of its own
+FORMAT_LIBRARY_SELECTORS: tuple[tuple[str, str], ...] = (
+    ("cel-format-library", f"!format.dns1123Label().validate({A}.model).hasValue()"),
+    ("cel-format-library", f"format.dns1035Label().validate({A}.model) == optional.none()"),
+    ("cel-format-library", f'format.named("labelValue").value().validate({A}.label).hasValue()'),
+    ("cel-format-library", f'format.uri().validate({A}.endpoint).orValue(["x"]).size() == 1'),
+    ("cel-format-library", f'!format.qualifiedName().validate("{DRIVER}/" + {A}.model).hasValue()'),
+    (
+        "cel-format-library",
+        f"format.named({A}.model).hasValue() || format.dns1123SubdomainPrefix() != format.uri()",
+    ),
+    (
+        "cel-format-library",
+        f'format.dns1123LabelPrefix().validate({A}.model + "-").value()[0].startsWith("a")'
+        f" || {A}.numa == 1",
+    ),
+    ("cel-format-library-error", f"format.uuid().validate({A}.model).value()[1] == ''"),
+    ("cel-format-library-compile-error", f"format.named({A}.numa).hasValue()"),
+    ("cel-format-library-compile-error", f"format.nope().validate({A}.model).hasValue()"),
+)
+
 #: constraint attributes (qualified)
 MATCH_ATTRS = (f"{DRIVER}/model", f"{DRIVER}/numa", f"{DRIVER}/driverVersion", f"{DRIVER}/flag")
 DISTINCT_ATTRS = (f"{DRIVER}/index", f"{DRIVER}/numa")
@@ -126,6 +147,7 @@ class _Gen:
         #: older features drew stay the same seed for seed
         self.later = random.Random(seed ^ 0x5EED_CAFE)
         self.formats = random.Random(seed ^ 0xF0_4A7)
+        self.format_library = random.Random(seed ^ 0xF0_11B)
         #: taints with the ``None`` effect (degraded, still usable), a stream of their own
         self.degraded = random.Random(seed ^ 0xDE6_7A1)
         self.features: set[str] = set()
@@ -324,6 +346,10 @@ class _Gen:
             out.append({"cel": {"expression": expr}})
         if self.formats.random() < 0.12:
             feature, expr = self.formats.choice(FORMAT_SELECTORS)
+            self.features.add(feature)
+            out.append({"cel": {"expression": expr}})
+        if self.format_library.random() < 0.1:
+            feature, expr = self.format_library.choice(FORMAT_LIBRARY_SELECTORS)
             self.features.add(feature)
             out.append({"cel": {"expression": expr}})
         return out

@@ -9,7 +9,8 @@ allows:
   optional types (``.?field``, ``[?key]``, ``orValue``), two-variable comprehensions, and
   ``cel.bind`` from the DRA environment; no math or encoders (kube-scheduler has neither);
 * the Kubernetes libraries (:mod:`kubeacc.engine.k8scel`): quantity, semver, regex, URLs,
-  IP, CIDR and the list functions; cross-type numeric ordering, ``string(ip)``,
+  IP, CIDR, the list functions and the format library (:mod:`kubeacc.engine.celformatlib`);
+  cross-type numeric ordering, ``string(ip)``,
   ``list.indexOf`` and ``transformMap`` through :mod:`kubeacc.engine.celrewrite`;
 * homogeneous aggregate literals checked at compile time (:mod:`kubeacc.engine.celcheck`);
 * the result must be a bool (or dyn), as the DRA compiler demands.
@@ -31,7 +32,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from kubeacc.engine import celformatcheck, celrewrite, k8scel
+from kubeacc.engine import celformatcheck, celformatlib, celrewrite, k8scel
 from kubeacc.engine.celcheck import LiteralTypeError, check_homogeneous
 from kubeacc.engine.celcost import CostLimitError, check_cost
 from kubeacc.engine.celformatcheck import FormatCheckError, check_format_calls
@@ -46,10 +47,6 @@ _DOMAIN_RE = re.compile(r"device\s*\.\s*(attributes|capacity)\s*\[\s*(['\"])([^'
 #: expression is skipped when there is none)
 _LIST_LITERAL_RE = re.compile(r"(?:^|[(,=!<>&|+\-*/%?:\[{]|\bin)\s*\[")
 _UNSUPPORTED_RE = re.compile(r"@mapInsert")
-#: what the checker says of a call into the Kubernetes format library (``format.named(...)``,
-#: ``format.dns1123Label()``), which is not declared here: read from the checker rather than
-#: the text, so ``"%s".format(["format.x"])`` or an attribute named ``format`` still compile
-_FORMAT_LIBRARY_RE = re.compile(r"undeclared reference to 'format'")
 #: how many rounds of renaming rejected calls a compile may take (each round renames every
 #: call the checker reported; a call inside a rejected one is reported in a later round)
 _RENAME_ROUNDS = 8
@@ -156,15 +153,11 @@ def _check(expression: str) -> Any:
     own = celrewrite.own_name_used(expression)
     if own is not None:
         raise CelError(f"compile {expression!r}: undeclared reference to {own!r}")
-    source = expression
+    source = celformatlib.rewrite(expression)
     for _ in range(_RENAME_ROUNDS):
         try:
             return environment().compile(source)
         except Exception as e:  # the binding raises one exception type per status code
-            if _FORMAT_LIBRARY_RE.search(str(e)):
-                raise CelError(
-                    f"compile {expression!r}: {_unsupported_message('format')}"
-                ) from None
             renamed = celrewrite.rename_rejected_calls(source, str(e))
             if renamed is None:
                 msg = celrewrite.public_message(_first_line(e))

@@ -32,6 +32,10 @@ RENAMED = {
     "lastIndexOf": "kubeacc_listLastIndexOf",
 }
 
+#: the format library's internal functions (:mod:`kubeacc.engine.celformatlib`), by the name
+#: an expression calls; only checker messages are translated back with these
+_FORMAT_LIBRARY = {"validate": "kubeacc_fmtValidate", "format.named": "kubeacc_fmtNamed"}
+
 #: the map insertion and its replacement; equal lengths keep the wire framing intact
 MAP_INSERT = b"cel.@mapInsert"
 OWN_MAP_INSERT = "kubeacc_mapIns"
@@ -129,7 +133,7 @@ def rename_rejected_calls(expression: str, message: str) -> str | None:
 
 def public_message(message: str) -> str:
     """A checker message about a renamed call, with the name the expression used."""
-    for name, internal in RENAMED.items():
+    for name, internal in (*RENAMED.items(), *_FORMAT_LIBRARY.items()):
         message = message.replace(internal, name)
     return message
 

@@ -15,8 +15,8 @@ a quantity from a version from an IP.
 ``string(ip)``/``string(cidr)``, ``list.indexOf``/``lastIndexOf`` and the map insertion of
 ``transformMap`` are declared here under internal names (:mod:`kubeacc.engine.celrewrite` says
 why and how calls reach them). The ``format`` library (``format.dns1123Label()`` …) returns
-optional values, which a Python function cannot produce in this implementation; selectors that
-call it are refused with "unsupported CEL feature" (see :data:`UNSUPPORTED`).
+optional values, which a Python function cannot produce in this implementation; its calls are
+rewritten to list-returning functions (:mod:`kubeacc.engine.celformatlib`).
 """
 
 from __future__ import annotations
@@ -33,16 +33,17 @@ from urllib.parse import parse_qs, urlsplit
 from cel_expr_python import cel
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from kubeacc.engine import celrewrite
+from kubeacc.engine import celformatlib, celrewrite
 from kubeacc.engine.quantity import QuantityError, is_quantity, parse_quantity
 from kubeacc.engine.semver import Semver, SemverError, is_semver, parse_semver
 
 PACKAGE = "kubeacc.cel"
 OPAQUE = ("Quantity", "Semver", "IP", "CIDR", "URL")
+#: every message type of the package: the opaque values and the format library's formats
+MESSAGES = (*OPAQUE, celformatlib.MESSAGE)
 
 #: functions kube-scheduler's environment has that this evaluator cannot run, and why
 UNSUPPORTED: dict[str, str] = {
-    "format": "the format library returns optional values that custom functions cannot build",
     "mapInsert": "a string holding the name of the map insertion transformMap expands to",
 }
 
@@ -56,7 +57,7 @@ def pool() -> descriptor_pool.DescriptorPool:
     fdp = descriptor_pb2.FileDescriptorProto(
         name="kubeacc/cel.proto", package=PACKAGE, syntax="proto3"
     )
-    for name in OPAQUE:
+    for name in MESSAGES:
         msg = fdp.message_type.add(name=name)
         msg.field.add(
             name="value",
@@ -413,8 +414,10 @@ def declarations() -> list[Any]:
     q, sv, ip, cidr, url = (_t(n) for n in OPAQUE)
     s, i, b, d = T.STRING, T.INT, T.BOOL, T.DOUBLE
     ls, ld = T.List(T.STRING), T.List(T.DYN)
+    fmt = _t(celformatlib.MESSAGE)
     return [
         *_renamed(),
+        *celformatlib.declarations(lambda name: opaque(celformatlib.MESSAGE, name), fmt),
         _fn("quantity", ("k_quantity", q, [s], False, _quantity)),
         _fn("isQuantity", ("k_is_quantity", b, [s], False, is_quantity)),
         _fn("sign", ("k_q_sign", i, [q], True, lambda a: (_q(a) > 0) - (_q(a) < 0))),

@@ -223,3 +223,28 @@ def test_plan_follows_the_kubernetes_version_asked_for(tmp_path: Path) -> None:
     assert list(ok.values()) == [True, False, False]
     res = CliRunner().invoke(app, [str(tmp_path), "--kubernetes-version", "1.35"])
     assert res.exit_code != 0 and "not a release the engine follows" in res.output
+
+
+def test_plan_treats_devices_a_taint_rule_selects_as_tainted(tmp_path: Path) -> None:
+    s = slice_("a", node_gpus(3))
+    first = s["spec"]["devices"][0]["name"]
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "drain-first"},
+        "spec": {
+            "deviceSelector": {"driver": s["spec"]["driver"], "device": first},
+            "taint": {"key": "drain", "effect": "NoSchedule"},
+        },
+    }
+    docs = [s, device_class(), rule, claim(exactly(count=2), name="two"), claim(exactly(count=1))]
+    (tmp_path / "all.yaml").write_text(yaml.safe_dump_all(docs))
+    app = typer.Typer()
+    app.command()(plan)
+    res = CliRunner().invoke(app, [str(tmp_path), "-o", "json"])
+    out = json.loads(res.stdout)
+    assert out[0]["allocated"], out[0]
+    picked = [r["device"] for r in out[0]["allocation"]["devices"]["results"]]
+    assert first not in picked
+    # the third device left is the tainted one
+    assert not out[1]["allocated"] and res.exit_code == 1

@@ -163,3 +163,39 @@ def test_plan_takes_a_folder_or_a_cluster_not_both(testbed: Testbed, tmp_path: P
     )
     assert result.exit_code == 2
     assert "not both" in result.stderr
+
+
+def test_plan_reads_the_clusters_device_taint_rules(
+    testbed: Testbed, kube_client: Client, namespace: str
+) -> None:
+    # kube-scheduler treats a device a DeviceTaintRule selects (NoSchedule) as tainted
+    from kubeacc.controller.taintrules import DeviceTaintRule
+
+    node, driver = testbed.node_name, "taint.plan.kubeacc.io"
+    _three_devices(kube_client, node, driver, "plan-taint-gpu")
+    rule = f"plan-taint-{uuid.uuid4().hex[:8]}"
+    kube_client.create(
+        DeviceTaintRule.from_dict(  # type: ignore[attr-defined]
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": rule},
+                "spec": {
+                    "deviceSelector": {"driver": driver, "device": "gpu-0"},
+                    "taint": {"key": "drain", "effect": "NoSchedule"},
+                },
+            }
+        )
+    )
+    try:
+        claim = _claim("three", namespace, 3)
+        claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "plan-taint-gpu"  # type: ignore[index]
+        kube_client.create(from_dict(claim))
+        argv = ["plan", "--kubeconfig", str(testbed.kubeconfig), "-n", namespace, "-o", "json"]
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 1, result.output
+        (placement,) = json.loads(result.stdout)
+        assert placement["allocated"] is False
+        assert "taint" in json.dumps(placement["explanation"])
+    finally:
+        kube_client.delete(DeviceTaintRule, rule)

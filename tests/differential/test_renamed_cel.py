@@ -121,18 +121,3 @@ def test_selector_fails_as_in_the_allocator(go_allocator: GoAllocator, expressio
     theirs, ours = _both(go_allocator, expression)
     assert theirs == "error", f"the allocator accepts {expression!r}"
     assert ours == "error", expression
-
-
-def test_format_library_is_refused_with_the_reason(go_allocator: GoAllocator) -> None:
-    # The one library left: the allocator evaluates it, the engine names why it cannot.
-    scen = _scenario('!format.dns1123Label().validate("a").hasValue()')
-    assert go_allocator.pairs(scen)[0][0]["ok"]
-    engine = Engine(
-        scen["slices"],
-        scen["classes"],
-        scen["allocated"],
-        scen["nodes"],
-        release=go_allocator.release,
-    )
-    ours = engine.allocate_pod(scen["claims"], node="n0", commit=False, pod="p")
-    assert ours.error is not None and "unsupported CEL feature 'format'" in ours.error
