@@ -327,7 +327,10 @@ class Agent:
             and isinstance(claims, WatchingClaimSource)
         ):
             self.binder = FpgaBinder(
-                self.prepare_client, options.node_name, self._programmer.ensure
+                self.prepare_client,
+                options.node_name,
+                self._programmer.ensure,
+                counter=self.metrics.fpga_bindings,
             )
             claims.observers.append(self.binder.observe)
         self.driver = Driver(
