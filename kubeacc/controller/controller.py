@@ -142,12 +142,13 @@ class Controller:
         self.nodes = cache(Node, "nodes", wake_if=membership)
         # The classes of policies: a pass compares them with the policies (was a LIST a pass).
         self.classes = cache(DeviceClass, "deviceclasses", labels={POLICY_LABEL: None})
-        # kubeacc.io's slices, for drains in force: a pass only when their device names change.
+        # kubeacc.io's slices' device names, for drains in force: a pass when they change.
         self.slices = cache(
             ResourceSlice,
             "resourceslices",
             fields={"spec.driver": DRA_DRIVER},
             wake_if=taintrules.device_names_changed,
+            keep=taintrules.slice_names,  # device names only: not the whole slices
         )
         self.caches = (
             self.operations,

@@ -19,6 +19,7 @@ and says so.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -136,44 +137,56 @@ def drain_rules(client: Client) -> list[dict[str, Any]]:
         raise
 
 
+def slice_names(s: dict[str, Any]) -> dict[str, Any]:
+    """What the controller keeps of a ResourceSlice: ``metadata`` (name, resourceVersion),
+    ``driver``, ``pool`` and the device ``names`` (a tuple of interned strings: nodes of one
+    model publish the same names). A whole slice is some 3 KB a device as Python objects,
+    260 KB a ``dgx-h100`` node with its VFs; this is what :func:`missing` reads
+    (bench/drain_follow.py)."""
+    meta = s.get("metadata") or {}
+    spec = s.get("spec") or {}
+    return {
+        "metadata": {k: meta[k] for k in ("name", "resourceVersion") if k in meta},
+        "driver": spec.get("driver"),
+        "pool": str((spec.get("pool") or {}).get("name")),
+        "names": tuple(sys.intern(str(d.get("name"))) for d in spec.get("devices") or []),
+    }
+
+
 def device_names_changed(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
-    """A ``wake_if`` for the slice watch: a slice came, went or changed its device names (a
-    partition or VF appeared); taints, attributes and the rest do not matter here."""
-
-    def names(s: dict[str, Any] | None) -> list[str] | None:
-        if s is None:
-            return None
-        return sorted(str(d.get("name")) for d in (s.get("spec") or {}).get("devices") or [])
-
-    return names(old) != names(new)
+    """A ``wake_if`` for the slice watch (of :func:`slice_names`): a slice came, went or
+    changed its device names (a partition or VF appeared); taints, attributes and the rest do
+    not matter here."""
+    if old is None or new is None:
+        return True
+    return sorted(old["names"]) != sorted(new["names"])
 
 
 def missing(
     rules: Iterable[dict[str, Any]], slices: Iterable[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """The rules that drains in force still lack: for each device's own rule (named after its
-    Accelerator), the partitions and VFs of that device now published in its pool that no rule
-    selects yet; with the same operation and annotations as the device's rule."""
-    rules = list(rules)
-    pools: dict[str, list[str]] = {}
-    for s in slices:
-        spec = s.get("spec") or {}
-        if spec.get("driver") == DRIVER_NAME:
-            names = [str(d.get("name")) for d in spec.get("devices") or []]
-            pools.setdefault(str((spec.get("pool") or {}).get("name")), []).extend(names)
+    Accelerator), the partitions and VFs of that device now published in its pool (``slices``
+    as :func:`slice_names` keeps them) that no rule selects yet; with the same operation and
+    annotations as the device's rule."""
     selected = set()
+    drains = []
     for r in rules:
         sel = (r.get("spec") or {}).get("deviceSelector") or {}
         selected.add((sel.get("pool"), sel.get("device")))
-    out = []
-    for r in rules:
         meta = r.get("metadata") or {}
         notes = meta.get("annotations") or {}
         accelerator = notes.get(ACCELERATOR_ANNOTATION)
-        if not accelerator or meta.get("name") != rule_name(accelerator):
-            continue  # a partition's or VF's rule, or not one of ours
-        sel = (r.get("spec") or {}).get("deviceSelector") or {}
-        pool, device = str(sel.get("pool")), str(sel.get("device"))
+        if accelerator and meta.get("name") == rule_name(accelerator):
+            drains.append((str(accelerator), str(sel.get("pool")), str(sel.get("device")), notes))
+        # else a partition's or VF's rule, or not one of ours
+    wanted = {pool for _, pool, _, _ in drains}
+    pools: dict[str, list[str]] = {}
+    for s in slices:  # only the drained devices' pools are gathered
+        if s["pool"] in wanted and s["driver"] == DRIVER_NAME:
+            pools.setdefault(s["pool"], []).extend(s["names"])
+    out = []
+    for accelerator, pool, device, notes in drains:
         operation = str(notes.get(f"{DOMAIN}/operation", ""))
         for name in derived(device, pools.get(pool, [])):
             if (pool, name) not in selected:

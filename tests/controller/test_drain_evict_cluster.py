@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.dra.publishing import KINDS
 from kubeacc.controller import taintrules
@@ -197,6 +198,10 @@ def test_a_drained_gpus_partitions_and_a_drained_nics_vfs_are_evicted_too(
         made = taintrules.ensure(ctl, accs[0], stack.node, gpu, f"{ns}/rbac")
         assert rule_name(accs[0], f"mig-{part_suffix}") in made
         assert sorted(taintrules.remove(ctl, accs[0])) == sorted(made)
+        # ... and the watch of the slices whose partitions and VFs drains follow
+        for _, seen in ctl.watch(ResourceSlice, fields={"spec.driver": "kubeacc.io"}):
+            assert as_dict(seen)["spec"]["driver"] == "kubeacc.io"
+            break
 
 
 def _bdf(device: str) -> str:

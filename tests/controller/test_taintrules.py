@@ -14,6 +14,7 @@ from kubeacc.controller.taintrules import (
     missing,
     rule,
     rule_name,
+    slice_names,
 )
 from kubeacc.crds.types import AcceleratorOperationSpec
 
@@ -66,12 +67,18 @@ def test_a_gpus_partitions_and_a_nics_vfs_get_rules_of_their_own() -> None:
 
 
 def _slice(pool: str, *names: str, driver: str = "kubeacc.io") -> dict[str, Any]:
+    """A slice as the controller's watch cache keeps it."""
+    return slice_names(_whole(pool, *names, driver=driver))
+
+
+def _whole(pool: str, *names: str, driver: str = "kubeacc.io") -> dict[str, Any]:
     return {
+        "metadata": {"name": f"{pool}-slice", "resourceVersion": "7", "labels": {"a": "b"}},
         "spec": {
             "driver": driver,
             "pool": {"name": pool},
             "devices": [{"name": n, "attributes": {}} for n in names],
-        }
+        },
     }
 
 
@@ -111,10 +118,17 @@ def test_a_partition_or_vf_that_appears_during_a_drain_gets_its_rule() -> None:
     assert missing(rules[1:2], slices) == []
 
 
-def test_the_slice_watch_wakes_only_when_device_names_change() -> None:
-    a = _slice("n", "gpu-0", "gpu-0-mig-1g-10gb-0")
-    tainted = _slice("n", "gpu-0", "gpu-0-mig-1g-10gb-0")
-    tainted["spec"]["devices"][0]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
+def test_the_slice_watch_keeps_the_names_and_wakes_only_when_they_change() -> None:
+    whole = _whole("n", "gpu-0", "gpu-0-mig-1g-10gb-0")
+    a = slice_names(whole)
+    assert a == {
+        "metadata": {"name": "n-slice", "resourceVersion": "7"},
+        "driver": "kubeacc.io",
+        "pool": "n",
+        "names": ("gpu-0", "gpu-0-mig-1g-10gb-0"),
+    }
+    whole["spec"]["devices"][0]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
+    tainted = slice_names(whole)
     assert not device_names_changed(a, tainted)
     assert device_names_changed(
         a, _slice("n", "gpu-0", "gpu-0-mig-1g-10gb-0", "gpu-0-mig-1g-10gb-1")
