@@ -327,7 +327,11 @@ class Agent:
             and isinstance(claims, WatchingClaimSource)
         ):
             self.binder = FpgaBinder(
-                self.prepare_client, options.node_name, self._programmer.ensure, claims=claims
+                self.prepare_client,
+                options.node_name,
+                self._programmer.ensure,
+                claims=claims,
+                counter=self.metrics.fpga_bindings,
             )
             claims.observers.append(self.binder.observe)
         self.driver = Driver(

@@ -57,11 +57,13 @@ from typing import Any
 from lightkube import ApiError, Client
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
 from kubeacc.apiclient import prime_decoders
+from kubeacc.controller import taintrules
 from kubeacc.controller.cordons import CORDONED_BY, Cordons
-from kubeacc.controller.dispatch import OperationDispatch
+from kubeacc.controller.dispatch import DRA_DRIVER, OperationDispatch
+from kubeacc.controller.drainfollow import DrainFollower
 from kubeacc.controller.leader import LeaderElector
 from kubeacc.controller.policyclasses import policy_specs, reconcile_policies
 from kubeacc.controller.remediator import Remediator
@@ -91,6 +93,7 @@ WATCHED_KINDS = (
     Lease,
     Event,
     ResourceClaim,
+    ResourceSlice,
 )
 
 
@@ -139,7 +142,22 @@ class Controller:
         self.nodes = cache(Node, "nodes", wake_if=membership)
         # The classes of policies: a pass compares them with the policies (was a LIST a pass).
         self.classes = cache(DeviceClass, "deviceclasses", labels={POLICY_LABEL: None})
-        self.caches = (self.operations, self.policies, self.accelerators, self.nodes, self.classes)
+        # kubeacc.io's slices' device names, for drains in force: a pass when they change.
+        self.slices = cache(
+            ResourceSlice,
+            "resourceslices",
+            fields={"spec.driver": DRA_DRIVER},
+            wake_if=taintrules.device_names_changed,
+            keep=taintrules.slice_names,  # device names only: not the whole slices
+        )
+        self.caches = (
+            self.operations,
+            self.policies,
+            self.accelerators,
+            self.nodes,
+            self.classes,
+            self.slices,
+        )
         self.metrics = ControllerMetrics(
             self.operations.items, self.leading, self.accelerators.items
         )
@@ -160,6 +178,9 @@ class Controller:
             operations=self.operations,
             namespace=remediation_namespace or lease_namespace,
             due_in=self._due_in,
+        )
+        self.drains = DrainFollower(
+            client, slices=self.slices, operations=self.operations, metrics=self.metrics
         )
         #: Monotonic time the Lease was last read or written (leader or standby alike).
         self._lease_seen_at = -math.inf
@@ -268,6 +289,11 @@ class Controller:
             except Exception:  # one broken object must not stop the others
                 log.exception("operation %s", op.get("metadata", {}).get("name", "?"))
                 self.metrics.errors.labels("operation").inc()
+        try:
+            self.drains.reconcile(accelerators)
+        except Exception:  # API server away: the next pass tries again
+            log.exception("drain rules of new partitions and VFs")
+            self.metrics.errors.labels("drain-rules").inc()
 
     # -- garbage collection ------------------------------------------------------------------
     def collect_garbage(self, accelerators: dict[str, dict[str, Any]]) -> None:

@@ -113,8 +113,12 @@ class WatchCache:
         wake_if: WakeIf | None = None,
         name: str = "watch",
         max_backoff: float = 10.0,
+        keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self._config = client.config
+        #: What of each object is held (its metadata name, namespace and resourceVersion must
+        #: stay); default all. Big objects read for a few fields (ResourceSlices) are cut down.
+        self._keep = keep or (lambda obj: obj)
         self.resource = resource
         self._namespace = ALL_NS if namespaced else None
         self._labels = labels
@@ -152,7 +156,7 @@ class WatchCache:
     # -- writers' view ----------------------------------------------------------------------
     def observe(self, obj: Any) -> None:
         """Put an object a write returned into the cache (unless the cache has a newer one)."""
-        data = as_dict(obj)
+        data = self._keep(as_dict(obj))
         key = object_key(data)
         with self._lock:
             if _newer(data, self._items.get(key)):
@@ -216,7 +220,7 @@ class WatchCache:
             kw["namespace"] = self._namespace
         self._listed_ok = False
         listing = client.list(self.resource, **kw)
-        fresh = {object_key(d): d for d in (as_dict(o) for o in listing)}
+        fresh = {object_key(d): d for d in (self._keep(as_dict(o)) for o in listing)}
         version = listing.resourceVersion
         with self._lock:
             self._items = fresh
@@ -227,7 +231,7 @@ class WatchCache:
         for event, obj in client.watch(self.resource, resource_version=version, **kw):
             if self._closed.is_set():
                 return
-            if self._apply(event, as_dict(obj)):
+            if self._apply(event, self._keep(as_dict(obj))):
                 self._on_change()
         # lightkube only returns from a watch when told to stop; treat it as broken.
         raise ConnectionError("watch stream ended")

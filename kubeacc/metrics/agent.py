@@ -13,6 +13,8 @@ Series (all prefixed ``kubeacc_``; docs/install.md lists them with their meaning
   device-plugin resource name).
 * ``agent_health_taints{effect}``, ``agent_health_taint_steps_total{step,effect}``,
   ``agent_health_taint_damped_total``: device health as slice taints (kubeacc.agent.healthtaints).
+* ``agent_fpga_bindings_total{outcome,reason}``: FPGA binding conditions written (outcome
+  ``programmed`` or ``failed``, reason as in the condition; kubeacc.agent.dra.binding).
 * ``deviceplugin_allocations_total{resource}``, ``deviceplugin_allocation_errors_total``.
 """
 
@@ -152,6 +154,14 @@ class AgentMetrics(DevicePluginMetrics):
         self.health_taint_damped = Counter(
             "kubeacc_agent_health_taint_damped_total",
             "Health taints held longer because the device faulted again soon after a lift.",
+            registry=r,
+        )
+
+        self.fpga_bindings = Counter(
+            "kubeacc_agent_fpga_bindings_total",
+            "FPGA binding conditions written before binding, by outcome (programmed, failed) "
+            "and reason (Programmed, NoBitstream, BitstreamNotAllowed, ProgrammingTimedOut, ...).",
+            ["outcome", "reason"],
             registry=r,
         )
 

@@ -8,7 +8,8 @@ Series (prefixed ``kubeacc_``):
   ``controller_operation_duration_seconds{action,phase}``: operations this replica finished,
   and their time from start to Succeeded/Failed.
 * ``controller_reconcile_passes_total``, ``controller_reconcile_seconds``,
-  ``controller_reconcile_errors_total{scope}`` (``pass``, or ``operation`` for one object).
+  ``controller_reconcile_errors_total{scope}`` (``pass``, ``operation`` for one object,
+  ``drain-rules`` for the rules of partitions and VFs that appear during a drain).
 * ``controller_leader``: 1 while this replica holds the Lease.
 * ``controller_devices_out_of_service{node,device,reason}``: 1 for each cordoned Accelerator;
   ``reason`` is its ``Remediation`` condition's reason while remediation holds it (``Draining``,

@@ -89,6 +89,8 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("nvidia.driverTools=maybe", "at '/nvidia/driverTools'"),
         ("agent.telemetryInterval=-1", "at '/agent/telemetryInterval'"),
         ("agent.healthTaintHold=0", "at '/agent/healthTaintHold'"),
+        ("agent.deviceStatus=maybe", "at '/agent/deviceStatus'"),
+        ("agent.deviceMetadata=maybe", "at '/agent/deviceMetadata'"),
     ],
 )
 def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
@@ -131,6 +133,22 @@ def test_dra_publish_reaches_the_agent(helm: Helm) -> None:
         "--dra-publish=gpu",
         "--dra-publish=nic",
         "--dra-publish=vf",
+    ]
+
+
+def test_device_status_and_metadata_switches_reach_the_agent(helm: Helm) -> None:
+    def args(*settings: str) -> list[str]:
+        out = helm("template", "t", str(CHART), K8S, *settings).stdout
+        (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
+        found: list[str] = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        return [a for a in found if a in ("--no-device-status", "--no-device-metadata")]
+
+    assert args() == []  # both on by default, as in the agent
+    assert args("--set", "agent.deviceStatus=false") == ["--no-device-status"]
+    assert args("--set", "agent.deviceMetadata=false") == ["--no-device-metadata"]
+    assert args("--set", "agent.deviceStatus=false,agent.deviceMetadata=false") == [
+        "--no-device-status",
+        "--no-device-metadata",
     ]
 
 

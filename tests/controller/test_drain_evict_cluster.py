@@ -1,15 +1,19 @@
 """Drain by eviction on the testbed: a Drain operation with ``spec.evict`` creates a
 DeviceTaintRule, the real kube-controller-manager evicts the pod that holds the GPU, the drain
 succeeds, and Uncordon deletes the rule; a drained GPU's MIG partitions and a drained NIC's
-VFs get rules of their own."""
+VFs get rules of their own, and a VF enabled while its NIC is drained gets one from the
+controller."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.dra.publishing import KINDS
 from kubeacc.controller import taintrules
@@ -92,6 +96,13 @@ def test_a_drained_gpus_partitions_and_a_drained_nics_vfs_are_evicted_too(
     ns = namespace
     every_kind = [f"--dra-publish={kind}" for kind in KINDS]  # VFs are published on request
     with node_stack(testbed, tmp_path, "dgx-h100", agent_args=every_kind) as stack:
+        # each NIC's last VF is not enabled yet: it appears while its NIC is drained
+        hidden = {pf: _hide_last_vf(stack.host, pf, tmp_path / "hidden") for pf in _pfs(stack.host)}
+        eventually(
+            lambda: all(stack.slice_device(vf) is None for vf, _ in hidden.values()),
+            30,
+            "the last VFs unpublished",
+        )
         vf = 'has(device.attributes["kubeacc.io"].sriovVF)'
         kube_client.create(claim("part", ns, "mig.kubeacc.io"))
         kube_client.create(claim("vf", ns, "nic.kubeacc.io", vf))
@@ -127,8 +138,42 @@ def test_a_drained_gpus_partitions_and_a_drained_nics_vfs_are_evicted_too(
             eventually(lambda p=pod: _gone(kube_client, Pod, p, ns), 60, f"{pod} evicted")
         op = stack.finished(ns, "evict", 120)
         assert op["status"]["phase"] == "Succeeded", op["status"]
+
+        # a VF enabled while its NIC is drained gets its rule from the controller
+        late, show = hidden[_bdf(pf)]
+        late_rule = rule_name(accs[1], late.rpartition("-")[2])
+        assert _gone(kube_client, DeviceTaintRule, late_rule)
+        before = _rules_metric(stack.controller, "created")
+        show()
+        eventually(lambda: stack.slice_device(late) is not None, 30, f"{late} published")
+        got = eventually(
+            lambda: (
+                not _gone(kube_client, DeviceTaintRule, late_rule)
+                and as_dict(kube_client.get(DeviceTaintRule, late_rule))
+            ),
+            30,
+            late_rule,
+        )
+        assert got["spec"]["deviceSelector"] == {
+            "driver": "kubeacc.io",
+            "pool": stack.node,
+            "device": late,
+        }
+        assert got["metadata"]["annotations"] == {
+            "kubeacc.io/operation": f"{ns}/evict",
+            "kubeacc.io/accelerator": accs[1],
+        }
+        assert _rules_metric(stack.controller, "created") == before + 1
+        appeared = [
+            e.message or ""
+            for e in kube_client.list(Event, namespace=ns)
+            if e.involvedObject
+            and e.involvedObject.name == "evict"
+            and e.reason == "DeviceTaintRuleCreated"
+        ]
+        assert any(late in m and "appeared" in m for m in appeared), appeared
         created = _rules_metric(stack.controller, "created")
-        assert created >= 2 + 2  # both devices and at least the two held
+        assert created >= 2 + 2 + 1  # both devices, at least the two held, the late VF
 
         stack.operation(ns, "lift", "Uncordon", accs)
         op = stack.finished(ns, "lift", 60)
@@ -153,6 +198,53 @@ def test_a_drained_gpus_partitions_and_a_drained_nics_vfs_are_evicted_too(
         made = taintrules.ensure(ctl, accs[0], stack.node, gpu, f"{ns}/rbac")
         assert rule_name(accs[0], f"mig-{part_suffix}") in made
         assert sorted(taintrules.remove(ctl, accs[0])) == sorted(made)
+        # ... and the watch of the slices whose partitions and VFs drains follow
+        for _, seen in ctl.watch(ResourceSlice, fields={"spec.driver": "kubeacc.io"}):
+            assert as_dict(seen)["spec"]["driver"] == "kubeacc.io"
+            break
+
+
+def _bdf(device: str) -> str:
+    """``nic-0000-5e-00-0`` -> ``0000:5e:00.0``."""
+    domain, bus, slot, fn = device.split("-")[1:5]
+    return f"{domain}:{bus}:{slot}.{fn}"
+
+
+def _pfs(host: Path) -> list[str]:
+    """The BDFs of the host's network functions with SR-IOV VFs enabled."""
+    devices = host / "sys/bus/pci/devices"
+    return sorted(
+        d.name
+        for d in devices.iterdir()
+        if (d / "class").read_text().startswith("0x02") and any(d.glob("virtfn*"))
+    )
+
+
+def _hide_last_vf(host: Path, pf: str, store: Path) -> tuple[str, Callable[[], None]]:
+    """Take ``pf``'s last VF out of the synthetic sysfs, as if one fewer VF were enabled; the
+    VF's device name and the function that enables it again (as a write of sriov_numvfs would)."""
+    store.mkdir(exist_ok=True)
+    devices = host / "sys/bus/pci/devices"
+    links = sorted(
+        (p for p in (devices / pf).iterdir() if p.name[6:].isdigit() and p.name[:6] == "virtfn"),
+        key=lambda p: int(p.name[6:]),
+    )
+    last = links[-1]
+    vf = Path(os.readlink(last)).name
+    numvfs = devices / pf / "sriov_numvfs"
+    count = int(numvfs.read_text())
+    moves = [(last, store / f"{pf}-{last.name}"), (devices / vf, store / vf)]
+    for here, there in moves:
+        os.rename(here, there)
+    numvfs.write_text(f"{count - 1}\n")
+
+    def show() -> None:
+        for here, there in moves:
+            os.rename(there, here)
+        numvfs.write_text(f"{count}\n")
+
+    name = "nic-" + pf.replace(":", "-").replace(".", "-")
+    return f"{name}-vf{len(links) - 1}", show
 
 
 def _rules_metric(controller: Controller, step: str) -> float:

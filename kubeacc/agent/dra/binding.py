@@ -23,6 +23,10 @@ entries. A crash between loading and writing is harmless: the
 claim is still pending when the agent starts again, and loading a bitstream the card already
 carries is a no-op. A load that hangs is given up after ``timeout`` seconds and reported as
 :data:`FAILED` (reason ``ProgrammingTimedOut``), well before the scheduler's own timeout.
+
+Each outcome written is also an Event on the claim (Normal when programmed or nothing to load,
+Warning with the refusal's reason otherwise; ``kubectl describe resourceclaim`` shows it) and a
+count in ``kubeacc_agent_fpga_bindings_total{outcome,reason}``.
 """
 
 from __future__ import annotations
@@ -36,11 +40,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from lightkube import Client
+from prometheus_client import Counter
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.claimpatch import patch_devices
 from kubeacc.agent.dra.claims import WatchingClaimSource
 from kubeacc.crds.opaque import ConfigError, FpgaConfig, parse_config
+from kubeacc.crds.status import emit_event
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +199,7 @@ class FpgaBinder:
         *,
         timeout: float = PROGRAM_TIMEOUT_S,
         claims: WatchingClaimSource | None = None,
+        counter: Counter | None = None,
     ) -> None:
         self.client = client
         #: The agent's watch of its claims: a write starts from its copy (no GET first).
@@ -200,6 +207,8 @@ class FpgaBinder:
         self.node = node
         self.program = program
         self.timeout = timeout
+        #: ``kubeacc_agent_fpga_bindings_total`` (labels outcome, reason); None: not counted.
+        self.counter = counter
         self.field_manager = f"{DRIVER_NAME}-{node}-binding"
         self._queue: queue.Queue[Work | None] = queue.Queue()
         self._queued: set[tuple[str, str, str]] = set()
@@ -258,8 +267,25 @@ class FpgaBinder:
             self._done.add(work.key)
             self._attempts.pop(work.key, None)
         self.outcomes.append((where, work.device, PROGRAMMED if ok else FAILED, reason))
-        (log.info if ok else log.warning)(
-            "ResourceClaim %s, device %s: %s (%s)", where, work.device, reason, message
+        if self.counter is not None:
+            self.counter.labels("programmed" if ok else "failed", reason).inc()
+        self.record(work, ok, reason, message)
+
+    def record(self, work: Work, ok: bool, reason: str, message: str) -> None:
+        """The outcome as an Event on the claim, reported as this node's agent (the admission
+        policy's rule for Events); a failure to record it is logged."""
+        claim = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"namespace": work.namespace, "name": work.name, "uid": work.uid},
+        }
+        emit_event(
+            self.client,
+            claim,
+            reason,
+            f"device {work.device} on node {self.node}: {message}",
+            warning=not ok,
+            component=f"kubeacc-agent-{self.node}",
         )
 
     def _requeue(self, work: Work) -> None:

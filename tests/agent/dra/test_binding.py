@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry, Counter
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.binding import (
@@ -28,6 +29,7 @@ from kubeacc.agent.dra.features import SliceFeatures, without_binding
 from kubeacc.agent.fpga_claims import ClaimProgrammer, ProgrammingRefused
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
 from kubeacc.crds.opaque import fpga_claim_config
+from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
@@ -205,6 +207,54 @@ def test_each_allocation_is_queued_once() -> None:
     again["status"]["allocation"]["allocationTimestamp"] = "2026-11-27T06:05:00Z"
     binder.observe(again)  # allocated anew after a failure: worked on again
     assert binder._queue.qsize() == 3
+
+
+class _Recorded(FpgaBinder):
+    """A binder whose API writes are kept in lists (the cluster test has the real ones)."""
+
+    def __init__(self, program: Any, counter: Counter, fail_writes: int = 0) -> None:
+        super().__init__(None, NODE, program, counter=counter)  # type: ignore[arg-type]
+        self.written: list[dict[str, Any]] = []
+        self.events: list[tuple[str, bool, str]] = []
+        self.fail_writes = fail_writes
+
+    def write(self, work: Work, entry: dict[str, Any]) -> None:
+        if self.fail_writes:
+            self.fail_writes -= 1
+            raise ConnectionError("API server away")
+        self.written.append(entry)
+
+    def record(self, work: Work, ok: bool, reason: str, message: str) -> None:
+        self.events.append((reason, ok, message))
+
+
+def test_each_outcome_written_is_counted_and_recorded_once() -> None:
+    registry = CollectorRegistry()
+    counter = AgentMetrics(registry).fpga_bindings
+
+    def refused(device: str, name: str, digest: str) -> str:
+        raise ProgrammingRefused("BitstreamNotAllowed: a.gbs is not allowed")
+
+    def count(outcome: str, reason: str) -> float | None:
+        return registry.get_sample_value(
+            "kubeacc_agent_fpga_bindings_total", {"outcome": outcome, "reason": reason}
+        )
+
+    binder = _Recorded(lambda *a: "programmed", counter)
+    binder.handle(_work())
+    binder.handle(_work(None))
+    assert count("programmed", "Programmed") == 1
+    assert count("programmed", "NoBitstream") == 1
+    assert [(r, ok) for r, ok, _ in binder.events] == [("Programmed", True), ("NoBitstream", True)]
+
+    binder = _Recorded(refused, counter, fail_writes=1)
+    binder.handle(_work())  # the write failed: nothing counted, nothing recorded yet
+    assert count("failed", "BitstreamNotAllowed") is None and binder.events == []
+    binder.handle(_work())
+    assert count("failed", "BitstreamNotAllowed") == 1
+    [(reason, ok, message)] = binder.events
+    assert (reason, ok) == ("BitstreamNotAllowed", False)
+    assert "not allowed" in message
 
 
 def test_condition_entries() -> None:

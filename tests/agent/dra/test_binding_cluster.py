@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +40,10 @@ from kubeacc.synthetic.kernel import PR_SECONDS_FILE
 from kubeacc.synthetic.tree import HostBuilder
 from kubeacc.testbed.identities import agent_kubeconfig, cert_client
 from kubeacc.testbed.kubelet import KubeletOptions
+from kubeacc.testbed.procs import free_port
 from kubeacc.testbed.testbed import Testbed
 from tests.hosts import discover
+from tests.metrics.scrape import value
 from tests.nodestack import claim_pod, install, pod_phase, resource_claim
 from tests.testbed.helpers import eventually
 
@@ -65,6 +67,8 @@ class Cluster:
     hosts: dict[str, Path]
     agents: dict[str, AgentProcess]
     digest: str
+    #: Each running agent's metrics port.
+    ports: dict[str, int] = field(default_factory=dict)
 
 
 def _host(root: Path, node: str, card: IntelCard) -> Path:
@@ -128,8 +132,28 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def _start(c: Cluster, node: str) -> None:
     agent = c.agents[node]
     library = agent.state_dir.parent / "bitstreams"
-    agent.start(extra=[f"--bitstream-dir={library}", "--simulate-kernel"], apply_classes=False)
+    c.ports[node] = free_port()
+    extra = [
+        f"--bitstream-dir={library}",
+        "--simulate-kernel",
+        f"--metrics-address=127.0.0.1:{c.ports[node]}",
+    ]
+    agent.start(extra=extra, apply_classes=False)
     agent.wait_registered(120)
+
+
+def _bindings(c: Cluster, node: str, outcome: str, reason: str) -> float:
+    """``kubeacc_agent_fpga_bindings_total`` as ``node``'s agent serves it."""
+    return value(c.ports[node], "kubeacc_agent_fpga_bindings_total", outcome=outcome, reason=reason)
+
+
+def _claim_events(c: Cluster) -> list[Event]:
+    return [
+        ev
+        for ev in c.client.list(Event, namespace=NS)
+        if ev.involvedObject
+        and (ev.involvedObject.kind, ev.involvedObject.name) == ("ResourceClaim", "fpga")
+    ]
 
 
 def _claim_status(c: Cluster) -> dict[str, Any]:
@@ -163,6 +187,22 @@ def test_bitstream_loaded_before_binding_and_refused_one_goes_elsewhere(cluster:
     assert _node_name(c) == ""
     card_a = _card(c.hosts[NODE_A])
     assert card_a.fpga and card_a.fpga.afu_id is None, "nothing loaded on fpga-a"
+    # the refusal counted on fpga-a's metrics endpoint and recorded as a Warning on the claim
+    eventually(
+        lambda: _bindings(c, NODE_A, "failed", "BitstreamNotAllowed") >= 1,
+        30,
+        "the refusal counted",
+    )
+    assert _bindings(c, NODE_A, "programmed", "Programmed") == 0
+    eventually(
+        lambda: any(ev.reason == "BitstreamNotAllowed" for ev in _claim_events(c)),
+        30,
+        "the refusal as an Event on the claim",
+    )
+    refusal = next(ev for ev in _claim_events(c) if ev.reason == "BitstreamNotAllowed")
+    assert refusal.type == "Warning"
+    assert refusal.reportingComponent == f"kubeacc-agent-{NODE_A}"
+    assert card_a.name in (refusal.message or "") and NODE_A in (refusal.message or "")
     _user_cannot_write_the_condition(c, card_a.name)
 
     # fpga-b joins: the pod goes there, and is bound only once the bitstream is in
@@ -196,6 +236,12 @@ def test_bitstream_loaded_before_binding_and_refused_one_goes_elsewhere(cluster:
     assert conds[PROGRAMMED]["reason"] == "Programmed"
     assert FAILED not in conds
     assert "carries AFU" in c.agents[NODE_B].log(), "prepare only checked the card"
+    assert _bindings(c, NODE_B, "programmed", "Programmed") == 1
+    assert _bindings(c, NODE_B, "failed", "BitstreamNotAllowed") == 0
+    (programmed,) = [ev for ev in _claim_events(c) if ev.reason == "Programmed"]
+    assert programmed.type == "Normal"
+    assert programmed.reportingComponent == f"kubeacc-agent-{NODE_B}"
+    assert device_b in (programmed.message or "")
 
     events = [
         ev.message or ""
