@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kubeacc.model import Device
 from kubeacc.native import build
 from kubeacc.selftest import prepare
 from kubeacc.testbed.images import busybox_layer, write_image
@@ -80,6 +81,21 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]
         runtime.shutdown()
 
 
+def node(hosts: HostFactory, tmp_path: Path) -> tuple[Path, Path, Path, Device]:
+    """A dgx-h100 host with a stand-in driver root, the hook and smoke program built, and its
+    first GPU's device nodes made: (host, native dir, device root, the GPU)."""
+    host = hosts.copy("dgx-h100")
+    stand_in_driver(host / "driver", driver_version(host))
+    native = tmp_path / "native"
+    build.build_hook(native)
+    build.build_smoke(native)
+    devices = tmp_path / "devices"
+    gpu = next(d for d in discover(host).devices if d.vendor == "NVIDIA")
+    make_device_nodes(devices, gpu.device_nodes)
+    (tmp_path / "cdi").mkdir()
+    return host, native, devices, gpu
+
+
 def gpu_bus(host: Path) -> str:
     gpu = next(d for d in discover(host).devices if d.vendor == "NVIDIA")
     assert gpu.pci is not None
@@ -123,17 +139,8 @@ def run_selftest(
 def test_the_smoke_program_loads_the_driver_through_the_runtime(
     containerd: Containerd, hosts: HostFactory, tmp_path: Path
 ) -> None:
-    host = hosts.copy("dgx-h100")
+    host, native, devices, gpu = node(hosts, tmp_path)
     version = driver_version(host)
-    stand_in_driver(host / "driver", version)
-    native = tmp_path / "native"
-    build.build_hook(native)
-    build.build_smoke(native)
-    devices = tmp_path / "devices"
-    gpu = next(d for d in discover(host).devices if d.vendor == "NVIDIA")
-    make_device_nodes(devices, gpu.device_nodes)
-    (tmp_path / "cdi").mkdir()
-
     rc, checks = run_selftest(host, tmp_path, containerd, native, devices)
     smoke = checks[SMOKE]
     assert smoke["status"] == "pass", smoke
@@ -165,17 +172,8 @@ def test_the_smoke_program_loads_the_driver_through_the_runtime(
 def test_a_memory_share_is_held_to_its_size_in_the_container_only_by_the_library(
     containerd: Containerd, hosts: HostFactory, tmp_path: Path
 ) -> None:
-    host = hosts.copy("dgx-h100")
-    stand_in_driver(host / "driver", driver_version(host))
-    native = tmp_path / "native"
-    build.build_hook(native)
-    build.build_smoke(native)
+    host, native, devices, _ = node(hosts, tmp_path)
     library = build.build_library(native)
-    devices = tmp_path / "devices"
-    gpu = next(d for d in discover(host).devices if d.vendor == "NVIDIA")
-    make_device_nodes(devices, gpu.device_nodes)
-    (tmp_path / "cdi").mkdir()
-
     rc, checks = run_selftest(host, tmp_path, containerd, native, devices, library=library)
     share = checks[prepare.SHARE]
     assert rc == 0 and share["status"] == "pass", share
@@ -193,15 +191,8 @@ def test_a_memory_share_is_held_to_its_size_in_the_container_only_by_the_library
 def test_an_image_the_runtime_lacks_fails_with_its_message(
     containerd: Containerd, hosts: HostFactory, tmp_path: Path
 ) -> None:
-    host = hosts.copy("dgx-h100")
-    stand_in_driver(host / "driver", driver_version(host))
-    native = tmp_path / "native"
-    build.build_hook(native)
-    build.build_smoke(native)
-    (tmp_path / "cdi").mkdir()
-    rc, checks = run_selftest(
-        host, tmp_path, containerd, native, tmp_path / "devices", "kubeacc.local/absent:1"
-    )
+    host, native, devices, _ = node(hosts, tmp_path)
+    rc, checks = run_selftest(host, tmp_path, containerd, native, devices, "kubeacc.local/absent:1")
     smoke = checks[SMOKE]
     assert rc == 1 and smoke["status"] == "fail"
     assert "image kubeacc.local/absent:1: exit 1:" in smoke["detail"]

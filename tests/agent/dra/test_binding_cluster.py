@@ -78,6 +78,25 @@ def _host(root: Path, node: str, card: IntelCard) -> Path:
     return root
 
 
+def allow_arria(client: Client, model: str, digest: str, ns: str) -> None:
+    """The AcceleratorPolicy that allows ``arria.gbs`` on ``model`` cards, and the test's
+    namespace ``ns``."""
+    client.create(
+        from_dict(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "AcceleratorPolicy",
+                "metadata": {"name": "arria-bitstreams"},
+                "spec": {
+                    "selector": {"types": ["fpga"], "models": [model]},
+                    "allowedBitstreams": [{"name": "arria.gbs", "sha256": digest}],
+                },
+            }
+        )
+    )
+    client.create(Namespace(metadata={"name": ns}))  # type: ignore[arg-type]
+
+
 def _card(host: Path) -> Any:
     (card,) = discover(host).by_type(DeviceType.FPGA)
     return card
@@ -108,20 +127,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 work / node,
             )
         (hosts[NODE_B] / PR_SECONDS_FILE).write_text(f"{PR_SECONDS}\n")
-        client.create(
-            from_dict(
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "AcceleratorPolicy",
-                    "metadata": {"name": "arria-bitstreams"},
-                    "spec": {
-                        "selector": {"types": ["fpga"], "models": [_card(hosts[NODE_B]).model]},
-                        "allowedBitstreams": [{"name": "arria.gbs", "sha256": digest}],
-                    },
-                }
-            )
-        )
-        client.create(Namespace(metadata={"name": NS}))  # type: ignore[arg-type]
+        allow_arria(client, _card(hosts[NODE_B]).model, digest, NS)
         yield Cluster(work, tb, client, hosts, agents, digest)
     finally:
         for agent in agents.values():

@@ -14,8 +14,6 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from lightkube.codecs import from_dict
-from lightkube.resources.core_v1 import Namespace
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
@@ -23,7 +21,6 @@ from kubeacc.agent.dra.binding import PROGRAMMED
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
 from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.crds.resources import as_dict, install_crds
-from kubeacc.crds.types import API_VERSION
 from kubeacc.synthetic.hosts_fpga import PAC_ARRIA10
 from kubeacc.testbed.identities import agent_kubeconfig
 from kubeacc.testbed.kubelet import KubeletOptions
@@ -35,7 +32,7 @@ from tests.nodestack import claim_pod, install, pod_phase, resource_claim
 from tests.testbed.helpers import eventually
 
 from .agentproc import AgentProcess
-from .test_binding_cluster import AFU, _card, _host
+from .test_binding_cluster import AFU, _card, _host, allow_arria
 
 pytestmark = pytest.mark.cluster
 
@@ -57,20 +54,7 @@ def test_without_the_gate_the_bitstream_is_loaded_at_prepare(tmp_path: Path) -> 
         library = tmp_path / "bitstreams"
         library.mkdir()
         (library / "arria.gbs").write_bytes(gbs)
-        client.create(
-            from_dict(
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": "AcceleratorPolicy",
-                    "metadata": {"name": "arria-bitstreams"},
-                    "spec": {
-                        "selector": {"types": ["fpga"], "models": [_card(host).model]},
-                        "allowedBitstreams": [{"name": "arria.gbs", "sha256": digest}],
-                    },
-                }
-            )
-        )
-        client.create(Namespace(metadata={"name": NS}))  # type: ignore[arg-type]
+        allow_arria(client, _card(host).model, digest, NS)
         tb.wait_service_account(NS)
 
         port = free_port()
