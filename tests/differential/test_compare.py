@@ -30,6 +30,8 @@ FEATURES = {
     "binding-conditions",
     "bool-vs-int",
     "capacity-requests",
+    "capacity-range-edges",
+    "capacity-unrepresentable",
     "cel",
     "cel-bind",
     "cel-bool-int",
