@@ -578,9 +578,15 @@ class FirstFit:
                 if found is None:
                     return None
                 per_device, d = found
-                if not self._selectable(0, alt, d, per_device) or not self._capacity_fits(
-                    0, alt, d
-                ):
+                if not self._selectable(0, alt, d, per_device):
+                    return None
+                try:
+                    fits = self._capacity_fits(0, alt, d)
+                except AllocationError:
+                    # a device whose capacity check fails the pod when the scheduler's search
+                    # reaches it: not an allocation the scheduler makes
+                    return None
+                if not fits:
                     return None
                 if self._allocate(0, alt, d, must=False) is None:
                     return None
