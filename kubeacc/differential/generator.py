@@ -152,6 +152,8 @@ class _Gen:
         self.degraded = random.Random(seed ^ 0xDE6_7A1)
         #: capacity requests and policies at the edges of the allocator's range arithmetic
         self.edges = random.Random(seed ^ 0xCA9_ED6E)
+        #: compatibility groups on counters devices consume
+        self.groups = random.Random(seed ^ 0xC0_6B0)
         self.features: set[str] = set()
         self.devices: list[tuple[str, str, str, dict[str, Any]]] = []  # driver, pool, name, raw
 
@@ -355,6 +357,17 @@ class _Gen:
                     for name in wanted:
                         wanted[name] = re_.choice(("9Ei", "10E", "7Ei", "2500m", "-4Gi"))
                     self.features.add("capacity-unrepresentable")
+
+    def compatibility_groups(self, slices: list[dict[str, Any]]) -> None:
+        """Compatibility groups on some counter consumptions. v1.37 ignores such a slice with
+        its alpha gate off (its pool is then incomplete); v1.36's API has no such field."""
+        rg = self.groups
+        for s in slices:
+            for dev in s["spec"].get("devices") or []:
+                for consumed in dev.get("consumesCounters") or []:
+                    if rg.random() < 0.08:
+                        consumed["compatibilityGroups"] = [rg.choice(("whole", "parts"))]
+                        self.features.add("compatibility-groups")
 
     def bind(self, devs: list[dict[str, Any]]) -> None:
         """Binding conditions on one of the devices: the allocator then searches the whole
@@ -573,6 +586,7 @@ def scenario(seed: int, release: str = "1.37") -> tuple[dict[str, Any], set[str]
     g.taint_degraded(slices)
     if release == "1.37":
         g.capacity_edges(slices, claims)
+    g.compatibility_groups(slices)
     scen = {
         "slices": slices,
         "classes": classes,

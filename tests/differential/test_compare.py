@@ -61,6 +61,7 @@ FEATURES = {
     "cel-unicode",
     "cel-url",
     "class-selectors",
+    "compatibility-groups",
     "constraints",
     "constraints-over-subrequests",
     "consumable-capacity",
