@@ -24,6 +24,7 @@ from kubeacc.differential.harness import GoAllocator
 from kubeacc.differential.validator import pinned_pod
 from kubeacc.engine.engine import Engine, PodPlacement
 from kubeacc.engine.quantity import parse_quantity
+from kubeacc.engine.release import release
 
 
 @dataclass
@@ -50,7 +51,7 @@ class Report:
 
 def compare_seed(seed: int, go: GoAllocator, report: Report) -> None:
     """One scenario; the engine follows the release of the allocator ``go`` runs."""
-    scen, features = scenario(seed)
+    scen, features = scenario(seed, release(go.release).name)
     report.scenarios += 1
     report.coverage.update(features)
     pods: list[list[int]] = scen.get("pods") or [[i] for i in range(len(scen["claims"]))]

@@ -150,6 +150,10 @@ class _Gen:
         self.format_library = random.Random(seed ^ 0xF0_11B)
         #: taints with the ``None`` effect (degraded, still usable), a stream of their own
         self.degraded = random.Random(seed ^ 0xDE6_7A1)
+        #: capacity requests and policies at the edges of the allocator's range arithmetic
+        self.edges = random.Random(seed ^ 0xCA9_ED6E)
+        #: compatibility groups on counters devices consume
+        self.groups = random.Random(seed ^ 0xC0_6B0)
         self.features: set[str] = set()
         self.devices: list[tuple[str, str, str, dict[str, Any]]] = []  # driver, pool, name, raw
 
@@ -321,6 +325,50 @@ class _Gen:
                     dev["taints"] = [*dev.get("taints", []), taint]
                     self.features.add("taint-none")
 
+    def capacity_edges(self, slices: list[dict[str, Any]], claims: list[dict[str, Any]]) -> None:
+        """Capacity requests and policies at the edges of v1.37's 64-bit range arithmetic:
+        requests above MaxInt64 or rounding up to a step past it, fractional ``min``, negative
+        requests and capacities (stored before validation). The allocator fails the pod on the
+        unrepresentable and the negative ones once a device reaches its capacity check."""
+        re_ = self.edges
+        for s in slices:
+            for dev in s["spec"].get("devices") or []:
+                for cap in (dev.get("capacity") or {}).values():
+                    rng = (cap.get("requestPolicy") or {}).get("validRange")
+                    if rng and re_.random() < 0.4:
+                        rng["min"] = re_.choice(("2Gi", "1500m", "0"))
+                        rng["step"] = re_.choice(("3Ei", "2Gi", "1"))
+                        self.features.add("capacity-range-edges")
+                    if re_.random() < 0.005:
+                        cap["value"] = "-1Gi"
+                        self.features.add("capacity-negative")
+        for claim in claims:
+            for req in claim["spec"]["devices"]["requests"]:
+                for exact in [req["exactly"]] if "exactly" in req else req["firstAvailable"]:
+                    wanted = (exact.get("capacity") or {}).get("requests")
+                    if wanted is None:
+                        if re_.random() >= 0.03:
+                            continue
+                        name = f"{DRIVER}/memory" if re_.random() < 0.3 else "memory"
+                        wanted = {name: "4Gi"}
+                        exact["capacity"] = {"requests": wanted}
+                    elif re_.random() >= 0.3:
+                        continue
+                    for name in wanted:
+                        wanted[name] = re_.choice(("9Ei", "10E", "7Ei", "2500m", "-4Gi"))
+                    self.features.add("capacity-unrepresentable")
+
+    def compatibility_groups(self, slices: list[dict[str, Any]]) -> None:
+        """Compatibility groups on some counter consumptions. v1.37 ignores such a slice with
+        its alpha gate off (its pool is then incomplete); v1.36's API has no such field."""
+        rg = self.groups
+        for s in slices:
+            for dev in s["spec"].get("devices") or []:
+                for consumed in dev.get("consumesCounters") or []:
+                    if rg.random() < 0.08:
+                        consumed["compatibilityGroups"] = [rg.choice(("whole", "parts"))]
+                        self.features.add("compatibility-groups")
+
     def bind(self, devs: list[dict[str, Any]]) -> None:
         """Binding conditions on one of the devices: the allocator then searches the whole
         pool after the pools without any."""
@@ -452,8 +500,10 @@ class _Gen:
         }
 
 
-def scenario(seed: int) -> tuple[dict[str, Any], set[str]]:
-    """One scenario and the features it exercises."""
+def scenario(seed: int, release: str = "1.37") -> tuple[dict[str, Any], set[str]]:
+    """One scenario and the features it exercises, for the allocator of ``release``: the
+    capacity edges of v1.37's range arithmetic only for ``1.37`` (v1.36 wraps in 64 bits,
+    which the engine does not follow)."""
     g = _Gen(seed)
     r = g.r
     nodes = [
@@ -534,6 +584,9 @@ def scenario(seed: int) -> tuple[dict[str, Any], set[str]]:
                 g.bind(s["spec"]["devices"])
         slices += bound
     g.taint_degraded(slices)
+    if release == "1.37":
+        g.capacity_edges(slices, claims)
+    g.compatibility_groups(slices)
     scen = {
         "slices": slices,
         "classes": classes,

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from kubeacc.engine.capacitypolicy import CapacityError, consumption, violates
 from kubeacc.engine.celenv import CelError, compile_selector
 from kubeacc.engine.claims import ALL, Alternative, Claim, DeviceClass
 from kubeacc.engine.nodepools import NodePool, device_node_matches
 from kubeacc.engine.pools import Device, DeviceKey, Node
-from kubeacc.engine.quantity import parse_quantity
 from kubeacc.engine.release import Release
 from kubeacc.engine.release import release as default_release
 from kubeacc.engine.search import Pick
@@ -136,70 +136,6 @@ def taint_blocks(d: Device, alt: Alternative) -> bool:
         ):
             return True
     return False
-
-
-def _consumed(requested: Fraction | None, total: Fraction, policy: Mapping[str, Any]) -> Fraction:
-    if requested is None:
-        if policy.get("default") is not None:
-            return parse_quantity(str(policy["default"]))
-        return total
-    if not policy:
-        return requested
-    rng = policy.get("validRange")
-    if rng and rng.get("min") is not None:
-        lo = parse_quantity(str(rng["min"]))
-        if requested < lo:
-            return lo
-        if rng.get("step") is None:
-            return requested
-        step = int(parse_quantity(str(rng["step"])))
-        added = _ceil_int(requested) - int(lo)
-        n = -(-added // step)
-        return Fraction(int(lo) + step * n)
-    if policy.get("validValues") is not None:
-        for v in policy["validValues"]:
-            q = parse_quantity(str(v))
-            if requested <= q:
-                return q
-    return requested
-
-
-def _ceil_int(q: Fraction) -> int:
-    return -(-q.numerator // q.denominator)
-
-
-def _violates(v: Fraction, policy: Mapping[str, Any]) -> bool:
-    if not policy:
-        return False
-    if policy.get("default") is not None and parse_quantity(str(policy["default"])) == v:
-        return False
-    rng = policy.get("validRange")
-    if rng is not None:
-        if rng.get("max") is not None and v > parse_quantity(str(rng["max"])):
-            return True
-        if rng.get("step") is not None:
-            lo = int(parse_quantity(str(rng.get("min", "0"))))
-            return (_ceil_int(v) - lo) % int(parse_quantity(str(rng["step"]))) != 0
-        return False
-    values = policy.get("validValues")
-    if values:
-        return all(parse_quantity(str(x)) != v for x in values)
-    return False
-
-
-def consumption(alt: Alternative, d: Device) -> dict[str, Fraction] | None:
-    """Per capacity of ``d``, what one allocation for ``alt`` consumes; None: a requested
-    capacity the device lacks (the device is skipped)."""
-    requested: dict[str, Fraction] = {}
-    for name, q in alt.capacity:
-        qn = d.capacity_key(name)
-        if qn is None:
-            return None
-        requested[qn] = q
-    return {
-        c: _consumed(requested.get(c), total, d.capacity_policy.get(c, {}))
-        for c, total in d.capacity.items()
-    }
 
 
 class FirstFit:
@@ -312,29 +248,41 @@ class FirstFit:
             key = (d.key, ci, alt.name)
             hit = self.static_fit.get(key)
             if hit is None:
-                hit = self.static_fit[key] = self._capacity_check(alt, d)
+                hit = self.static_fit[key] = self._capacity_check(ci, alt, d)
             return hit
-        return self._capacity_check(alt, d)
+        return self._capacity_check(ci, alt, d)
 
     def _all_capacity_fits(self, ci: int, alt: Alternative, d: Device) -> bool:
         """Whether an ``All`` request gathers the device: v1.37 looks at its static capacity
         only (a device whose capacity is taken stays in the set, and the request then fails);
         v1.36 at what is left of it (such a device is skipped)."""
         if self.release.all_static_capacity:
-            return self._capacity_check(alt, d, static=True)
+            return self._capacity_check(ci, alt, d, static=True)
         return self._capacity_fits(ci, alt, d)
 
-    def _capacity_check(self, alt: Alternative, d: Device, static: bool = False) -> bool:
-        if not alt.capacity and not d.capacity_policy and not d.allow_multiple:
+    def _capacity_check(self, ci: int, alt: Alternative, d: Device, static: bool = False) -> bool:
+        strict = self.release.capacity_errors_fail_pod
+        if (
+            not alt.capacity
+            and not d.capacity_policy
+            and not d.allow_multiple
+            and not (strict and d.negative_capacity)
+        ):
             return True
-        cons = consumption(alt, d)
+        try:
+            cons = consumption(alt, d, strict)
+        except CapacityError as e:
+            raise AllocationError(
+                f"claim {self.claims[ci].ref}, request {alt.name}: checking capacity for "
+                f"device {d.id}: {e}"
+            ) from None
         if cons is None:
             return False
         none: dict[str, Fraction] = {}
         used = none if static else self.ledger.capacity_used.get(d.key, {})
         pend = none if static else self.cap_pending.get(d.key, {})
         for c, v in cons.items():
-            if _violates(v, d.capacity_policy.get(c, {})):
+            if violates(v, d.capacity_policy.get(c, {})):
                 return False
             if used.get(c, Fraction(0)) + v + pend.get(c, Fraction(0)) > d.capacity[c]:
                 return False
@@ -630,9 +578,15 @@ class FirstFit:
                 if found is None:
                     return None
                 per_device, d = found
-                if not self._selectable(0, alt, d, per_device) or not self._capacity_fits(
-                    0, alt, d
-                ):
+                if not self._selectable(0, alt, d, per_device):
+                    return None
+                try:
+                    fits = self._capacity_fits(0, alt, d)
+                except AllocationError:
+                    # a device whose capacity check fails the pod when the scheduler's search
+                    # reaches it: not an allocation the scheduler makes
+                    return None
+                if not fits:
                     return None
                 if self._allocate(0, alt, d, must=False) is None:
                     return None

@@ -6,7 +6,9 @@ slice of shared counters, in v1.37 such a slice only when it targets the node, t
 slices being fetched when the node's look incomplete). Within a pool the highest generation *among
 those slices* wins, so an older generation is used when the newest one only targets other nodes; if
 the node's slices are fewer than ``resourceSliceCount``, all slices of the pool decide: a newer
-generation anywhere makes the pool obsolete (ignored), too few slices make it incomplete. Duplicate
+generation anywhere makes the pool obsolete (ignored), too few slices make it incomplete (v1.37
+ignores a slice whose devices list compatibility groups while its alpha gate is off, so such a
+pool is incomplete: none of its devices is allocated, ``All`` requests over it fail). Duplicate
 device names or counters that name an unknown counter set make a pool invalid. Pools are ordered by
 driver and name, those with a device that has binding conditions after all others (a device that
 needs the driver to confirm binding is the last resort), slices by name: the order the scheduler's
@@ -80,6 +82,15 @@ def relevant(s: Slice, node: Node, counters_everywhere: bool = True) -> bool:
     return False
 
 
+def uses_compatibility_groups(s: Slice) -> bool:
+    """A device of the slice lists compatibility groups on a counter it consumes."""
+    return any(
+        get(c, "compatibilityGroups")
+        for d in get(get(s, "spec", {}), "devices", []) or []
+        for c in get(d, "consumesCounters", []) or []
+    )
+
+
 def gather_node_pools(
     node: Node,
     slices_for_node: Sequence[Slice],
@@ -89,7 +100,10 @@ def gather_node_pools(
 ) -> list[NodePool]:
     rel = release or default_release()
     groups: dict[tuple[str, str], list[Slice]] = {}
+    hidden = rel.compatibility_group_slices_ignored
     for s in slices_for_node:
+        if hidden and uses_compatibility_groups(s):
+            continue
         if not relevant(s, node, rel.counters_everywhere):
             continue
         key = _pool_key(s)
@@ -106,7 +120,11 @@ def gather_node_pools(
             everything = slices_by_pool.get(key, ())
             if any(_generation(s) > gen for s in everything):
                 continue  # obsolete: the driver is replacing this generation
-            every = [s for s in everything if _generation(s) == gen]
+            every = [
+                s
+                for s in everything
+                if _generation(s) == gen and not (hidden and uses_compatibility_groups(s))
+            ]
             if len(every) != _count(group[0]):
                 out.append(NodePool(key[0], key[1], incomplete=True))
                 continue

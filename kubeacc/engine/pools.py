@@ -182,6 +182,15 @@ class Device:
         device has no capacity written exactly so."""
         return self.capacity_names.get(name)
 
+    @cached_property
+    def negative_capacity(self) -> bool:
+        """A capacity (or a policy default) below zero: v1.37's allocator fails the pod when
+        such a device reaches its capacity check (a value stored before validation)."""
+        defaults = [p.get("default") for p in self.capacity_policy.values()]
+        return any(v < 0 for v in self.capacity.values()) or any(
+            parse_quantity(str(v)) < 0 for v in defaults if v is not None
+        )
+
     def written_capacity(self, qualified: str) -> str:
         """The name the slice wrote for the capacity kept under ``qualified``."""
         if self._written is None:

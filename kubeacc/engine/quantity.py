@@ -3,7 +3,9 @@
 Grammar: ``<sign><digits>[.<digits>]<suffix>`` where the suffix is a binary SI suffix
 (Ki Mi Gi Ti Pi Ei), a decimal SI suffix (n u m "" k M G T P E) or a decimal exponent
 (``e``/``E`` followed by a signed integer). Values are kept as :class:`fractions.Fraction` so
-comparisons and sums never round.
+comparisons and sums never round. As the API's parser does, a value written with a binary suffix
+is capped at the largest 64-bit integer (``9Ei`` reads as 9223372036854775807), so capacity
+requests and policies compare as kube-scheduler's allocator sees them.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import re
 from fractions import Fraction
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+#: the cap on values written with a binary suffix (Go's MaxInt64)
+BINARY_MAX = 2**63 - 1
 _DECIMAL = {
     "n": Fraction(1, 10**9),
     "u": Fraction(1, 10**6),
@@ -49,6 +53,8 @@ def parse_quantity(text: str | int | float) -> Fraction:
     value = Fraction(number)
     if suffix in _BINARY:
         value *= _BINARY[suffix]
+        if sign != "-" and value > BINARY_MAX:
+            value = Fraction(BINARY_MAX)
     elif suffix in _DECIMAL:
         value *= _DECIMAL[suffix]
     else:

@@ -42,6 +42,15 @@ class Release:
     #: counters a search is taking are kept per driver and pool (v1.37); v1.36 keeps them per
     #: pool name, so equally named pools of two drivers draw on one tally
     counters_per_driver: bool
+    #: a capacity request the range arithmetic cannot represent (above MaxInt64, or rounding
+    #: up to a step past it) or a negative consumed value fails the pod (v1.37); v1.36 computes
+    #: in wrapping 64-bit arithmetic and has no such error
+    capacity_errors_fail_pod: bool
+    #: a slice with a device that lists ``consumesCounters[].compatibilityGroups`` is ignored,
+    #: so its pool is incomplete (v1.37 with the alpha gate DRADeviceCompatibilityGroups off,
+    #: the default: the allocator cannot check the groups, so it allocates nothing of the
+    #: pool); v1.36's API has no such field and uses the slice
+    compatibility_group_slices_ignored: bool
 
 
 RELEASES: dict[str, Release] = {
@@ -53,6 +62,8 @@ RELEASES: dict[str, Release] = {
         distinct_every_value=False,
         config_for_all_unnamed=False,
         counters_per_driver=False,
+        capacity_errors_fail_pod=False,
+        compatibility_group_slices_ignored=False,
     ),
     "1.37": Release(
         "1.37",
@@ -62,6 +73,8 @@ RELEASES: dict[str, Release] = {
         distinct_every_value=True,
         config_for_all_unnamed=True,
         counters_per_driver=True,
+        capacity_errors_fail_pod=True,
+        compatibility_group_slices_ignored=True,
     ),
 }
 DEFAULT = "1.37"

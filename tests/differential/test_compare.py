@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubeacc.differential.compare import run_range
+from kubeacc.differential.compare import Report, compare_seed, run_range
 from kubeacc.differential.generator import scenario
 from kubeacc.differential.harness import GoAllocator
 from kubeacc.differential.validator import pinned_pod, pinned_scenario
@@ -30,6 +30,8 @@ FEATURES = {
     "binding-conditions",
     "bool-vs-int",
     "capacity-requests",
+    "capacity-range-edges",
+    "capacity-unrepresentable",
     "cel",
     "cel-bind",
     "cel-bool-int",
@@ -59,6 +61,7 @@ FEATURES = {
     "cel-unicode",
     "cel-url",
     "class-selectors",
+    "compatibility-groups",
     "constraints",
     "constraints-over-subrequests",
     "consumable-capacity",
@@ -104,6 +107,18 @@ def test_engine_following_136_agrees_with_the_136_allocator(
     assert report.disagreements == [], summary
     assert report.invalid_picks == [], summary
     assert report.both_allocate > CI_136_SEEDS // 3
+
+
+def test_engine_prefers_no_device_whose_capacity_check_fails_the_pod(
+    go_allocator: GoAllocator,
+) -> None:
+    # Seed 1140: a -4Gi request; first fit takes a device whose validValues round it up, and
+    # the engine's own search preferred a later device that consumes -4Gi, which fails the pod
+    # where the scheduler's search reaches it (it does not): the engine must keep first fit's.
+    report = Report()
+    compare_seed(1140, go_allocator, report)
+    assert report.disagreements == [] and report.invalid_picks == []
+    assert report.both_allocate > 0
 
 
 def test_generator_is_deterministic() -> None:
