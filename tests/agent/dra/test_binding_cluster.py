@@ -135,17 +135,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         tb.stop()
 
 
-def _start(c: Cluster, node: str) -> None:
-    agent = c.agents[node]
-    library = agent.state_dir.parent / "bitstreams"
-    c.ports[node] = free_port()
+def start_binding_agent(agent: AgentProcess, library: Path) -> int:
+    """Start the agent with the bitstream library and a metrics port; the port."""
+    port = free_port()
     extra = [
         f"--bitstream-dir={library}",
         "--simulate-kernel",
-        f"--metrics-address=127.0.0.1:{c.ports[node]}",
+        f"--metrics-address=127.0.0.1:{port}",
     ]
     agent.start(extra=extra, apply_classes=False)
     agent.wait_registered(120)
+    return port
+
+
+def _start(c: Cluster, node: str) -> None:
+    agent = c.agents[node]
+    c.ports[node] = start_binding_agent(agent, agent.state_dir.parent / "bitstreams")
 
 
 def _bindings(c: Cluster, node: str, outcome: str, reason: str) -> float:

@@ -24,7 +24,6 @@ from kubeacc.crds.resources import as_dict, install_crds
 from kubeacc.synthetic.hosts_fpga import PAC_ARRIA10
 from kubeacc.testbed.identities import agent_kubeconfig
 from kubeacc.testbed.kubelet import KubeletOptions
-from kubeacc.testbed.procs import free_port
 from kubeacc.testbed.testbed import Testbed
 from kubeacc.testbed.versions import FEATURE_GATES
 from tests.metrics.scrape import value
@@ -32,7 +31,7 @@ from tests.nodestack import claim_pod, install, pod_phase, resource_claim
 from tests.testbed.helpers import eventually
 
 from .agentproc import AgentProcess
-from .test_binding_cluster import AFU, _card, _host, allow_arria
+from .test_binding_cluster import AFU, _card, _host, allow_arria, start_binding_agent
 
 pytestmark = pytest.mark.cluster
 
@@ -57,17 +56,10 @@ def test_without_the_gate_the_bitstream_is_loaded_at_prepare(tmp_path: Path) -> 
         allow_arria(client, _card(host).model, digest, NS)
         tb.wait_service_account(NS)
 
-        port = free_port()
         agent = AgentProcess(
             NODE, host, agent_kubeconfig(tb, NODE, tmp_path), tb.node(NODE).root_dir, tmp_path
         )
-        extra = [
-            f"--bitstream-dir={library}",
-            "--simulate-kernel",
-            f"--metrics-address=127.0.0.1:{port}",
-        ]
-        agent.start(extra=extra, apply_classes=False)
-        agent.wait_registered(120)
+        port = start_binding_agent(agent, library)
         agent.wait_log("the API server drops bindingConditions")
         fpga = _card(host).name
         devices = {
