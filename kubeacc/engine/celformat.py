@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import datetime
 import math
-import unicodedata
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Protocol
 
+from kubeacc.engine.goquote import go_quote
 from kubeacc.engine.k8scel import KubernetesCelError
 
 #: the Go type names kube-scheduler reports for this project's opaque Kubernetes values
@@ -204,38 +204,6 @@ def cel_type_name(t: Any) -> str:
         return GO_MESSAGE_NAMES.get(short, name)
     base = name.partition("<")[0]
     return _TYPE_NAMES.get(base, base)
-
-
-def go_quote(s: str) -> str:
-    """Go's ``%q`` of a string: printable characters as they are, the rest escaped."""
-    out = ['"']
-    for c in s:
-        o = ord(c)
-        if c in ('"', "\\"):
-            out.append("\\" + c)
-        elif c == " " or (o >= 0x20 and unicodedata.category(c)[0] not in "CZ"):
-            out.append(c)
-        elif c in _SHORT_ESCAPES:
-            out.append(_SHORT_ESCAPES[c])
-        elif o < 0x20 or o == 0x7F:
-            out.append(f"\\x{o:02x}")
-        elif o < 0x10000:
-            out.append(f"\\u{o:04x}")
-        else:
-            out.append(f"\\U{o:08x}")
-    out.append('"')
-    return "".join(out)
-
-
-_SHORT_ESCAPES = {
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
 
 
 def _shortest(x: float) -> tuple[str, int]:

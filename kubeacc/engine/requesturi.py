@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from kubeacc.engine.celformat import go_quote
+from kubeacc.engine.goquote import go_quote
 
 #: the ASCII bytes a host (and a zone) may hold unescaped
 _HOST_OK = frozenset(
