@@ -142,21 +142,12 @@ class Controller:
         self.nodes = cache(Node, "nodes", wake_if=membership)
         # The classes of policies: a pass compares them with the policies (was a LIST a pass).
         self.classes = cache(DeviceClass, "deviceclasses", labels={POLICY_LABEL: None})
-        # kubeacc.io's slices' device names, for drains in force: a pass when they change.
-        self.slices = cache(
-            ResourceSlice,
-            "resourceslices",
-            fields={"spec.driver": DRA_DRIVER},
-            wake_if=taintrules.device_names_changed,
-            keep=taintrules.slice_names,  # device names only: not the whole slices
-        )
         self.caches = (
             self.operations,
             self.policies,
             self.accelerators,
             self.nodes,
             self.classes,
-            self.slices,
         )
         self.metrics = ControllerMetrics(
             self.operations.items, self.leading, self.accelerators.items
@@ -179,8 +170,19 @@ class Controller:
             namespace=remediation_namespace or lease_namespace,
             due_in=self._due_in,
         )
+        # kubeacc.io's slices' device names, watched only while a drain is in force: a pass
+        # when they change.
         self.drains = DrainFollower(
-            client, slices=self.slices, operations=self.operations, metrics=self.metrics
+            client,
+            slices=lambda: cache(
+                ResourceSlice,
+                "resourceslices",
+                fields={"spec.driver": DRA_DRIVER},
+                wake_if=taintrules.device_names_changed,
+                keep=taintrules.slice_names,  # device names only: not the whole slices
+            ),
+            operations=self.operations,
+            metrics=self.metrics,
         )
         #: Monotonic time the Lease was last read or written (leader or standby alike).
         self._lease_seen_at = -math.inf
@@ -202,6 +204,7 @@ class Controller:
             lease.join(10)
             for c in self.caches:
                 c.close()
+            self.drains.close()
             self.elector.release()
 
     def _lead(self, stop: threading.Event) -> None:
@@ -252,6 +255,8 @@ class Controller:
                 self._dirty.wait(min(1.0, max(0.0, due - time.monotonic())))
                 continue
             self._dirty.clear()
+            if not self.leading():
+                self.drains.close()  # a standby follows no drains
             if not self.leading() or not all(c.synced.is_set() for c in self.caches):
                 next_resync = time.monotonic() + self.resync_seconds
                 continue  # becoming leader or a cache syncing marks us dirty again

@@ -8,11 +8,17 @@ where some Accelerator is cordoned compares the drain rules with the node slices
 watches (:func:`kubeacc.controller.taintrules.missing`) and creates what is missing, counted
 (``kubeacc_controller_device_taint_rules_total{step="created"}``) and evented on the drain's
 operation. Uncordon deletes these rules with the others (by the Accelerator annotation).
+
+The slice watch runs only while some drain is in force: the first pass that sees a cordoned
+Accelerator starts it (its first LIST wakes the controller for the comparison), and the first pass
+with none closes it. Without drains the controller reads no ResourceSlices at all, so a fleet's
+slice churn (every agent republishing on a health change) costs it nothing.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from lightkube import Client
@@ -33,20 +39,39 @@ class DrainFollower:
         self,
         client: Client,
         *,
-        slices: WatchCache,
+        slices: Callable[[], WatchCache],
         operations: WatchCache,
         metrics: ControllerMetrics,
     ) -> None:
         self.client = client
-        self.slices = slices
+        #: Makes the (not yet started) watch of kubeacc.io's slices, when a drain needs it.
+        self._make_slices = slices
+        self._slices: WatchCache | None = None
         self.operations = operations
         self.metrics = metrics
+
+    @property
+    def watching(self) -> bool:
+        """Whether the slice watch runs (some drain was in force at the last pass)."""
+        return self._slices is not None
+
+    def close(self) -> None:
+        """Stop the slice watch, if it runs."""
+        slices, self._slices = self._slices, None
+        if slices is not None:
+            slices.close()
 
     def reconcile(self, accelerators: dict[str, dict[str, Any]]) -> list[str]:
         """Create the missing rules; the names of those created."""
         if not any((a.get("spec") or {}).get("cordoned") for a in accelerators.values()):
-            return []  # no drain in force: no rules to list
-        bodies = taintrules.missing(taintrules.drain_rules(self.client), self.slices.items())
+            self.close()  # no drain in force: no rules to list, no slices to read
+            return []
+        if self._slices is None:
+            self._slices = self._make_slices()
+            self._slices.start()
+        if not self._slices.synced.is_set():
+            return []  # its first LIST wakes the controller for another pass
+        bodies = taintrules.missing(taintrules.drain_rules(self.client), self._slices.items())
         made = []
         for body in bodies:
             if not taintrules.create(self.client, body):

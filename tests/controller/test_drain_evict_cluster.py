@@ -118,6 +118,8 @@ def test_a_drained_gpus_partitions_and_a_drained_nics_vfs_are_evicted_too(
         accs = [f"{stack.node}-{gpu}", f"{stack.node}-{pf}"]
         eventually(lambda: {gpu, pf} <= set(stack.accelerators()), 60, "the Accelerators")
 
+        # no drain in force: the controller reads no slices
+        assert not stack.controller.drains.watching
         stack.operation(ns, "evict", "Drain", accs, evict=True, timeoutSeconds=120)
         for acc, device, suffix in (
             (accs[0], partition, f"mig-{part_suffix}"),
@@ -175,9 +177,12 @@ def test_a_drained_gpus_partitions_and_a_drained_nics_vfs_are_evicted_too(
         created = _rules_metric(stack.controller, "created")
         assert created >= 2 + 2 + 1  # both devices, at least the two held, the late VF
 
+        assert stack.controller.drains.watching
         stack.operation(ns, "lift", "Uncordon", accs)
         op = stack.finished(ns, "lift", 60)
         assert op["status"]["phase"] == "Succeeded", op["status"]
+        # the last drain lifted: the slice watch stops
+        eventually(lambda: not stack.controller.drains.watching, 30, "the slice watch closed")
         left = [
             r.metadata.name
             for r in kube_client.list(DeviceTaintRule)
