@@ -106,7 +106,7 @@ def selftest_command(
     us = DriverUserSpace(host, driver_root, hook, runtime_root=runtime_driver_root)
     gpus = nvidia_gpus(host, "off")
     report = Report(node_facts(host, driver))
-    report.checks += discovery_checks(host)
+    report.checks += discovery_checks(host, gpus)  # the files view, discovered once
     if gpus or driver:
         checks, version = user_space_checks(us)
         report.checks += checks

@@ -39,8 +39,10 @@ def _nvml_gpus(lib: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def discovery_checks(host: Host) -> list[Check]:
-    files_view = nvidia_gpus(host, "off")
+def discovery_checks(host: Host, files_view: list[Device] | None = None) -> list[Check]:
+    """``files_view``: the host's NVIDIA GPUs found with NVML off, when the caller has them."""
+    if files_view is None:
+        files_view = nvidia_gpus(host, "off")
     try:
         lib = host.nvml()
     except NvmlUnavailable as exc:
