@@ -178,7 +178,7 @@ class Engine:
             else:
                 self._slices_shared.append(s)
         self._node_pools: dict[str, list[NodePool]] = {}
-        self.signatures = Signatures()
+        self.signatures = Signatures(groups=self.release.compatibility_groups)
         #: answers per (claim content, node signature), and allocations per (claim content
         #: without selectors, selector verdicts, node signature): kubeacc.engine.verdictkey
         self._answers: OrderedDict[tuple[Any, ...], tuple[str, list[Any]]] = OrderedDict()
