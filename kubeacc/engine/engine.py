@@ -352,6 +352,7 @@ class Engine:
             step_limit=self.step_limit,
             incomplete_pools=self.incomplete,
             static_cache=self.static,
+            groups=self.release.compatibility_groups,
         )
         res = search.run()
         if fit is None:

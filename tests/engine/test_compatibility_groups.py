@@ -112,6 +112,11 @@ def test_devices_of_disjoint_groups_never_share_a_counter_set() -> None:
     # first fit skips gpu-1 (group y) for the second device
     assert picked(e, 2) == ["gpu-0", "gpu-2"]
     assert picked(e, 3) is None
+    # the reason names the groups, not a scheduler deviation
+    p = e.allocate_pod([claim(exactly(count=3))], commit=False)
+    assert p.explanation is not None
+    assert any("compatibility groups" in line for line in p.explanation.lines())
+    assert not any("deviation" in line for line in p.explanation.lines())
     # the gate off: the pool is ignored altogether (incomplete)
     off = Engine(grouped([["x"], ["y"], ["x"]]), [device_class()], [], nodes("a"))
     assert picked(off, 1) is None
