@@ -40,6 +40,10 @@ def test_a_slice_with_compatibility_groups_makes_its_pool_incomplete_in_137() ->
     p = e.allocate_pod([claim(exactly())])
     # gpu-0 lists no groups, but its slice is ignored with gpu-1's: nothing of the pool.
     assert not p.ok and p.error is None
+    # the reason names the gate (not a scheduler deviation)
+    assert p.explanation is not None
+    lines = p.explanation.lines()
+    assert any("DRADeviceCompatibilityGroups is off" in line for line in lines), lines
     every = claim(exactly(allocationMode="All"))
     p = e.allocate_pod([every])
     assert p.error is not None and "incomplete" in p.error
