@@ -6,7 +6,9 @@ larger seed range, with the generator's coverage
 per feature and the first disagreements if any.
 
 Run: ``python bench/engine_differential.py [--start S] [--scenarios N]``; the allocator is
-v1.37.2's unless ``KUBEACC_ALLOCATOR_VERSION=1.36``.
+v1.37.2's unless ``KUBEACC_ALLOCATOR_VERSION=1.36``, with its release's default gates unless
+``KUBEACC_ALLOCATOR_GATES`` names others (``DRADeviceCompatibilityGroups=true``; the engine
+follows them too).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def main() -> None:
     report = run_range(args.start, args.scenarios)
     out = {
         "allocator": harness().release,
+        "gates": dict(harness().gates),
         "seeds": [args.start, args.start + args.scenarios],
         **report.summary(),
         "seconds": round(time.perf_counter() - t, 1),

@@ -50,7 +50,7 @@ from kubeacc.engine.extended import (
     pending_extended,
     plugin_use,
 )
-from kubeacc.engine.release import Release, ReleaseError, release
+from kubeacc.engine.release import Release, ReleaseError, parse_gates, release, with_gates
 from kubeacc.engine.taintrules import apply_taint_rules
 from kubeacc.safeyaml import InputError, load_file
 from kubeacc.units.explain import preference_lines, why_not
@@ -306,6 +306,18 @@ def plan(
             "live cluster's API server version, or the newest for a folder).",
         ),
     ] = None,
+    feature_gates: Annotated[
+        str | None,
+        typer.Option(
+            "--feature-gates",
+            metavar="NAME=true,...",
+            envvar="KUBEACC_PLAN_FEATURE_GATES",
+            help="Plan as kube-scheduler runs with these feature gates on top of the release's "
+            "defaults (its --feature-gates syntax; kube-scheduler's gates cannot be read from "
+            "the cluster, so the defaults are assumed otherwise). Followed: "
+            "DRADeviceCompatibilityGroups (1.37, alpha, off by default).",
+        ),
+    ] = None,
 ) -> None:
     """Show where each ResourceClaim would be allocated, or why it cannot be, and who holds
     the devices already given out.
@@ -338,6 +350,11 @@ def plan(
         _print_held(holders, output)
         return
     which = _release(kubernetes_version, folder, kubeconfig, context)
+    if feature_gates:
+        try:
+            which = with_gates(which, parse_gates(feature_gates))
+        except ReleaseError as err:
+            fail(str(err))
     explained = run_plan_explained(objs, release=which)
     placements = [p for p, _ in explained]
     hints = {p.claim: unknown_memory_hint(objs, p) for p in placements}

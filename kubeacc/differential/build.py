@@ -6,6 +6,10 @@ which selects that release's feature set). ``KUBEACC_ALLOCATOR_VERSION`` (``1.37
 picks one when the caller names none; the default is the main lane's, v1.37.2. The engine
 follows the harness's release (:mod:`kubeacc.engine.release`) in the comparison.
 
+A lane may also run the allocator with feature gates set on top of the release's
+(``KUBEACC_ALLOCATOR_GATES=DRADeviceCompatibilityGroups=true``, kube-scheduler's syntax): the
+same binary, started with ``-feature-gates``; the engine then follows those gates too.
+
 The binary lands in ``$KUBEACC_CACHE/allocator-<release>-<hash>/allocator``; the hash covers the
 harness's Go sources, module files and this file, so an unchanged harness is never rebuilt. The
 Go environment and the lock are the testbed build's (same module cache, same go.sum policy).
@@ -20,13 +24,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kubeacc.engine.release import ReleaseError, parse_gates, release, with_gates
 from kubeacc.testbed.build import BuildError, _lock, cache_root, go_env
 
 BINARY = "allocator"
 VERSION_ENV = "KUBEACC_ALLOCATOR_VERSION"
+GATES_ENV = "KUBEACC_ALLOCATOR_GATES"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,14 @@ class Harness:
     release: str
     modfile: str
     tags: tuple[str, ...] = ()
+    #: feature gates the allocator runs with on top of the release's defaults
+    gates: tuple[tuple[str, bool], ...] = ()
+
+    def run_args(self) -> list[str]:
+        """Arguments of the built binary for this lane."""
+        if not self.gates:
+            return []
+        return ["-feature-gates", ",".join(f"{n}={str(v).lower()}" for n, v in self.gates)]
 
     def build_args(self) -> list[str]:
         args = ["go", "build", "-modfile", self.modfile]
@@ -51,15 +65,24 @@ HARNESSES: dict[str, Harness] = {
 DEFAULT = "1.37"
 
 
-def harness(name: str | None = None) -> Harness:
-    """The harness ``name`` (default: ``$KUBEACC_ALLOCATOR_VERSION``, else :data:`DEFAULT`)."""
+def harness(name: str | None = None, gates: str | None = None) -> Harness:
+    """The harness ``name`` (default: ``$KUBEACC_ALLOCATOR_VERSION``, else :data:`DEFAULT`)
+    with ``gates`` (``Name=true,...``; default: ``$KUBEACC_ALLOCATOR_GATES``, else none)."""
     key = (name if name is not None else os.environ.get(VERSION_ENV) or DEFAULT).lstrip("v")
     found = HARNESSES.get(key)
     if found is None:
         raise BuildError(
             f"allocator harness {key!r} is unknown; choose one of {', '.join(sorted(HARNESSES))}"
         )
-    return found
+    text = gates if gates is not None else os.environ.get(GATES_ENV, "")
+    if not text.strip():
+        return found
+    try:
+        named = parse_gates(text)
+        with_gates(release(found.release), named)  # one the engine follows, in this release
+    except ReleaseError as e:
+        raise BuildError(f"allocator harness gates: {e}") from None
+    return replace(found, gates=tuple(sorted(named.items())))
 
 
 def source_dir() -> Path:

@@ -24,7 +24,7 @@ from kubeacc.differential.harness import GoAllocator
 from kubeacc.differential.validator import pinned_pod
 from kubeacc.engine.engine import Engine, PodPlacement
 from kubeacc.engine.quantity import parse_quantity
-from kubeacc.engine.release import release
+from kubeacc.engine.release import Release, release
 
 
 @dataclass
@@ -49,15 +49,24 @@ class Report:
         }
 
 
-def compare_seed(seed: int, go: GoAllocator, report: Report) -> None:
-    """One scenario; the engine follows the release of the allocator ``go`` runs."""
-    scen, features = scenario(seed, release(go.release).name)
+def compare_seed(
+    seed: int, go: GoAllocator, report: Report, engine_release: Release | None = None
+) -> None:
+    """One scenario; the engine follows the release (and feature gates) of the allocator ``go``
+    runs, or ``engine_release`` (to show that the comparison catches an engine that follows
+    another); with compatibility groups enforced, the generator draws them in every shape."""
+    which = release(go.release, gates=go.gates)
+    scen, features = scenario(seed, which.name, group_shapes=which.compatibility_groups)
     report.scenarios += 1
     report.coverage.update(features)
     pods: list[list[int]] = scen.get("pods") or [[i] for i in range(len(scen["claims"]))]
     rows = go.pairs(scen)
     engine = Engine(
-        scen["slices"], scen["classes"], scen["allocated"], scen["nodes"], release=go.release
+        scen["slices"],
+        scen["classes"],
+        scen["allocated"],
+        scen["nodes"],
+        release=engine_release or which,
     )
     for pi, pod in enumerate(pods):
         claims = [scen["claims"][i] for i in pod]
@@ -146,13 +155,15 @@ def _consumed(
     )
 
 
-def run_range(start: int, count: int, go: GoAllocator | None = None) -> Report:
+def run_range(
+    start: int, count: int, go: GoAllocator | None = None, engine_release: Release | None = None
+) -> Report:
     report = Report()
     own = go is None
     go = go or GoAllocator()
     try:
         for seed in range(start, start + count):
-            compare_seed(seed, go, report)
+            compare_seed(seed, go, report, engine_release)
     finally:
         if own:
             go.close()

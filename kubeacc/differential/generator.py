@@ -154,6 +154,8 @@ class _Gen:
         self.edges = random.Random(seed ^ 0xCA9_ED6E)
         #: compatibility groups on counters devices consume
         self.groups = random.Random(seed ^ 0xC0_6B0)
+        #: the shapes of compatibility groups for an allocator that enforces them
+        self.shapes = random.Random(seed ^ 0xC0_6B1)
         self.features: set[str] = set()
         self.devices: list[tuple[str, str, str, dict[str, Any]]] = []  # driver, pool, name, raw
 
@@ -369,6 +371,94 @@ class _Gen:
                         consumed["compatibilityGroups"] = [rg.choice(("whole", "parts"))]
                         self.features.add("compatibility-groups")
 
+    def group_shapes(self, slices: list[dict[str, Any]], allocated: list[dict[str, Any]]) -> None:
+        """Compatibility groups in the shapes an enforcing allocator (DRADeviceCompatibilityGroups
+        on) judges: per pool with counters, every consumption in one group, devices split between
+        two, overlapping lists, groups mixed with none; sometimes a second counter set that some
+        devices also consume (groups judged per set), room for more devices per set, counters
+        on pools that had none, and an existing allocation of a grouped device (the groups
+        already placed on a set)."""
+        rs = self.shapes
+        pools: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+        for s in slices:
+            spec = s["spec"]
+            pools.setdefault(
+                (spec["driver"], spec["pool"]["name"], spec["pool"]["generation"]), []
+            ).append(s)
+        choices = {
+            "same": (("a",),),
+            "split": (("a",), ("b",)),
+            "overlap": (("a",), ("b",), ("a", "b"), ("b", "c")),
+            "mixed": ((), ("a",), ("a", "b")),
+        }
+        grouped: list[tuple[str, str, dict[str, Any]]] = []
+        for (driver, pool, _), group in pools.items():
+            devices = [d for s in group for d in s["spec"].get("devices") or []]
+            counters = [s for s in group if s["spec"].get("sharedCounters")]
+            if not counters and devices and rs.random() < 0.5:
+                counters = [self._counter_slice(group)]
+                slices.append(counters[0])
+                for d in devices:
+                    if rs.random() < 0.8:
+                        d["consumesCounters"] = [
+                            {"counterSet": "cs0", "counters": {"mem": {"value": "10Gi"}}}
+                        ]
+            consuming = [d for d in devices if d.get("consumesCounters")]
+            if not counters or not consuming or rs.random() < 0.15:
+                continue
+            self.features.add("compatibility-group-shapes")
+            sets = counters[0]["spec"]["sharedCounters"]
+            if rs.random() < 0.5:
+                sets[0]["counters"]["mem"]["value"] = rs.choice(("60Gi", "80Gi"))
+            if rs.random() < 0.3:
+                sets.append({"name": "cs1", "counters": {"mem": {"value": "40Gi"}}})
+                for d in consuming:
+                    if rs.random() < 0.6:
+                        d["consumesCounters"].append(
+                            {"counterSet": "cs1", "counters": {"mem": {"value": "10Gi"}}}
+                        )
+                self.features.add("compatibility-groups-two-sets")
+            shape = choices[rs.choice(sorted(choices))]
+            for d in consuming:
+                for consumed in d["consumesCounters"]:
+                    picked = rs.choice(shape)
+                    if picked:
+                        consumed["compatibilityGroups"] = list(picked)
+                    else:
+                        consumed.pop("compatibilityGroups", None)
+                grouped.append((driver, pool, d))
+        if grouped and rs.random() < 0.5:
+            driver, pool, d = rs.choice(grouped)
+            res: dict[str, Any] = {"request": "r0", "driver": driver, "pool": pool}
+            res["device"] = d["name"]
+            if d.get("allowMultipleAllocations"):
+                res["shareID"] = "00000000-0000-0000-0000-0000000000aa"
+            allocated.append(
+                {
+                    "metadata": {"name": "grouped", "namespace": "default", "uid": "uid-grouped"},
+                    "spec": {"devices": {"requests": []}},
+                    "status": {"allocation": {"devices": {"results": [res]}}},
+                }
+            )
+            self.features.add("compatibility-groups-allocated")
+
+    @staticmethod
+    def _counter_slice(group: list[dict[str, Any]]) -> dict[str, Any]:
+        """A counter slice for a pool that had none (the pool's slice count grows by it)."""
+        first = group[0]["spec"]
+        for s in group:
+            s["spec"]["pool"]["resourceSliceCount"] += 1
+        select = {k: first[k] for k in ("nodeName", "allNodes", "nodeSelector") if k in first}
+        return {
+            "metadata": {"name": f"{first['pool']['name']}-counters"},
+            "spec": {
+                "driver": first["driver"],
+                "pool": dict(first["pool"]),
+                **(select or {"allNodes": True}),
+                "sharedCounters": [{"name": "cs0", "counters": {"mem": {"value": "40Gi"}}}],
+            },
+        }
+
     def bind(self, devs: list[dict[str, Any]]) -> None:
         """Binding conditions on one of the devices: the allocator then searches the whole
         pool after the pools without any."""
@@ -500,10 +590,13 @@ class _Gen:
         }
 
 
-def scenario(seed: int, release: str = "1.37") -> tuple[dict[str, Any], set[str]]:
+def scenario(
+    seed: int, release: str = "1.37", group_shapes: bool = False
+) -> tuple[dict[str, Any], set[str]]:
     """One scenario and the features it exercises, for the allocator of ``release``: the
     capacity edges of v1.37's range arithmetic only for ``1.37`` (v1.36 wraps in 64 bits,
-    which the engine does not follow)."""
+    which the engine does not follow); ``group_shapes``: compatibility groups in every shape
+    for an allocator that enforces them (the draws of the other features stay the same)."""
     g = _Gen(seed)
     r = g.r
     nodes = [
@@ -587,12 +680,37 @@ def scenario(seed: int, release: str = "1.37") -> tuple[dict[str, Any], set[str]
     if release == "1.37":
         g.capacity_edges(slices, claims)
     g.compatibility_groups(slices)
+    pods = g.pods(len(claims))
+    if group_shapes:
+        g.group_shapes(slices, allocated)
+        if g.shapes.random() < 0.6:  # a pod that takes several plain devices: groups decide
+            count = g.shapes.choice((2, 2, 3))
+            claims.append(
+                {
+                    "metadata": {"name": "several", "namespace": "default", "uid": "uid-several"},
+                    "spec": {
+                        "devices": {
+                            "requests": [
+                                {
+                                    "name": "r0",
+                                    "exactly": {
+                                        "deviceClassName": "any",
+                                        "allocationMode": "ExactCount",
+                                        "count": count,
+                                    },
+                                }
+                            ]
+                        }
+                    },
+                }
+            )
+            pods.append([len(claims) - 1])
     scen = {
         "slices": slices,
         "classes": classes,
         "allocated": allocated,
         "nodes": nodes,
         "claims": claims,
-        "pods": g.pods(len(claims)),
+        "pods": pods,
     }
     return scen, g.features

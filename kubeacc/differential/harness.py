@@ -22,8 +22,10 @@ class GoAllocator:
         which = which or harness()
         #: the Kubernetes release of the allocator (``v1.37.2``); a ``binary`` given must be it
         self.release = which.release
+        #: the feature gates it runs with on top of the release's (the engine follows them)
+        self.gates = dict(which.gates)
         self.proc = subprocess.Popen(
-            [str(binary or ensure_built(which))],
+            [str(binary or ensure_built(which)), *which.run_args()],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

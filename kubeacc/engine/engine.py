@@ -29,7 +29,7 @@ from kubeacc.engine.claims import Claim, ClaimError, DeviceClass, parse_claim
 from kubeacc.engine.explain import Explanation
 from kubeacc.engine.extended import ExtendedResourceError, NodeExtended, PodExtended
 from kubeacc.engine.firstfit import AllocationError, FirstFit
-from kubeacc.engine.nodepools import NodePool, gather_node_pools
+from kubeacc.engine.nodepools import NodePool, gather_node_pools, uses_compatibility_groups
 from kubeacc.engine.pools import (
     Device,
     DeviceCache,
@@ -178,7 +178,7 @@ class Engine:
             else:
                 self._slices_shared.append(s)
         self._node_pools: dict[str, list[NodePool]] = {}
-        self.signatures = Signatures()
+        self.signatures = Signatures(groups=self.release.compatibility_groups)
         #: answers per (claim content, node signature), and allocations per (claim content
         #: without selectors, selector verdicts, node signature): kubeacc.engine.verdictkey
         self._answers: OrderedDict[tuple[Any, ...], tuple[str, list[Any]]] = OrderedDict()
@@ -352,10 +352,20 @@ class Engine:
             step_limit=self.step_limit,
             incomplete_pools=self.incomplete,
             static_cache=self.static,
+            groups=self.release.compatibility_groups,
         )
         res = search.run()
         if fit is None:
-            if res.picks is not None:
+            hidden = self._grouped_pools(res.picks or [])
+            if hidden:
+                why = [
+                    f"pool {pool}: its slices list compatibilityGroups, which kube-scheduler "
+                    "ignores while the alpha gate DRADeviceCompatibilityGroups is off (the "
+                    "default): the pool counts as incomplete (--feature-gates "
+                    "DRADeviceCompatibilityGroups=true plans as a scheduler that runs with it)"
+                    for pool in hidden
+                ]
+            elif res.picks is not None:
                 why = [
                     "an allocation exists, but kube-scheduler's first-fit search does not find "
                     "it (a scheduler deviation, e.g. in v1.36 distinctAttribute keeps one "
@@ -369,6 +379,21 @@ class Engine:
         if res.picks is not None:
             picks = self._first_fit([claim], n, pools).replay(res.picks)
         return NodeResult(n.name, picks if picks is not None else fit)
+
+    def _grouped_pools(self, picks: Sequence[Pick]) -> list[str]:
+        """Pools of ``picks`` that the release ignores for their compatibility groups (gate
+        off), in pick order."""
+        if not self.release.compatibility_group_slices_ignored:
+            return []
+        out: list[str] = []
+        for p in picks:
+            key = (p.device.driver, p.device.pool)
+            name = f"{key[0]}/{key[1]}"
+            if name not in out and any(
+                uses_compatibility_groups(s) for s in self._slices_by_pool.get(key, ())
+            ):
+                out.append(name)
+        return out
 
     def devices_on(self, node: str) -> list[Device]:
         return self._node_devices.get(node, [])

@@ -23,6 +23,9 @@ feature gates, as of the :class:`~kubeacc.engine.release.Release` given: v1.36 o
   ``All`` request's devices by static capacity (a device whose capacity is taken fails it);
 * shared counters are checked for admin access too; a shared device whose capacity is already
   in use has its counters taken already; capacity requests are checked on every device;
+* with DRADeviceCompatibilityGroups on, a device that consumes counters is checked against the
+  compatibility groups of the devices on each of its counter sets first (allocated ones, then
+  the search's own; :mod:`kubeacc.engine.compatgroups`), under the same exemption;
 * when no allocation exists and some pool was invalid, the result is an error for this node
   only (the scheduler tries other nodes); every other error fails the whole pod (the
   scheduler's Filter returns an error status: the pod is retried, placed nowhere);
@@ -42,6 +45,7 @@ from typing import Any
 from kubeacc.engine.capacitypolicy import CapacityError, consumption, violates
 from kubeacc.engine.celenv import CelError, compile_selector
 from kubeacc.engine.claims import ALL, Alternative, Claim, DeviceClass
+from kubeacc.engine.compatgroups import EMPTY, Intersection, baseline, device_groups
 from kubeacc.engine.nodepools import NodePool, device_node_matches
 from kubeacc.engine.pools import Device, DeviceKey, Node
 from kubeacc.engine.release import Release
@@ -178,6 +182,11 @@ class FirstFit:
         #: counters being taken, per pool name (v1.36: pools of one name share them across
         #: drivers) or per (driver, pool) (v1.37)
         self.counters_pending: dict[Any, dict[str, dict[str, Fraction]]] = {}
+        #: compatibility groups per (driver, pool) and counter set: those the search is adding
+        #: on top of the allocated devices' (the baseline, computed once per pool)
+        self.counters_free: dict[tuple[str, str], dict[str, dict[str, Fraction]]] = {}
+        self.groups_running: dict[tuple[str, str], dict[str, Intersection]] = {}
+        self.groups_baseline: dict[tuple[str, str], dict[str, Intersection]] = {}
         self.picks: list[list[Pick]] = [[] for _ in self.claims]
         self.constraints = [
             [
@@ -468,7 +477,13 @@ class FirstFit:
 
         in_use = d.key in self.ledger.capacity_used or d.key in self.cap_pending
         if not (shared and in_use) and d.consumes:
+            if self.release.compatibility_groups:
+                restore = self._consume_groups(d)
+                if restore is None:
+                    return None
+                undo.append(restore)
             if not self._reserve_counters(d):
+                rollback()
                 return None
             undo.append(lambda: self._release_counters(d))
         if taint_blocks(d, alt):
@@ -521,11 +536,17 @@ class FirstFit:
             del self.allocating[key]
 
     def _available(self, pool: NodePool) -> dict[str, dict[str, Fraction]]:
-        out = {}
-        for cs, counters in pool.counters.items():
-            used = self.ledger.counters_used.get((pool.driver, pool.name, cs), {})
-            out[cs] = {n: v - used.get(n, Fraction(0)) for n, v in counters.items()}
-        return out
+        """What the pool's counter sets have left after the allocated devices of the pool as
+        the node sees it (computed once: allocations do not change during a search)."""
+        hit = self.counters_free.get((pool.driver, pool.name))
+        if hit is None:
+            taken = pool.counters_used(self._allocated)
+            hit = {}
+            for cs, counters in pool.counters.items():
+                used = taken.get(cs, {})
+                hit[cs] = {n: v - used.get(n, Fraction(0)) for n, v in counters.items()}
+            self.counters_free[(pool.driver, pool.name)] = hit
+        return hit
 
     def _reserve_counters(self, d: Device) -> bool:
         pool = self.pool_of[(d.driver, d.pool)]
@@ -541,6 +562,38 @@ class FirstFit:
                     self._release_counters(d)
                     return False
         return True
+
+    def _consume_groups(self, d: Device) -> Callable[[], None] | None:
+        """Fold the device's groups into each counter set it consumes, or None (nothing
+        changed) when a set's devices so far share none of them."""
+        pid = (d.driver, d.pool)
+        running = self.groups_running.setdefault(pid, {})
+        base = self.groups_baseline.get(pid)
+        if base is None:
+            pool = self.pool_of[pid]
+            base = self.groups_baseline[pid] = baseline(pool.all_devices(), self._allocated)
+        saved: list[tuple[str, Intersection | None]] = []
+
+        def restore() -> None:
+            for cs, prev in reversed(saved):
+                if prev is None:
+                    running.pop(cs, None)
+                else:
+                    running[cs] = prev
+
+        for cs, groups in device_groups(d):
+            prev = running.get(cs)
+            cur = prev if prev is not None else base.get(cs, EMPTY)
+            if not cur.admits(groups):
+                restore()
+                return None
+            saved.append((cs, prev))
+            running[cs] = cur.add(groups)
+        return restore
+
+    def _allocated(self, key: DeviceKey) -> bool:
+        """Allocated before this search (the allocator's IsDeviceAllocated)."""
+        return key in self.ledger.in_use or key in self.ledger.capacity_used
 
     def _counter_key(self, d: Device) -> Any:
         return (d.driver, d.pool) if self.release.counters_per_driver else d.pool

@@ -17,12 +17,19 @@ first-fit search walks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from kubeacc.engine.pools import Device, DeviceCache, Node, get, node_selector_matches
+from kubeacc.engine.pools import (
+    Device,
+    DeviceCache,
+    DeviceKey,
+    Node,
+    get,
+    node_selector_matches,
+)
 from kubeacc.engine.quantity import QuantityError, parse_quantity
 from kubeacc.engine.release import Release
 from kubeacc.engine.release import release as default_release
@@ -41,10 +48,34 @@ class NodePool:
     counters: dict[str, dict[str, Fraction]] = field(default_factory=dict)
     #: a device of the pool (as the node sees it) lists ``bindingConditions``
     binding_conditions: bool = False
+    #: devices of the pool's slices that do not target the node, read when the node's own
+    #: slices looked incomplete (their allocations count, as for counters)
+    others: list[Device] = field(default_factory=list)
 
     @property
     def id(self) -> str:
         return f"{self.driver}/{self.name}"
+
+    def all_devices(self) -> list[Device]:
+        """The pool's devices as the allocator reads them for the node: its slices targeting
+        the node (by name), then the others fetched with the pool."""
+        return [d for _, devs in self.slices for d in devs] + self.others
+
+    def counters_used(
+        self, allocated: Callable[[DeviceKey], bool]
+    ) -> dict[str, dict[str, Fraction]]:
+        """Counters the pool's ``allocated`` devices consume, as the allocator counts them: only
+        devices of the pool as the node sees it (an allocation of another generation's device
+        of the same name counts, one of a device the node's generation lacks does not)."""
+        out: dict[str, dict[str, Fraction]] = {}
+        for d in self.all_devices():
+            if not d.consumes or not allocated(d.key):
+                continue
+            for cs, counters in d.consumes:
+                used = out.setdefault(cs, {})
+                for n, v in counters.items():
+                    used[n] = used.get(n, Fraction(0)) + v
+        return out
 
 
 def _pool_key(s: Slice) -> tuple[str, str]:
@@ -182,7 +213,11 @@ def _build(
                 pool.invalid = str(e)
                 return pool
     seen = {id(s) for s in group}
-    for s in [*group, *(s for s in every if id(s) not in seen)]:
+    rest = [s for s in every if id(s) not in seen]
+    for s in rest:
+        devs = cache.devices(s)
+        pool.others.extend(devs if not isinstance(devs, str) else [])
+    for s in [*group, *rest]:
         devs = cache.devices(s)
         for d in devs if not isinstance(devs, str) else []:
             for cs, counters in d.consumes:

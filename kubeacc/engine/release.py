@@ -5,12 +5,18 @@ The engine answers as the allocator of the cluster's Kubernetes release would
 release's default gates). A :class:`Release` names each behaviour that changed between the
 releases the engine knows, so the code reads ``if release.x`` rather than comparing versions.
 :data:`DEFAULT` is the newest; ``kubeacc plan`` takes the live server's version when it can.
+
+Feature gates the scheduler may run with change a release's behaviour too; they are not
+observable from outside kube-scheduler, so the engine assumes the release's defaults unless a
+caller names gates (:func:`parse_gates`, ``kubeacc plan --feature-gates``). The one it follows:
+``DRADeviceCompatibilityGroups`` (alpha in v1.37, off by default).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 
 class ReleaseError(ValueError):
@@ -51,6 +57,15 @@ class Release:
     #: the default: the allocator cannot check the groups, so it allocates nothing of the
     #: pool); v1.36's API has no such field and uses the slice
     compatibility_group_slices_ignored: bool
+    #: devices on one counter set go together only while their compatibility groups intersect
+    #: (v1.37 with DRADeviceCompatibilityGroups on: kubeacc.engine.compatgroups)
+    compatibility_groups: bool = False
+    #: the feature gates named on top of the release's defaults, as given
+    gates: tuple[tuple[str, bool], ...] = ()
+
+
+#: gates the engine follows -> the releases that have them
+GATES: dict[str, tuple[str, ...]] = {"DRADeviceCompatibilityGroups": ("1.37",)}
 
 
 RELEASES: dict[str, Release] = {
@@ -82,13 +97,16 @@ DEFAULT = "1.37"
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?$")
 
 
-def release(version: str | Release | None = None) -> Release:
+def release(
+    version: str | Release | None = None, gates: Mapping[str, bool] | None = None
+) -> Release:
     """The release for ``version`` (``1.37``, ``v1.37.2``, a server's ``gitVersion`` such as
-    ``v1.37.2+k3s1``); None: :data:`DEFAULT`. Raises :class:`ReleaseError` for others."""
+    ``v1.37.2+k3s1``); None: :data:`DEFAULT`; with ``gates`` on top of its defaults (see
+    :func:`with_gates`). Raises :class:`ReleaseError` for others."""
     if isinstance(version, Release):
-        return version
+        return with_gates(version, gates) if gates else version
     if version is None:
-        return RELEASES[DEFAULT]
+        return with_gates(RELEASES[DEFAULT], gates) if gates else RELEASES[DEFAULT]
     m = _VERSION_RE.match(version.strip())
     key = f"{m.group(1)}.{m.group(2)}" if m else version
     found = RELEASES.get(key)
@@ -97,4 +115,49 @@ def release(version: str | Release | None = None) -> Release:
             f"Kubernetes {version!r} is not a release the engine follows; "
             f"choose one of {', '.join(sorted(RELEASES))}"
         )
-    return found
+    return with_gates(found, gates) if gates else found
+
+
+def with_gates(rel: Release, gates: Mapping[str, bool] | None) -> Release:
+    """``rel`` as kube-scheduler runs it with ``gates`` set; a gate the engine does not follow,
+    or one the release does not have, is an error (nothing is assumed)."""
+    if not gates:
+        return rel
+    for name in gates:
+        have = GATES.get(name)
+        if have is None:
+            raise ReleaseError(
+                f"feature gate {name!r} is not one the engine follows; known: "
+                f"{', '.join(sorted(GATES))}"
+            )
+        if rel.name not in have:
+            raise ReleaseError(f"feature gate {name} does not exist in Kubernetes {rel.name}")
+    named = dict(rel.gates)
+    named.update(gates)
+    groups = named.get("DRADeviceCompatibilityGroups", False)
+    return replace(
+        RELEASES[rel.name],
+        compatibility_groups=groups,
+        compatibility_group_slices_ignored=RELEASES[rel.name].compatibility_group_slices_ignored
+        and not groups,
+        gates=tuple(sorted(named.items())),
+    )
+
+
+def parse_gates(text: str) -> dict[str, bool]:
+    """``Name=true,Other=false`` (kube-scheduler's ``--feature-gates`` syntax) as a mapping;
+    raises :class:`ReleaseError` on anything else."""
+    out: dict[str, bool] = {}
+    for raw in text.split(","):
+        part = raw.strip()
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        name, value = name.strip(), value.strip().lower()
+        if not sep or not name or value not in ("true", "false"):
+            raise ReleaseError(
+                f"feature gate {part!r} is not NAME=true or NAME=false (e.g. "
+                "DRADeviceCompatibilityGroups=true)"
+            )
+        out[name] = value == "true"
+    return out

@@ -21,6 +21,7 @@ from typing import Any
 
 from kubeacc.engine.celenv import CelError, Selector, compile_selector
 from kubeacc.engine.claims import ALL, Alternative, Claim, Constraint, DeviceClass
+from kubeacc.engine.compatgroups import EMPTY, Intersection, baseline, device_groups
 from kubeacc.engine.explain import Funnel
 from kubeacc.engine.pools import AttrValue, Device, DeviceKey, Node, Pool
 from kubeacc.engine.quantity import format_quantity, parse_quantity
@@ -190,8 +191,13 @@ class NodeSearch:
         step_limit: int = 20000,
         incomplete_pools: Sequence[Pool] = (),
         static_cache: StaticCache | None = None,
+        groups: bool = False,
     ) -> None:
         self.static = static_cache if static_cache is not None else {}
+        #: compatibility groups are enforced (DRADeviceCompatibilityGroups): picks on one
+        #: counter set must keep their groups intersecting (kubeacc.engine.compatgroups)
+        self.groups = groups
+        self.group_state: dict[tuple[str, str, str], Intersection] = {}
         self.claim = claim
         self.node = node
         self.devices = devices
@@ -539,6 +545,9 @@ class NodeSearch:
         shared_in_use = d.allow_multiple and (
             d.key in self.ledger.capacity_used or self.shares[d.key] > 0
         )
+        if not shared_in_use and self.groups and d.consumes and not self._join_groups(d, undo):
+            fail[f"device {d.name}: compatibility groups disjoint from the counter set's"] += 1
+            return self._rollback(undo)
         if not shared_in_use:
             for cs, counters in d.consumes:
                 ck = (d.driver, d.pool, cs)
@@ -604,6 +613,35 @@ class NodeSearch:
         if not hasattr(self, "_undos"):
             self._undos: list[list[Callable[[], None]]] = []
         return self._undos
+
+    def _join_groups(self, d: Device, undo: list[Callable[[], None]]) -> bool:
+        """Fold the device's groups into each counter set it consumes (undone with ``undo``);
+        False when a set's devices so far share none of them."""
+        for cs, groups in device_groups(d):
+            key = (d.driver, d.pool, cs)
+            prev = self.group_state.get(key)
+            cur = prev if prev is not None else self._group_baseline(d.driver, d.pool, cs)
+            if not cur.admits(groups):
+                return False
+            self.group_state[key] = cur.add(groups)
+
+            def _restore(k: tuple[str, str, str] = key, p: Intersection | None = prev) -> None:
+                if p is None:
+                    self.group_state.pop(k, None)
+                else:
+                    self.group_state[k] = p
+
+            undo.append(_restore)
+        return True
+
+    def _group_baseline(self, driver: str, pool: str, cs: str) -> Intersection:
+        found = self.pools.get((driver, pool))
+        if found is None:
+            return EMPTY
+        held = baseline(
+            found.devices, lambda k: k in self.ledger.in_use or k in self.ledger.capacity_used
+        )
+        return held.get(cs, EMPTY)
 
     def _rollback(self, undo: list[Callable[[], None]]) -> bool:
         for fn in reversed(undo):

@@ -6,19 +6,26 @@ consumption, whether a per-device node selector admits the node) and what is tak
 capacity consumed, counters left). Names of nodes, pools and devices are left out: they change
 the allocation's text, never whether one exists. Answers to a claim are computed once per
 signature, so thousands of identical nodes cost one search plus one signature each.
+
+With compatibility groups enforced (DRADeviceCompatibilityGroups on) a device's groups are part
+of what the search observes, and so is the groups' intersection of each pool's allocated
+devices (which may include devices of slices that do not target the node).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
+from kubeacc.engine.compatgroups import baseline, device_groups
 from kubeacc.engine.nodepools import NodePool, device_node_matches
-from kubeacc.engine.pools import Device, Node
+from kubeacc.engine.pools import Device, DeviceKey, Node
 from kubeacc.engine.state import Ledger
 
 
 class Signatures:
-    def __init__(self) -> None:
+    def __init__(self, groups: bool = False) -> None:
+        #: compatibility groups are enforced: the allocated devices' groups count
+        self.groups = groups
         self._static: dict[int, int] = {}
         self._ids: dict[tuple[str, ...], int] = {}
         self._node_static: dict[str, tuple[Hashable, ...]] = {}
@@ -52,6 +59,7 @@ class Signatures:
                 d.fingerprint,
                 repr(d.taints),
                 repr(d.consumes),
+                repr(device_groups(d)) if self.groups else "",
                 repr(sorted(d.capacity_policy.items())),
                 repr(sorted((d._typed or {}).items())),
             )
@@ -84,11 +92,22 @@ class Signatures:
     def of(self, node: Node, pools: Sequence[NodePool], ledger: Ledger) -> Hashable:
         taken: list[Hashable] = []
         i = 0
+
+        def allocated(k: DeviceKey) -> bool:
+            return k in ledger.in_use or k in ledger.capacity_used
+
         for p in pools:
-            for cs in sorted(p.counters):
-                used = ledger.counters_used.get((p.driver, p.name, cs))
-                if used:
-                    taken.append((-1, cs, tuple(sorted(used.items()))))
+            if self.groups and p.counters:
+                devices = [d for _, devs in p.slices for d in devs] + p.others
+                base = baseline(devices, lambda k: k in ledger.in_use or k in ledger.capacity_used)
+                if base:
+                    taken.append((-2, tuple(sorted(base.items(), key=lambda kv: kv[0]))))
+            if p.counters:
+                counted = p.counters_used(allocated)
+                for cs in sorted(p.counters):
+                    used = counted.get(cs)
+                    if used:
+                        taken.append((-1, cs, tuple(sorted(used.items()))))
             for _, devs in p.slices:
                 for d in devs:
                     if d.key in ledger.in_use:

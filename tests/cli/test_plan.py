@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import typer
 import yaml
 from typer.testing import CliRunner
@@ -223,6 +224,62 @@ def test_plan_follows_the_kubernetes_version_asked_for(tmp_path: Path) -> None:
     assert list(ok.values()) == [True, False, False]
     res = CliRunner().invoke(app, [str(tmp_path), "--kubernetes-version", "1.35"])
     assert res.exit_code != 0 and "not a release the engine follows" in res.output
+
+
+def test_plan_follows_the_feature_gates_asked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three devices on one counter set in groups x, y, x and a claim for two: with
+    DRADeviceCompatibilityGroups off (the default) the pool is ignored; on, the two x devices
+    go together; a gate the engine does not follow, or one the release lacks, is an error."""
+    counters = slice_(
+        "a",
+        [],
+        name="a-counters",
+        count=2,
+        sharedCounters=[{"name": "cs", "counters": {"mem": {"value": "160Gi"}}}],
+    )
+    del counters["spec"]["devices"]
+    devs = [
+        gpu(
+            f"gpu-{i}",
+            consumesCounters=[
+                {
+                    "counterSet": "cs",
+                    "counters": {"mem": {"value": "40Gi"}},
+                    "compatibilityGroups": [g],
+                }
+            ],
+        )
+        for i, g in enumerate("xyx")
+    ]
+    docs = [counters, slice_("a", devs, name="a-devices", count=2), device_class()]
+    docs.append(claim(exactly(count=2)))
+    (tmp_path / "all.yaml").write_text(yaml.safe_dump_all(docs))
+    app = typer.Typer()
+    app.command()(plan)
+
+    def run(*args: str) -> list[str] | None:
+        res = CliRunner().invoke(app, [str(tmp_path), "-o", "json", *args])
+        out = json.loads(res.stdout)[0]
+        if not out["allocated"]:
+            return None
+        return [r["device"] for r in out["allocation"]["devices"]["results"]]
+
+    on = "DRADeviceCompatibilityGroups=true"
+    assert run() is None
+    assert run("--feature-gates", "DRADeviceCompatibilityGroups=false") is None
+    assert run("--feature-gates", on) == ["gpu-0", "gpu-2"]
+    monkeypatch.setenv("KUBEACC_PLAN_FEATURE_GATES", on)
+    assert run() == ["gpu-0", "gpu-2"]
+    monkeypatch.delenv("KUBEACC_PLAN_FEATURE_GATES")
+    for args, why in (
+        (["--feature-gates", "DRAFancy=true"], "not one the engine follows"),
+        (["--feature-gates", "DRADeviceCompatibilityGroups"], "NAME=true or NAME=false"),
+        (["--kubernetes-version", "1.36", "--feature-gates", on], "does not exist in Kubernetes"),
+    ):
+        res = CliRunner().invoke(app, [str(tmp_path), *args])
+        assert res.exit_code != 0 and why in res.output, res.output
 
 
 def test_plan_treats_devices_a_taint_rule_selects_as_tainted(tmp_path: Path) -> None:

@@ -95,3 +95,46 @@ def test_the_v137_harness_runs_with_the_main_lanes_gates() -> None:
     assert got == want
     unmapped = set(gates) - set(GATE_OF_FEATURE_137.values()) - {"ResourceHealthStatus"}
     assert not unmapped, f"lane gates the harness does not account for: {unmapped}"
+
+
+def test_gates_env_selects_the_lane_that_enforces_compatibility_groups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(build.VERSION_ENV, "1.37")
+    monkeypatch.setenv(build.GATES_ENV, "DRADeviceCompatibilityGroups=true")
+    which = build.harness()
+    assert which.gates == (("DRADeviceCompatibilityGroups", True),)
+    assert which.run_args() == ["-feature-gates", "DRADeviceCompatibilityGroups=true"]
+    # the same binary as the main lane: gates are a run argument, not a build
+    assert build.binary_path(which=which) == build.binary_path(which=build.HARNESSES["1.37"])
+    monkeypatch.delenv(build.GATES_ENV)
+    assert build.harness().run_args() == []
+
+
+def test_gates_the_engine_does_not_follow_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(BuildError, match="DRAFancy"):
+        build.harness("1.37", "DRAFancy=true")
+    with pytest.raises(BuildError, match=r"1\.36"):
+        build.harness("1.36", "DRADeviceCompatibilityGroups=true")
+    with pytest.raises(BuildError, match="NAME=true"):
+        build.harness("1.37", "DRADeviceCompatibilityGroups")
+
+
+def test_the_binary_takes_gates_and_refuses_unknown_ones() -> None:
+    path = build.ensure_built(build.HARNESSES["1.37"])
+    ok = subprocess.run(
+        [str(path), "-feature-gates", "DRADeviceCompatibilityGroups=true"],
+        input="",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run(
+        [str(path), "-feature-gates", "DRAFancy=true"],
+        input="",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2 and "DRAFancy" in bad.stderr

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from kubeacc.engine.engine import Engine
-from kubeacc.engine.release import DEFAULT, ReleaseError, release
+from kubeacc.engine.release import DEFAULT, ReleaseError, parse_gates, release
 from tests.engine.helpers import DRIVER, claim, device_class, exactly, gpu, slice_
 
 
@@ -185,3 +185,29 @@ def test_counters_being_taken_are_kept_per_driver_from_v137() -> None:
     for name, fits in (("1.36", False), ("1.37", True)):
         e = Engine(slices, classes, nodes=_nodes()[:1], release=name)
         assert e.allocate_pod([c], node="a", commit=False).ok is fits, name
+
+
+def test_gates_turn_compatibility_groups_on_for_137_only() -> None:
+    plain = release("1.37")
+    assert not plain.compatibility_groups and plain.compatibility_group_slices_ignored
+    on = release("v1.37.2", {"DRADeviceCompatibilityGroups": True})
+    assert on.compatibility_groups and not on.compatibility_group_slices_ignored
+    assert on.gates == (("DRADeviceCompatibilityGroups", True),)
+    assert release(on) is on  # a Release passes through
+    off = release(on, {"DRADeviceCompatibilityGroups": False})
+    assert not off.compatibility_groups and off.compatibility_group_slices_ignored
+    with pytest.raises(ReleaseError, match=r"does not exist in Kubernetes 1\.36"):
+        release("1.36", {"DRADeviceCompatibilityGroups": True})
+    with pytest.raises(ReleaseError, match=r"DRAFancy.*known: DRADeviceCompatibilityGroups"):
+        release("1.37", {"DRAFancy": True})
+
+
+def test_gates_parse_as_kube_scheduler_writes_them() -> None:
+    assert parse_gates("DRADeviceCompatibilityGroups=true, X=False") == {
+        "DRADeviceCompatibilityGroups": True,
+        "X": False,
+    }
+    assert parse_gates("") == {}
+    for bad in ("DRADeviceCompatibilityGroups", "A=yes", "=true"):
+        with pytest.raises(ReleaseError, match="NAME=true or NAME=false"):
+            parse_gates(bad)

@@ -3,6 +3,8 @@
 package main
 
 import (
+	"fmt"
+
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
@@ -23,3 +25,8 @@ var celFeatures = cel.Features{EnableConsumableCapacity: true}
 
 // kubernetesVersion names the release whose allocator this binary runs.
 const kubernetesVersion = "v1.36.3"
+
+// setGate: v1.36.3 has none of the gates the harness lanes vary on.
+func setGate(name string, on bool) error {
+	return fmt.Errorf("feature gate %q is not one this harness sets for %s", name, kubernetesVersion)
+}

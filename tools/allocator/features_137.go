@@ -3,6 +3,8 @@
 package main
 
 import (
+	"fmt"
+
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
@@ -34,3 +36,16 @@ var celFeatures = cel.Features{EnableConsumableCapacity: true}
 
 // kubernetesVersion names the release whose allocator this binary runs.
 const kubernetesVersion = "v1.37.2"
+
+// setGate turns one of the gates the harness lanes vary on or off (the
+// "-feature-gates" flag); the allocator variant is then picked as kube-scheduler
+// picks it (with DRADeviceCompatibilityGroups on: experimental).
+func setGate(name string, on bool) error {
+	switch name {
+	case "DRADeviceCompatibilityGroups":
+		features.CompatibilityGroups = on
+	default:
+		return fmt.Errorf("feature gate %q is not one this harness sets", name)
+	}
+	return nil
+}

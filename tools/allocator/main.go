@@ -23,7 +23,9 @@
 //     scheduler builds one allocator per pod).
 //
 // "fatal" marks an error that fails the pod rather than only the node.
-// "allocator -version" prints the Kubernetes release the binary was built from.
+// "allocator -version" prints the Kubernetes release the binary was built from;
+// "allocator -feature-gates Name=true,..." runs it with those gates set on top of
+// the release's (features_*.go: setGate).
 package main
 
 import (
@@ -33,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -254,10 +257,37 @@ func run(sc *scenario) (out output) {
 	return out
 }
 
+// parseGates applies "Name=true,Other=false" (kube-scheduler's syntax).
+func parseGates(text string) error {
+	for _, part := range strings.Split(text, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(part, "=")
+		if !ok || (value != "true" && value != "false") {
+			return fmt.Errorf("feature gate %q is not NAME=true or NAME=false", part)
+		}
+		if err := setGate(name, value == "true"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func main() {
 	if len(os.Args) == 2 && os.Args[1] == "-version" {
 		fmt.Println(kubernetesVersion)
 		return
+	}
+	if len(os.Args) == 3 && os.Args[1] == "-feature-gates" {
+		if err := parseGates(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, "allocator:", err)
+			os.Exit(2)
+		}
+	} else if len(os.Args) > 1 {
+		fmt.Fprintln(os.Stderr, "usage: allocator [-version | -feature-gates Name=true,...]")
+		os.Exit(2)
 	}
 	in := bufio.NewReaderSize(os.Stdin, 1<<20)
 	enc := json.NewEncoder(os.Stdout)
