@@ -17,12 +17,16 @@ another's scheduler cache, with ``--nodes`` Node objects, each publishing one sl
 - ``split``: the same devices as ``all``, the NICs and VFs in a pool (and slice) of their own,
   ``<node>-nic``: does a layout keep the scheduler from looking at them? (It does not: every
   Filter call gathers and converts every slice that targets the node, whatever its pool.)
+- ``nics_dup``: ``nics`` with the attribute ``productName`` (a copy of ``model``) back on every
+  device, as the agent published them before it kept a device's own attributes within one
+  small Go map (docs/dra.md, *Devices and attributes*): the before of that change, same run.
 
 Then ``--pods`` pods, each with its own claim for one GPU of ``gpu.kubeacc.io``, created as fast
 as the API server takes them; timed from the first pod's creation until every pod is bound.
 kube-scheduler's CPU time (``/proc/<pid>/stat``) over that window, less its idle rate measured
 just before, divided by the pods: ms of scheduler CPU per pod. The kinds take turns
-(``--rounds`` times each) so that the machine's load hits them alike.
+(``--rounds`` times each) so that the machine's load hits them alike; ``ratio_per_round`` divides
+each kind's CPU per pod by ``minimal``'s of the same round (the load of a round hits both).
 
 Run: ``python bench/scheduler_slices.py [--nodes 500] [--pods 200] [--rounds 1]``.
 """
@@ -54,7 +58,7 @@ from kubeacc.testbed import Testbed
 from kubeacc.testbed.procs import cpu_seconds
 
 TARGET_RATIO = 1.1
-KINDS = ("minimal", "gpus", "nics", "all", "split")
+KINDS = ("minimal", "gpus", "nics", "all", "split", "nics_dup")
 NS = "bench"
 
 
@@ -63,7 +67,18 @@ def kinds_of_devices(published: list[dict[str, Any]]) -> dict[str, list[dict[str
     gpus = [d for d in published if d["attributes"]["type"]["string"] == "gpu"]
     minimal = [{"name": d["name"], "attributes": {"type": {"string": "gpu"}}} for d in gpus]
     nics = [d for d in published if "sriovVF" not in d["attributes"]]
-    return {"minimal": minimal, "gpus": gpus, "nics": nics, "all": published, "split": published}
+    dup = [
+        {**d, "attributes": {**d["attributes"], "productName": d["attributes"]["model"]}}
+        for d in nics
+    ]
+    return {
+        "minimal": minimal,
+        "gpus": gpus,
+        "nics": nics,
+        "all": published,
+        "split": published,
+        "nics_dup": dup,
+    }
 
 
 def node_slices(kind: str, node: str, devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -205,6 +220,14 @@ def main() -> None:
         base = out["minimal"]["cpu_ms_per_pod_median"]
         out["cpu_per_pod_vs_minimal"] = {
             k: round(out[k]["cpu_ms_per_pod_median"] / base, 2) for k in runs if base > 0
+        }
+        out["ratio_per_round"] = {
+            k: [
+                round(r["scheduler_cpu_ms_per_pod"] / m["scheduler_cpu_ms_per_pod"], 2)
+                for r, m in zip(rs, runs["minimal"], strict=True)
+            ]
+            for k, rs in runs.items()
+            if k != "minimal"
         }
     print(json.dumps(out, indent=2))
 

@@ -20,7 +20,8 @@
 //     error fails the pod (the scheduler's Filter returns an error status),
 //     except one that only rules out the node (ErrFailedAllocationOnNode).
 //     Per-pod seconds are reported (allocator setup included, as the
-//     scheduler builds one allocator per pod).
+//     scheduler builds one allocator per pod), and the process's CPU seconds
+//     over all pods (garbage collection included; bench/scheduler_allocator.py).
 //
 // "fatal" marks an error that fails the pod rather than only the node.
 // "allocator -version" prints the Kubernetes release the binary was built from;
@@ -36,6 +37,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -77,7 +79,18 @@ type placement struct {
 type output struct {
 	Pairs      [][]pairResult `json:"pairs,omitempty"`
 	Placements []placement    `json:"placements,omitempty"`
+	CPUSeconds float64        `json:"cpuSeconds,omitempty"`
 	Error      string         `json:"error,omitempty"`
+}
+
+// cpuSeconds: the CPU time of the whole process (user and system, every
+// thread: the garbage collector's too).
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 type classLister map[string]*resourceapi.DeviceClass
@@ -214,6 +227,7 @@ func run(sc *scenario) (out output) {
 			maxFeasible = 1
 		}
 		start := 0
+		cpu0 := cpuSeconds()
 		for _, pod := range groups {
 			t0 := time.Now()
 			p := placement{}
@@ -251,6 +265,7 @@ func run(sc *scenario) (out output) {
 			p.Seconds = time.Since(t0).Seconds()
 			out.Placements = append(out.Placements, p)
 		}
+		out.CPUSeconds = cpuSeconds() - cpu0
 	default:
 		out.Error = fmt.Sprintf("unknown mode %q", sc.Mode)
 	}

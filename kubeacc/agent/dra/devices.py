@@ -5,6 +5,15 @@ a domain are qualified by the driver name (``type`` is ``kubeacc.io/type`` in CE
 attributes (``resource.kubernetes.io/pcieRoot``, ``pciBusID`` and ``numaNode``) carry their own
 domain. GPUs chosen by ``--memory-shared`` selectors are
 published as memory-shared (:mod:`kubeacc.agent.dra.sharing`).
+
+A whole device carries at most :data:`SMALL_DOMAIN` attributes in the driver's domain (a GPU:
+``type vendor model index numaNode uuid units driverVersion``). kube-scheduler evaluates a
+class selector by first copying the evaluated device's attributes into one Go map per domain
+(``k8s.io/dynamic-resource-allocation/cel``, ``DeviceMatches``), on every node it filters for
+every pod; a Go map of up to 8 entries is one small group, a 9th entry grows it into a hashed
+table, a dearer copy (docs/benchmarks.md, ``scheduler_allocator``). So nothing is published
+twice: ``productName``, which repeated ``model`` on every whole device, is gone (MIG partitions
+keep theirs: it names the profile).
 """
 
 from __future__ import annotations
@@ -29,6 +38,9 @@ PCI_BUS_ID_ATTR = "resource.kubernetes.io/pciBusID"
 NUMA_NODE_ATTR = "resource.kubernetes.io/numaNode"
 #: Linux's highest possible NUMA node number is 1023 (MAX_NUMNODES with CONFIG_NODES_SHIFT 10).
 MAX_NUMA_NODE = 1023
+#: Attributes in the driver's domain that a whole device stays within (see the module's text);
+#: a memory-shared GPU (``shareEnforcement``) and a MIG-mode GPU (``migEnabled``) have one more.
+SMALL_DOMAIN = 8
 #: The DRA API caps string attribute values at 64 characters.
 _MAX_STRING = 64
 
@@ -75,7 +87,6 @@ def device_entry(
         attrs[PCI_BUS_ID_ATTR] = _s(dev.pci.bus_id)
     if dev.uuid:
         attrs["uuid"] = _s(dev.uuid)
-    attrs["productName"] = _s(dev.model)
     units = active_table().units_for(dev.model)  # normalized units (kubeacc.units)
     if units:
         attrs["units"] = _int(units)

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 from kubeacc.agent.dra.devices import (
     NUMA_NODE_ATTR,
     PCI_BUS_ID_ATTR,
     PCIE_ROOT_ATTR,
+    SMALL_DOMAIN,
     UNHEALTHY_TAINT,
     device_index,
     slice_devices,
 )
 from kubeacc.model import Health, HealthState, Inventory, PartitionKind
+from kubeacc.synthetic import profiles
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
@@ -32,6 +38,33 @@ def test_gpu_attributes_and_memory_capacity(dgx: Inventory) -> None:
     assert a[PCI_BUS_ID_ATTR] == {"string": "0000:1b:00.0"}
     assert gpu["capacity"] == {"kubeacc.io/memory": {"value": "85520809984"}}
     assert "taints" not in gpu
+    assert "productName" not in a  # it repeated model
+
+
+def _own_attributes(entry: dict[str, Any]) -> list[str]:
+    """The names of an entry's attributes in the driver's domain (no domain, or kubeacc.io/)."""
+    return [n for n in entry["attributes"] if "/" not in n or n.startswith("kubeacc.io/")]
+
+
+@pytest.mark.parametrize("profile", profiles.NAMES)
+def test_a_physical_device_keeps_its_driver_attributes_in_one_small_map(
+    make_inventory: Callable[[str], Inventory], profile: str
+) -> None:
+    """kube-scheduler copies a device's attributes into a Go map per domain for every selector
+    it evaluates; past 8 entries the map becomes a hashed table (docs/dra.md)."""
+    physical = [
+        d for d in slice_devices(make_inventory(profile)) if "sriovVF" not in d["attributes"]
+    ]
+    assert physical
+    worst = max(physical, key=lambda d: len(_own_attributes(d)))
+    assert len(_own_attributes(worst)) <= SMALL_DOMAIN, (worst["name"], _own_attributes(worst))
+
+
+def test_a_gpu_fills_the_small_map_exactly(dgx: Inventory) -> None:
+    gpu = next(d for d in slice_devices(dgx) if d["attributes"]["type"] == {"string": "gpu"})
+    assert sorted(_own_attributes(gpu)) == sorted(
+        ["type", "vendor", "model", "index", "numaNode", "uuid", "units", "driverVersion"]
+    )
 
 
 def test_standard_numa_attribute_only_where_the_numa_node_is_known(dgx: Inventory) -> None:
