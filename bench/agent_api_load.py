@@ -139,7 +139,7 @@ def _put_accelerator(client: Client, body: dict[str, Any]) -> None:
 
 def _device_status(dev: Device) -> dict[str, Any]:
     return {
-        "device": dev.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "device": dev.to_json_dict(),
         "conditions": [
             {
                 "type": "Present",

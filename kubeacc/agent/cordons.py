@@ -46,12 +46,12 @@ def with_unhealthy(inv: Inventory, reasons: Mapping[str, str]) -> Inventory:
     if not reasons or not any(d.name in reasons for d in inv.devices):
         return inv
     devices = [
-        d.model_copy(update={"health": Health(state=HealthState.UNHEALTHY, reason=reasons[d.name])})
+        d.replace(health=Health(state=HealthState.UNHEALTHY, reason=reasons[d.name]))
         if d.name in reasons
         else d
         for d in inv.devices
     ]
-    return inv.model_copy(update={"devices": devices})
+    return inv.replace(devices=devices)
 
 
 def with_cordons_unhealthy(inv: Inventory, cordoned: Mapping[str, str]) -> Inventory:

@@ -76,7 +76,7 @@ from kubeacc.crds.resources import AcceleratorPolicy
 from kubeacc.crds.status import emit_event
 from kubeacc.crds.types import API_VERSION
 from kubeacc.crds.watch import WatchCache, ignoring
-from kubeacc.discovery import DiscoveryConfig, discover
+from kubeacc.discovery import discover
 from kubeacc.host import Host
 from kubeacc.host.files import HostReadError
 from kubeacc.host.real import RealHost
@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from kubeacc.agent.telemetry.report import FaultReporter
     from kubeacc.agent.telemetry.sampler import TelemetrySampler
     from kubeacc.agent.telemetry.series import Reading
+    from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +107,7 @@ def dra_part(
         inv = publishing.keep(inv)
     if not device_plugin_types:
         return inv
-    return inv.model_copy(
-        update={"devices": [d for d in inv.devices if d.type not in device_plugin_types]}
-    )
+    return inv.replace(devices=[d for d in inv.devices if d.type not in device_plugin_types])
 
 
 def prime_decoders() -> None:

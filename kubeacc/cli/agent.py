@@ -34,7 +34,7 @@ from kubeacc.model import DeviceType
 if TYPE_CHECKING:
     from kubeacc.agent.deviceplugin.config import DevicePluginConfig
     from kubeacc.agent.deviceplugin.shared import DecisionLookup
-    from kubeacc.discovery import DiscoveryConfig
+    from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
 
 
 def agent_command(

@@ -59,7 +59,7 @@ def node_objects(
         root = profiles.build(profile, Path(tmp) / profile)
         inv = discover(SyntheticHost(root))
     mig = [d.name for d in inv.devices if d.attributes.get("migMode") == "enabled"]
-    kept = inv.model_copy(update={"devices": [d for d in inv.devices if d.name not in mig]})
+    kept = inv.replace(devices=[d for d in inv.devices if d.name not in mig])
     # as an agent with the default --dra-publish publishes it (no SR-IOV VFs)
     devices = slice_devices(kept, vfs=Publishing().vfs)
     objs: list[dict[str, Any]] = build_slices(name, None, devices, generation=1)

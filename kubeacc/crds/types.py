@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from kubeacc.crds.remediation import EventClass, Remediation
+from kubeacc.crds.structfield import StructField
 from kubeacc.model import Device, DeviceType
 
 GROUP = "kubeacc.io"
@@ -142,7 +143,9 @@ class FaultReport(_Model):
 
 
 class AcceleratorStatus(_Model):
-    device: Device | None = Field(default=None, description="The device as discovery sees it")
+    device: Annotated[Device, StructField(Device)] | None = Field(
+        default=None, description="The device as discovery sees it"
+    )
     host_driver: str | None = Field(
         default=None, description="Kernel driver to return to on Detach (recorded by the agent)"
     )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from kubeacc.discovery.backends.admin import AdminBackend, DiscoveryConfig
+from kubeacc.discovery.backends.admin import AdminBackend
 from kubeacc.discovery.backends.base import Backend
 from kubeacc.discovery.backends.drm_gpu import DrmGpuBackend
 from kubeacc.discovery.backends.fpga import FpgaBackend
@@ -21,6 +22,9 @@ from kubeacc.discovery.pciids import PciIds
 from kubeacc.host.files import HostReadError, HostRoot, WarningSink
 from kubeacc.host.interface import Host
 from kubeacc.model import Device, DeviceType, Inventory
+
+if TYPE_CHECKING:
+    from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
 
 log = logging.getLogger(__name__)
 

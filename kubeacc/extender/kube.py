@@ -19,14 +19,13 @@ from lightkube import ApiError, Client
 from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod, PodBinding
-from pydantic import ValidationError
 
 from kubeacc.controller.leader import LeaderElector
 from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.crds.watch import WatchCache
 from kubeacc.extender.state import Gpu, State, gpu_of
 from kubeacc.extender.wants import Decision
-from kubeacc.model import Device
+from kubeacc.model import Device, ModelError
 from kubeacc.model.names import DECISION_ANNOTATION
 
 log = logging.getLogger(__name__)
@@ -43,8 +42,8 @@ def accelerator_gpu(obj: dict[str, Any]) -> tuple[str, str, Gpu | None]:
     if not raw:
         return node, name, None
     try:
-        device = Device.model_validate(raw)
-    except ValidationError as err:
+        device = Device.from_json_dict(raw)
+    except ModelError as err:
         log.warning("accelerator %s: unreadable status.device: %s", name, err)
         return node, name, None
     return node, name, gpu_of(device, bool(spec.get("cordoned")))

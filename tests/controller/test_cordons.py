@@ -76,9 +76,7 @@ def test_policy_cordon_is_lifted_when_the_device_recovers(
     put_policy(
         kube_client, "drain-sick-fpgas", {"selector": {"types": ["fpga"]}, "onUnhealthy": "Drain"}
     )
-    sick = fpgas[0].model_copy(
-        update={"health": Health(state=HealthState.UNHEALTHY, reason="port error")}
-    )
+    sick = fpgas[0].replace(health=Health(state=HealthState.UNHEALTHY, reason="port error"))
     acc = put_accelerator(kube_client, "node-a", sick)
     assert wait_for("cordoned", lambda: _cordon(kube_client, acc)[0])
     assert _cordon(kube_client, acc) == (True, "policy")

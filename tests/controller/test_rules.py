@@ -35,7 +35,7 @@ def devices(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Device]:
 
 
 def _view(dev: Device, node: str = "n", *, reported: bool = True) -> TargetView:
-    status = {"device": dev.model_dump(mode="json", by_alias=True)} if reported else {}
+    status = {"device": dev.to_json_dict()} if reported else {}
     return TargetView.parse(
         {
             "metadata": {"name": f"{node}-{dev.name}"},
@@ -165,7 +165,7 @@ def test_claim_holders_are_reserved_claims_on_the_target(devices: dict[str, Devi
     acc = {
         "metadata": {"name": f"node-a-{dev.name}"},
         "spec": {"node": "node-a", "deviceName": dev.name},
-        "status": {"device": dev.model_dump(mode="json", by_alias=True, exclude_none=True)},
+        "status": {"device": dev.to_json_dict()},
     }
     targets = {acc["metadata"]["name"]: TargetView.parse(acc)}
 

@@ -25,7 +25,7 @@ def _acc(name: str, version: str, cordoned: bool, kind: str = "gpu") -> dict[str
     return {
         "metadata": {"name": name, "resourceVersion": version},
         "spec": {"node": "n", "deviceName": name, "cordoned": cordoned},
-        "status": {"device": dev.model_dump(mode="json", by_alias=True)},
+        "status": {"device": dev.to_json_dict()},
     }
 
 

@@ -21,17 +21,20 @@ type either ``generic`` (the default) or ``perModel``; asking for both is an err
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal, TypeVar
 
+import msgspec
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kubeacc.model import Device, DeviceType
 from kubeacc.model.names import model_slug
 
 DOMAIN = "kubeacc.io"
+
+_T = TypeVar("_T")
 
 
 class Strategy(StrEnum):
@@ -39,96 +42,112 @@ class Strategy(StrEnum):
     PACKED = "packed"
 
 
-class TypeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class DevicePluginConfigError(ValueError):
+    pass
 
-    generic: bool | None = Field(
-        default=None, description="serve kubeacc.io/<type> (default: unless perModel)"
-    )
-    per_model: bool = Field(
-        default=False, alias="perModel", description="serve kubeacc.io/<type>-<model> instead"
-    )
-    replicas: int = Field(default=1, ge=1, le=64, description="shares per device")
+
+# msgspec Structs, not pydantic models: the device plugin reads this at every start, and a
+# node daemon that imports pydantic for it pays ~3 MB and tens of ms (docs/dependencies.md).
+# msgspec checks types and bounds when it converts a file; __post_init__ checks the rules
+# between fields, on construction as well.
+class TypeConfig(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    #: serve kubeacc.io/<type> (default: unless perModel)
+    generic: bool | None = None
+    #: serve kubeacc.io/<type>-<model> instead
+    per_model: bool = False
+    #: shares per device
+    replicas: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     strategy: Strategy = Strategy.SPREAD
-    shared: bool = Field(
-        default=False,
-        description="GPUs only: also serve kubeacc.io/gpu-memory (MiB) and kubeacc.io/gpu-cores "
-        "(percent); kubeacc extender decides which GPU every container gets",
-    )
-    enforce: bool = Field(
-        default=True,
-        description="GPUs, with shared: hold each kubeacc.io/gpu-memory share to its limit in "
-        "the container with the preloaded share-limit library; false: the limit is advisory "
-        "(docs/sharing.md)",
-    )
-    units: bool = Field(
-        default=False,
-        description="GPUs only, with shared: also serve kubeacc.io/gpu-units (normalized "
-        "units of the unit table); kubeacc extender picks whole GPUs whose units add up",
-    )
+    #: GPUs only: also serve kubeacc.io/gpu-memory (MiB) and kubeacc.io/gpu-cores (percent);
+    #: kubeacc extender decides which GPU every container gets
+    shared: bool = False
+    #: GPUs, with shared: hold each kubeacc.io/gpu-memory share to its limit in the container
+    #: with the preloaded share-limit library; false: the limit is advisory (docs/sharing.md)
+    enforce: bool = True
+    #: GPUs only, with shared: also serve kubeacc.io/gpu-units (normalized units of the unit
+    #: table); kubeacc extender picks whole GPUs whose units add up
+    units: bool = False
 
-    @model_validator(mode="after")
-    def _one_resource(self) -> TypeConfig:
+    def __post_init__(self) -> None:
         if self.generic is None:
             self.generic = not self.per_model
+        if not 1 <= self.replicas <= 64:
+            raise DevicePluginConfigError(f"replicas: {self.replicas} is not in 1..64")
+        self.strategy = Strategy(self.strategy)
         if self.generic and self.per_model:
-            raise ValueError(
+            raise DevicePluginConfigError(
                 "generic and perModel both set: every device would be advertised under two "
                 "resources (kubeacc.io/<type> and kubeacc.io/<type>-<model>) and could go to "
                 "two pods at once; choose one"
             )
         if not self.generic and not self.per_model:
-            raise ValueError("generic and perModel both false: the type would serve nothing")
+            raise DevicePluginConfigError(
+                "generic and perModel both false: the type would serve nothing"
+            )
         if self.units and not self.shared:
-            raise ValueError(
+            raise DevicePluginConfigError(
                 "units without shared: kubeacc.io/gpu-units is served through kubeacc "
                 "extender's decisions; set shared: true"
             )
         if self.shared and self.replicas > 1:
-            raise ValueError("shared and replicas > 1: choose one way of sharing")
-        return self
+            raise DevicePluginConfigError("shared and replicas > 1: choose one way of sharing")
 
 
-class DevicePluginConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    api_version: Literal["kubeacc.io/v1alpha1"] = Field(
-        default="kubeacc.io/v1alpha1", alias="apiVersion"
-    )
+class DevicePluginConfig(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    api_version: Literal["kubeacc.io/v1alpha1"] = "kubeacc.io/v1alpha1"
     kind: Literal["DevicePluginConfig"] = "DevicePluginConfig"
-    types: dict[DeviceType, TypeConfig] = Field(default_factory=dict)
-    cdi: bool = Field(default=False, description="also hand out CDI device names")
+    types: dict[DeviceType, TypeConfig] = msgspec.field(default_factory=dict)
+    #: also hand out CDI device names
+    cdi: bool = False
 
-    @model_validator(mode="after")
-    def _shared_gpus_only(self) -> DevicePluginConfig:
+    def __post_init__(self) -> None:
         for t, cfg in self.types.items():
             if cfg.shared and t is not DeviceType.GPU:
-                raise ValueError(f"types.{t.value}.shared: only GPUs are shared by memory")
-        return self
+                raise DevicePluginConfigError(
+                    f"types.{t.value}.shared: only GPUs are shared by memory"
+                )
 
     @classmethod
     def for_types(cls, types: list[DeviceType]) -> DevicePluginConfig:
         return cls(types={t: TypeConfig() for t in types})
 
 
-class DevicePluginConfigError(ValueError):
-    pass
+_AT = re.compile(r"^(?P<msg>.*?) - at `(?:key` in `)?\$\.?(?P<path>[^`]*)`$", re.DOTALL)
+
+
+def _convert(data: Any, kind: type[_T], where: str) -> _T:
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as err:
+        m = _AT.match(str(err))
+        msg, path = (m["msg"], m["path"]) if m else (str(err), "")
+        path = ".".join(p for p in (where, re.sub(r"\[(\d+)\]", r".\1", path)) if p)
+        raise DevicePluginConfigError(f"{path}: {msg}" if path else msg) from None
+
+
+def parse_config(data: Any) -> DevicePluginConfig:
+    """The config from decoded YAML/JSON; ``DevicePluginConfigError`` names the field."""
+    types = data.get("types") if isinstance(data, dict) else None
+    if isinstance(types, dict):  # each type on its own first, so that errors name it
+        for key, value in types.items():
+            if key not in DeviceType._value2member_map_:
+                known = ", ".join(t.value for t in DeviceType)
+                raise DevicePluginConfigError(f"types.{key}: not a device type ({known})")
+            _convert(value, TypeConfig, f"types.{key}")
+    return _convert(data, DevicePluginConfig, "")
 
 
 def load_config(path: Path) -> DevicePluginConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        return DevicePluginConfig.model_validate(data)
     except OSError as err:
         raise DevicePluginConfigError(f"{path}: cannot read: {err.strerror or err}") from err
     except yaml.YAMLError as err:
         raise DevicePluginConfigError(f"{path}: not valid YAML: {err}") from err
-    except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].removeprefix('Value error, ')}"
-            for e in err.errors()
-        )
-        raise DevicePluginConfigError(f"{path}: {problems}") from err
+    try:
+        return parse_config(data)
+    except DevicePluginConfigError as err:
+        raise DevicePluginConfigError(f"{path}: {err}") from None
 
 
 def resource_names(dev: Device, cfg: TypeConfig) -> list[str]:

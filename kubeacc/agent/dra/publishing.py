@@ -55,4 +55,4 @@ class Publishing:
         """``inv`` without the devices of types that are not published."""
         if self.types >= frozenset(d.type for d in inv.devices):
             return inv
-        return inv.model_copy(update={"devices": [d for d in inv.devices if d.type in self.types]})
+        return inv.replace(devices=[d for d in inv.devices if d.type in self.types])

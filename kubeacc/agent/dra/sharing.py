@@ -136,7 +136,7 @@ def unknown_memory(devices: Iterable[Device], selectors: Sequence[Selector]) -> 
             for d in devices
             if sel.matches(d)
             and not d.memory_bytes
-            and shareable(d.model_copy(update={"memory_bytes": SOME_MEMORY}), sel.explicit(d))
+            and shareable(d.replace(memory_bytes=SOME_MEMORY), sel.explicit(d))
         ]
         if names:
             listed = ", ".join(names[:4]) + (" and more" if len(names) > 4 else "")

@@ -244,7 +244,7 @@ class LifecycleAgent:
             )
         status: dict[str, Any] = {"conditions": [c.to_api() for c in conds]}
         if dev is not None:
-            status["device"] = dev.model_dump(mode="json", by_alias=True, exclude_none=True)
+            status["device"] = dev.to_json_dict()
         if host_driver:
             status["hostDriver"] = host_driver
         last, when = self._applied.get(name, ({}, 0.0))

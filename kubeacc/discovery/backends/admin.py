@@ -16,52 +16,20 @@ Admin entries run before every built-in backend, so they can also re-type a know
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kubeacc.discovery.context import DiscoveryContext
-from kubeacc.model import Device, DeviceType, Health, HealthState
+from kubeacc.model import Device, Health, HealthState
 
-_HEX4 = re.compile(r"^(0x)?[0-9a-fA-F]{4}$")
+if TYPE_CHECKING:
+    from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
 
 
 class ConfigError(ValueError):
     """The discovery config file is unreadable or invalid; the message says where and why."""
-
-
-def _hex_id(value: str) -> str:
-    if not _HEX4.match(value):
-        raise ValueError(f"expected a 4-digit hex PCI id such as 0x10de, got {value!r}")
-    return "0x" + value.lower().removeprefix("0x")
-
-
-class AdminDevice(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
-
-    vendor: str
-    device: str | None = None
-    type: DeviceType
-    model: str | None = None
-    device_nodes: list[str] = Field(default_factory=list, alias="deviceNodes")
-
-    @field_validator("vendor", "device")
-    @classmethod
-    def _check_id(cls, value: str | None) -> str | None:
-        return None if value is None else _hex_id(value)
-
-
-class DiscoveryConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
-
-    api_version: Literal["kubeacc.io/v1alpha1"] = Field(
-        default="kubeacc.io/v1alpha1", alias="apiVersion"
-    )
-    kind: Literal["DiscoveryConfig"] = "DiscoveryConfig"
-    devices: list[AdminDevice] = Field(default_factory=list)
 
 
 def load_config(path: str | Path) -> DiscoveryConfig:
@@ -71,6 +39,10 @@ def load_config(path: str | Path) -> DiscoveryConfig:
         raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from err
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    from pydantic import ValidationError
+
+    from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
+
     if data is None:
         return DiscoveryConfig()
     if not isinstance(data, dict):

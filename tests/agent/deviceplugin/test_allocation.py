@@ -8,10 +8,10 @@ import pytest
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError, allocate, physical, prefer
 from kubeacc.agent.deviceplugin.config import (
-    DevicePluginConfig,
     DevicePluginConfigError,
     TypeConfig,
     load_config,
+    parse_config,
     resource_names,
 )
 from kubeacc.model import DeviceType, Health, HealthState, Inventory
@@ -89,7 +89,7 @@ def test_resource_names(dgx: Inventory) -> None:
     assert resource_names(gpu, TypeConfig(per_model=True)) == ["kubeacc.io/gpu-h100-80gb-hbm3"]
     nic = dgx.by_type(DeviceType.NIC)[0]
     assert resource_names(nic, TypeConfig(per_model=False)) == ["kubeacc.io/nic"]
-    cfg = DevicePluginConfig.model_validate({"types": {"gpu": {"replicas": 2, "perModel": False}}})
+    cfg = parse_config({"types": {"gpu": {"replicas": 2, "perModel": False}}})
     assert cfg.types[DeviceType.GPU].replicas == 2
 
 

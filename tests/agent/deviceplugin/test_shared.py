@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError
-from kubeacc.agent.deviceplugin.config import DevicePluginConfig, DevicePluginConfigError
+from kubeacc.agent.deviceplugin.config import DevicePluginConfigError, parse_config
 from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 from kubeacc.agent.deviceplugin.shared import (
     MAX_MEMORY_UNITS,
@@ -52,7 +52,7 @@ def _pod(
 
 
 def test_shared_config_serves_memory_cores_and_whole_units(tmp_path: Any, edge: Inventory) -> None:
-    cfg = DevicePluginConfig.model_validate({"types": {"gpu": {"shared": True}}})
+    cfg = parse_config({"types": {"gpu": {"shared": True}}})
     states = DevicePluginManager(tmp_path, cfg).states(edge)
     assert sorted(states) == ["kubeacc.io/gpu", CORES, MEMORY]
     assert len(states[MEMORY].listing()) == 23034
@@ -155,7 +155,7 @@ def test_units_are_served_from_the_unit_table(tmp_path: Any, hosts: HostFactory)
     from kubeacc.units.table import build, use_table
 
     inv = discover(hosts.pristine("l4-pair"), nvml="on")
-    cfg = DevicePluginConfig.model_validate({"types": {"gpu": {"shared": True, "units": True}}})
+    cfg = parse_config({"types": {"gpu": {"shared": True, "units": True}}})
     states = DevicePluginManager(tmp_path, cfg).states(inv)
     assert sorted(states) == ["kubeacc.io/gpu", CORES, MEMORY, UNITS]
     ids = [d.ID for d in states[UNITS].listing()]

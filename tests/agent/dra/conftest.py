@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ def inventory(profile: str, tmp: Path) -> Inventory:
     if profile not in _CACHE:
         root = profiles.build(profile, tmp / profile)
         _CACHE[profile] = discover(root)
-    return _CACHE[profile].model_copy(deep=True)
+    return copy.deepcopy(_CACHE[profile])
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kubeacc.agent.deviceplugin.config import DevicePluginConfig
+from kubeacc.agent.deviceplugin.config import parse_config
 from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 from kubeacc.agent.deviceplugin.shared import MEMORY_RESOURCE as MEMORY
 from kubeacc.agent.deviceplugin.shared import Found, Kind, shared_allocate
@@ -216,7 +216,7 @@ def test_device_plugin_users_say_how_memory_shares_are_enforced() -> None:
 
 def test_every_shared_unit_id_names_its_gpu(tmp_path: Path, hosts: HostFactory) -> None:
     inv = discover(hosts.pristine("dgx-h100"), nvml="on")
-    cfg = DevicePluginConfig.model_validate({"types": {"gpu": {"shared": True}}})
+    cfg = parse_config({"types": {"gpu": {"shared": True}}})
     manager = DevicePluginManager(tmp_path, cfg, limiter=Limiter(LIB))
     keys = manager.shared_id_devices(inv)
     for resource, state in manager.states(inv).items():

@@ -61,9 +61,7 @@ def test_selectors_pick_gpus_by_model_pci_and_name(dgx: Inventory) -> None:
 def test_a_selector_over_gpus_of_unknown_memory_says_so(dgx: Inventory) -> None:
     # NVML not found: discovery knows no memory for five of the GPUs
     unknown = sorted(d.name for d in dgx.devices if d.type.value == "gpu")[:5]
-    devices = [
-        d.model_copy(update={"memory_bytes": None}) if d.name in unknown else d for d in dgx.devices
-    ]
+    devices = [d.replace(memory_bytes=None) if d.name in unknown else d for d in dgx.devices]
     assert not any(
         is_memory_shared(d, parse_selectors(["all"])) for d in devices if d.name in unknown
     )

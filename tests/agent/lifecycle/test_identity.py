@@ -36,7 +36,7 @@ def _status_patch(name: str, node: str, device: Device) -> dict[str, Any]:
         "metadata": {"name": name},
         "status": {
             "hostDriver": "dfl-pci",
-            "device": device.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "device": device.to_json_dict(),
         },
     }
 
@@ -82,7 +82,7 @@ def test_agent_cannot_modify_another_nodes_objects(
         force=True,
     )
 
-    other = device.model_copy(update={"name": "fpga-0000-99-00-0"})
+    other = device.replace(name="fpga-0000-99-00-0")
     new_name = f"node-b-{other.name}"
     msg = _denied(
         lambda: agent.patch(

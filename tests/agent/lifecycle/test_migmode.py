@@ -80,7 +80,7 @@ def test_refused_while_instances_exist_and_for_other_devices(host: tuple[Path, E
     out = run(ex, device(root, H100), False)
     assert (out.ok, out.reason) == (False, "MigInstancesExist")
     assert mode(root, 0) == [1, 1]  # nothing pending
-    other = device(root, A100).model_copy(update={"vendor": "AMD"})
+    other = device(root, A100).replace(vendor="AMD")
     assert run(ex, other, False).reason == "NotAnNvidiaGPU"
 
 

@@ -122,7 +122,7 @@ def test_the_sampler_counts_discoverys_health_against_the_policies(hosts: HostFa
     host = SyntheticHost(hosts.copy("l4-pair"))
     inv = discover(host)
     gpu = next(d for d in inv.devices if d.vendor == "NVIDIA")
-    sick = gpu.model_copy(update={"health": Health(state=HealthState.UNHEALTHY, reason="lost")})
+    sick = gpu.replace(health=Health(state=HealthState.UNHEALTHY, reason="lost"))
     now = {"inv": inv}
     seen: list[DeviceFault] = []
     policies = [
@@ -140,9 +140,7 @@ def test_the_sampler_counts_discoverys_health_against_the_policies(hosts: HostFa
         health_thresholds=lambda: health_failing_thresholds(policies),
     )
     sampler.sample_once()
-    now["inv"] = inv.model_copy(
-        update={"devices": [sick if d.name == gpu.name else d for d in inv.devices]}
-    )
+    now["inv"] = inv.replace(devices=[sick if d.name == gpu.name else d for d in inv.devices])
     sampler.sample_once()
     assert seen == []
     sampler.sample_once()
