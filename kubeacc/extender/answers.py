@@ -128,7 +128,9 @@ class Answers:
         # has its piece in ``kind.scored``: one map in C (a comprehension with two lookups
         # per name was ~60 % of the two verbs' CPU at 5,000 nodes).
         found: list[bytes | None] = [] if kind is None else list(map(kind.scored.get, names))
-        if kind is None or None in found:
+        # ``all`` tests each piece's truth (a non-empty bytes, or None) in C; ``None in found``
+        # compared every piece with None, a rich comparison each (~15 % of prioritize)
+        if kind is None or not all(found):
             zero = self.piece
             found = found or [None] * len(names)
             found = [p if p is not None else zero(n, 0) for p, n in zip(found, names, strict=True)]
