@@ -225,7 +225,11 @@ def _handler(outer: ExtenderServer) -> type[BoundedHandler]:
             elif path == "/state":
                 query = self.path.partition("?")[2]
                 node = query.removeprefix("node=") if query.startswith("node=") else None
-                data = {**outer.extender.state.summary(node), **outer.extender.counts}
+                data = {
+                    **outer.extender.state.summary(node),
+                    **outer.extender.counts,
+                    "names_reused": outer.lists.hits,
+                }
                 self._json(200, json.dumps(data).encode())
             else:
                 self.send_body(404, b"not found\n", "text/plain")
