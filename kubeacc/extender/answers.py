@@ -43,6 +43,20 @@ class Kind:
         #: The prioritize piece (``{"Host":...,"Score":...}``) of every node that fits: a
         #: HostPriorityList is then one ``map`` over the names, in C.
         self.scored: dict[str, bytes] = {}
+        #: The last filter's answer: (epoch, the nodes it kept), so that prioritize of the
+        #: same nodes before anything changes joins their pieces without looking for
+        #: unknown or unfit ones.
+        self.filtered: tuple[int, list[str]] | None = None
+
+    def filter(self, names: list[str]) -> list[str]:
+        """The ``names`` that fit, in their order (remembered for :meth:`Answers.priorities`).
+
+        One C-level pass over the keys only: reading the pieces here too would touch 5,000
+        more objects per call, which on a busy machine are rarely in the CPU's caches.
+        """
+        passed = list(filter(self.fits.__contains__, names))
+        self.filtered = (self.epoch, passed)
+        return passed
 
     def _answer(self, state: State, node: str) -> None:
         view = state.nodes.get(node)
@@ -124,11 +138,19 @@ class Answers:
         """The JSON HostPriorityList for ``names``: 0 for nodes that do not fit or are
         unknown (for every node without ``kind``); byte for byte what encoding
         ``[{"Host": n, "Score": s}, ...]`` gives."""
+        if kind is not None and kind.filtered is not None:
+            epoch, passed = kind.filtered
+            # the nodes filter just kept, nothing changed since: each has its piece (the
+            # names are then mostly filter's own strings, compared by identity)
+            if epoch == kind.epoch and names == passed:
+                return b"[" + b",".join(map(kind.scored.__getitem__, passed)) + b"]"
         # The candidates prioritize gets are those filter kept, so nearly always every name
         # has its piece in ``kind.scored``: one map in C (a comprehension with two lookups
         # per name was ~60 % of the two verbs' CPU at 5,000 nodes).
         found: list[bytes | None] = [] if kind is None else list(map(kind.scored.get, names))
-        if kind is None or None in found:
+        # ``all`` tests each piece's truth (a non-empty bytes, or None) in C; ``None in found``
+        # compared every piece with None, a rich comparison each (~15 % of prioritize)
+        if kind is None or not all(found):
             zero = self.piece
             found = found or [None] * len(names)
             found = [p if p is not None else zero(n, 0) for p, n in zip(found, names, strict=True)]

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from kubeacc.agent.arenas import release_free_memory
+from kubeacc.extender.namelists import NameLists
 from kubeacc.extender.service import Extender
 from kubeacc.extender.wire import FLAT, ShapeError, check_shape
 from kubeacc.netserve.budget import BudgetExhausted, ByteBudget
@@ -113,6 +114,65 @@ def decode_args(verb: str, raw: bytes) -> dict[str, Any]:
     return args
 
 
+class _Frame(msgspec.Struct, forbid_unknown_fields=True):
+    """The fields of filter's and prioritize's body, each left as its JSON text."""
+
+    Pod: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    NodeNames: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    Nodes: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_frame_decoder = msgspec.json.Decoder(_Frame)
+
+
+def decode_verb_args(verb: str, raw: bytes, lists: NameLists) -> dict[str, Any]:
+    """:func:`decode_args`, with filter's and prioritize's node names read through
+    ``lists`` (a list the extender answered itself is taken back, not decoded again).
+
+    The quick way takes a body only when it is an object of the known fields, every one of
+    them of its shape and depth; for anything else (bad JSON, wrong shapes, unknown or too
+    deep fields) :func:`decode_args` reads the body again, so the answer, the error
+    included, is the one it gives.
+    """
+    if verb in FLAT:
+        args = _decode_quick(verb, raw, lists)
+        if args is not None:
+            return args
+    return decode_args(verb, raw)
+
+
+def _decode_quick(verb: str, raw: bytes, lists: NameLists) -> dict[str, Any] | None:
+    try:
+        frame = _frame_decoder.decode(raw)
+        args: dict[str, Any] = {}
+        if not isinstance(frame.Pod, msgspec.UnsetType):
+            args["Pod"] = _decoder.decode(frame.Pod)
+        if not isinstance(frame.Nodes, msgspec.UnsetType):
+            args["Nodes"] = _decoder.decode(frame.Nodes)
+        check_shape(verb, args)
+        if too_deep(args):
+            return None
+        if not isinstance(frame.NodeNames, msgspec.UnsetType):
+            args["NodeNames"] = lists.decode(bytes(frame.NodeNames))
+    except (msgspec.DecodeError, ShapeError, RecursionError):
+        return None
+    return args
+
+
+def encode_answer(verb: str, result: Any, lists: NameLists) -> bytes:
+    """``result`` as JSON; the node names of a filter answer are kept in ``lists`` under
+    their bytes, for prioritize to take back (:mod:`kubeacc.extender.namelists`)."""
+    if isinstance(result, bytes):
+        return result
+    names = result.get("NodeNames") if verb == "filter" and isinstance(result, dict) else None
+    if not isinstance(names, list):
+        return _encoder.encode(result)
+    names_raw = _encoder.encode(names)
+    lists.keep(names_raw, names)
+    raw_names = msgspec.Raw(names_raw)  # encoded as they are: the same bytes as the list's
+    return _encoder.encode({k: raw_names if k == "NodeNames" else v for k, v in result.items()})
+
+
 class ExtenderServer:
     def __init__(
         self,
@@ -130,6 +190,7 @@ class ExtenderServer:
         self.ready = ready
         self.serving = serving
         self.budget = ByteBudget(body_budget)
+        self.lists = NameLists()
         self.httpd = BoundedHTTPServer(
             (host, port), _handler(self), limits, tls=tls, name="extender-http"
         )
@@ -164,7 +225,11 @@ def _handler(outer: ExtenderServer) -> type[BoundedHandler]:
             elif path == "/state":
                 query = self.path.partition("?")[2]
                 node = query.removeprefix("node=") if query.startswith("node=") else None
-                data = {**outer.extender.state.summary(node), **outer.extender.counts}
+                data = {
+                    **outer.extender.state.summary(node),
+                    **outer.extender.counts,
+                    "names_reused": outer.lists.hits,
+                }
                 self._json(200, json.dumps(data).encode())
             else:
                 self.send_body(404, b"not found\n", "text/plain")
@@ -204,7 +269,7 @@ def _handler(outer: ExtenderServer) -> type[BoundedHandler]:
                 self._error(503, "this kubeacc extender replica does not lead")
                 return
             try:
-                args = decode_args(verb, raw)
+                args = decode_verb_args(verb, raw, outer.lists)
             except BadRequest as err:
                 self._error(400, f"bad request: {err}")
                 return
@@ -215,6 +280,6 @@ def _handler(outer: ExtenderServer) -> type[BoundedHandler]:
                 log.exception("%s failed", verb)
                 self._error(500, f"{verb}: internal error: {err}")
                 return
-            self._json(200, result if isinstance(result, bytes) else _encoder.encode(result))
+            self._json(200, encode_answer(verb, result, outer.lists))
 
     return Handler

@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
+from itertools import filterfalse
 from typing import Any, Protocol
 
 import msgspec
@@ -78,11 +79,9 @@ class Extender:
         with self.state.lock:
             kind = self._kind(want)
             fits, fails = kind.fits, kind.fails
-            passed = [name for name in names if name in fits]
+            passed = kind.filter(names)
             if len(passed) < len(names):
-                for name in names:
-                    if name in fits:
-                        continue
+                for name in filterfalse(fits.__contains__, names):
                     reason = fails.get(name)
                     if reason is None:
                         unresolvable[name] = NO_GPUS

@@ -81,6 +81,8 @@ class BoundedHandler(BaseHTTPRequestHandler):
     """Base of the handlers: deadlines, the head cap and :meth:`read_body`."""
 
     server: BoundedHTTPServer
+    #: The head being built (http.server's own buffer; :meth:`send_body` adds the body).
+    _headers_buffer: list[bytes]
     protocol_version = "HTTP/1.1"
     # headers and body go out in separate writes: with Nagle's algorithm on, the client's
     # delayed ACK would add ~40 ms to every answer
@@ -176,8 +178,15 @@ class BoundedHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         if self.close_connection:
             self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+        if self.request_version == "HTTP/0.9":  # no head: the body alone
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        # head and body in one write: one system call, and the client wakes once for the
+        # whole answer instead of once for the head and again for the body
+        self._headers_buffer.append(b"\r\n")
+        self._headers_buffer.append(body)
+        self.flush_headers()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)

@@ -129,6 +129,11 @@ class Extender:
         ) as r:
             return dict(json.loads(r.read()).get("node") or {})
 
+    def counts(self) -> dict[str, Any]:
+        """The extender's whole /state (counts of nodes, pods and calls)."""
+        with urllib.request.urlopen(f"{self.url}/state", timeout=5, context=self.tls) as r:
+            return dict(json.loads(r.read()))
+
     def holders(self, node: str) -> list[Any]:
         """The pods the extender counts on ``node``."""
         return list(self.state(node).get("holders") or [])

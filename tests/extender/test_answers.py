@@ -148,3 +148,34 @@ def test_kept_answers_equal_fresh_ones_through_random_changes() -> None:
             for n in names
         ]
         assert got == msgspec.json.encode(expected), step
+
+
+def test_prioritize_after_filter_joins_filters_pieces_only_while_nothing_changed() -> None:
+    state = state_with({f"n{i}": [small_gpu(A, 20000)] for i in range(4)})
+    ext = Extender(state)
+    p = pod("p", {MEMORY: "8000"})
+    state.reserve("x", share("n3", A, 15000))
+    kept = ext.filter(args(p, ["n3", "n2", "gone", "n0"]))["NodeNames"]
+    assert kept == ["n2", "n0"]
+    kind = next(iter(ext.answers._kinds.values()))
+    assert kind.filtered is not None and kind.filtered[1] == kept
+
+    def fresh(names: list[str]) -> bytes:
+        """What a new Answers over the same state answers (nothing remembered)."""
+        with state.lock:
+            ans = Answers(state)
+            return ans.priorities(ans.kind(want_key(pod_want(p)), lambda: matcher(p)), names)
+
+    # the same names (equal strings, other objects): the join, byte for byte a fresh answer
+    assert ext.prioritize_json(args(p, [str(n) for n in ["n2", "n0"]])) == fresh(kept)
+    # other names, or the same in another order: answered node by node
+    assert ext.prioritize_json(args(p, ["n0", "n2"])) == fresh(["n0", "n2"])
+    assert ext.prioritize_json(args(p, ["n2"])) == fresh(["n2"])
+    # a change since filter: not the remembered pieces, the node's new answer
+    state.reserve("y", share("n2", A, 15000))
+    got = msgspec.json.decode(ext.prioritize_json(args(p, kept)))
+    assert got == msgspec.json.decode(fresh(kept)) and got[0] == {"Host": "n2", "Score": 0}
+
+
+def matcher(p: dict[str, Any]) -> Any:
+    return plain_matcher(pod_want(p))

@@ -25,6 +25,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from kubeacc.crds.deploy import manifests
 from kubeacc.crds.resources import as_dict
+from kubeacc.extender.namelists import KEEP
 from kubeacc.extender.wants import MEMORY, Decision
 from kubeacc.model.names import DECISION_ANNOTATION
 from tests.extender.clusterlib import Cluster, Extender, extender_cluster, limits_pod
@@ -187,6 +188,22 @@ def test_memory_shares_pack_onto_gpus_without_exceeding_them(
     gone = next(n for n in names if n not in waiting)
     kube.delete(Pod, gone, namespace=NS, grace_period=0)
     _running(kube, waiting)
+
+
+def test_prioritize_gets_back_the_names_filter_answered(cluster: Cluster, kube: Client) -> None:
+    """kube-scheduler (Go) sends prioritize filter's node names byte for byte as the
+    extender encoded them, so the extender takes its own list back (namelists.py)."""
+    # fill the kept lists with empty answers, which no scheduler's filter sends: a list taken
+    # back below is then one of the scheduler's filter answers, given back by prioritize
+    share = {"spec": {"containers": [{"name": "c", "resources": {"limits": {MEMORY: "1"}}}]}}
+    for i in range(KEEP):
+        assert cluster.extender.post("filter", {"Pod": share, "NodeNames": [f"x{i}"]})
+    before = cluster.extender.counts()
+    kube.create(_pod("reuse", {MEMORY: "1000"}))
+    _running(kube, ["reuse"])
+    after = cluster.extender.counts()
+    assert after["prioritize"] > before["prioritize"], (before, after)
+    assert after["names_reused"] > before["names_reused"], (before, after)
 
 
 def test_extender_restart_mid_stream_loses_nothing(cluster: Cluster, kube: Client) -> None:

@@ -1,0 +1,49 @@
+"""The node-name lists the extender answered recently, to read them back without decoding.
+
+kube-scheduler calls prioritize with the nodes that passed filter, in the order filter gave
+them: with one extender, prioritize's ``NodeNames`` are byte for byte the list filter
+answered (Go and msgspec both encode a list of names compactly, and node names hold nothing
+either escapes). At 5,000 nodes, decoding that list is 5,000 new strings whose hashes are
+then computed again for every lookup; taking filter's own list back instead costs one
+comparison of the bytes, and its strings already carry their hashes.
+
+A list is kept only under its exact bytes, so a hit gives what decoding would give; any other
+list is decoded as usual. Thread-safe: the HTTP server serves each connection in its thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+import msgspec
+
+#: Lists kept (filter answers of the last few pods; a scheduler asks prioritize right after
+#: filter, so the one being asked for is nearly always the newest).
+KEEP = 4
+
+_decoder: msgspec.json.Decoder[list[str] | None] = msgspec.json.Decoder(list[str] | None)
+
+
+class NameLists:
+    def __init__(self, keep: int = KEEP) -> None:
+        self._lock = threading.Lock()
+        self._kept: deque[tuple[bytes, list[str]]] = deque(maxlen=keep)
+        #: Lists taken back without decoding (for /state and the tests).
+        self.hits = 0
+
+    def keep(self, raw: bytes, names: list[str]) -> None:
+        """Remember that ``raw`` decodes to ``names`` (which must not change afterwards)."""
+        with self._lock:
+            self._kept.append((raw, names))
+
+    def decode(self, raw: bytes) -> list[str] | None:
+        """``raw`` (a JSON list of strings) decoded: a kept list when the bytes are the same
+        (a fresh copy of it, so the caller may change it), else decoded; raises
+        :class:`msgspec.DecodeError` (or its ``ValidationError``) as decoding does."""
+        with self._lock:
+            for kept_raw, names in reversed(self._kept):
+                if len(kept_raw) == len(raw) and kept_raw == raw:
+                    self.hits += 1
+                    return list(names)
+        return _decoder.decode(raw)
