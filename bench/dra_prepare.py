@@ -16,7 +16,8 @@ the same shape (one request, one device of its pool, allocated through the statu
 prepare + unprepare pairs alternate between the two, each over its own grpcio channel. What the
 driver does per call: prepare reads the claim from the API server and writes one CDI spec (no
 fsync, no checkpoint: it keeps what it prepared in memory); unprepare removes the spec. The
-other arguments go to ``kubeacc agent``.
+other arguments go to ``kubeacc agent``. The driver's client runs without its default rate limit
+(50 requests/s): calls back to back would otherwise wait for the limiter (go_peers).
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def test_driver(agent: BenchAgent) -> Iterator[BenchAgent]:
     log = work / "driver.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            test_driver_argv(agent.kubeconfig, NODE, kubelet_root, work / "cdi"),
+            test_driver_argv(agent.kubeconfig, NODE, kubelet_root, work / "cdi", qps=100_000),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=peer_env(),

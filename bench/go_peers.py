@@ -51,12 +51,20 @@ def in_plugin_dir(plugin_dir: Path, argv: list[str]) -> list[str]:
     ]
 
 
-def test_driver_argv(kubeconfig: Path, node: str, kubelet_root: Path, cdi: Path) -> list[str]:
+def test_driver_argv(
+    kubeconfig: Path, node: str, kubelet_root: Path, cdi: Path, qps: int | None = None
+) -> list[str]:
     """The DRA test driver as a kubelet plugin of ``node``, its sockets under
-    ``kubelet_root`` as the kubelet lays them out (``plugins_registry/``, ``plugins/<driver>``)."""
+    ``kubelet_root`` as the kubelet lays them out (``plugins_registry/``, ``plugins/<driver>``).
+
+    ``qps``: its client's rate limit (QPS and burst; its default is 50 and 100). A benchmark of
+    back-to-back prepares sets it high: at the default, each prepare's claim read waits for the
+    client-side limiter once the burst is spent, which times the limiter, not the call."""
+    limit = [] if qps is None else [f"--kube-api-qps={qps}", f"--kube-api-burst={qps}"]
     return [
         str(peer("test-driver")),
         f"--kubeconfig={kubeconfig}",
+        *limit,
         "kubelet-plugin",
         f"--node-name={node}",
         f"--plugin-registration-path={kubelet_root / 'plugins_registry'}",
