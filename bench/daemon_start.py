@@ -20,6 +20,13 @@ time, the CPU time the process had used when it was ready (less sensitive to a b
 than the wall time) and the median RSS ``--settle`` seconds after it was ready; and from each
 run's log, what its start-up freeze did (objects frozen, the time of one full garbage collection
 before and after it: kubeacc/gcfreeze.py).
+
+``--peers``: the device plugin and the agent beside their Go peers (bench/go_peers.py), starts
+alternating in one run: the device plugin beside upstream's sample device plugin against the
+same kubelet stand-in (both in the mount namespace the sample plugin needs), the agent beside
+upstream's DRA test driver (its registration socket answers ``GetInfo``; same API server). The
+JSON then has ``"<daemon> vs <peer>"`` entries: both sides, and the ratios kube-acc / peer of
+the min and median start, the median CPU to registered and the median RSS.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from pathlib import Path
 
 import grpc
 from dra_agent import compile_package, proc_status
+from go_peers import SAMPLE_RESOURCE, TEST_DRIVER, in_plugin_dir, peer, test_driver_argv
 from kubelet_client import stubs
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
@@ -69,17 +77,23 @@ _FROZEN = re.compile(
 )
 
 
-class _Kubelet:
+class KubeletStandIn:
     """The kubelet's Registration service on ``kubelet.sock``; remembers when Register came."""
 
     def __init__(self, plugin_dir: Path) -> None:
         self.arrived = threading.Event()
         self.at = 0.0
+        #: What the plugin registered (its resource name).
+        self.resource = ""
+        #: The plugin's socket, relative to the plugin directory.
+        self.endpoint = ""
         kubelet = self
 
         class Servicer(stubs("deviceplugin_v1beta1_pb2_grpc").RegistrationServicer):  # type: ignore[misc]
-            def Register(self, request: object, context: object) -> dpb.Empty:
+            def Register(self, request: dpb.RegisterRequest, context: object) -> dpb.Empty:
                 kubelet.at = time.monotonic()
+                kubelet.resource = request.resource_name
+                kubelet.endpoint = request.endpoint
                 kubelet.arrived.set()
                 return dpb.Empty()
 
@@ -123,6 +137,10 @@ class Daemon:
     #: Given the work dir: (set-up before the start, ready check, clean-up).
     probe: Callable[[Path], tuple[Callable[[], bool], Callable[[], None]]]
     what: str
+    #: The whole command line given the work dir (a Go peer), instead of ``kubeacc <name>``.
+    command: Callable[[Path], list[str]] | None = None
+    #: Runs the command line inside another (the mount namespace of ``in_plugin_dir``).
+    wrap: Callable[[Path, list[str]], list[str]] | None = None
 
 
 def _start(
@@ -135,12 +153,14 @@ def _start(
     cmd = LAUNCHERS[launcher]
     if importtime or cmd[0] == "-m":  # the console script is a Python script too
         cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), *cmd]
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    dropped = {"PYTHONDONTWRITEBYTECODE", "KUBECONFIG"}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    argv = daemon.command(work) if daemon.command else [*cmd, daemon.name, *daemon.args(work)]
+    if daemon.wrap is not None:
+        argv = daemon.wrap(work, argv)
     t0 = time.monotonic()
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*cmd, daemon.name, *daemon.args(work)], stdout=out, stderr=subprocess.STDOUT, env=env
-        )
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
     deadline = t0 + timeout
     while not ready():
         if time.monotonic() > deadline or proc.poll() is not None:
@@ -170,40 +190,141 @@ def measure(
     terminate(proc)
     cleanup()
     result: dict[str, object] = {**imports(log), "ready_means": daemon.what}
-    starts, cpu, rss, frozen = [], [], [], []
+    runs_of = _Runs()
     for n in range(runs):
-        proc, ms, cleanup, log = _start(daemon, work / f"run{n}", False, launcher)
-        starts.append(ms)
-        cpu.append(_cpu_ms(proc.pid))
+        runs_of.run(daemon, work / f"run{n}", settle, launcher)
+    return result | runs_of.summary()
+
+
+class _Runs:
+    """The plain runs of one daemon: start, CPU to ready, RSS, start-up freeze."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.cpu: list[float] = []
+        self.rss: list[float] = []
+        self.frozen: list[list[float]] = []
+
+    def run(self, daemon: Daemon, work: Path, settle: float, launcher: str = "entry") -> None:
+        proc, ms, cleanup, log = _start(daemon, work, False, launcher)
+        self.starts.append(ms)
+        self.cpu.append(_cpu_ms(proc.pid))
         time.sleep(settle)
-        rss.append(proc_status(proc.pid)["rss_mb"])
-        if found := _FROZEN.search(log.read_text()):
-            frozen.append([int(found[1]), float(found[2]), float(found[3])])
+        self.rss.append(proc_status(proc.pid)["rss_mb"])
+        if found := _FROZEN.search(log.read_text(errors="replace")):
+            self.frozen.append([int(found[1]), float(found[2]), float(found[3])])
         terminate(proc)
         cleanup()
-    result |= {
-        "start_ms": [round(s, 1) for s in starts],
-        "start_min_ms": round(min(starts), 1),
-        "start_median_ms": round(statistics.median(starts), 1),
-        "start_cpu_ms": cpu,
-        "start_cpu_median_ms": statistics.median(cpu),
-        "rss_mb": rss,
-        "rss_median_mb": statistics.median(rss),
-        # Per run: [objects frozen, ms of a full GC before the freeze, ms of the first after].
-        "gc_freeze": frozen,
+
+    def summary(self) -> dict[str, object]:
+        starts = self.starts
+        return {
+            "start_ms": [round(s, 1) for s in starts],
+            "start_min_ms": round(min(starts), 1),
+            "start_median_ms": round(statistics.median(starts), 1),
+            "start_cpu_ms": self.cpu,
+            "start_cpu_median_ms": statistics.median(self.cpu),
+            "rss_mb": self.rss,
+            "rss_median_mb": statistics.median(self.rss),
+            # Per run: [objects frozen, ms of a full GC before the freeze, ms of the first after].
+            "gc_freeze": self.frozen,
+        }
+
+
+def measure_beside(
+    ours: Daemon, peer_daemon: Daemon, work: Path, runs: int, settle: float
+) -> dict[str, object]:
+    """``ours`` and its Go peer, ``runs`` starts each, alternating (who goes first swaps)."""
+    mine, theirs = _Runs(), _Runs()
+    for n in range(runs):
+        pair = [(ours, mine), (peer_daemon, theirs)]
+        for daemon, runs_of in pair if n % 2 == 0 else reversed(pair):
+            runs_of.run(daemon, work / daemon.name / f"run{n}", settle)
+    a, b = mine.summary(), theirs.summary()
+
+    def ratio(key: str) -> float:
+        return round(float(a[key]) / float(b[key]), 2)  # type: ignore[arg-type]
+
+    return {
+        ours.name: {"ready_means": ours.what, **a},
+        peer_daemon.name: {"ready_means": peer_daemon.what, **b},
+        "ratio_start_min": ratio("start_min_ms"),
+        "ratio_start_median": ratio("start_median_ms"),
+        "ratio_start_cpu_median": ratio("start_cpu_median_ms"),
+        "ratio_rss_median": ratio("rss_median_mb"),
     }
-    return result
+
+
+Probe = Callable[[Path], tuple[Callable[[], bool], Callable[[], None]]]
+
+
+def _device_plugin_probe(resource: str) -> Probe:
+    """Ready once ``Register`` of ``resource`` arrived at the kubelet stand-in in ``dp/``."""
+
+    def probe(work: Path) -> tuple[Callable[[], bool], Callable[[], None]]:
+        (work / "dp").mkdir()
+        kubelet = KubeletStandIn(work / "dp")
+
+        def registered() -> bool:
+            if kubelet.arrived.is_set() and kubelet.resource != resource:
+                raise RuntimeError(f"registered {kubelet.resource!r}, not {resource!r}")
+            return kubelet.arrived.is_set()
+
+        return registered, kubelet.stop
+
+    return probe
+
+
+def _getinfo_probe(driver: str) -> Probe:
+    """Ready once the driver's registration socket answers the kubelet's ``GetInfo``.
+
+    The kubelet's registry directory and the driver's own directory under ``plugins/`` exist
+    before the driver starts, as on a node (the kubelet makes the first, the DaemonSet's
+    hostPath mount the second; the DRA test driver does not make them)."""
+
+    def probe(work: Path) -> tuple[Callable[[], bool], Callable[[], None]]:
+        (work / "kubelet" / "plugins" / driver).mkdir(parents=True)
+        (work / "kubelet" / "plugins_registry").mkdir()
+        sock = work / "kubelet" / "plugins_registry" / f"{driver}-reg.sock"
+        return lambda: _answers_getinfo(sock), lambda: None
+
+    return probe
+
+
+#: The daemons ``--peers`` measures beside a Go peer.
+PEERED = ("device-plugin", "agent")
+
+
+def beside_peers(host: Path, kubeconfig: Path) -> dict[str, tuple[Daemon, Daemon]]:
+    """Per kube-acc daemon with a Go peer: (kube-acc's, the peer), started the same way."""
+    [device_plugin, agent] = [d for d in daemons(host, kubeconfig) if d.name in PEERED]
+
+    def namespaced(work: Path, argv: list[str]) -> list[str]:
+        return in_plugin_dir(work / "dp", argv)
+
+    device_plugin.wrap = namespaced
+    sample = Daemon(
+        "sample-device-plugin",
+        lambda w: [],
+        _device_plugin_probe(SAMPLE_RESOURCE),
+        "Register arrived at the kubelet stand-in",
+        command=lambda w: [str(peer("sample-device-plugin"))],
+        wrap=namespaced,
+    )
+    driver = Daemon(
+        "test-driver",
+        lambda w: [],
+        _getinfo_probe(TEST_DRIVER),
+        "registration socket answers GetInfo",
+        command=lambda w: test_driver_argv(kubeconfig, NODE, w / "kubelet", w / "cdi"),
+    )
+    return {"device-plugin": (device_plugin, sample), "agent": (agent, driver)}
 
 
 def daemons(host: Path, kubeconfig: Path) -> list[Daemon]:
-    def device_plugin_probe(work: Path) -> tuple[Callable[[], bool], Callable[[], None]]:
-        (work / "dp").mkdir()
-        kubelet = _Kubelet(work / "dp")
-        return kubelet.arrived.is_set, kubelet.stop
+    device_plugin_probe = _device_plugin_probe("kubeacc.io/gpu")
 
-    def agent_probe(work: Path) -> tuple[Callable[[], bool], Callable[[], None]]:
-        sock = work / "kubelet" / "plugins_registry" / "kubeacc.io-reg.sock"
-        return lambda: _answers_getinfo(sock), lambda: None
+    agent_probe = _getinfo_probe("kubeacc.io")
 
     ports: dict[Path, int] = {}
 
@@ -289,7 +410,16 @@ def main() -> None:
     parser.add_argument(
         "--full-cli", action="store_true", help="also start each through the full application"
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help=f"only {' and '.join(PEERED)}, each beside its Go peer, starts alternating",
+    )
     args = parser.parse_args()
+    if args.peers:
+        args.only = [d for d in args.only or PEERED if d in PEERED]
+        for name in ("sample-device-plugin", "test-driver"):
+            peer(name)  # build (or find) them before anything is timed
     compile_package()
     with tempfile.TemporaryDirectory(prefix="kubeacc-start-") as tmp:
         work = Path(tmp)
@@ -303,7 +433,14 @@ def main() -> None:
                 "target_start_ms": TARGET_START_MS,
                 "target_rss_mb": TARGET_RSS_MB,
             }
-            for d in daemons(host, kubeconfig or Path()):
+            if args.peers:
+                pairs = beside_peers(host, kubeconfig or Path())
+                for name in chosen:
+                    ours, theirs = pairs[name]
+                    result[f"{name} vs {theirs.name}"] = measure_beside(
+                        ours, theirs, work / name, args.runs, args.settle
+                    )
+            for d in [] if args.peers else daemons(host, kubeconfig or Path()):
                 if d.name in chosen:
                     result[d.name] = measure(d, work / d.name, args.runs, args.settle)
                     if args.full_cli:

@@ -43,6 +43,13 @@ class BenchAgent:
     proc: subprocess.Popen[bytes]
     socket: Path
     claim_uid: str
+    #: The claim's name (in :data:`NAMESPACE`).
+    claim: str = CLAIM
+    #: The testbed's API server (kubeconfig) and a client of it, for a benchmark's own objects.
+    kubeconfig: Path | None = None
+    client: Any = None
+    #: The benchmark's scratch directory.
+    work: Path | None = None
 
     def prepare_request(self) -> v1.NodePrepareResourcesRequest:
         return v1.NodePrepareResourcesRequest(claims=[self._claim()])
@@ -51,7 +58,7 @@ class BenchAgent:
         return v1.NodeUnprepareResourcesRequest(claims=[self._claim()])
 
     def _claim(self) -> v1.Claim:
-        return v1.Claim(namespace=NAMESPACE, name=CLAIM, uid=self.claim_uid)
+        return v1.Claim(namespace=NAMESPACE, name=self.claim, uid=self.claim_uid)
 
 
 def proc_status(pid: int) -> dict[str, float]:
@@ -75,16 +82,20 @@ class Share:
     share_id: str
 
 
-def _claim(
+def allocated_claim(
     client: Any,
     share: Share | None = None,
     config: dict[str, Any] | None = None,
     device: str = DEVICE,
+    name: str = CLAIM,
+    driver: str = "kubeacc.io",
 ) -> str:
+    """Create the claim ``name`` allocated ``device`` of ``driver``'s pool of the node, as the
+    scheduler would; its UID."""
     request: dict[str, Any] = {"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}
     result: dict[str, Any] = {
         "request": "gpu",
-        "driver": "kubeacc.io",
+        "driver": driver,
         "pool": NODE,
         "device": device,
     }
@@ -97,7 +108,7 @@ def _claim(
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceClaim",
-                "metadata": {"name": CLAIM, "namespace": NAMESPACE},
+                "metadata": {"name": name, "namespace": NAMESPACE},
                 "spec": {"devices": {"requests": [request]}},
             }
         )
@@ -110,12 +121,12 @@ def _claim(
     status = {"allocation": {"devices": devices}}
     client.patch(
         ResourceClaim.Status,
-        CLAIM,
+        name,
         {"status": status},
         namespace=NAMESPACE,
         patch_type=PatchType.MERGE,
     )
-    return str(client.get(ResourceClaim, CLAIM, namespace=NAMESPACE).metadata.uid)
+    return str(client.get(ResourceClaim, name, namespace=NAMESPACE).metadata.uid)
 
 
 def compile_package() -> None:
@@ -153,7 +164,7 @@ def bench_agent(
         client = tb.client()
         client.create(Node(metadata=ObjectMeta(name=NODE)))
         client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
-        uid = _claim(client, share, config, device)
+        uid = allocated_claim(client, share, config, device)
         host = profiles.build(profile, work / "host")
         if host_dir is not None:
             host_dir.extend([host, work / "state"])
@@ -186,7 +197,7 @@ def bench_agent(
                 if time.monotonic() > deadline or agent.poll() is not None:
                     raise RuntimeError((work / "agent.log").read_text())
                 time.sleep(0.05)
-            yield BenchAgent(agent, sock, uid)
+            yield BenchAgent(agent, sock, uid, kubeconfig=tb.kubeconfig, client=client, work=work)
         finally:
             agent.terminate()
             agent.wait(15)

@@ -9,6 +9,15 @@ synthetic 8-GPU server). The benchmark is the kubelet's side: a gRPC client on t
 unix socket calling NodePrepareResources then NodeUnprepareResources, each timed.
 Each prepare is a full one: the claim is read from the API server, checked, its CDI spec written
 and the checkpoint replaced durably (fsync of file and directory) before the answer.
+
+``--peer``: beside upstream's DRA test driver (bench/go_peers.py) in the same run: the driver
+runs as the kubelet plugin of the same node against the same API server, with its own claim of
+the same shape (one request, one device of its pool, allocated through the status); blocks of
+prepare + unprepare pairs alternate between the two, each over its own grpcio channel. What the
+driver does per call: prepare reads the claim from the API server and writes one CDI spec (no
+fsync, no checkpoint: it keeps what it prepared in memory); unprepare removes the spec. The
+other arguments go to ``kubeacc agent``. The driver's client runs without its default rate limit
+(50 requests/s): calls back to back would otherwise wait for the limiter (go_peers).
 """
 
 from __future__ import annotations
@@ -16,13 +25,16 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import grpc
-from dra_agent import BenchAgent, bench_agent, proc_status
+from dra_agent import NODE, BenchAgent, allocated_claim, bench_agent, proc_status
+from go_peers import TEST_DRIVER, peer, peer_env, test_driver_argv
 from kubelet_client import stubs
 
 TARGET_P99_MS = 5.0
@@ -104,5 +116,81 @@ def main(runs: int = 300, args: Sequence[str] = ()) -> dict[str, object]:
     }
 
 
+@contextmanager
+def test_driver(agent: BenchAgent) -> Iterator[BenchAgent]:
+    """Upstream's DRA test driver as the kubelet plugin of the agent's node, with a claim of
+    its own allocated one of its devices; stopped (SIGTERM) on exit."""
+    assert agent.work is not None and agent.kubeconfig is not None
+    work = agent.work / "peer"
+    kubelet_root = work / "kubelet"
+    (kubelet_root / "plugins" / TEST_DRIVER).mkdir(parents=True)
+    (kubelet_root / "plugins_registry").mkdir()
+    uid = allocated_claim(agent.client, device="device-00", name="peer", driver=TEST_DRIVER)
+    log = work / "driver.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            test_driver_argv(agent.kubeconfig, NODE, kubelet_root, work / "cdi", qps=100_000),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=peer_env(),
+        )
+    sock = kubelet_root / "plugins" / TEST_DRIVER / "dra.sock"
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the DRA test driver did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+        yield BenchAgent(proc, sock, uid, claim="peer")
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def _one_device(answer: Any) -> None:
+    if len(answer.devices) != 1 or not answer.devices[0].cdi_device_ids:
+        raise RuntimeError(f"not one device with its CDI ID: {answer}")
+
+
+def beside_test_driver(runs: int, blocks: int, args: Sequence[str]) -> dict[str, object]:
+    """Prepare and unprepare p50/p99 of the agent and the DRA test driver, blocks alternating."""
+    load = round(os.getloadavg()[0], 2)
+    times: dict[str, tuple[list[float], list[float]]] = {"kubeacc": ([], []), "peer": ([], [])}
+    with bench_agent(args=args) as agent, test_driver(agent) as driver:
+        sides = {"kubeacc": agent, "peer": driver}
+        for n in range(blocks):
+            for name in list(sides) if n % 2 == 0 else list(reversed(sides)):
+                prep, unprep = times[name]
+                prep += time_prepares(sides[name], runs // blocks, _one_device, unprep)
+        rss = {name: proc_status(side.proc.pid)["rss_mb"] for name, side in sides.items()}
+    ours, theirs = times["kubeacc"], times["peer"]
+    result: dict[str, object] = {
+        "benchmark": "dra_prepare",
+        "beside": f"{TEST_DRIVER} (k8s.io/kubernetes v1.37.2 test/e2e/dra/test-driver)",
+        "load_1min": load,
+        "load_1min_after": round(os.getloadavg()[0], 2),
+        "agent_args": list(args),
+        "pairs_each": len(ours[0]),
+        "blocks": blocks,
+        "kubeacc_prepare_ms": latency(ours[0]),
+        "peer_prepare_ms": latency(theirs[0]),
+        "kubeacc_unprepare_ms": latency(ours[1]),
+        "peer_unprepare_ms": latency(theirs[1]),
+        "rss_mb": rss,
+    }
+    for call, i in (("prepare", 0), ("unprepare", 1)):
+        for q in ("p50", "p99"):
+            result[f"ratio_{call}_{q}"] = round(
+                _pct(ours[i], float(q[1:]) / 100) / _pct(theirs[i], float(q[1:]) / 100), 2
+            )
+    return result
+
+
 if __name__ == "__main__":
-    print(json.dumps(main(args=sys.argv[1:]), indent=2))
+    argv = sys.argv[1:]
+    if "--peer" in argv:
+        argv.remove("--peer")
+        peer("test-driver")  # build (or find) it before anything is timed
+        print(json.dumps(beside_test_driver(300, 6, argv), indent=2))
+    else:
+        print(json.dumps(main(args=argv), indent=2))

@@ -1,4 +1,4 @@
-"""``python -m kubeacc.testbed build|runtime|image|helm|up|bin-dir``."""
+"""``python -m kubeacc.testbed build|runtime|image|helm|peers|up|bin-dir``."""
 
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
     sub.add_parser("bin-dir", help="print where the binaries for these sources live")
     sub.add_parser("helm", help="build (or reuse) helm from tools/helm; print its path")
+    sub.add_parser(
+        "peers",
+        help="build (or reuse) the Go peers of the benchmarks from tools/peers (upstream's "
+        "sample device plugin and DRA test driver); print their directory",
+    )
     sub.add_parser(
         "runtime",
         help="build (or reuse) containerd, its shim, ctr and the CNI plugins from "
@@ -85,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
             print(ensure_helm())
         except BuildError as exc:
             print(f"helm build failed: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    if args.cmd == "peers":
+        from kubeacc.testbed.peers import ensure_built as ensure_peers
+
+        try:
+            print(ensure_peers())
+        except BuildError as exc:
+            print(f"peers build failed: {exc}", file=sys.stderr)
             return 1
         return 0
     if args.cmd == "image":
