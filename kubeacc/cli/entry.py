@@ -10,7 +10,9 @@ daemon to this, and ``bench/daemon_start.py`` measures what it costs.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+from typing import NoReturn
 
 #: Command -> (module, function) of each long-running command.
 DAEMONS: dict[str, tuple[str, str]] = {
@@ -22,8 +24,29 @@ DAEMONS: dict[str, tuple[str, str]] = {
 }
 
 
+#: SPIKE (docs/notes/argv-spike.md): daemons whose options argparse parses (kubeacc/cli/argv.py)
+#: instead of typer, which imports pydantic to convert them.
+ARGPARSE = frozenset({"device-plugin"})
+
+
 def run_daemon(name: str, args: list[str]) -> None:
     """Run the long-running command ``name`` with its options ``args`` (never returns)."""
+    module, function = DAEMONS[name]
+    if name in ARGPARSE:
+        from kubeacc.cli import argv
+
+        # typer answers --help and a bad command line: exactly its help and its errors.
+        slow_path = (lambda: _run_typer(name, args)) if TYPER_FALLBACK else None
+        command = getattr(importlib.import_module(module), function)
+        argv.run(command, args, f"kubeacc {name}", slow_path)
+    _run_typer(name, args)
+
+
+#: SPIKE: False shows argparse's own help and typer-worded errors (no typer app at all).
+TYPER_FALLBACK = os.environ.get("KUBEACC_ARGV_TYPER_FALLBACK", "1") != "0"
+
+
+def _run_typer(name: str, args: list[str]) -> NoReturn:
     import typer
 
     from kubeacc.cli.errors import run_app
