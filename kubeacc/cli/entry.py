@@ -1,8 +1,9 @@
 """The ``kubeacc`` console script.
 
 The long-running commands (:data:`DAEMONS`) run for the life of a node or a control plane and
-restart on every upgrade, so each starts through a one-command application that loads only its
-own module: no terminal UI, no planner, no allocation engine. Every other command goes through
+restart on every upgrade, so each starts through a path that loads only its own module: no
+terminal UI, no planner, no allocation engine, and its options parsed without typer's command
+machinery (:func:`run_daemon`). Every other command goes through
 the full application in :mod:`kubeacc.cli.main`. ``tests/cli/test_entry_imports.py`` holds each
 daemon to this, and ``bench/daemon_start.py`` measures what it costs.
 """
@@ -10,7 +11,6 @@ daemon to this, and ``bench/daemon_start.py`` measures what it costs.
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from typing import NoReturn
 
@@ -24,26 +24,18 @@ DAEMONS: dict[str, tuple[str, str]] = {
 }
 
 
-#: SPIKE (docs/notes/argv-spike.md): daemons whose options argparse parses (kubeacc/cli/argv.py)
-#: instead of typer, which imports pydantic to convert them.
-ARGPARSE = frozenset({"device-plugin"})
+def run_daemon(name: str, args: list[str]) -> NoReturn:
+    """Run the long-running command ``name`` with its options ``args``.
 
+    Its options are parsed by :mod:`kubeacc.cli.argv` (no pydantic, no typer command); ``--help``
+    and a command line that parser does not take go to the one-command typer application, so
+    help and usage errors read exactly as the full application's.
+    """
+    from kubeacc.cli import argv
 
-def run_daemon(name: str, args: list[str]) -> None:
-    """Run the long-running command ``name`` with its options ``args`` (never returns)."""
     module, function = DAEMONS[name]
-    if name in ARGPARSE:
-        from kubeacc.cli import argv
-
-        # typer answers --help and a bad command line: exactly its help and its errors.
-        slow_path = (lambda: _run_typer(name, args)) if TYPER_FALLBACK else None
-        command = getattr(importlib.import_module(module), function)
-        argv.run(command, args, f"kubeacc {name}", slow_path)
-    _run_typer(name, args)
-
-
-#: SPIKE: False shows argparse's own help and typer-worded errors (no typer app at all).
-TYPER_FALLBACK = os.environ.get("KUBEACC_ARGV_TYPER_FALLBACK", "1") != "0"
+    command = getattr(importlib.import_module(module), function)
+    argv.run(command, args, lambda: _run_typer(name, args))
 
 
 def _run_typer(name: str, args: list[str]) -> NoReturn:
