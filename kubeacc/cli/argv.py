@@ -1,10 +1,11 @@
-"""Parse a long-running command's options with :mod:`argparse`, from its typer declarations.
+"""Parse a long-running command's options with :mod:`argparse`, from their declarations.
 
 Running a typer command converts every option value through a pydantic ``TypeAdapter``: each
-daemon start would import pydantic and build one adapter per option (docs/benchmarks.md,
-"Daemon start"). The daemons (:mod:`kubeacc.cli.entry`) parse with an
+daemon start would import typer and pydantic and build one adapter per option
+(docs/benchmarks.md, "Daemon start"). The daemons (:mod:`kubeacc.cli.entry`) parse with an
 :class:`argparse.ArgumentParser` built from the command function's
-``Annotated[..., typer.Option(...)]`` parameters instead, so each option is still declared once.
+``Annotated[..., option(...)]`` parameters (:mod:`kubeacc.cli.declare`) instead, the same
+declarations the full CLI hands to typer, so each option is still declared once.
 
 The parser is strict on purpose: it accepts only what it reads exactly as typer would (a number
 in plain decimal notation, an enum value as declared, a path that passes typer's checks) and
@@ -14,8 +15,8 @@ parser takes, such as ``--context -x``): no wording is copied here, so none can 
 
 Supported parameter types (what the daemons use): ``str``, ``int``, ``float``, ``bool``
 (``--x/--no-x``, or a plain flag when declared by name), ``Path``, an ``Enum``, ``X | None``
-and ``list[X] | None`` (repeatable). A type or an option feature outside this list raises
-:class:`TypeError` when the parser is built, so a new option cannot be misparsed silently.
+and ``list[X] | None`` (repeatable). A type outside this list, or an option declared any other
+way, raises :class:`TypeError` when the parser is built, so it cannot be misparsed silently.
 """
 
 from __future__ import annotations
@@ -33,26 +34,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, NoReturn
 
-from typer.models import OptionInfo
+from kubeacc.cli.declare import Opt
 
-#: OptionInfo settings that change how a value is read, at the value this parser assumes.
-_PLAIN = {
-    "callback": None,
-    "parser": None,
-    "is_eager": False,
-    "expose_value": True,
-    "default_factory": None,
-    "prompt": False,
-    "is_flag": None,
-    "flag_value": None,
-    "count": False,
-    "clamp": False,
-    "allow_dash": False,
-    "resolve_path": False,
-    "path_type": None,
-    "formats": None,
-    "mode": None,
-}
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
@@ -89,24 +72,24 @@ def _enum(tp: type[Enum], case_sensitive: bool) -> Callable[[str], Any]:
     return convert
 
 
-def _number(tp: type[int] | type[float], info: OptionInfo) -> Callable[[str], Any]:
+def _number(tp: type[int] | type[float], opt: Opt) -> Callable[[str], Any]:
     syntax = _INT if tp is int else _FLOAT
 
     def convert(raw: str) -> Any:
         if not syntax.fullmatch(raw):
             _invalid(f"{raw!r} is not a plain {tp.__name__}")
         value = tp(raw)
-        if info.min is not None and value < info.min:
-            _invalid(f"{value} is below {info.min}")
-        if info.max is not None and value > info.max:
-            _invalid(f"{value} is above {info.max}")
+        if opt.min is not None and value < opt.min:
+            _invalid(f"{value} is below {opt.min}")
+        if opt.max is not None and value > opt.max:
+            _invalid(f"{value} is above {opt.max}")
         return value
 
     return convert
 
 
-def _path(info: OptionInfo) -> Callable[[str], Path]:
-    """typer's checks of a path value (exists, file_okay, dir_okay, readable, writable)."""
+def _path(opt: Opt) -> Callable[[str], Path]:
+    """typer's checks of a path value (exists, file_okay, dir_okay; readable, its default)."""
 
     def convert(raw: str) -> Path:
         if not raw:
@@ -114,64 +97,55 @@ def _path(info: OptionInfo) -> Callable[[str], Path]:
         try:
             st = os.stat(raw)
         except OSError:
-            if info.exists:
+            if opt.exists:
                 _invalid(f"{raw!r} does not exist")
             return Path(raw)
-        if not info.file_okay and stat.S_ISREG(st.st_mode):
+        if not opt.file_okay and stat.S_ISREG(st.st_mode):
             _invalid(f"{raw!r} is a file")
-        if not info.dir_okay and stat.S_ISDIR(st.st_mode):
+        if not opt.dir_okay and stat.S_ISDIR(st.st_mode):
             _invalid(f"{raw!r} is a directory")
-        if info.readable and not os.access(raw, os.R_OK):
+        if not os.access(raw, os.R_OK):
             _invalid(f"{raw!r} is not readable")
-        if info.writable and not os.access(raw, os.W_OK):
-            _invalid(f"{raw!r} is not writable")
         return Path(raw)
 
     return convert
 
 
-def _converter(tp: Any, info: OptionInfo, option: str) -> Callable[[str], Any]:
+def _converter(tp: Any, opt: Opt, option: str) -> Callable[[str], Any]:
     if isinstance(tp, type) and issubclass(tp, Enum):
-        return _enum(tp, info.case_sensitive)
+        return _enum(tp, opt.case_sensitive)
     if tp in (int, float):
-        return _number(tp, info)
+        return _number(tp, opt)
     if tp is Path:
-        return _path(info)
+        return _path(opt)
     if tp is str:
         return str
     raise TypeError(f"argv: option {option} has a type this parser does not handle: {tp!r}")
 
 
-def _option_info(name: str, annotated: Any) -> tuple[Any, OptionInfo]:
+def _option(name: str, annotated: Any) -> tuple[Any, Opt]:
     if typing.get_origin(annotated) is not typing.Annotated:
-        raise TypeError(f"argv: parameter {name} is not Annotated[..., typer.Option()]")
+        raise TypeError(f"argv: parameter {name} is not Annotated[..., option()]")
     tp, *extras = typing.get_args(annotated)
-    info = next((e for e in extras if isinstance(e, OptionInfo)), None)
-    if info is None:
-        raise TypeError(f"argv: parameter {name} has no typer.Option")
-    for attribute, plain in _PLAIN.items():
-        if getattr(info, attribute, plain) != plain:
-            raise TypeError(f"argv: parameter {name} sets {attribute}, which this parser ignores")
-    if info.envvar is not None and not isinstance(info.envvar, str):
-        raise TypeError(f"argv: parameter {name} names several environment variables")
-    return tp, info
+    opt = next((e for e in extras if isinstance(e, Opt)), None)
+    if opt is None:  # a typer.Option, say: its other settings could change what a value means
+        raise TypeError(f"argv: parameter {name} is not declared with kubeacc.cli.declare.option")
+    return tp, opt
 
 
 def build_parser(function: Callable[..., Any]) -> argparse.ArgumentParser:
-    """An argparse parser for ``function``'s typer-declared keyword options.
+    """An argparse parser for ``function``'s declared keyword options.
 
     It has no help: ``--help`` is typer's (the caller sends it there, :func:`run`).
     """
     hints = typing.get_type_hints(function, include_extras=True)
     parser = _Parser(add_help=False, allow_abbrev=False)  # click takes no abbreviations
     for name, param in inspect.signature(function).parameters.items():
-        tp, info = _option_info(name, hints[name])
-        declared = [d for d in (info.default, *(info.param_decls or ())) if isinstance(d, str)]
-        decls = declared if declared and declared[0].startswith("-") else []
-        decls = decls or ["--" + name.replace("_", "-")]
+        tp, opt = _option(name, hints[name])
+        decls = list(opt.decls) or ["--" + name.replace("_", "-")]
         required = param.default is inspect.Parameter.empty
         default = None if required else param.default
-        envvar = info.envvar if isinstance(info.envvar, str) else None
+        envvar = opt.envvar
         if envvar and os.environ.get(envvar):  # click: an empty variable is unset
             default, required = os.environ[envvar], False
         inner = _strip_optional(tp)
@@ -182,7 +156,7 @@ def build_parser(function: Callable[..., Any]) -> argparse.ArgumentParser:
             parser.add_argument(
                 decls[0],
                 dest=name,
-                action="store_true" if declared else argparse.BooleanOptionalAction,
+                action="store_true" if opt.decls else argparse.BooleanOptionalAction,
                 default=bool(default),
             )
             continue
@@ -193,7 +167,7 @@ def build_parser(function: Callable[..., Any]) -> argparse.ArgumentParser:
         parser.add_argument(
             *decls,
             dest=name,
-            type=_converter(item, info, decls[0]),
+            type=_converter(item, opt, decls[0]),
             default=default,
             action="append" if repeat else "store",
             required=required,
@@ -218,21 +192,17 @@ def run(
     ``typer_path`` answers what :func:`parse` does not take: ``--help`` and every bad command
     line (typer's own command, so both read exactly as before); neither is on the way to a
     running daemon. The rest mirrors :func:`kubeacc.cli.errors.run_app` around typer's
-    ``main``: ``typer.Exit`` leaves with its code, Ctrl-C with 130, a failure the user can act
-    on is one line and exit 1.
+    ``main``: Ctrl-C leaves with 130, a failure the user can act on is one line and exit 1
+    (:func:`~kubeacc.cli.errors.fail` is a ``SystemExit`` and needs nothing here).
     """
     try:
         kwargs = parse(function, args)
     except UsageError:
         typer_path()
-    import typer
-
     from kubeacc.cli.errors import FAILURE, describe
 
     try:
         code = function(**kwargs)
-    except typer.Exit as exc:  # fail() and friends
-        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
     except EOFError:

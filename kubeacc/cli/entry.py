@@ -27,7 +27,7 @@ DAEMONS: dict[str, tuple[str, str]] = {
 def run_daemon(name: str, args: list[str]) -> NoReturn:
     """Run the long-running command ``name`` with its options ``args``.
 
-    Its options are parsed by :mod:`kubeacc.cli.argv` (no pydantic, no typer command); ``--help``
+    Its options are parsed by :mod:`kubeacc.cli.argv` (no typer, no pydantic); ``--help``
     and a command line that parser does not take go to the one-command typer application, so
     help and usage errors read exactly as the full application's.
     """
@@ -44,8 +44,10 @@ def _run_typer(name: str, args: list[str]) -> NoReturn:
     from kubeacc.cli.errors import run_app
 
     module, function = DAEMONS[name]
+    from kubeacc.cli.typerize import typer_command
+
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command(name)(getattr(importlib.import_module(module), function))
+    app.command(name)(typer_command(getattr(importlib.import_module(module), function)))
     # A one-command typer app takes the command's options directly.
     run_app(app, args=args, prog_name=f"kubeacc {name}")
 

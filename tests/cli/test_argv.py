@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,9 +20,12 @@ from typing import Annotated, Any
 import pytest
 import typer
 import typer.main
+from typer.models import OptionInfo
 
 from kubeacc.cli import argv
+from kubeacc.cli.declare import option
 from kubeacc.cli.entry import DAEMONS, _run_typer, run_daemon
+from kubeacc.cli.typerize import typer_command
 
 #: In command lines below: an existing file, an existing directory.
 FILE, DIR = "{file}", "{dir}"
@@ -43,7 +47,7 @@ def _typer_values(function: Callable[..., Any], args: list[str]) -> dict[str, An
     """The keyword arguments typer's command calls ``function`` with; None when it refuses."""
     seen: dict[str, Any] = {}
 
-    @functools.wraps(function)
+    @functools.wraps(typer_command(function))
     def record(**kwargs: Any) -> None:
         seen.update(kwargs)
 
@@ -69,7 +73,7 @@ def _types(values: dict[str, Any]) -> dict[str, object]:
 
 def _options(function: Callable[..., Any]) -> tuple[dict[str, object], dict[str, object]]:
     app = typer.Typer(add_completion=False)
-    app.command()(function)
+    app.command()(typer_command(function))
     ours = {  # argparse's append action is the repeatable one
         a.dest: (
             tuple(sorted(a.option_strings)),
@@ -354,20 +358,36 @@ def test_help_is_typer_s(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert "--log-level" in help_text
 
 
-def _tuple(
-    pair: Annotated[tuple[int, int] | None, typer.Option(help="A pair.")] = None,
-) -> None: ...
-def _counted(verbose: Annotated[int, typer.Option("-v", count=True)] = 0) -> None: ...
-def _checked(
-    name: Annotated[str, typer.Option(callback=lambda value: value.strip())] = "",
-) -> None: ...
+def _tuple(pair: Annotated[tuple[int, int] | None, option(help="A pair.")] = None) -> None: ...
+def _mapping(labels: Annotated[dict[str, str] | None, option()] = None) -> None: ...
+def _typer_declared(verbose: Annotated[int, typer.Option("-v", count=True)] = 0) -> None: ...
 def _plain(name: str = "") -> None: ...
-def _listed(names: Annotated[list[str], typer.Option()] = ["a"]) -> None: ...  # noqa: B006
+def _listed(names: Annotated[list[str], option()] = ["a"]) -> None: ...  # noqa: B006
+def _env_flag(on: Annotated[bool, option(envvar="ON")] = False) -> None: ...
+def _paired(on: Annotated[bool, option("--on/--off")] = False) -> None: ...
 
 
-@pytest.mark.parametrize("function", [_tuple, _counted, _checked, _plain, _listed])
+@pytest.mark.parametrize(
+    "function", [_tuple, _mapping, _typer_declared, _plain, _listed, _env_flag, _paired]
+)
 def test_a_declaration_it_cannot_read_exactly_fails_at_start(
     function: Callable[..., Any],
 ) -> None:
     with pytest.raises(TypeError, match="argv: "):
         argv.build_parser(function)
+
+
+def test_the_full_cli_reads_the_same_declarations_as_typer_options() -> None:
+    """typerize hands typer exactly what an option() says: names, help, checks."""
+    hints = typing.get_type_hints(typer_command(_command("agent")), include_extras=True)
+    kubeconfig = typing.get_args(hints["kubeconfig"])[1]
+    assert isinstance(kubeconfig, OptionInfo)
+    assert (kubeconfig.default, kubeconfig.exists, kubeconfig.dir_okay) == (
+        "--kubeconfig",
+        True,
+        False,
+    )
+    assert kubeconfig.help is not None and kubeconfig.help.startswith("Kubeconfig file")
+    node_name = typing.get_args(hints["node_name"])[1]
+    assert (node_name.envvar, node_name.help) == ("NODE_NAME", "This node's name.")
+    assert typer_command(_plain) is _plain  # nothing to convert
