@@ -196,8 +196,10 @@ def run(
     (:func:`~kubeacc.cli.errors.fail` is a ``SystemExit`` and needs nothing here).
     """
     try:
-        kwargs = parse(function, args)
+        kwargs: dict[str, Any] | None = parse(function, args)
     except UsageError:
+        kwargs = None
+    if kwargs is None:  # outside the except: typer's answer is not "during" a parse error
         typer_path()
     from kubeacc.cli.errors import FAILURE, describe
 
