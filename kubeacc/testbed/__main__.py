@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Literal
@@ -20,6 +21,16 @@ from kubeacc.testbed.withkubeacc import Installed, InstallError, install
 
 def _raise_exit(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
+
+
+def _print_built(what: str, ensure: Callable[[], Path]) -> int:
+    """Build (or reuse) one cached Go tool and print its path; 1 with the reason if it fails."""
+    try:
+        print(ensure())
+    except BuildError as exc:
+        print(f"{what} build failed: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,21 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "helm":
         from kubeacc.testbed.helm import ensure_helm
 
-        try:
-            print(ensure_helm())
-        except BuildError as exc:
-            print(f"helm build failed: {exc}", file=sys.stderr)
-            return 1
-        return 0
+        return _print_built("helm", ensure_helm)
     if args.cmd == "peers":
         from kubeacc.testbed.peers import ensure_built as ensure_peers
 
-        try:
-            print(ensure_peers())
-        except BuildError as exc:
-            print(f"peers build failed: {exc}", file=sys.stderr)
-            return 1
-        return 0
+        return _print_built("peers", ensure_peers)
     if args.cmd == "image":
         from kubeacc.testbed.kubeacc_image import KubeaccImageError, ensure_image
 

@@ -122,19 +122,17 @@ def test_gates_the_engine_does_not_follow_are_refused(monkeypatch: pytest.Monkey
 
 def test_the_binary_takes_gates_and_refuses_unknown_ones() -> None:
     path = build.ensure_built(build.HARNESSES["1.37"])
-    ok = subprocess.run(
-        [str(path), "-feature-gates", "DRADeviceCompatibilityGroups=true"],
-        input="",
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+
+    def run(gates: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(path), "-feature-gates", gates],
+            input="",
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    ok = run("DRADeviceCompatibilityGroups=true")
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run(
-        [str(path), "-feature-gates", "DRAFancy=true"],
-        input="",
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    bad = run("DRAFancy=true")
     assert bad.returncode == 2 and "DRAFancy" in bad.stderr
