@@ -20,7 +20,8 @@ and ``allowMultipleAllocations``. Looking up a domain the device does not have y
 map (as the API documents); an unknown attribute is an evaluation error. What the
 implementation cannot express is refused with "unsupported CEL feature" (see
 :data:`kubeacc.engine.k8scel.UNSUPPORTED` and docs/dra.md); the runtime cost limit is
-approximated by :mod:`kubeacc.engine.celcost`.
+counted while a selector runs (:mod:`kubeacc.engine.celcount`; :mod:`kubeacc.engine.celcost`
+refuses expressions without macros whose iterations alone pass it).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class Selector:
     expression: str
     program: Any
     domains: frozenset[tuple[str, str]]
-    #: the static cost outside loops when the program counts its cost as it runs, else None
+    #: the static cost of the root region when the program counts its cost as it runs
+    #: (:mod:`kubeacc.engine.celcount`), else None
     base_cost: int | None = None
 
     def short(self, width: int = 60) -> str:
@@ -212,7 +214,11 @@ class DeviceEnv:
                 result, _ = celcount.evaluate(
                     selector.program, self._activation(selector), selector.base_cost
                 )
+        except celcount.CostLimitExceeded as e:
+            raise CelError(f"{selector.short()}: {e}") from None
         except Exception as e:
+            if celcount.is_iteration_cap(e):
+                raise CelError(f"{selector.short()}: {celcount.ITERATION_MESSAGE}") from None
             msg = celrewrite.public_message(_first_line(e))
             raise CelError(f"{selector.short()}: {msg}") from None
         value = result.value()
