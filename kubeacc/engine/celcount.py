@@ -256,7 +256,9 @@ def _size_cost(fn: str, sizes: list[int | None]) -> int:
 
     if fn in ("_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_"):
         known = [s for s in sizes if s is not None]
-        return _tenth(min(known)) if len(known) == 2 else 1
+        if len(known) == 2 or 0 in known:
+            return _tenth(min(known))
+        return 1
     if fn == "_+_":
         if all(s is not None for s in sizes):
             return _tenth(sum(s for s in sizes if s is not None))
