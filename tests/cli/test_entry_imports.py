@@ -35,8 +35,14 @@ FORBIDDEN = (
     "cel",
 )
 #: Modules one daemon may not import: the agent maps a shared GPU's unit IDs without the device
-#: plugin's allocation code or the extender (kubeacc.agent.deviceplugin.unitid).
-FORBIDDEN_FOR = {"agent": ("kubeacc.agent.deviceplugin.shared", "kubeacc.extender")}
+#: plugin's allocation code or the extender (kubeacc.agent.deviceplugin.unitid); the device
+#: plugin runs without pydantic.
+FORBIDDEN_FOR = {
+    "agent": ("kubeacc.agent.deviceplugin.shared", "kubeacc.extender"),
+    # Its options are read without typer's pydantic conversion (kubeacc/cli/daemonargs.py), and
+    # nothing else on its path needs pydantic: ~9 MB resident it never uses.
+    "device-plugin": ("pydantic", "pydantic_core"),
+}
 #: At most this many modules per daemon (what each imported when the budget was set, plus
 #: about 5 %: a new dependency is a decision, not a side effect).
 BUDGET = {
