@@ -35,12 +35,14 @@ FORBIDDEN = (
     "cel",
 )
 #: Modules one daemon may not import: the agent maps a shared GPU's unit IDs without the device
-#: plugin's allocation code or the extender (kubeacc.agent.deviceplugin.unitid); the device
-#: plugin runs without pydantic.
+#: plugin's allocation code or the extender (kubeacc.agent.deviceplugin.unitid); neither node
+#: daemon imports pydantic.
 FORBIDDEN_FOR = {
-    "agent": ("kubeacc.agent.deviceplugin.shared", "kubeacc.extender"),
-    # Its options are read without typer's pydantic conversion (kubeacc/cli/daemonargs.py), and
-    # nothing else on its path needs pydantic: ~9 MB resident it never uses.
+    # The node daemons read their options without typer's pydantic conversion
+    # (kubeacc/cli/daemonargs.py), and the agent checks policies, opaque configs and fault
+    # reports without the pydantic API types (kubeacc/crds/schemastructs.py, opaque.py):
+    # pydantic would be ~9 MB resident for the life of the node.
+    "agent": ("kubeacc.agent.deviceplugin.shared", "kubeacc.extender", "pydantic", "pydantic_core"),
     "device-plugin": ("pydantic", "pydantic_core"),
 }
 #: At most this many modules per daemon (what each imported when the budget was set, plus
