@@ -23,16 +23,16 @@ DAEMONS: dict[str, tuple[str, str]] = {
 
 
 def run_daemon(name: str, args: list[str]) -> None:
-    """Run the long-running command ``name`` with its options ``args`` (never returns).
+    """Run the long-running command ``name`` with its options ``args`` (never returns)."""
+    import typer
 
-    Its options are read by :mod:`kubeacc.cli.daemonargs` from the command's typer declarations:
-    typer's own conversion would keep pydantic resident in every daemon.
-    """
-    from kubeacc.cli.errors import run_daemon_command
+    from kubeacc.cli.errors import run_app
 
     module, function = DAEMONS[name]
-    command = getattr(importlib.import_module(module), function)
-    run_daemon_command(command, args, prog_name=f"kubeacc {name}")
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command(name)(getattr(importlib.import_module(module), function))
+    # A one-command typer app takes the command's options directly.
+    run_app(app, args=args, prog_name=f"kubeacc {name}")
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ forbidden, a socket path too long to bind). A traceback is left only for what is
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import typer
@@ -89,37 +89,9 @@ def run_app(
         print("aborted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:
-        _runtime_failure(exc)
-    sys.exit(code if isinstance(code, int) else 0)
-
-
-def _runtime_failure(exc: Exception) -> NoReturn:
-    line = describe(exc)
-    if line is None:
-        raise exc
-    print(f"error: {line}", file=sys.stderr)
-    sys.exit(FAILURE)
-
-
-def run_daemon_command(
-    command: Callable[..., Any], args: Sequence[str], prog_name: str
-) -> NoReturn:
-    """Run a long-running command with the same endings as :func:`run_app`, its options read
-    by :mod:`kubeacc.cli.daemonargs` (no pydantic) instead of typer."""
-    from kubeacc.cli.daemonargs import UsageError, parse
-
-    try:
-        kwargs = parse(command, args, prog_name)
-    except UsageError as exc:
-        print(f"error: {' '.join(str(exc).split())} (see '{prog_name} --help')", file=sys.stderr)
-        sys.exit(USAGE)
-    try:
-        code = command(**kwargs)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    except Exception as exc:
-        _runtime_failure(exc)
+        line = describe(exc)
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        sys.exit(FAILURE)
     sys.exit(code if isinstance(code, int) else 0)

@@ -39,7 +39,7 @@ FORBIDDEN = (
 #: daemon imports pydantic.
 FORBIDDEN_FOR = {
     # The node daemons read their options without typer's pydantic conversion
-    # (kubeacc/cli/daemonargs.py), and the agent checks policies, opaque configs and fault
+    # (kubeacc/cli/argv.py), and the agent checks policies, opaque configs and fault
     # reports without the pydantic API types (kubeacc/crds/schemastructs.py, opaque.py):
     # pydantic would be ~9 MB resident for the life of the node.
     "agent": ("kubeacc.agent.deviceplugin.shared", "kubeacc.extender", "pydantic", "pydantic_core"),
