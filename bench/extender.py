@@ -17,7 +17,10 @@ share, a share with a model wish, 1 and 4 whole GPUs; each asked again and again
 replicas of a Deployment are (the nodes' memo of answers is warm), and ``share_cold``: a share
 of a new size every round (cold); ``units_2000``: 2,000 normalized units (3 H100s),
 ``whole_1_prefer``: 1 whole GPU with a model ranking (``B200,H100,*``). ``--pods`` measures only
-the named ones.
+the named ones. Nothing changes between the rounds unless ``--churn``: then before each pair a
+4 GiB share is reserved on one node and the previous one's released, as binding the previous
+replica does, so kept whole answers (``kept_answers_given``) are given only where those two
+nodes' answers for the pod stayed the same.
 """
 
 from __future__ import annotations
@@ -151,11 +154,25 @@ def _asking(a: Assigned) -> dict[str, Any]:
     return {"name": a.container, "resources": {"limits": limits}}
 
 
+def churn(state: State, names: list[str], r: int) -> None:
+    """What binding a replica does to the state: round ``r``'s 4 GiB share is reserved on a
+    GPU of one node (another node each round), the previous round's released."""
+    with state.lock:
+        state.release(f"churn-{r - 1}")
+        node = names[(r * 7919) % len(names)]
+        view = state.nodes[node]
+        free = [bdf for bdf in sorted(view.gpus) if view.free_memory(bdf) >= 4096]
+        if free:
+            state.reserve(f"churn-{r}", Decision(node, (Assigned("c0", (free[0],), memory=4096),)))
+
+
 def _serve(nodes: int, seed: int, port: Connection) -> None:
     """Child process: the extender over the synthetic cluster, until the parent goes."""
     state = build_state(nodes, seed)
+    names = sorted(state.nodes)
     freeze_periodically(threading.Event())  # as ExtenderRunner does
-    server = ExtenderServer(Extender(state), "127.0.0.1", 0)
+    extender = Extender(state)
+    server = ExtenderServer(extender, "127.0.0.1", 0)
     handler = server.httpd.RequestHandlerClass
     post = handler.do_POST  # type: ignore[attr-defined]
     spent = [0.0]  # seconds in the handler, all requests so far
@@ -175,7 +192,10 @@ def _serve(nodes: int, seed: int, port: Connection) -> None:
         disable_nagle_algorithm = True
 
         def do_GET(self) -> None:
-            body = f"{time.process_time()!r} {spent[0]!r}".encode()
+            if self.path.startswith("/churn/"):
+                churn(state, names, int(self.path.rsplit("/", 1)[1]))
+            kept = extender.counts.get("answers_kept_given", 0)  # 0: a build without them
+            body = f"{time.process_time()!r} {spent[0]!r} {kept}".encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -186,24 +206,25 @@ def _serve(nodes: int, seed: int, port: Connection) -> None:
 
     meter = HTTPServer(("127.0.0.1", 0), Cpu)
     threading.Thread(target=meter.serve_forever, daemon=True).start()
-    port.send((server.port, meter.server_address[1], sorted(state.nodes)))
+    port.send((server.port, meter.server_address[1], names))
     port.recv()  # anything (or EOF): stop
     meter.shutdown()
     server.stop()
 
 
-def _cpu(conn: http.client.HTTPConnection) -> tuple[float, float]:
-    """The extender's CPU seconds and its handler's seconds so far."""
-    conn.request("GET", "/cpu")
-    cpu, handler = conn.getresponse().read().split()
-    return float(cpu), float(handler)
+def _cpu(conn: http.client.HTTPConnection, path: str = "/cpu") -> tuple[float, float, int]:
+    """The extender's CPU seconds, its handler's seconds and the kept answers it gave so
+    far (after changing the state first, with ``/churn/<round>``)."""
+    conn.request("GET", path)
+    cpu, handler, kept = conn.getresponse().read().split()
+    return float(cpu), float(handler), int(kept)
 
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 
-def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
+def measure(nodes: int, rounds: int, seed: int, churning: bool = False) -> dict[str, Any]:
     parent, child = multiprocessing.Pipe()
     proc = multiprocessing.get_context("fork").Process(target=_serve, args=(nodes, seed, child))
     proc.start()
@@ -222,10 +243,13 @@ def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
             cpu: list[float] = []
             inside: list[float] = []
             passed = 0
+            kept_given = 0
             for r in range(rounds + 3):
                 if cold:  # a size no node has answered yet: nothing memoized
                     pod["spec"]["containers"][0]["resources"]["limits"][MEMORY] = str(8192 + r)
                     body = _encode({"Pod": pod, "NodeNames": names, "Nodes": None})
+                if churning:
+                    _cpu(meter, f"/churn/{r}")
                 c0 = _cpu(meter)
                 t0 = time.perf_counter()
                 conn.request("POST", "/filter", body, {"Content-Type": "application/json"})
@@ -240,6 +264,7 @@ def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
                     times.append((t1 - t0) * 1000)
                     cpu.append((c1[0] - c0[0]) * 1000)
                     inside.append((c1[1] - c0[1]) * 1000)
+                    kept_given += c1[2] - c0[2]
                 passed = len(kept)
             out[label] = {
                 "p50_ms": _pct(times, 0.5),
@@ -249,6 +274,7 @@ def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
                 "server_wall_p50_ms": _pct(inside, 0.5),
                 "server_wall_p99_ms": _pct(inside, 0.99),
                 "feasible_nodes": passed,
+                "kept_answers_given": kept_given,
             }
     finally:
         conn.close()
@@ -264,15 +290,21 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--pods", nargs="+", choices=list(PODS), help="only these pods")
+    ap.add_argument(
+        "--churn",
+        action="store_true",
+        help="change two nodes before every pair, as binding the previous replica does",
+    )
     args = ap.parse_args()
     for label in set(PODS) - set(args.pods or PODS):
         del PODS[label]
     result: dict[str, Any] = {
         "benchmark": "extender_filter_prioritize",
         "target_p99_ms_5000": TARGET_MS,
+        "churn": args.churn,
     }
     for n in args.nodes:
-        result[f"nodes_{n}"] = measure(n, args.rounds, args.seed)
+        result[f"nodes_{n}"] = measure(n, args.rounds, args.seed, args.churn)
     worst = max(v["p99_ms"] for v in result.get("nodes_5000", {"x": {"p99_ms": 0}}).values())
     result["worst_p99_ms_5000"] = worst
     result["meets_target"] = worst <= TARGET_MS if "nodes_5000" in result else None

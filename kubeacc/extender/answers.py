@@ -20,6 +20,7 @@ from typing import cast
 
 import msgspec
 
+from kubeacc.extender.memo import AnswerMemo
 from kubeacc.extender.placement import MAX_SCORE, Match
 from kubeacc.extender.state import State
 
@@ -47,6 +48,10 @@ class Kind:
         #: same nodes before anything changes joins their pieces without looking for
         #: unknown or unfit ones.
         self.filtered: tuple[int, list[str]] | None = None
+        #: Grows whenever a node's answer changes (not at every change of the state):
+        #: whole answers are kept under it (:mod:`kubeacc.extender.memo`).
+        self.version = 0
+        self.memo = AnswerMemo()
 
     def filter(self, names: list[str]) -> list[str]:
         """The ``names`` that fit, in their order (remembered for :meth:`Answers.priorities`).
@@ -58,19 +63,20 @@ class Kind:
         self.filtered = (self.epoch, passed)
         return passed
 
-    def _answer(self, state: State, node: str) -> None:
+    def _answer(self, state: State, node: str) -> bool:
+        """Answer ``node`` again; whether its answer changed."""
         view = state.nodes.get(node)
-        self.fits.pop(node, None)
-        self.fails.pop(node, None)
+        before = (self.fits.pop(node, None), self.fails.pop(node, None))
         self.scored.pop(node, None)
         if view is None:
-            return
+            return before != (None, None)
         score, reason = self.match(view)
         if reason:
             self.fails[node] = reason
-        else:
-            self.fits[node] = score
-            self.scored[node] = self.piece(node, score)
+            return before != (None, reason)
+        self.fits[node] = score
+        self.scored[node] = self.piece(node, score)
+        return before != (score, None)
 
     def update(self, state: State) -> None:
         """Bring the answers up to the state's current epoch."""
@@ -89,9 +95,11 @@ class Kind:
                     fits[node] = score
             piece = self.piece
             self.scored = {node: piece(node, score) for node, score in fits.items()}
+            self.version += 1
         else:
-            for node in set(changed):
-                self._answer(state, node)
+            answer = self._answer
+            if any([answer(state, node) for node in set(changed)]):  # every node answered
+                self.version += 1
         self.epoch = epoch
 
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import msgspec
 
 from kubeacc.extender.answers import Answers, Kind
+from kubeacc.extender.memo import Ticket
 from kubeacc.extender.placement import NO_GPUS, place, plain_matcher, want_key
 from kubeacc.extender.state import State
 from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
@@ -58,8 +59,41 @@ class Extender:
         self.binder = binder
         self.answers = Answers(state)
         self._locks_lock = threading.Lock()
-        self.counts = {"filter": 0, "prioritize": 0, "bind": 0, "bind_refused": 0}
+        self.counts = {
+            "filter": 0,
+            "prioritize": 0,
+            "bind": 0,
+            "bind_refused": 0,
+            "answers_kept_given": 0,
+        }
         self._node_locks: dict[str, threading.Lock] = {}
+
+    # -- kept answers (kubeacc/extender/memo.py) ---------------------------------------------
+    def recall(self, verb: str, pod: Mapping[str, Any] | None, names: bytes) -> bytes | Ticket:
+        """Filter's or prioritize's answer for ``pod`` and the node names ``names`` (a JSON
+        list, as sent), when it is kept; else the ticket to :meth:`keep` it under once
+        computed. ``pod`` must have passed the shape check."""
+        try:
+            want = pod_want(pod or {})
+        except WantError:
+            want = None
+        with self.state.lock:
+            if want is None or want.empty:
+                # answered without any node's answer: nothing is kept for these
+                return Ticket(None, verb, 0, names)
+            kind = self._kind(want)
+            got = kind.memo.recall(verb, kind.version, names)
+            if got is None:
+                return Ticket(kind.memo, verb, kind.version, names)
+            self.counts[verb] += 1
+            self.counts["answers_kept_given"] += 1
+            return got
+
+    def keep(self, ticket: Ticket, answer: bytes) -> None:
+        """Keep ``answer``, computed after ``ticket`` was taken."""
+        if ticket.memo is not None:
+            with self.state.lock:
+                ticket.memo.store(ticket, answer)
 
     # -- filter -----------------------------------------------------------------------------
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:
