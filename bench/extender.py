@@ -17,15 +17,16 @@ share, a share with a model wish, 1 and 4 whole GPUs; each asked again and again
 replicas of a Deployment are (the nodes' memo of answers is warm), and ``share_cold``: a share
 of a new size every round (cold); ``units_2000``: 2,000 normalized units (3 H100s),
 ``whole_1_prefer``: 1 whole GPU with a model ranking (``B200,H100,*``). ``--pods`` measures only
-the named ones. Nothing changes between the rounds unless ``--churn``: then before each pair a
-4 GiB share is reserved on one node and the previous one's released, as binding the previous
-replica does, so kept whole answers (``kept_answers_given``) are given only where those two
-nodes' answers for the pod stayed the same.
+the named ones. Nothing changes between the rounds unless ``--churn``: then after each pair the
+pod is placed on the node prioritize scored best and its GPUs reserved, as the bind of a
+Deployment's replica does, so the next replica's kept whole answers (``kept_answers_given``)
+are given only where that node's answer for it stayed the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing
@@ -43,7 +44,7 @@ import msgspec
 
 from kubeacc.discovery import discover
 from kubeacc.extender.server import ExtenderServer
-from kubeacc.extender.service import Extender
+from kubeacc.extender.service import BindError, Extender
 from kubeacc.extender.state import State, gpu_of
 from kubeacc.extender.wants import (
     CORES,
@@ -54,6 +55,7 @@ from kubeacc.extender.wants import (
     UNITS,
     Assigned,
     Decision,
+    pod_want,
 )
 from kubeacc.gcfreeze import freeze_periodically
 from kubeacc.model import DeviceType
@@ -154,22 +156,18 @@ def _asking(a: Assigned) -> dict[str, Any]:
     return {"name": a.container, "resources": {"limits": limits}}
 
 
-def churn(state: State, names: list[str], r: int) -> None:
-    """What binding a replica does to the state: round ``r``'s 4 GiB share is reserved on a
-    GPU of one node (another node each round), the previous round's released."""
-    with state.lock:
-        state.release(f"churn-{r - 1}")
-        node = names[(r * 7919) % len(names)]
-        view = state.nodes[node]
-        free = [bdf for bdf in sorted(view.gpus) if view.free_memory(bdf) >= 4096]
-        if free:
-            state.reserve(f"churn-{r}", Decision(node, (Assigned("c0", (free[0],), memory=4096),)))
+def place_replica(extender: Extender, body: bytes) -> None:
+    """What binding a replica does to the state: the pod (``body``: {"Pod", "Node"}) is
+    placed on the node and its decision reserved, as the bind verb does before it writes."""
+    args = _decode(body)
+    pod = args["Pod"]
+    with contextlib.suppress(BindError):  # taken since: nothing to reserve
+        extender.decide(pod, pod_want(pod), args["Node"])
 
 
 def _serve(nodes: int, seed: int, port: Connection) -> None:
     """Child process: the extender over the synthetic cluster, until the parent goes."""
     state = build_state(nodes, seed)
-    names = sorted(state.nodes)
     freeze_periodically(threading.Event())  # as ExtenderRunner does
     extender = Extender(state)
     server = ExtenderServer(extender, "127.0.0.1", 0)
@@ -192,8 +190,6 @@ def _serve(nodes: int, seed: int, port: Connection) -> None:
         disable_nagle_algorithm = True
 
         def do_GET(self) -> None:
-            if self.path.startswith("/churn/"):
-                churn(state, names, int(self.path.rsplit("/", 1)[1]))
             kept = extender.counts.get("answers_kept_given", 0)  # 0: a build without them
             body = f"{time.process_time()!r} {spent[0]!r} {kept}".encode()
             self.send_response(200)
@@ -201,21 +197,28 @@ def _serve(nodes: int, seed: int, port: Connection) -> None:
             self.end_headers()
             self.wfile.write(body)
 
+        def do_POST(self) -> None:
+            place_replica(extender, self.rfile.read(int(self.headers["Content-Length"])))
+            self.do_GET()
+
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
     meter = HTTPServer(("127.0.0.1", 0), Cpu)
     threading.Thread(target=meter.serve_forever, daemon=True).start()
-    port.send((server.port, meter.server_address[1], names))
+    port.send((server.port, meter.server_address[1], sorted(state.nodes)))
     port.recv()  # anything (or EOF): stop
     meter.shutdown()
     server.stop()
 
 
-def _cpu(conn: http.client.HTTPConnection, path: str = "/cpu") -> tuple[float, float, int]:
+def _cpu(conn: http.client.HTTPConnection, bind: bytes = b"") -> tuple[float, float, int]:
     """The extender's CPU seconds, its handler's seconds and the kept answers it gave so
-    far (after changing the state first, with ``/churn/<round>``)."""
-    conn.request("GET", path)
+    far (after placing a replica first, ``bind``: {"Pod", "Node"})."""
+    if bind:
+        conn.request("POST", "/bind", bind)
+    else:
+        conn.request("GET", "/cpu")
     cpu, handler, kept = conn.getresponse().read().split()
     return float(cpu), float(handler), int(kept)
 
@@ -248,8 +251,6 @@ def measure(nodes: int, rounds: int, seed: int, churning: bool = False) -> dict[
                 if cold:  # a size no node has answered yet: nothing memoized
                     pod["spec"]["containers"][0]["resources"]["limits"][MEMORY] = str(8192 + r)
                     body = _encode({"Pod": pod, "NodeNames": names, "Nodes": None})
-                if churning:
-                    _cpu(meter, f"/churn/{r}")
                 c0 = _cpu(meter)
                 t0 = time.perf_counter()
                 conn.request("POST", "/filter", body, {"Content-Type": "application/json"})
@@ -257,9 +258,13 @@ def measure(nodes: int, rounds: int, seed: int, churning: bool = False) -> dict[
                 kept = filtered["NodeNames"]
                 prio = _encode({"Pod": pod, "NodeNames": kept, "Nodes": None})
                 conn.request("POST", "/prioritize", prio, {"Content-Type": "application/json"})
-                _decode(conn.getresponse().read())
+                scores = _decode(conn.getresponse().read())
                 t1 = time.perf_counter()
                 c1 = _cpu(meter)
+                if churning and scores:  # the replica is bound to the best node
+                    best = max(scores, key=lambda h: h["Score"])["Host"]
+                    replica = {**pod, "metadata": {**pod["metadata"], "uid": f"{label}-{r}"}}
+                    _cpu(meter, _encode({"Pod": replica, "Node": best}))
                 if r >= 3:  # warm-up rounds are not counted
                     times.append((t1 - t0) * 1000)
                     cpu.append((c1[0] - c0[0]) * 1000)
@@ -293,7 +298,7 @@ def main() -> None:
     ap.add_argument(
         "--churn",
         action="store_true",
-        help="change two nodes before every pair, as binding the previous replica does",
+        help="place each pod on its best node after its pair, as binding a replica does",
     )
     args = ap.parse_args()
     for label in set(PODS) - set(args.pods or PODS):

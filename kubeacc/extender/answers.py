@@ -48,9 +48,11 @@ class Kind:
         #: same nodes before anything changes joins their pieces without looking for
         #: unknown or unfit ones.
         self.filtered: tuple[int, list[str]] | None = None
-        #: Grows whenever a node's answer changes (not at every change of the state):
-        #: whole answers are kept under it (:mod:`kubeacc.extender.memo`).
+        #: Grow whenever a node's answer changes (not at every change of the state): any of
+        #: it (prioritize's answers are kept under it, :mod:`kubeacc.extender.memo`), or
+        #: whether it fits and why not (filter's: a new score leaves them as they were).
         self.version = 0
+        self.fit_version = 0
         self.memo = AnswerMemo()
 
     def filter(self, names: list[str]) -> list[str]:
@@ -63,20 +65,26 @@ class Kind:
         self.filtered = (self.epoch, passed)
         return passed
 
-    def _answer(self, state: State, node: str) -> bool:
-        """Answer ``node`` again; whether its answer changed."""
+    def _answer(self, state: State, node: str) -> int:
+        """Answer ``node`` again: 0 the same answer, 1 only its score changed, 2 whether it
+        fits or why not changed."""
         view = state.nodes.get(node)
         before = (self.fits.pop(node, None), self.fails.pop(node, None))
         self.scored.pop(node, None)
-        if view is None:
-            return before != (None, None)
-        score, reason = self.match(view)
-        if reason:
-            self.fails[node] = reason
-            return before != (None, reason)
-        self.fits[node] = score
-        self.scored[node] = self.piece(node, score)
-        return before != (score, None)
+        after: tuple[int | None, str | None] = (None, None)
+        if view is not None:
+            score, reason = self.match(view)
+            if reason:
+                self.fails[node] = reason
+                after = (None, reason)
+            else:
+                self.fits[node] = score
+                self.scored[node] = self.piece(node, score)
+                after = (score, None)
+        if before == after:
+            return 0
+        same_fit = (before[0] is None) == (after[0] is None) and before[1] == after[1]
+        return 1 if same_fit else 2
 
     def update(self, state: State) -> None:
         """Bring the answers up to the state's current epoch."""
@@ -96,10 +104,14 @@ class Kind:
             piece = self.piece
             self.scored = {node: piece(node, score) for node, score in fits.items()}
             self.version += 1
+            self.fit_version += 1
         else:
             answer = self._answer
-            if any([answer(state, node) for node in set(changed)]):  # every node answered
+            changes = max([answer(state, node) for node in set(changed)], default=0)
+            if changes:
                 self.version += 1
+            if changes == 2:
+                self.fit_version += 1
         self.epoch = epoch
 
 

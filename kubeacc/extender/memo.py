@@ -3,9 +3,12 @@
 The replicas of a Deployment reach the extender one after another with the same requests and,
 until one of them is bound, the same candidate nodes: the same bytes in, the same bytes out.
 Each :class:`~kubeacc.extender.answers.Kind` counts the changes of its nodes' answers
-(``Kind.version``: a fit won or lost, a score or a reason changed; a change of a node that
-leaves its answer as it was does not count), and keeps its last few answers per verb under
-(that count, the candidate names exactly as they came on the wire). A request with a kept
+(``Kind.version``: a fit won or lost, a score or a reason changed; ``Kind.fit_version``: the
+same but scores, which filter's answer does not show; a change of a node that leaves its
+answer as it was counts in neither), and keeps its last few answers per verb under (the
+verb's count, the candidate names exactly as they came on the wire). Binding a replica
+changes its node's score, rarely whether it fits: the next replica's filter is then still
+answered from what was kept. A request with a kept
 answer's names at the same count is answered with the kept bytes, without reading the 5,000
 names or touching a node; any other request is computed as before and its answer kept.
 

@@ -82,9 +82,10 @@ class Extender:
                 # answered without any node's answer: nothing is kept for these
                 return Ticket(None, verb, 0, names)
             kind = self._kind(want)
-            got = kind.memo.recall(verb, kind.version, names)
+            version = kind.fit_version if verb == "filter" else kind.version
+            got = kind.memo.recall(verb, version, names)
             if got is None:
-                return Ticket(kind.memo, verb, kind.version, names)
+                return Ticket(kind.memo, verb, version, names)
             self.counts[verb] += 1
             self.counts["answers_kept_given"] += 1
             return got

@@ -146,3 +146,19 @@ def test_kept_answers_equal_fresh_ones_through_random_changes(
         prio = {**body, "NodeNames": msgspec.json.decode(got)["NodeNames"]}
         assert post(conn, "prioritize", prio) == fresh(ext.state, "prioritize", prio), step
     assert ext.counts["answers_kept_given"] > 20
+
+
+def test_a_new_score_keeps_filters_answer_and_renews_prioritizes(
+    served: tuple[Extender, http.client.HTTPConnection],
+) -> None:
+    ext, conn = served
+    body = {"Pod": pod("p", {MEMORY: "15000"}), "NodeNames": ["n0", "n1", "n2"], "Nodes": None}
+    filtered = post(conn, "filter", body)
+    scores = post(conn, "prioritize", body)
+    # a replica bound to n0 takes part of its small GPU: n0 still fits, with another score
+    ext.state.reserve("x", share("n0", A, 3000))
+    assert post(conn, "filter", body) == filtered == fresh(ext.state, "filter", body)
+    assert ext.counts["answers_kept_given"] == 1
+    renewed = post(conn, "prioritize", body)
+    assert renewed == fresh(ext.state, "prioritize", body) != scores
+    assert ext.counts["answers_kept_given"] == 1
