@@ -30,6 +30,7 @@ import contextlib
 import http.client
 import json
 import multiprocessing
+import os
 import random
 import socket
 import tempfile
@@ -276,6 +277,7 @@ def measure(nodes: int, rounds: int, seed: int, churning: bool = False) -> dict[
                 "p99_ms": _pct(times, 0.99),
                 "server_cpu_p50_ms": _pct(cpu, 0.5),
                 "server_cpu_p99_ms": _pct(cpu, 0.99),
+                "server_cpu_mean_ms": round(sum(cpu) / len(cpu), 3),
                 "server_wall_p50_ms": _pct(inside, 0.5),
                 "server_wall_p99_ms": _pct(inside, 0.99),
                 "feasible_nodes": passed,
@@ -286,6 +288,26 @@ def measure(nodes: int, rounds: int, seed: int, churning: bool = False) -> dict[
         meter.close()
         parent.send("stop")
         proc.join(30)
+    return out
+
+
+def beside_hami(nodes: int, rounds: int, seed: int, churning: bool, runs: int) -> dict[str, Any]:
+    """kube-acc's extender and HAMi's at ``nodes`` nodes, alternating, ``runs`` runs each."""
+    from extender_hami import HamiPeer  # bench/ is the script's directory
+
+    with HamiPeer(nodes) as peer:
+        out: dict[str, Any] = {"hami_populate_s": round(peer.populate_s, 1), "runs": []}
+        for _ in range(runs):
+            load = os.getloadavg()[0]
+            ours = measure(nodes, rounds, seed, churning)
+            hami = peer.measure(rounds)
+            out["runs"].append(
+                {
+                    "load_1min": [round(load, 2), round(os.getloadavg()[0], 2)],
+                    "kubeacc": ours,
+                    "hami": hami,
+                }
+            )
     return out
 
 
@@ -300,6 +322,13 @@ def main() -> None:
         action="store_true",
         help="place each pod on its best node after its pair, as binding a replica does",
     )
+    ap.add_argument(
+        "--peer",
+        choices=["hami"],
+        help="also measure HAMi's extender (bench/extender_hami.py) at each node count, "
+        "alternating with kube-acc's, --runs times each",
+    )
+    ap.add_argument("--runs", type=int, default=1, help="runs of each (with --peer)")
     args = ap.parse_args()
     for label in set(PODS) - set(args.pods or PODS):
         del PODS[label]
@@ -308,6 +337,12 @@ def main() -> None:
         "target_p99_ms_5000": TARGET_MS,
         "churn": args.churn,
     }
+    if args.peer == "hami":
+        result["peer"] = "hami"
+        for n in args.nodes:
+            result[f"nodes_{n}"] = beside_hami(n, args.rounds, args.seed, args.churn, args.runs)
+        print(json.dumps(result, indent=2))
+        return
     for n in args.nodes:
         result[f"nodes_{n}"] = measure(n, args.rounds, args.seed, args.churn)
     worst = max(v["p99_ms"] for v in result.get("nodes_5000", {"x": {"p99_ms": 0}}).values())
