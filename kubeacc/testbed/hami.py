@@ -18,13 +18,11 @@ fetches every dependency from the module proxy under HAMi's own ``go.sum``. The 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-from kubeacc.testbed.build import BuildError, _lock, cache_root, go_env
+from kubeacc.testbed.build import BuildError, cache_root, cached_go_build
 
 #: The HAMi commit the benchmark's figures come from.
 COMMIT = "4707fb02c91c545bc7343ce26dba4c32919f9a3e"
@@ -52,53 +50,34 @@ def ensure_built(source: Path | None = None) -> Path:
             f"git directory to build it from (a clone of github.com/Project-HAMi/HAMi holding "
             f"{COMMIT[:12]}; the Go module proxy does not serve it)"
         )
-    with _lock(target.parent.parent / f".{target.parent.name}.lock"):
-        if target.is_file():
-            return target
-        work = Path(tempfile.mkdtemp(prefix="kubeacc-hami-"))
-        start = time.monotonic()
-        try:
-            tree = work / "src"
-            tree.mkdir()
-            archive = subprocess.run(
-                ["git", "-C", str(src), "archive", "--format=tar", COMMIT],
-                capture_output=True,
-                check=False,
+    with tempfile.TemporaryDirectory(prefix="kubeacc-hami-") as tree:
+        archive = subprocess.run(
+            ["git", "-C", str(src), "archive", "--format=tar", COMMIT],
+            capture_output=True,
+            check=False,
+        )
+        if archive.returncode != 0:
+            raise BuildError(
+                f"{src} does not hold HAMi's commit {COMMIT[:12]}: "
+                f"{archive.stderr.decode(errors='replace').strip()}"
             )
-            if archive.returncode != 0:
-                raise BuildError(
-                    f"{src} does not hold HAMi's commit {COMMIT[:12]}: "
-                    f"{archive.stderr.decode(errors='replace').strip()}"
-                )
-            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-            if shutil.which("go") is None:
-                raise BuildError("the go tool is not on PATH; Go >= 1.26 builds HAMi's scheduler")
-            env = go_env()
-            env["CGO_ENABLED"] = "1"  # as HAMi's own image builds it (NVML through cgo)
-            proc = subprocess.run(
-                [
-                    "go",
-                    "build",
-                    "-ldflags",
-                    "-s -w",
-                    "-o",
-                    str(work / "scheduler"),
-                    "./cmd/scheduler",
-                ],
-                cwd=tree,
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode != 0:
-                tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
-                raise BuildError(f"go build of HAMi's scheduler failed:\n{tail}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            (target.parent / "build-seconds").write_text(f"{time.monotonic() - start:.1f}\n")
-            partial = target.with_name(".scheduler.partial")
-            shutil.copy2(work / "scheduler", partial)
-            partial.replace(target)  # whole or not there
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        cached_go_build(
+            hami_dir(),
+            what="HAMi's scheduler",
+            cwd=Path(tree),
+            # cgo on, as HAMi's own image builds it (its NVML bindings)
+            command=lambda tmp: [
+                "env",
+                "CGO_ENABLED=1",
+                "go",
+                "build",
+                "-ldflags",
+                "-s -w",
+                "-o",
+                f"{tmp}/",
+                "./cmd/scheduler",
+            ],
+            outputs=["scheduler"],
+        )
     return target
