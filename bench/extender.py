@@ -33,6 +33,7 @@ import multiprocessing
 import os
 import random
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -341,6 +342,7 @@ def main() -> None:
         result["peer"] = "hami"
         for n in args.nodes:
             result[f"nodes_{n}"] = beside_hami(n, args.rounds, args.seed, args.churn, args.runs)
+            print(json.dumps({f"nodes_{n}": result[f"nodes_{n}"]}), file=sys.stderr, flush=True)
         print(json.dumps(result, indent=2))
         return
     for n in args.nodes:

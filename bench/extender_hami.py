@@ -213,8 +213,9 @@ class HamiPeer:
         self.hami.stop()
         self.tb.stop()
 
-    def _wait_ready(self, timeout: float = 300) -> None:
-        """Until HAMi has registered every node's GPUs (a 4-GPU pod is placed)."""
+    def _wait_ready(self, timeout: float = 1200) -> None:
+        """Until HAMi has registered every node's GPUs: a 4-GPU pod is placed, and no node
+        is refused (HAMi refuses the nodes it has not registered yet)."""
         body = msgspec.json.encode(
             {"Pod": self.pods["whole_4"], "NodeNames": self.names, "Nodes": None}
         )
@@ -227,8 +228,9 @@ class HamiPeer:
                 conn = http.client.HTTPConnection("127.0.0.1", self.hami.port, timeout=60)
                 last = _filter(conn, body)
                 conn.close()
-                if last.get("NodeNames"):
+                if last.get("NodeNames") and not last.get("FailedNodes"):
                     return
+                last = f"{len(last.get('FailedNodes') or {})} nodes refused"
             except (OSError, RuntimeError) as err:
                 last = err
             time.sleep(1)
