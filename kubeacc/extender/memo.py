@@ -12,6 +12,11 @@ answered from what was kept. A request with a kept
 answer's names at the same count is answered with the kept bytes, without reading the 5,000
 names or touching a node; any other request is computed as before and its answer kept.
 
+Prioritize's answer changes with every bind (the replica's node scores otherwise), but only
+in the pieces of the nodes that changed: a kept answer of the same names at an older version
+is mended, those pieces replaced in place (``Answers.mend``), when the kind still knows which
+nodes changed since (``Kind.changes``) and they are few.
+
 A :class:`Ticket` is taken before the answer is computed: the count only grows, so an
 answer computed after a change but kept under the older count is never given again.
 """
@@ -48,6 +53,13 @@ class AnswerMemo:
         for kept_version, kept_names, answer in self._kept.get(verb, ()):
             if kept_version == version and kept_names == names:
                 return answer
+        return None
+
+    def newest(self, verb: str, names: bytes) -> tuple[int, bytes] | None:
+        """The newest answer kept for ``verb`` of ``names`` (its version, the answer)."""
+        for kept_version, kept_names, answer in reversed(self._kept.get(verb, ())):
+            if kept_names == names:
+                return kept_version, answer
         return None
 
     def store(self, ticket: Ticket, answer: bytes) -> None:

@@ -65,6 +65,7 @@ class Extender:
             "bind": 0,
             "bind_refused": 0,
             "answers_kept_given": 0,
+            "answers_mended": 0,
         }
         self._node_locks: dict[str, threading.Lock] = {}
 
@@ -84,11 +85,25 @@ class Extender:
             kind = self._kind(want)
             version = kind.fit_version if verb == "filter" else kind.version
             got = kind.memo.recall(verb, version, names)
+            if got is None and verb == "prioritize":
+                got = self._mended(kind, names)
             if got is None:
                 return Ticket(kind.memo, verb, version, names)
             self.counts[verb] += 1
             self.counts["answers_kept_given"] += 1
             return got
+
+    def _mended(self, kind: Kind, names: bytes) -> bytes | None:
+        """Prioritize's kept answer of ``names`` with the nodes changed since mended in
+        (a bound replica changed its node's score), kept at the current version."""
+        old = kind.memo.newest("prioritize", names)
+        if old is None:
+            return None
+        mended = self.answers.mend(kind, old[0], old[1])
+        if mended is not None:
+            kind.memo.store(Ticket(kind.memo, "prioritize", kind.version, names), mended)
+            self.counts["answers_mended"] += 1
+        return mended
 
     def keep(self, ticket: Ticket, answer: bytes) -> None:
         """Keep ``answer``, computed after ``ticket`` was taken."""

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from kubeacc.extender import answers
 from kubeacc.extender.memo import Ticket
 from kubeacc.extender.namelists import NameLists
 from kubeacc.extender.server import ExtenderServer, encode_answer
@@ -76,13 +77,14 @@ def test_a_repeated_request_gets_the_kept_answer_until_a_node_changes(
     after = post(conn, "filter", body)
     assert msgspec.json.decode(after)["NodeNames"] == ["n3", "n5", "n1"]
     assert after == fresh(ext.state, "filter", body)
+    # prioritize's kept answer is mended: n0's piece replaced in place
     assert post(conn, "prioritize", prio) == fresh(ext.state, "prioritize", prio) != scores
-    assert ext.counts["answers_kept_given"] == 2
+    assert ext.counts["answers_kept_given"] == 3 and ext.counts["answers_mended"] == 1
     # a change that leaves every answer as it was (n1's small GPU was never a fit for 30000)
     # keeps the answers: the next filter is given the one just kept
     ext.state.reserve("y", share("n1", A, 1000))
     assert post(conn, "filter", body) == after
-    assert ext.counts["answers_kept_given"] == 3
+    assert ext.counts["answers_kept_given"] == 4 and ext.counts["answers_mended"] == 1
 
 
 def test_other_names_and_other_pods_are_computed(
@@ -148,7 +150,7 @@ def test_kept_answers_equal_fresh_ones_through_random_changes(
     assert ext.counts["answers_kept_given"] > 20
 
 
-def test_a_new_score_keeps_filters_answer_and_renews_prioritizes(
+def test_a_new_score_keeps_filters_answer_and_mends_prioritizes(
     served: tuple[Extender, http.client.HTTPConnection],
 ) -> None:
     ext, conn = served
@@ -161,4 +163,34 @@ def test_a_new_score_keeps_filters_answer_and_renews_prioritizes(
     assert ext.counts["answers_kept_given"] == 1
     renewed = post(conn, "prioritize", body)
     assert renewed == fresh(ext.state, "prioritize", body) != scores
-    assert ext.counts["answers_kept_given"] == 1
+    assert ext.counts["answers_mended"] == 1  # n0's piece replaced in the kept answer
+
+
+def test_mended_answers_equal_fresh_ones_through_many_changes_and_listed_twice(
+    served: tuple[Extender, http.client.HTTPConnection], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prioritize of the same names after one, a few or many nodes changed (more than are
+    mended, and a log trimmed), names unknown and listed twice: always the fresh answer."""
+    monkeypatch.setattr(answers, "CHANGES", 4)  # the log of changes is trimmed often
+    ext, conn = served
+    rng = random.Random(5)
+    p = pod("p", {MEMORY: "4000"})
+    for names in (
+        [f"n{i}" for i in range(6)] + ["cpu-only"],
+        ["n1", "n2", "n1", "n3"],  # n1 twice: never mended
+    ):
+        body = {"Pod": p, "NodeNames": names, "Nodes": None}
+        post(conn, "prioritize", body)
+        for step in range(120):
+            for _ in range(rng.choice([1, 2])):  # the kind moves on between two prioritizes
+                for _ in range(rng.choice([1, 1, 2, 3, 20])):
+                    uid = f"u{rng.randint(0, 30)}"
+                    ext.state.release(uid)
+                    if rng.random() < 0.8:
+                        node = rng.choice([f"n{i}" for i in range(6)])
+                        ext.state.reserve(
+                            uid, share(node, rng.choice([A, B]), rng.randint(1, 9) * 2000)
+                        )
+                post(conn, "filter", body)
+            assert post(conn, "prioritize", body) == fresh(ext.state, "prioritize", body), step
+    assert ext.counts["answers_mended"] > 50
