@@ -17,18 +17,13 @@ Go environment and the lock are the testbed build's (same module cache, same go.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kubeacc.engine.release import ReleaseError, parse_gates, release, with_gates
-from kubeacc.testbed.build import BuildError, _lock, cache_root, go_env
+from kubeacc.testbed.build import BuildError, cache_root, cached_go_build, source_key
 
 BINARY = "allocator"
 VERSION_ENV = "KUBEACC_ALLOCATOR_VERSION"
@@ -89,20 +84,20 @@ def source_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "tools" / "allocator"
 
 
-def build_key(src: Path) -> str:
-    h = hashlib.sha256()
-    inputs = sorted(
-        p for p in src.rglob("*") if p.is_file() and p.suffix in {".go", ".mod", ".sum"}
-    )
-    for p in [*inputs, Path(__file__).resolve()]:
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+def _command(which: Harness, out: Path) -> list[str]:
+    return [*which.build_args(), "-o", str(out / BINARY), "."]
+
+
+def build_key(src: Path, which: Harness | None = None) -> str:
+    which = which or harness()
+    inputs = [p for p in src.rglob("*") if p.is_file() and p.suffix in {".go", ".mod", ".sum"}]
+    return source_key(inputs, _command(which, Path("OUT")))
 
 
 def binary_path(src: Path | None = None, which: Harness | None = None) -> Path:
     src = src or source_dir()
     which = which or harness()
-    return cache_root() / f"allocator-{which.release}-{build_key(src)}" / BINARY
+    return cache_root() / f"allocator-{which.release}-{build_key(src, which)}" / BINARY
 
 
 def ensure_built(which: Harness | None = None) -> Path:
@@ -112,34 +107,14 @@ def ensure_built(which: Harness | None = None) -> Path:
     if not (src / which.modfile).is_file():
         raise BuildError(f"allocator harness sources not found at {src / which.modfile}")
     target = binary_path(src, which)
-    if target.is_file():
-        return target
-    if shutil.which("go") is None:
-        raise BuildError("the go tool is not on PATH; Go >= 1.26 builds the allocator harness")
-    with _lock(target.parent.parent / f".{target.parent.name}.lock"):
-        if target.is_file():
-            return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix="build.", dir=target.parent))
-        start = time.monotonic()
-        try:
-            proc = subprocess.run(
-                [*which.build_args(), "-o", str(tmp / BINARY), "."],
-                cwd=src,
-                env=go_env(),
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            (target.parent / "build.log").write_text(proc.stdout + proc.stderr)
-            if proc.returncode != 0:
-                tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
-                raise BuildError(f"go build of the allocator harness failed:\n{tail}")
-            (tmp / BINARY).rename(target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        (target.parent / "build-seconds").write_text(f"{time.monotonic() - start:.1f}\n")
-        return target
+    cached_go_build(
+        target.parent,
+        what="the allocator harness",
+        cwd=src,
+        command=lambda out: _command(which, out),
+        outputs=[BINARY],
+    )
+    return target
 
 
 def main(argv: list[str] | None = None) -> int:

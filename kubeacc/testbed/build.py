@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -243,6 +243,69 @@ def _tail(path: Path, lines: int = 60) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no build log)"
+
+
+def source_key(inputs: Iterable[Path], recipe: Sequence[str]) -> str:
+    """A short hash of a Go tool's build: its input files (by name and content) and its recipe.
+
+    The recipe is what else decides the output (the go command's arguments, the outputs'
+    names), so a changed command line rebuilds while an edit to the Python around it does not.
+    """
+    h = hashlib.sha256()
+    for p in sorted(inputs):
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    h.update("\0".join(recipe).encode())
+    return h.hexdigest()[:16]
+
+
+def cached_go_build(
+    target: Path,
+    *,
+    what: str,
+    cwd: Path,
+    command: Callable[[Path], list[str]],
+    outputs: Sequence[str],
+) -> Path:
+    """The directory ``target`` holding ``outputs``, built first if any is missing.
+
+    ``command(tmp)`` is the go command line writing the outputs into ``tmp``, a scratch
+    directory beside ``target`` that becomes ``target`` by one rename once every output is
+    there: a build that fails or is killed leaves no ``target`` to be mistaken for a complete
+    one. One builder at a time per target (a file lock beside it); its log is
+    ``target/build.log`` and its duration ``target/build-seconds``.
+    """
+
+    def complete() -> bool:
+        return all((target / name).is_file() for name in outputs)
+
+    if complete():
+        return target
+    if shutil.which("go") is None:
+        raise BuildError(f"the go tool is not on PATH; Go >= 1.26 builds {what}")
+    with _lock(target.parent / f".{target.name}.lock"):
+        if complete():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(
+                command(tmp), cwd=cwd, env=go_env(), capture_output=True, text=True, check=False
+            )
+            (tmp / "build.log").write_text(proc.stdout + proc.stderr)
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+                raise BuildError(f"go build of {what} failed:\n{tail}")
+            missing = [name for name in outputs if not (tmp / name).is_file()]
+            if missing:
+                raise BuildError(f"go build of {what} finished without {', '.join(missing)}")
+            (tmp / "build-seconds").write_text(f"{time.monotonic() - start:.1f}\n")
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def ensure_built(out: TextIO = sys.stderr, force: bool = False) -> Path:
