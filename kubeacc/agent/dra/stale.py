@@ -5,9 +5,11 @@ can drop it, and the claim is then still recorded as prepared although the kubel
 and, its own checkpoint having forgotten the claim, will never unprepare it again. The recorded
 claim would keep its CDI spec, its MIG instances and its GPU's sharing settings, and show its
 devices as in use. So at start the agent reads each recorded claim once and unprepares those that
-are gone, were made again (another UID), are no longer allocated or are reserved for no pod: a
-pod whose containers may still run keeps its claim reserved (the ResourceClaim controller drops a
-pod from ``reservedFor`` only once it is deleted or finished), so none of these is in use.
+are gone, were made again (another UID) or are no longer allocated: the ResourceClaim controller
+deallocates a claim when its last consumer stops using it (deleted or finished pod), and a pod
+whose containers may still run keeps its claim allocated. A claim allocated but reserved for no
+pod is kept: an allocation without a reservation is legal (the controller leaves such a claim
+alone) and says nothing about this node's use of it.
 """
 
 from __future__ import annotations
@@ -36,8 +38,6 @@ def unused_reason(claim: dict[str, Any] | None, uid: str) -> str:
     status = claim.get("status") or {}
     if not status.get("allocation"):
         return "no longer allocated"
-    if not status.get("reservedFor"):
-        return "reserved for no pod"
     return ""
 
 

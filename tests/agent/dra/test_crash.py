@@ -115,6 +115,8 @@ def test_an_unprepare_lost_to_a_power_cut_is_undone_at_start(
     kube_client.delete(Pod, "app", namespace=namespace)
     eventually(lambda: not agent.spec_uids() and not agent.checkpoint_claims(), 90, "unprepared")
     eventually(lambda: gone(kube_client, "app", namespace), 90, "pod gone")
+    # the ResourceClaim controller deallocates it once its last consumer went
+    eventually(lambda: _deallocated(kube_client, namespace, "gpu"), 60, "claim deallocated")
     agent.kill()  # the power cut: the unprepare's line never reached the disk
     for p in state:
         p.unlink(missing_ok=True)
@@ -128,3 +130,8 @@ def test_an_unprepare_lost_to_a_power_cut_is_undone_at_start(
     assert f"unprepared claim {namespace}/gpu: " in agent.log()
     assert agent.stray_files() == []
     assert "Traceback" not in agent.log()
+
+
+def _deallocated(client: Client, namespace: str, name: str) -> bool:
+    status = client.get(ResourceClaim, name, namespace=namespace).status
+    return status is None or status.allocation is None

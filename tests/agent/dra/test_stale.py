@@ -47,9 +47,10 @@ RESERVED = [{"resource": "pods", "name": "app", "uid": "p1"}]
         (None, "deleted"),
         (_claim("u2", allocation=ALLOCATED, reservedFor=RESERVED), "made again with UID u2"),
         (_claim("u1", reservedFor=RESERVED), "no longer allocated"),
-        (_claim("u1", allocation=ALLOCATED), "reserved for no pod"),
-        (_claim("u1", allocation=ALLOCATED, reservedFor=[]), "reserved for no pod"),
         (_claim("u1", allocation=ALLOCATED, reservedFor=RESERVED), ""),
+        # allocated, reserved for nobody: legal, and the controller leaves it allocated
+        (_claim("u1", allocation=ALLOCATED), ""),
+        (_claim("u1", allocation=ALLOCATED, reservedFor=[]), ""),
     ],
 )
 def test_unused_reason(claim: dict[str, Any] | None, why: str) -> None:
@@ -64,7 +65,8 @@ def test_sweep_unprepares_only_unused_claims(
     refs = [ClaimRef("ns", n, u) for n, u in (("kept", "u1"), ("done", "u2"), ("gone", "u3"))]
     assert all(not r.error for r in driver.prepare(refs).values())
     claims.objs[("ns", "kept")]["status"]["reservedFor"] = RESERVED
-    del claims.objs[("ns", "gone")]  # "done" stays allocated but is reserved for no pod
+    del claims.objs[("ns", "done")]["status"]["allocation"]  # its last consumer went
+    del claims.objs[("ns", "gone")]
 
     assert sorted(stale.sweep(driver)) == ["u2", "u3"]
     assert set(driver.prepared()) == {"u1"}
