@@ -71,10 +71,9 @@ from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
 from kubeacc.agent.userspace.hook import install_hook
 from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
 from kubeacc.clientconfig import make_client
-from kubeacc.crds.remediation import health_failing_thresholds
+from kubeacc.crds.api import API_VERSION, health_failing_thresholds
+from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import AcceleratorPolicy
-from kubeacc.crds.status import emit_event
-from kubeacc.crds.types import API_VERSION
 from kubeacc.crds.watch import WatchCache, ignoring
 from kubeacc.discovery import discover
 from kubeacc.host import Host

@@ -6,10 +6,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import typer
-
 from kubeacc.agent.userspace.provider import UserSpaceMode
-from kubeacc.cli.errors import FAILURE, fail
+from kubeacc.cli.declare import option
+from kubeacc.cli.errors import FAILURE, CommandExit, fail
 from kubeacc.cli.hosts import (
     HostKind,
     HostKindOption,
@@ -38,34 +37,30 @@ if TYPE_CHECKING:
 
 
 def agent_command(
-    node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name.")],
+    node_name: Annotated[str, option(envvar="NODE_NAME", help="This node's name.")],
     host_root: HostRootOption = Path("/"),
     host_kind: HostKindOption = HostKind.AUTO,
     device_root: DeviceRootOption = Path("/"),
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
-    kubelet_root: Annotated[Path, typer.Option(help="The kubelet's --root-dir.")] = Path(
+    kubelet_root: Annotated[Path, option(help="The kubelet's --root-dir.")] = Path(
         "/var/lib/kubelet"
     ),
-    cdi_dir: Annotated[Path, typer.Option(help="Where CDI specs are written.")] = Path(
-        "/var/run/cdi"
-    ),
-    state_dir: Annotated[Path, typer.Option(help="Checkpoint directory.")] = Path(
-        "/var/lib/kubeacc"
-    ),
+    cdi_dir: Annotated[Path, option(help="Where CDI specs are written.")] = Path("/var/run/cdi"),
+    state_dir: Annotated[Path, option(help="Checkpoint directory.")] = Path("/var/lib/kubeacc"),
     apply_classes: Annotated[
-        bool, typer.Option("--apply-classes", help="Create/update the driver's DeviceClasses.")
+        bool, option("--apply-classes", help="Create/update the driver's DeviceClasses.")
     ] = False,
     rediscover_interval: Annotated[
-        float, typer.Option(min=0.05, help="Seconds between re-discoveries (hot-plug, health).")
+        float, option(min=0.05, help="Seconds between re-discoveries (hot-plug, health).")
     ] = 5.0,
     kubelet_plugin: Annotated[
         bool,
-        typer.Option(help="Serve the kubelet DRA plugin (off: only publish ResourceSlices)."),
+        option(help="Serve the kubelet DRA plugin (off: only publish ResourceSlices)."),
     ] = True,
     device_plugin_types: Annotated[
         list[DeviceType] | None,
-        typer.Option(
+        option(
             "--device-plugin-type",
             help="Serve this type through the kubelet device plugin API instead of DRA "
             "(repeatable; one mode per type).",
@@ -73,17 +68,15 @@ def agent_command(
     ] = None,
     device_plugin_dir: Annotated[
         Path | None,
-        typer.Option(
-            help="The kubelet's device-plugin dir (default: <kubelet-root>/device-plugins)."
-        ),
+        option(help="The kubelet's device-plugin dir (default: <kubelet-root>/device-plugins)."),
     ] = None,
     bitstream_dir: Annotated[
         Path | None,
-        typer.Option(help="Bitstream library: claims whose FpgaConfig names one get it loaded."),
+        option(help="Bitstream library: claims whose FpgaConfig names one get it loaded."),
     ] = None,
     fpga_binding_conditions: Annotated[
         bool,
-        typer.Option(
+        option(
             help="With --bitstream-dir: load a claim's bitstream before its pod is bound "
             "(DRA binding conditions, where the API server keeps them); off: at prepare.",
         ),
@@ -91,53 +84,51 @@ def agent_command(
     simulate_kernel: SimulateKernelOption = False,
     compact_after: Annotated[
         int,
-        typer.Option(
+        option(
             min=1, help="Fold the DRA checkpoint journal into a new snapshot after this many calls."
         ),
     ] = 1000,
     log_level: LogLevelOption = LogLevel.INFO,
     nvml: Annotated[
-        NvmlMode, typer.Option(help="NVML for NVIDIA GPUs: auto, on (warn if unusable) or off.")
+        NvmlMode, option(help="NVML for NVIDIA GPUs: auto, on (warn if unusable) or off.")
     ] = NvmlMode.AUTO,
     nvml_library: Annotated[
         Path | None,
-        typer.Option(
+        option(
             help="NVML library file (the host driver's libnvidia-ml.so.1, mounted); {multiarch} "
             "stands for this machine's multiarch directory (x86_64-linux-gnu, aarch64-linux-gnu)."
         ),
     ] = None,
     driver_tools_dir: Annotated[
         Path | None,
-        typer.Option(
+        option(
             help="The host NVIDIA driver's tools (nvidia-smi, nvidia-cuda-mps-control), mounted; "
             "looked up before <host-root>/usr/bin and PATH."
         ),
     ] = None,
     driver_library_dir: Annotated[
         Path | None,
-        typer.Option(
+        option(
             help="The host NVIDIA driver's libraries, mounted: the driver tools run with its "
             "libnvidia-*/libcuda* (linked into <state-dir>/driver-libs) on LD_LIBRARY_PATH; "
             "{multiarch} as in --nvml-library."
         ),
     ] = None,
     discovery_config: Annotated[
-        Path | None, typer.Option(help="Admin-defined devices (DiscoveryConfig YAML).")
+        Path | None, option(help="Admin-defined devices (DiscoveryConfig YAML).")
     ] = None,
     device_plugin_config: Annotated[
         Path | None,
-        typer.Option(
-            help="DevicePluginConfig YAML: its types are served through the device plugin."
-        ),
+        option(help="DevicePluginConfig YAML: its types are served through the device plugin."),
     ] = None,
     node_labels: Annotated[
         bool,
-        typer.Option(help="Label the Node with what was found (kubeacc.io/<type>.count, ...)."),
+        option(help="Label the Node with what was found (kubeacc.io/<type>.count, ...)."),
     ] = True,
     metrics_address: MetricsAddressOption = None,
     telemetry_interval: Annotated[
         float,
-        typer.Option(
+        option(
             min=0,
             help="Seconds between device telemetry samples on /metrics (utilisation, memory, "
             "temperature, power, errors per device and holder); 0: off.",
@@ -145,7 +136,7 @@ def agent_command(
     ] = 10.0,
     health_taints: Annotated[
         bool,
-        typer.Option(
+        option(
             help="Taint devices in the ResourceSlice when the telemetry sees a fault (NoExecute: "
             "lost or corrupt, its pods evicted; NoSchedule; None: degraded, still given out); "
             "needs --metrics-address and a telemetry interval.",
@@ -153,7 +144,7 @@ def agent_command(
     ] = False,
     health_taint_hold: Annotated[
         float,
-        typer.Option(
+        option(
             min=1,
             help="Seconds a health taint stays at least after the device's last fault "
             "(doubled while the device flaps).",
@@ -161,14 +152,14 @@ def agent_command(
     ] = 300.0,
     device_status: Annotated[
         bool,
-        typer.Option(
+        option(
             help="Write the claims' status.devices at prepare (Ready, PCI address, GPU or MIG "
             "UUID, NIC network data) and remove them at unprepare.",
         ),
     ] = True,
     device_metadata: Annotated[
         bool,
-        typer.Option(
+        option(
             help="Give containers their devices' metadata files under "
             "/var/run/kubernetes.io/dra-device-attributes (KEP-5304).",
         ),
@@ -176,7 +167,7 @@ def agent_command(
     units_table: UnitsTableOption = None,
     dra_publish: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--dra-publish",
             metavar="KIND",
             help="Publish this kind's devices in the ResourceSlices: gpu, fpga, nic, xpu, "
@@ -187,7 +178,7 @@ def agent_command(
     ] = None,
     memory_shared: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--memory-shared",
             metavar="SELECTOR",
             help="Publish the devices this selects as memory-shared (DRA consumable capacity "
@@ -198,7 +189,7 @@ def agent_command(
     ] = None,
     sharelimit_library: Annotated[
         Path | None,
-        typer.Option(
+        option(
             help="The share-limit library preloaded into the containers of GPU memory shares "
             "(default: the image's /opt/kubeacc/native/libkubeacc-sharelimit.so when present); "
             "copied to "
@@ -208,7 +199,7 @@ def agent_command(
     ] = None,
     driver_user_space: Annotated[
         UserSpaceMode,
-        typer.Option(
+        option(
             help="NVIDIA driver user space (libcuda, NVML, nvidia-smi, firmware) in the "
             "containers of NVIDIA GPUs: cdi (kube-acc's CDI specs carry it, found under "
             "--driver-root) or toolkit (left to an installed NVIDIA container toolkit).",
@@ -216,21 +207,21 @@ def agent_command(
     ] = UserSpaceMode.CDI,
     driver_root: Annotated[
         str,
-        typer.Option(
+        option(
             help="The NVIDIA driver root, a host path read under --host-root: / for a driver "
             "installed on the host, /run/nvidia/driver for a driver container.",
         ),
     ] = "/",
     runtime_driver_root: Annotated[
         Path | None,
-        typer.Option(
+        option(
             help="The driver root as the container runtime sees it (the CDI specs' hostPath; "
             "default: <host-root>/<driver-root>, right when the agent runs on the host).",
         ),
     ] = None,
     cdi_hook: Annotated[
         Path | None,
-        typer.Option(
+        option(
             help="kube-acc's CDI hook program (default: the image's "
             "/opt/kubeacc/native/kubeacc-cdi-hook), copied to <state-dir>/native.",
         ),
@@ -409,14 +400,14 @@ def install_classes_command(
     from kubeacc.clientconfig import make_client
 
     for name in apply_device_classes(make_client(kubeconfig, context=context)):
-        typer.echo(f"deviceclass {name} applied")
+        print(f"deviceclass {name} applied")
 
 
 def cleanup_command(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     settle: Annotated[
-        float, typer.Option(help="Seconds between passes (agents shutting down may write).")
+        float, option(help="Seconds between passes (agents shutting down may write).")
     ] = 5.0,
 ) -> None:
     """Remove what node agents leave behind: kubeacc.io ResourceSlices and their Node labels."""
@@ -425,7 +416,7 @@ def cleanup_command(
 
     removed = clean(make_client(kubeconfig, context=context), settle=settle)
     nodes = removed.labelled_nodes
-    typer.echo(f"removed {removed.slices} ResourceSlices, kubeacc.io labels of {nodes} Nodes")
+    print(f"removed {removed.slices} ResourceSlices, kubeacc.io labels of {nodes} Nodes")
 
 
 def uninstall_check_command(
@@ -443,12 +434,12 @@ def uninstall_check_command(
     client = make_client(kubeconfig, context=context)
     used = claims_in_use([as_dict(c) for c in client.list(ResourceClaim, namespace="*")])
     if not used:
-        typer.echo("no pod uses a claim of kubeacc.io: safe to uninstall")
+        print("no pod uses a claim of kubeacc.io: safe to uninstall")
         return
-    typer.echo(
+    print(
         f"{len(used)} claim(s) of kubeacc.io are in use; delete these pods first (the kubelet "
         "cannot unprepare their devices once the agents are gone), then uninstall again:"
     )
     for u in used:
-        typer.echo(f"  {u.line()}")
-    raise typer.Exit(code=1)
+        print(f"  {u.line()}")
+    raise CommandExit(1)

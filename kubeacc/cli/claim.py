@@ -10,8 +10,10 @@ import yaml
 
 from kubeacc.cli.errors import fail
 from kubeacc.cli.options import UnitsTableOption, use_units_table
+from kubeacc.cli.typerize import typer_command
 
 
+@typer_command
 def claim_command(
     name: Annotated[str, typer.Argument(help="Name of the claim (or template).")],
     prefer: Annotated[

@@ -10,8 +10,7 @@ import os
 import socket
 from typing import Annotated
 
-import typer
-
+from kubeacc.cli.declare import option
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
 from kubeacc.cli.options import ContextOption, KubeconfigOption, MetricsAddressOption
 from kubeacc.cli.probes import start_probes
@@ -21,11 +20,11 @@ from kubeacc.cli.signals import stop_on_signals
 def controller_command(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
-    identity: Annotated[str | None, typer.Option(help="Leader-election identity")] = None,
-    lease_namespace: Annotated[str, typer.Option()] = "kube-system",
+    identity: Annotated[str | None, option(help="Leader-election identity")] = None,
+    lease_namespace: Annotated[str, option()] = "kube-system",
     admin_namespace: Annotated[
         list[str] | None,
-        typer.Option(
+        option(
             "--admin-namespace",
             metavar="NAMESPACE",
             help="Namespace whose AcceleratorOperations may target any device (repeatable; "
@@ -35,14 +34,12 @@ def controller_command(
     ] = None,
     interval: Annotated[
         float,
-        typer.Option(
-            min=0.0, help="Minimum seconds between reconcile passes (changes are coalesced)"
-        ),
+        option(min=0.0, help="Minimum seconds between reconcile passes (changes are coalesced)"),
     ] = 0.2,
     resync_seconds: Annotated[
-        float, typer.Option(min=1.0, help="Full reconcile pass at least this often, changes or not")
+        float, option(min=1.0, help="Full reconcile pass at least this often, changes or not")
     ] = 30.0,
-    install_crds: Annotated[bool, typer.Option(help="Apply the CRDs at start")] = False,
+    install_crds: Annotated[bool, option(help="Apply the CRDs at start")] = False,
     log_level: LogLevelOption = LogLevel.INFO,
     metrics_address: MetricsAddressOption = None,
 ) -> None:

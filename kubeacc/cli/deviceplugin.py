@@ -6,14 +6,13 @@ import logging
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from kubeacc.agent.deviceplugin.config import (
     DevicePluginConfig,
     DevicePluginConfigError,
     load_config,
 )
 from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+from kubeacc.cli.declare import option
 from kubeacc.cli.errors import fail
 from kubeacc.cli.hosts import HostKind, HostKindOption, check_host_root, open_host
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
@@ -35,21 +34,21 @@ def device_plugin_command(
     host_kind: HostKindOption = HostKind.AUTO,
     device_root: DeviceRootOption = Path("/"),
     plugin_dir: Annotated[
-        Path, typer.Option(help="The kubelet's device-plugin directory (kubelet.sock).")
+        Path, option(help="The kubelet's device-plugin directory (kubelet.sock).")
     ] = DEFAULT_PLUGIN_DIR,
     types: Annotated[
         list[DeviceType] | None,
-        typer.Option("--type", "-t", help="Serve this type (repeatable; default: all)."),
+        option("--type", "-t", help="Serve this type (repeatable; default: all)."),
     ] = None,
     config: Annotated[
-        Path | None, typer.Option(help="DevicePluginConfig YAML (per-type resources, sharing).")
+        Path | None, option(help="DevicePluginConfig YAML (per-type resources, sharing).")
     ] = None,
     interval: Annotated[
-        float, typer.Option(min=0.05, help="Seconds between re-discoveries (hot-plug, health).")
+        float, option(min=0.05, help="Seconds between re-discoveries (hot-plug, health).")
     ] = 5.0,
-    nvml: Annotated[str, typer.Option(help="Use NVML: auto, on or off.")] = "auto",
+    nvml: Annotated[str, option(help="Use NVML: auto, on or off.")] = "auto",
     cdi_dir: Annotated[
-        Path, typer.Option(help="Where the CDI spec goes when the config enables CDI.")
+        Path, option(help="Where the CDI spec goes when the config enables CDI.")
     ] = Path("/var/run/cdi"),
     log_level: LogLevelOption = LogLevel.INFO,
     metrics_address: MetricsAddressOption = None,

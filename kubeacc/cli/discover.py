@@ -13,6 +13,7 @@ from rich.text import Text
 from kubeacc.cli.errors import fail
 from kubeacc.cli.hosts import HostKind, HostKindOption, check_host_root, open_host
 from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
+from kubeacc.cli.typerize import typer_command
 from kubeacc.discovery import ConfigError, discover, load_config
 from kubeacc.model import Device, DeviceType, Inventory
 
@@ -88,6 +89,7 @@ def no_devices_hint(host_root: Path, types: list[DeviceType] | None) -> str:
     return hint + " (is it a host root with sys/bus/pci/devices?)"
 
 
+@typer_command
 def discover_command(
     host_root: Annotated[
         Path, typer.Option("--host-root", help="Root of the host's /sys, /dev and /proc.")

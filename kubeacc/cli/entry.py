@@ -1,8 +1,9 @@
 """The ``kubeacc`` console script.
 
 The long-running commands (:data:`DAEMONS`) run for the life of a node or a control plane and
-restart on every upgrade, so each starts through a one-command application that loads only its
-own module: no terminal UI, no planner, no allocation engine. Every other command goes through
+restart on every upgrade, so each starts through a path that loads only its own module: no
+terminal UI, no planner, no allocation engine, and its options parsed without typer's command
+machinery (:func:`run_daemon`). Every other command goes through
 the full application in :mod:`kubeacc.cli.main`. ``tests/cli/test_entry_imports.py`` holds each
 daemon to this, and ``bench/daemon_start.py`` measures what it costs.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import NoReturn
 
 #: Command -> (module, function) of each long-running command.
 DAEMONS: dict[str, tuple[str, str]] = {
@@ -22,15 +24,30 @@ DAEMONS: dict[str, tuple[str, str]] = {
 }
 
 
-def run_daemon(name: str, args: list[str]) -> None:
-    """Run the long-running command ``name`` with its options ``args`` (never returns)."""
+def run_daemon(name: str, args: list[str]) -> NoReturn:
+    """Run the long-running command ``name`` with its options ``args``.
+
+    Its options are parsed by :mod:`kubeacc.cli.argv` (no typer, no pydantic); ``--help``
+    and a command line that parser does not take go to the one-command typer application, so
+    help and usage errors read exactly as the full application's.
+    """
+    from kubeacc.cli import argv
+
+    module, function = DAEMONS[name]
+    command = getattr(importlib.import_module(module), function)
+    argv.run(command, args, lambda: _run_typer(name, args))
+
+
+def _run_typer(name: str, args: list[str]) -> NoReturn:
     import typer
 
     from kubeacc.cli.errors import run_app
 
     module, function = DAEMONS[name]
+    from kubeacc.cli.typerize import typer_command
+
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    app.command(name)(getattr(importlib.import_module(module), function))
+    app.command(name)(typer_command(getattr(importlib.import_module(module), function)))
     # A one-command typer app takes the command's options directly.
     run_app(app, args=args, prog_name=f"kubeacc {name}")
 

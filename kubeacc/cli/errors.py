@@ -9,18 +9,31 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import typer
+if TYPE_CHECKING:
+    import typer
 
 USAGE = 2
 FAILURE = 1
 
 
+class CommandExit(SystemExit):
+    """End the command with exit ``code`` (its message, if any, is already on stderr).
+
+    kube-acc's own, not ``typer.Exit``: the daemons run without typer (kubeacc/cli/argv.py). A
+    :class:`SystemExit` needs no mapping on either path: typer lets it through (its test runner
+    reads the code from it), and so does everything that catches ``Exception``.
+    """
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+
+
 def fail(message: str, code: int = USAGE) -> NoReturn:
     """Print ``error: message`` on stderr and leave with ``code``."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    raise CommandExit(code)
 
 
 def describe(exc: BaseException) -> str | None:
@@ -76,6 +89,8 @@ def run_app(
     app: typer.Typer, args: Sequence[str] | None = None, prog_name: str | None = None
 ) -> NoReturn:
     """Run a typer application with one-line usage errors and one-line runtime failures."""
+    import typer
+
     try:
         code = app(args=args, prog_name=prog_name, standalone_mode=False)
     except typer.TyperException as exc:  # typer's click exceptions: usage errors and the like

@@ -7,8 +7,7 @@ import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-import typer
-
+from kubeacc.cli.declare import option
 from kubeacc.cli.errors import fail
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
 from kubeacc.cli.options import (
@@ -34,39 +33,39 @@ def extender_command(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
     address: Annotated[
-        str, typer.Option(help="Serve the verbs, /healthz and /readyz on HOST:PORT or :PORT.")
+        str, option(help="Serve the verbs, /healthz and /readyz on HOST:PORT or :PORT.")
     ] = ":8888",
     leader_elect: Annotated[
-        bool, typer.Option(help="Serve only while holding the Lease kubeacc-extender.")
+        bool, option(help="Serve only while holding the Lease kubeacc-extender.")
     ] = True,
-    identity: Annotated[str | None, typer.Option(help="Leader-election identity.")] = None,
-    lease_namespace: Annotated[str, typer.Option(help="Namespace of the Lease.")] = "kube-system",
+    identity: Annotated[str | None, option(help="Leader-election identity.")] = None,
+    lease_namespace: Annotated[str, option(help="Namespace of the Lease.")] = "kube-system",
     lease_duration: Annotated[
-        int, typer.Option(min=2, help="Seconds a Lease holds without renewal.")
+        int, option(min=2, help="Seconds a Lease holds without renewal.")
     ] = 15,
     tls_cert_file: Annotated[
-        Path | None, typer.Option(dir_okay=False, help="The port's TLS certificate (PEM).")
+        Path | None, option(dir_okay=False, help="The port's TLS certificate (PEM).")
     ] = None,
     tls_key_file: Annotated[
-        Path | None, typer.Option(dir_okay=False, help="Its private key (PEM).")
+        Path | None, option(dir_okay=False, help="Its private key (PEM).")
     ] = None,
     client_ca_file: Annotated[
         Path | None,
-        typer.Option(
+        option(
             dir_okay=False,
             help="CA whose client certificates alone may call the port (kube-scheduler's).",
         ),
     ] = None,
     insecure_http: Annotated[
         bool,
-        typer.Option(
+        option(
             help="Serve plain HTTP without client authentication: anyone who reaches the "
             "port can bind any pod. For a local test cluster only."
         ),
     ] = False,
     probe_address: Annotated[
         str | None,
-        typer.Option(help="Also serve /healthz, /readyz and /metrics in plain HTTP here."),
+        option(help="Also serve /healthz, /readyz and /metrics in plain HTTP here."),
     ] = None,
     units_table: UnitsTableOption = None,
     log_level: LogLevelOption = LogLevel.INFO,

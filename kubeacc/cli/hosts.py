@@ -10,8 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
+from kubeacc.cli.declare import option
 from kubeacc.cli.errors import fail
 from kubeacc.host import Host
 from kubeacc.host.tools import DriverTools
@@ -28,7 +27,7 @@ class HostKind(StrEnum):
 
 HostKindOption = Annotated[
     HostKind,
-    typer.Option(
+    option(
         "--host",
         help="What --host-root is: real (a node's /sys, /dev and /proc), synthetic (a host tree "
         "built by kubeacc.synthetic) or auto (synthetic when the tree is one).",
@@ -36,7 +35,7 @@ HostKindOption = Annotated[
 ]
 SimulateKernelOption = Annotated[
     bool,
-    typer.Option(
+    option(
         help="Synthetic host: emulate the kernel's sysfs/ioctl effects (FPGA programming, "
         "driver binding, resets)."
     ),

@@ -5,12 +5,12 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from kubeacc.cli.controller import controller_command
+from kubeacc.cli.declare import option
 from kubeacc.cli.hosts import (
     HostKind,
     HostKindOption,
@@ -33,26 +33,26 @@ __all__ = ["controller_command", "crds_command", "lifecycle_agent_command"]
 
 
 def lifecycle_agent_command(
-    node_name: Annotated[str, typer.Option(envvar="NODE_NAME", help="This node's name")],
+    node_name: Annotated[str, option(envvar="NODE_NAME", help="This node's name")],
     host_root: HostRootOption = Path("/"),
     host_kind: HostKindOption = HostKind.AUTO,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
-    bitstream_dir: Annotated[
-        Path, typer.Option(help="Node-local library of FPGA bitstreams")
-    ] = Path("/var/lib/kubeacc/bitstreams"),
+    bitstream_dir: Annotated[Path, option(help="Node-local library of FPGA bitstreams")] = Path(
+        "/var/lib/kubeacc/bitstreams"
+    ),
     interval: Annotated[
         float,
-        typer.Option(min=0.05, help="Seconds between discoveries of the host (operations wake it)"),
+        option(min=0.05, help="Seconds between discoveries of the host (operations wake it)"),
     ] = 1.0,
     resync_seconds: Annotated[
         float,
-        typer.Option(min=1.0, help="Re-list and re-apply Accelerators and operations this often"),
+        option(min=1.0, help="Re-list and re-apply Accelerators and operations this often"),
     ] = 60.0,
     simulate_kernel: SimulateKernelOption = False,
     log_level: LogLevelOption = LogLevel.INFO,
     nvml: Annotated[
-        NvmlMode, typer.Option(help="NVML for NVIDIA GPUs: auto, on (warn if unusable) or off")
+        NvmlMode, option(help="NVML for NVIDIA GPUs: auto, on (warn if unusable) or off")
     ] = NvmlMode.AUTO,
     metrics_address: MetricsAddressOption = None,
 ) -> None:
@@ -84,7 +84,7 @@ def lifecycle_agent_command(
 
 def crds_command(
     write: Annotated[
-        Path | None, typer.Option(help="Write one YAML file per CRD into this directory")
+        Path | None, option(help="Write one YAML file per CRD into this directory")
     ] = None,
 ) -> None:
     """Print (or write) the kubeacc.io CustomResourceDefinitions."""
@@ -93,6 +93,6 @@ def crds_command(
 
     if write is not None:
         for path in write_files(write):
-            typer.echo(str(path))
+            print(path)
         return
-    typer.echo("---\n".join(manifest_files().values()), nl=False)
+    sys.stdout.write("---\n".join(manifest_files().values()))

@@ -12,7 +12,7 @@ import sys
 from enum import StrEnum
 from typing import Annotated
 
-import typer
+from kubeacc.cli.declare import option
 
 
 class LogLevel(StrEnum):
@@ -24,7 +24,7 @@ class LogLevel(StrEnum):
 
 LogLevelOption = Annotated[
     LogLevel,
-    typer.Option(
+    option(
         "--log-level",
         case_sensitive=False,
         help="debug shows every API request; info what the component did.",

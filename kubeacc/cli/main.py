@@ -25,6 +25,7 @@ from kubeacc.cli.plan import plan
 from kubeacc.cli.selftest import selftest_command
 from kubeacc.cli.status import status_command
 from kubeacc.cli.top import top_command
+from kubeacc.cli.typerize import typer_command
 
 app = typer.Typer(
     name="kubeacc",
@@ -55,23 +56,23 @@ def _root(
         typer.echo(ctx.get_help())
 
 
-app.command("discover")(discover_command)
-app.command("demo")(demo_command)
-app.command("plan")(plan)
-app.command("status")(status_command)
-app.command("claim")(claim_command)
-app.command("agent")(agent_command)
-app.command("install-classes")(install_classes_command)
-app.command("cleanup")(cleanup_command)
-app.command("uninstall-check")(uninstall_check_command)
-app.command("device-plugin")(device_plugin_command)
-app.command("controller")(controller_command)
-app.command("extender")(extender_command)
-app.command("lifecycle-agent")(lifecycle_agent_command)
-app.command("crds")(crds_command)
-app.command("selftest")(selftest_command)
-app.command("completion")(completion_command)
-app.command("top")(top_command)
+app.command("discover")(typer_command(discover_command))
+app.command("demo")(typer_command(demo_command))
+app.command("plan")(typer_command(plan))
+app.command("status")(typer_command(status_command))
+app.command("claim")(typer_command(claim_command))
+app.command("agent")(typer_command(agent_command))
+app.command("install-classes")(typer_command(install_classes_command))
+app.command("cleanup")(typer_command(cleanup_command))
+app.command("uninstall-check")(typer_command(uninstall_check_command))
+app.command("device-plugin")(typer_command(device_plugin_command))
+app.command("controller")(typer_command(controller_command))
+app.command("extender")(typer_command(extender_command))
+app.command("lifecycle-agent")(typer_command(lifecycle_agent_command))
+app.command("crds")(typer_command(crds_command))
+app.command("selftest")(typer_command(selftest_command))
+app.command("completion")(typer_command(completion_command))
+app.command("top")(typer_command(top_command))
 
 
 @app.command("schema")

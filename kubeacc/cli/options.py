@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-import typer
+from kubeacc.cli.declare import option
 
 KubeconfigOption = Annotated[
     Path | None,
-    typer.Option(
+    option(
         "--kubeconfig",
         exists=True,
         dir_okay=False,
@@ -19,30 +19,30 @@ KubeconfigOption = Annotated[
 ]
 ContextOption = Annotated[
     str | None,
-    typer.Option("--context", help="Kubeconfig context to use (default: its current-context)."),
+    option("--context", help="Kubeconfig context to use (default: its current-context)."),
 ]
 #: Every daemon's probe and metrics port, off unless given.
 MetricsAddressOption = Annotated[
     str | None,
-    typer.Option(
+    option(
         "--metrics-address",
         help="Serve /metrics, /healthz, /readyz on HOST:PORT or :PORT (default: off).",
     ),
 ]
 NamespaceOption = Annotated[
     str | None,
-    typer.Option("--namespace", "-n", help="Only this namespace."),
+    option("--namespace", "-n", help="Only this namespace."),
 ]
 AllNamespacesOption = Annotated[
     bool,
-    typer.Option("--all-namespaces", "-A", help="Every namespace (the default)."),
+    option("--all-namespaces", "-A", help="Every namespace (the default)."),
 ]
 HostRootOption = Annotated[
-    Path, typer.Option("--host-root", help="Root of the host's /sys, /dev and /proc.")
+    Path, option("--host-root", help="Root of the host's /sys, /dev and /proc.")
 ]
 DeviceRootOption = Annotated[
     Path,
-    typer.Option(
+    option(
         "--device-root",
         help="Where the container runtime finds the device nodes (the /dev paths handed to "
         "containers and written to CDI specs as hostPath): / on a real node.",
@@ -50,7 +50,7 @@ DeviceRootOption = Annotated[
 ]
 UnitsTableOption = Annotated[
     Path | None,
-    typer.Option(
+    option(
         "--units-table",
         dir_okay=False,
         help="Model -> normalized units (a UnitTable YAML, or a ConfigMap with units.yaml); "

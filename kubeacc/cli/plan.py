@@ -41,6 +41,7 @@ from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
 from kubeacc.cli.planfix import Fixes, NodeShapes, find_fixes
 from kubeacc.cli.planheld import HEADER, Held, held_devices, wants_pod
 from kubeacc.cli.planhints import unknown_memory_hint
+from kubeacc.cli.typerize import typer_command
 from kubeacc.engine.engine import Engine, Placement
 from kubeacc.engine.explain import Explanation
 from kubeacc.engine.extended import (
@@ -256,6 +257,7 @@ def pod_groups(
     return out + extended_only
 
 
+@typer_command
 def plan(
     folder: Annotated[
         Path | None,

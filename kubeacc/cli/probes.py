@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import typer
 from prometheus_client import CollectorRegistry
 
+from kubeacc.cli.errors import fail
 from kubeacc.metrics.http import Check, MetricsAddressError, ProbeServer
 
 
@@ -21,7 +21,6 @@ def start_probes(
     try:
         probes = ProbeServer(address, registry, healthy=healthy, ready=ready)
     except MetricsAddressError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        fail(str(err))
     probes.start()
     return probes

@@ -13,6 +13,7 @@ import typer
 
 from kubeacc.cli.hosts import HostKind, HostKindOption, open_host
 from kubeacc.cli.options import DeviceRootOption, HostRootOption
+from kubeacc.cli.typerize import typer_command
 
 
 class ReportFormat(StrEnum):
@@ -20,6 +21,7 @@ class ReportFormat(StrEnum):
     JSON = "json"
 
 
+@typer_command
 def selftest_command(
     host_root: HostRootOption = Path("/"),
     host_kind: HostKindOption = HostKind.AUTO,

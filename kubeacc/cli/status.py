@@ -15,6 +15,7 @@ from rich.text import Text
 from kubeacc.cli.errors import fail
 from kubeacc.cli.options import ContextOption, KubeconfigOption
 from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
+from kubeacc.cli.typerize import typer_command
 from kubeacc.status.model import Check, Result, failed
 
 DEFAULT_NAMESPACE = "kubeacc-system"
@@ -67,6 +68,7 @@ def run_checks(
     return checks
 
 
+@typer_command
 def status_command(
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,

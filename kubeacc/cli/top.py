@@ -17,6 +17,7 @@ import typer
 from kubeacc.cli.errors import fail
 from kubeacc.cli.options import ContextOption, KubeconfigOption
 from kubeacc.cli.output import Format, OutputOption, dump, print_table
+from kubeacc.cli.typerize import typer_command
 from kubeacc.metrics.devices import DeviceRow, parse
 
 AGENT_NAME_LABEL = "app.kubernetes.io/name"
@@ -102,6 +103,7 @@ def _cells(row: DeviceRow) -> list[str]:
     ]
 
 
+@typer_command
 def top_command(
     node: Annotated[str | None, typer.Option(help="Only this node's devices.")] = None,
     namespace: Annotated[

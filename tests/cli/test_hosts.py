@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import typer
 
+from kubeacc.cli.errors import CommandExit
 from kubeacc.cli.hosts import HostKind, open_host
 from kubeacc.host.real import RealHost
 from kubeacc.synthetic.host import SyntheticHost
@@ -34,9 +34,9 @@ def test_simulate_kernel_gives_the_synthetic_host_its_kernel(hosts: HostFactory)
 
 
 def test_simulate_kernel_on_a_real_host_is_one_error(tmp_path: Path) -> None:
-    with pytest.raises(typer.Exit) as err:
+    with pytest.raises(CommandExit) as err:
         open_host(tmp_path, simulate_kernel=True)
-    assert err.value.exit_code == 2
+    assert err.value.code == 2
 
 
 def test_a_real_host_is_opened_without_the_synthetic_host(tmp_path: Path) -> None:

@@ -64,6 +64,8 @@ from kubeacc.crds.opaque import (
     SharingStrategy,
     applies_to,
     config_env,
+    config_json,
+    config_kind,
     parse_config,
 )
 from kubeacc.metrics.agent import AgentMetrics
@@ -446,8 +448,8 @@ class Driver:
                     raise ClaimError(f"{where}: {exc}") from None
                 if not applies_to(cfg, info.type):
                     raise ClaimError(
-                        f"{where}: {cfg.kind} does not apply to {info.type} device {dev_name} "
-                        f"(request {r['request']})"
+                        f"{where}: {config_kind(cfg)} does not apply to {info.type} device "
+                        f"{dev_name} (request {r['request']})"
                     )
                 if isinstance(cfg, FpgaConfig) and cfg.bitstream is not None:
                     bitstream = (dev_name, cfg.bitstream.name, cfg.bitstream.digest)
@@ -466,7 +468,7 @@ class Driver:
                     gpu_cfg = cfg  # the claim's own config wins over its class's
                     strategy_from_class = from_class
                 env.update(config_env(cfg))
-                recorded[dev_name] = cfg.model_dump(mode="json", by_alias=True)
+                recorded[dev_name] = config_json(cfg)
             if info.mig is not None and gpu_cfg is not None:
                 raise ClaimError(
                     f"{where}: device {dev_name} is a MIG partition: a GpuConfig sharing "
