@@ -30,10 +30,10 @@ from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 
 from kubeacc.agent.dra.slices import build_slices
+from kubeacc.crds.api import API_VERSION, NODE_LABEL
 from kubeacc.crds.deploy import apply_manifest
+from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, install_crds
-from kubeacc.crds.status import emit_event
-from kubeacc.crds.types import API_VERSION, NODE_LABEL
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.identities import agent_cert_client, install_agent_access
 

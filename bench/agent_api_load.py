@@ -59,8 +59,8 @@ from lightkube.types import PatchType
 
 from kubeacc.agent.runner import Agent, AgentOptions
 from kubeacc.controller.controller import Controller
+from kubeacc.crds.api import API_VERSION, NODE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorPolicy, install_crds
-from kubeacc.crds.types import API_VERSION, NODE_LABEL
 from kubeacc.model import Device
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.profiles import build

@@ -39,6 +39,7 @@ from kubeacc.discovery import discover
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
+from kubeacc.testbed.procs import cpu_seconds
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -123,6 +124,8 @@ def beside_sample_plugin(runs: int, blocks: int) -> dict[str, object]:
             "sample": (socket, SAMPLE_DEVICES),
         }
         times: dict[str, list[float]] = {name: [] for name in sides}
+        pids = {"kubeacc": ours.pid, "sample": theirs.pid}
+        cpu = dict.fromkeys(sides, 0.0)  # seconds of each plugin process in its timed calls
         try:
             channels = {
                 name: grpc.insecure_channel(f"unix://{sock}") for name, (sock, _) in sides.items()
@@ -135,7 +138,9 @@ def beside_sample_plugin(runs: int, blocks: int) -> dict[str, object]:
                     )
                     stub = service(channels[name])
                     _allocate_ms(stub, request, 20)  # warm-up: connection, caches
+                    used = cpu_seconds(pids[name])
                     times[name] += _allocate_ms(stub, request, runs // blocks)
+                    cpu[name] += cpu_seconds(pids[name]) - used
             for channel in channels.values():
                 channel.close()
         finally:
@@ -150,6 +155,10 @@ def beside_sample_plugin(runs: int, blocks: int) -> dict[str, object]:
         "sample_plugin_allocate_ms": b,
         "ratio_p50": round(a["p50"] / b["p50"], 2),
         "ratio_p99": round(a["p99"] / b["p99"], 2),
+        # process CPU per call (user + system, 10 ms clock ticks summed over the blocks):
+        # what a call costs the node, less bent by the machine's load than latency
+        "kubeacc_cpu_us_per_call": round(cpu["kubeacc"] * 1e6 / len(times["kubeacc"]), 1),
+        "sample_plugin_cpu_us_per_call": round(cpu["sample"] * 1e6 / len(times["sample"]), 1),
         "target_ratio_p99": 1.5,
         "calls_each": len(times["kubeacc"]),
         "blocks": blocks,

@@ -50,6 +50,8 @@ class BenchAgent:
     client: Any = None
     #: The benchmark's scratch directory.
     work: Path | None = None
+    #: Processes of the testbed's control plane (etcd, kube-apiserver, ...), for their CPU.
+    control_plane: tuple[int, ...] = ()
 
     def prepare_request(self) -> v1.NodePrepareResourcesRequest:
         return v1.NodePrepareResourcesRequest(claims=[self._claim()])
@@ -197,7 +199,16 @@ def bench_agent(
                 if time.monotonic() > deadline or agent.poll() is not None:
                     raise RuntimeError((work / "agent.log").read_text())
                 time.sleep(0.05)
-            yield BenchAgent(agent, sock, uid, kubeconfig=tb.kubeconfig, client=client, work=work)
+            control_plane = tuple(p.pid for p in tb.control_plane.processes() if p.pid)
+            yield BenchAgent(
+                agent,
+                sock,
+                uid,
+                kubeconfig=tb.kubeconfig,
+                client=client,
+                work=work,
+                control_plane=control_plane,
+            )
         finally:
             agent.terminate()
             agent.wait(15)

@@ -37,6 +37,8 @@ from dra_agent import NODE, BenchAgent, allocated_claim, bench_agent, proc_statu
 from go_peers import TEST_DRIVER, peer, peer_env, test_driver_argv
 from kubelet_client import stubs
 
+from kubeacc.testbed.procs import cpu_seconds
+
 TARGET_P99_MS = 5.0
 TARGET_RSS_MB = 60.0
 
@@ -156,12 +158,21 @@ def beside_test_driver(runs: int, blocks: int, args: Sequence[str]) -> dict[str,
     """Prepare and unprepare p50/p99 of the agent and the DRA test driver, blocks alternating."""
     load = round(os.getloadavg()[0], 2)
     times: dict[str, tuple[list[float], list[float]]] = {"kubeacc": ([], []), "peer": ([], [])}
+    # CPU seconds in each side's blocks: its own process, and the control plane's (the claim
+    # reads and, for kube-acc, the status writes it causes); warm-up calls included
+    cpu = {name: {"own": 0.0, "control_plane": 0.0} for name in times}
     with bench_agent(args=args) as agent, test_driver(agent) as driver:
         sides = {"kubeacc": agent, "peer": driver}
         for n in range(blocks):
             for name in list(sides) if n % 2 == 0 else list(reversed(sides)):
                 prep, unprep = times[name]
+                own = cpu_seconds(sides[name].proc.pid)
+                plane = sum(cpu_seconds(pid) for pid in agent.control_plane)
                 prep += time_prepares(sides[name], runs // blocks, _one_device, unprep)
+                cpu[name]["own"] += cpu_seconds(sides[name].proc.pid) - own
+                cpu[name]["control_plane"] += (
+                    sum(cpu_seconds(pid) for pid in agent.control_plane) - plane
+                )
         rss = {name: proc_status(side.proc.pid)["rss_mb"] for name, side in sides.items()}
     ours, theirs = times["kubeacc"], times["peer"]
     result: dict[str, object] = {
@@ -177,6 +188,13 @@ def beside_test_driver(runs: int, blocks: int, args: Sequence[str]) -> dict[str,
         "kubeacc_unprepare_ms": latency(ours[1]),
         "peer_unprepare_ms": latency(theirs[1]),
         "rss_mb": rss,
+        "cpu_ms_per_pair": {
+            name: {
+                what: round(sec * 1000 / (blocks * (runs // blocks + 20)), 3)
+                for what, sec in used.items()
+            }
+            for name, used in cpu.items()
+        },
     }
     for call, i in (("prepare", 0), ("unprepare", 1)):
         for q in ("p50", "p99"):

@@ -17,17 +17,23 @@ share, a share with a model wish, 1 and 4 whole GPUs; each asked again and again
 replicas of a Deployment are (the nodes' memo of answers is warm), and ``share_cold``: a share
 of a new size every round (cold); ``units_2000``: 2,000 normalized units (3 H100s),
 ``whole_1_prefer``: 1 whole GPU with a model ranking (``B200,H100,*``). ``--pods`` measures only
-the named ones.
+the named ones. Nothing changes between the rounds unless ``--churn``: then after each pair the
+pod is placed on the node prioritize scored best and its GPUs reserved, as the bind of a
+Deployment's replica does, so the next replica's kept whole answers (``kept_answers_given``)
+are given only where that node's answer for it stayed the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing
+import os
 import random
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -40,7 +46,7 @@ import msgspec
 
 from kubeacc.discovery import discover
 from kubeacc.extender.server import ExtenderServer
-from kubeacc.extender.service import Extender
+from kubeacc.extender.service import BindError, Extender
 from kubeacc.extender.state import State, gpu_of
 from kubeacc.extender.wants import (
     CORES,
@@ -51,6 +57,7 @@ from kubeacc.extender.wants import (
     UNITS,
     Assigned,
     Decision,
+    pod_want,
 )
 from kubeacc.gcfreeze import freeze_periodically
 from kubeacc.model import DeviceType
@@ -151,11 +158,21 @@ def _asking(a: Assigned) -> dict[str, Any]:
     return {"name": a.container, "resources": {"limits": limits}}
 
 
+def place_replica(extender: Extender, body: bytes) -> None:
+    """What binding a replica does to the state: the pod (``body``: {"Pod", "Node"}) is
+    placed on the node and its decision reserved, as the bind verb does before it writes."""
+    args = _decode(body)
+    pod = args["Pod"]
+    with contextlib.suppress(BindError):  # taken since: nothing to reserve
+        extender.decide(pod, pod_want(pod), args["Node"])
+
+
 def _serve(nodes: int, seed: int, port: Connection) -> None:
     """Child process: the extender over the synthetic cluster, until the parent goes."""
     state = build_state(nodes, seed)
     freeze_periodically(threading.Event())  # as ExtenderRunner does
-    server = ExtenderServer(Extender(state), "127.0.0.1", 0)
+    extender = Extender(state)
+    server = ExtenderServer(extender, "127.0.0.1", 0)
     handler = server.httpd.RequestHandlerClass
     post = handler.do_POST  # type: ignore[attr-defined]
     spent = [0.0]  # seconds in the handler, all requests so far
@@ -175,11 +192,16 @@ def _serve(nodes: int, seed: int, port: Connection) -> None:
         disable_nagle_algorithm = True
 
         def do_GET(self) -> None:
-            body = f"{time.process_time()!r} {spent[0]!r}".encode()
+            kept = extender.counts.get("answers_kept_given", 0)  # 0: a build without them
+            body = f"{time.process_time()!r} {spent[0]!r} {kept}".encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            place_replica(extender, self.rfile.read(int(self.headers["Content-Length"])))
+            self.do_GET()
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -192,18 +214,22 @@ def _serve(nodes: int, seed: int, port: Connection) -> None:
     server.stop()
 
 
-def _cpu(conn: http.client.HTTPConnection) -> tuple[float, float]:
-    """The extender's CPU seconds and its handler's seconds so far."""
-    conn.request("GET", "/cpu")
-    cpu, handler = conn.getresponse().read().split()
-    return float(cpu), float(handler)
+def _cpu(conn: http.client.HTTPConnection, bind: bytes = b"") -> tuple[float, float, int]:
+    """The extender's CPU seconds, its handler's seconds and the kept answers it gave so
+    far (after placing a replica first, ``bind``: {"Pod", "Node"})."""
+    if bind:
+        conn.request("POST", "/bind", bind)
+    else:
+        conn.request("GET", "/cpu")
+    cpu, handler, kept = conn.getresponse().read().split()
+    return float(cpu), float(handler), int(kept)
 
 
 _encode = msgspec.json.encode
 _decode = msgspec.json.decode
 
 
-def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
+def measure(nodes: int, rounds: int, seed: int, churning: bool = False) -> dict[str, Any]:
     parent, child = multiprocessing.Pipe()
     proc = multiprocessing.get_context("fork").Process(target=_serve, args=(nodes, seed, child))
     proc.start()
@@ -222,6 +248,7 @@ def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
             cpu: list[float] = []
             inside: list[float] = []
             passed = 0
+            kept_given = 0
             for r in range(rounds + 3):
                 if cold:  # a size no node has answered yet: nothing memoized
                     pod["spec"]["containers"][0]["resources"]["limits"][MEMORY] = str(8192 + r)
@@ -233,22 +260,29 @@ def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
                 kept = filtered["NodeNames"]
                 prio = _encode({"Pod": pod, "NodeNames": kept, "Nodes": None})
                 conn.request("POST", "/prioritize", prio, {"Content-Type": "application/json"})
-                _decode(conn.getresponse().read())
+                scores = _decode(conn.getresponse().read())
                 t1 = time.perf_counter()
                 c1 = _cpu(meter)
+                if churning and scores:  # the replica is bound to the best node
+                    best = max(scores, key=lambda h: h["Score"])["Host"]
+                    replica = {**pod, "metadata": {**pod["metadata"], "uid": f"{label}-{r}"}}
+                    _cpu(meter, _encode({"Pod": replica, "Node": best}))
                 if r >= 3:  # warm-up rounds are not counted
                     times.append((t1 - t0) * 1000)
                     cpu.append((c1[0] - c0[0]) * 1000)
                     inside.append((c1[1] - c0[1]) * 1000)
+                    kept_given += c1[2] - c0[2]
                 passed = len(kept)
             out[label] = {
                 "p50_ms": _pct(times, 0.5),
                 "p99_ms": _pct(times, 0.99),
                 "server_cpu_p50_ms": _pct(cpu, 0.5),
                 "server_cpu_p99_ms": _pct(cpu, 0.99),
+                "server_cpu_mean_ms": round(sum(cpu) / len(cpu), 3),
                 "server_wall_p50_ms": _pct(inside, 0.5),
                 "server_wall_p99_ms": _pct(inside, 0.99),
                 "feasible_nodes": passed,
+                "kept_answers_given": kept_given,
             }
     finally:
         conn.close()
@@ -258,21 +292,61 @@ def measure(nodes: int, rounds: int, seed: int) -> dict[str, Any]:
     return out
 
 
+def beside_hami(nodes: int, rounds: int, seed: int, churning: bool, runs: int) -> dict[str, Any]:
+    """kube-acc's extender and HAMi's at ``nodes`` nodes, alternating, ``runs`` runs each."""
+    from extender_hami import HamiPeer  # bench/ is the script's directory
+
+    with HamiPeer(nodes) as peer:
+        out: dict[str, Any] = {"hami_populate_s": round(peer.populate_s, 1), "runs": []}
+        for _ in range(runs):
+            load = os.getloadavg()[0]
+            ours = measure(nodes, rounds, seed, churning)
+            hami = peer.measure(rounds)
+            out["runs"].append(
+                {
+                    "load_1min": [round(load, 2), round(os.getloadavg()[0], 2)],
+                    "kubeacc": ours,
+                    "hami": hami,
+                }
+            )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[500, 5000])
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--pods", nargs="+", choices=list(PODS), help="only these pods")
+    ap.add_argument(
+        "--churn",
+        action="store_true",
+        help="place each pod on its best node after its pair, as binding a replica does",
+    )
+    ap.add_argument(
+        "--peer",
+        choices=["hami"],
+        help="also measure HAMi's extender (bench/extender_hami.py) at each node count, "
+        "alternating with kube-acc's, --runs times each",
+    )
+    ap.add_argument("--runs", type=int, default=1, help="runs of each (with --peer)")
     args = ap.parse_args()
     for label in set(PODS) - set(args.pods or PODS):
         del PODS[label]
     result: dict[str, Any] = {
         "benchmark": "extender_filter_prioritize",
         "target_p99_ms_5000": TARGET_MS,
+        "churn": args.churn,
     }
+    if args.peer == "hami":
+        result["peer"] = "hami"
+        for n in args.nodes:
+            result[f"nodes_{n}"] = beside_hami(n, args.rounds, args.seed, args.churn, args.runs)
+            print(json.dumps({f"nodes_{n}": result[f"nodes_{n}"]}), file=sys.stderr, flush=True)
+        print(json.dumps(result, indent=2))
+        return
     for n in args.nodes:
-        result[f"nodes_{n}"] = measure(n, args.rounds, args.seed)
+        result[f"nodes_{n}"] = measure(n, args.rounds, args.seed, args.churn)
     worst = max(v["p99_ms"] for v in result.get("nodes_5000", {"x": {"p99_ms": 0}}).values())
     result["worst_p99_ms_5000"] = worst
     result["meets_target"] = worst <= TARGET_MS if "nodes_5000" in result else None

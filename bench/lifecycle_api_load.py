@@ -31,8 +31,8 @@ from lightkube.resources.core_v1 import Namespace, Node
 
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.controller.controller import Controller
+from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict, install_crds
-from kubeacc.crds.types import API_VERSION
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build

@@ -16,6 +16,7 @@ from lightkube.types import PatchType
 from kubeacc.agent.nodelabels import accelerator_labels
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.operations import ANY_NAMESPACE
+from kubeacc.crds.api import API_VERSION, NODE_LABEL
 from kubeacc.crds.resources import (
     Accelerator,
     AcceleratorOperation,
@@ -23,7 +24,7 @@ from kubeacc.crds.resources import (
     as_dict,
     install_crds,
 )
-from kubeacc.crds.types import API_VERSION, NODE_LABEL, AcceleratorStatus
+from kubeacc.crds.types import AcceleratorStatus
 from kubeacc.model import Device
 from kubeacc.testbed.testbed import Testbed
 

@@ -25,9 +25,9 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.controller.controller import Controller
+from kubeacc.crds.api import NODE_LABEL
 from kubeacc.crds.deploy import apply_manifest
 from kubeacc.crds.resources import Accelerator, as_dict
-from kubeacc.crds.types import NODE_LABEL
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build

@@ -25,8 +25,8 @@ from lightkube.types import PatchType
 
 from kubeacc.agent.supervise import supervised
 from kubeacc.agent.users import Users
+from kubeacc.crds.api import API_VERSION, NODE_LABEL
 from kubeacc.crds.resources import Accelerator, is_not_found
-from kubeacc.crds.types import API_VERSION, NODE_LABEL
 from kubeacc.crds.watch import WatchCache, ignoring
 from kubeacc.model.names import CORDONED_BY_ANNOTATION
 

@@ -23,7 +23,7 @@ from typing import Any
 from kubeacc.agent.dra.binding import NotProgrammed
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import Executor
-from kubeacc.crds.status import allowed_bitstream_digests
+from kubeacc.crds.policyread import allowed_bitstream_digests
 from kubeacc.discovery import discover
 from kubeacc.host import Host
 from kubeacc.host.kernel import FpgaImage, HostError

@@ -35,7 +35,7 @@ from typing import Any
 
 from kubeacc.agent.telemetry.faults import DeviceFault
 from kubeacc.agent.telemetry.series import Reading
-from kubeacc.crds.remediation import EventClass
+from kubeacc.crds.api import EventClass
 from kubeacc.model.names import DOMAIN
 
 HEALTH_TAINT = f"{DOMAIN}/health"

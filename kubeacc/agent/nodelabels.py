@@ -28,8 +28,8 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
+from kubeacc.crds.api import MODEL_LABEL, NODE_LABEL, TYPE_LABEL
 from kubeacc.crds.resources import as_dict
-from kubeacc.crds.types import MODEL_LABEL, NODE_LABEL, TYPE_LABEL
 from kubeacc.crds.watch import WatchCache
 from kubeacc.model import Device, DeviceType, Inventory
 

@@ -10,6 +10,7 @@ and the API client. The rest of the agent is threaded, so this module is the bri
 - :class:`Changes` lets a thread that changed some state wake the streams (health,
   ListAndWatch) that are waiting on the loop.
 
+The writes of one turn of the loop leave the socket together (:class:`_CoalescingTransport`).
 Handlers are coroutines on the loop; blocking work (API reads, fsync) goes through
 ``asyncio.to_thread``, whose pool is bounded here, so one slow claim never stalls a socket.
 
@@ -91,10 +92,50 @@ def rpc_loop() -> RpcLoop:
         return _shared[0]
 
 
+class _CoalescingTransport:
+    """A transport whose writes of one turn of the event loop leave as one ``send``.
+
+    grpclib writes every HTTP/2 frame batch at once: an answer to a unary call is three writes
+    (headers, message, trailers), three system calls and three wake-ups of the kubelet's
+    reader. The handler makes all three without giving the loop a turn, so writes are kept
+    here and sent together at the end of that turn (``call_soon``): one system call per answer.
+    Closing sends what is kept first; everything else is the real transport's.
+    """
+
+    def __init__(self, transport: asyncio.WriteTransport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._kept: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if not self._kept:
+            self._loop.call_soon(self.flush)
+        self._kept.append(data)
+
+    def flush(self) -> None:
+        if not self._kept:
+            return
+        data = b"".join(self._kept)
+        self._kept.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class _LimitedProtocol(H2Protocol):
-    """grpclib's HTTP/2 protocol with the per-connection limits of the module docstring."""
+    """grpclib's HTTP/2 protocol with the per-connection limits of the module docstring,
+    writing through :class:`_CoalescingTransport`."""
 
     def connection_made(self, transport: Any) -> None:
+        transport = _CoalescingTransport(transport, asyncio.get_running_loop())
         super().connection_made(transport)
         h2 = self.connection._connection
         h2._closed_streams = SizeLimitDict(size_limit=CLOSED_STREAM_RECORDS)

@@ -34,7 +34,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from kubeacc.agent.accelerators import AcceleratorSync
 from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
 from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy, with_unhealthy
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.dra import DRIVER_NAME, stale
 from kubeacc.agent.dra.applied import AppliedSharing
 from kubeacc.agent.dra.binding import FpgaBinder, with_binding_conditions
 from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
@@ -71,10 +71,9 @@ from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
 from kubeacc.agent.userspace.hook import install_hook
 from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
 from kubeacc.clientconfig import make_client
-from kubeacc.crds.remediation import health_failing_thresholds
+from kubeacc.crds.api import API_VERSION, health_failing_thresholds
+from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import AcceleratorPolicy
-from kubeacc.crds.status import emit_event
-from kubeacc.crds.types import API_VERSION
 from kubeacc.crds.watch import WatchCache, ignoring
 from kubeacc.discovery import discover
 from kubeacc.host import Host
@@ -360,6 +359,8 @@ class Agent:
         #: Until then, every loop pass re-reads the server's slices (see _on_registered).
         self._force_until = 0.0
         self._thread: threading.Thread | None = None
+        #: Unprepares recorded claims no pod can use, once at start (kubeacc.agent.dra.stale).
+        self._sweeper: threading.Thread | None = None
         self.inventory = Inventory()
         self.dra_inventory = Inventory()
         self.published = threading.Event()
@@ -629,6 +630,10 @@ class Agent:
                 on_registered=self._on_registered,
             )
             self.registration.start()
+            self._sweeper = threading.Thread(
+                target=self._sweep_unused, name="unused-claims", daemon=True
+            )
+            self._sweeper.start()
         for p in self._plugins:
             p.start(self._plugin_inventory())
         self._start_telemetry()
@@ -662,9 +667,24 @@ class Agent:
             self.telemetry.stop()
         for w in self._watches():
             w.close()
+        if self._sweeper is not None:
+            self._sweeper.join(timeout=15)
         self.driver.checkpoint.close()
         if self.probes is not None:
             self.probes.stop()
+
+    def _sweep_unused(self) -> None:
+        """Unprepare recorded claims no pod can use (kubeacc.agent.dra.stale), once the API
+        server has answered for every one of them."""
+        pause = 1.0
+        while not self._stop.is_set():
+            try:
+                stale.sweep(self.driver)
+                return
+            except Exception as exc:
+                log.warning("checking prepared claims failed (%s); again in %.0f s", exc, pause)
+            self._stop.wait(pause)
+            pause = min(pause * 2, 60.0)
 
     def request_stop(self) -> None:
         self._stop.set()

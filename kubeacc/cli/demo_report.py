@@ -252,7 +252,7 @@ def gpu_of_claim(client: Client, namespace: str, claim_name: str) -> str | None:
 def operation(client: Client, namespace: str, name: str, target: str, drain_first: bool) -> str:
     from lightkube.codecs import from_dict
 
-    from kubeacc.crds.types import API_VERSION
+    from kubeacc.crds.api import API_VERSION
 
     op = {
         "apiVersion": API_VERSION,

@@ -68,14 +68,14 @@ from kubeacc.controller.leader import LeaderElector
 from kubeacc.controller.policyclasses import policy_specs, reconcile_policies
 from kubeacc.controller.remediator import Remediator
 from kubeacc.controller.views import ParsedAccelerators
+from kubeacc.crds.api import POLICY_LABEL
+from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import (
     Accelerator,
     AcceleratorOperation,
     AcceleratorPolicy,
     is_not_found,
 )
-from kubeacc.crds.status import emit_event
-from kubeacc.crds.types import POLICY_LABEL
 from kubeacc.crds.watch import WatchCache, ignoring, membership
 from kubeacc.metrics.controller import ControllerMetrics
 

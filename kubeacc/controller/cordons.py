@@ -11,8 +11,8 @@ from lightkube.types import PatchType
 
 from kubeacc.controller.status import FIELD_MANAGER
 from kubeacc.controller.views import AcceleratorFacts
+from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import Accelerator
-from kubeacc.crds.status import emit_event
 from kubeacc.crds.types import AcceleratorPolicySpec, UnhealthyAction
 from kubeacc.crds.watch import WatchCache
 from kubeacc.model import HealthState

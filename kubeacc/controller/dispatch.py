@@ -33,10 +33,11 @@ from kubeacc.controller.operations import (
 )
 from kubeacc.controller.policyclasses import policy_specs
 from kubeacc.controller.status import TERMINAL, OperationStatus
+from kubeacc.crds.api import API_VERSION
+from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import Accelerator, AcceleratorPolicy, as_dict, is_not_found
-from kubeacc.crds.status import emit_event, get_condition, now, parse_time, set_condition
+from kubeacc.crds.status import get_condition, now, parse_time, set_condition
 from kubeacc.crds.types import (
-    API_VERSION,
     CONTROLLER_ACTIONS,
     AcceleratorOperationSpec,
     AcceleratorOperationStatus,

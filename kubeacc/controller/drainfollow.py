@@ -24,7 +24,7 @@ from typing import Any
 from lightkube import Client
 
 from kubeacc.controller import taintrules
-from kubeacc.crds.status import emit_event
+from kubeacc.crds.events import emit_event
 from kubeacc.crds.watch import WatchCache
 from kubeacc.metrics.controller import ControllerMetrics
 from kubeacc.model.names import DOMAIN

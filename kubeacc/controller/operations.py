@@ -6,7 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from kubeacc.crds.status import selector_matches
+from kubeacc.crds.policyread import selector_matches
 from kubeacc.crds.types import (
     CONTROLLER_ACTIONS,
     AcceleratorOperationSpec,

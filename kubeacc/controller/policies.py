@@ -22,16 +22,15 @@ import hashlib
 import json
 from typing import Any
 
-from kubeacc.crds.opaque import policy_gpu_parameters, sharing_parameters
-from kubeacc.crds.types import (
+from kubeacc.crds.api import (
     API_VERSION,
     MEMORY_SHARED_MODES,
     POLICY_CLASS_SUFFIX,
     POLICY_LABEL,
-    AcceleratorPolicySpec,
-    PolicySelector,
     SharingMode,
 )
+from kubeacc.crds.opaque import policy_gpu_parameters, sharing_parameters
+from kubeacc.crds.types import AcceleratorPolicySpec, PolicySelector
 from kubeacc.model import DeviceType
 from kubeacc.model.names import MIG_PROFILE_ATTR
 

@@ -14,8 +14,9 @@ from lightkube.types import PatchType
 
 from kubeacc.controller.policies import SPEC_HASH_ANNOTATION, device_class
 from kubeacc.controller.status import FIELD_MANAGER, apply_policy_status
-from kubeacc.crds.status import emit_event
-from kubeacc.crds.types import POLICY_LABEL, AcceleratorPolicySpec
+from kubeacc.crds.api import POLICY_LABEL
+from kubeacc.crds.events import emit_event
+from kubeacc.crds.types import AcceleratorPolicySpec
 from kubeacc.crds.watch import WatchCache
 
 log = logging.getLogger(__name__)

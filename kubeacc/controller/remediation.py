@@ -14,14 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubeacc.crds.remediation import (
-    EventClass,
-    RateLimit,
-    Remediation,
-    RemediationAction,
-    RemediationRule,
-)
-from kubeacc.crds.types import API_VERSION
+from kubeacc.crds.api import API_VERSION, EventClass
+from kubeacc.crds.remediation import RateLimit, Remediation, RemediationAction, RemediationRule
 
 #: Name prefix of the operations remediation creates.
 OPERATION_PREFIX = "remediate-"

@@ -45,16 +45,12 @@ from kubeacc.controller.remediation import (
     operation_for,
 )
 from kubeacc.controller.status import FIELD_MANAGER
+from kubeacc.crds.api import API_VERSION
+from kubeacc.crds.events import emit_event
 from kubeacc.crds.remediation import CONDITION_TYPE, Remediation, RemediationAction
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, is_not_found
-from kubeacc.crds.status import emit_event, get_condition, parse_time, set_condition
-from kubeacc.crds.types import (
-    API_VERSION,
-    AcceleratorPolicySpec,
-    Consumer,
-    FaultReport,
-    OperationPhase,
-)
+from kubeacc.crds.status import get_condition, parse_time, set_condition
+from kubeacc.crds.types import AcceleratorPolicySpec, Consumer, FaultReport, OperationPhase
 from kubeacc.crds.watch import WatchCache
 from kubeacc.model.names import DOMAIN
 

@@ -13,20 +13,11 @@ from typing import Any
 from lightkube import Client
 from lightkube.types import PatchType
 
+from kubeacc.crds.api import API_VERSION
+from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import AcceleratorPolicy
-from kubeacc.crds.status import (
-    apply_operation_status,
-    emit_event,
-    now,
-    parse_time,
-    set_condition,
-)
-from kubeacc.crds.types import (
-    API_VERSION,
-    AcceleratorOperationStatus,
-    AcceleratorPolicyStatus,
-    OperationPhase,
-)
+from kubeacc.crds.status import apply_operation_status, now, parse_time, set_condition
+from kubeacc.crds.types import AcceleratorOperationStatus, AcceleratorPolicyStatus, OperationPhase
 from kubeacc.crds.watch import WatchCache
 from kubeacc.metrics.controller import ControllerMetrics
 

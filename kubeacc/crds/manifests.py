@@ -19,9 +19,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from kubeacc.crds.api import GROUP, VERSION
 from kubeacc.crds.types import (
-    GROUP,
-    VERSION,
     AcceleratorOperationSpec,
     AcceleratorOperationStatus,
     AcceleratorPolicySpec,

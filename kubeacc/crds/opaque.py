@@ -9,24 +9,17 @@ definition: the controller builds the ``SharingConfig`` of a policy's DeviceClas
 
 from __future__ import annotations
 
-import functools
 import re
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    TypeAdapter,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+import msgspec
 
-from kubeacc.crds.types import API_VERSION, Sharing, SharingMode, TimeSlice
+from kubeacc.crds.api import API_VERSION, SharingMode, TimeSlice
 from kubeacc.model.names import DOMAIN
 
+#: ``apiVersion`` of every kind, typed for the field that checks it.
+_API: Literal["kubeacc.io/v1alpha1"] = "kubeacc.io/v1alpha1"
 _MIB = 1 << 20
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED_ENV = {"ACCELERATOR_UNITS"}
@@ -36,26 +29,22 @@ class ConfigError(ValueError):
     """An opaque configuration the driver cannot accept (the message names what is wrong)."""
 
 
-class _Config(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
-
-    api_version: Literal["kubeacc.io/v1alpha1"] = Field(alias="apiVersion")
-    env: dict[str, str] = Field(
-        default_factory=dict, description="Extra environment for the containers"
-    )
-
-    @field_validator("env")
-    @classmethod
-    def _check_env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not _ENV_NAME.match(key):
-                raise ValueError(f"not an environment variable name: {key!r}")
-            if key in _RESERVED_ENV:
-                raise ValueError(f"{key} is set by the driver")
-        return value
+class _Config(
+    msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="kind", rename="camel"
+):
+    api_version: Literal["kubeacc.io/v1alpha1"]
+    #: Extra environment for the containers.
+    env: dict[str, str] = msgspec.field(default_factory=dict)
 
     #: The device type this kind configures ("" = any type).
     DEVICE_TYPE: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for key in self.env:
+            if not _ENV_NAME.match(key):
+                raise ValueError(f"env: not an environment variable name: {key!r}")
+            if key in _RESERVED_ENV:
+                raise ValueError(f"env: {key} is set by the driver")
 
 
 class SharingStrategy(StrEnum):
@@ -67,46 +56,38 @@ class SharingStrategy(StrEnum):
     MPS = "MPS"
 
 
-class GpuSharing(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
-
+class GpuSharing(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, rename="camel"):
     strategy: SharingStrategy = SharingStrategy.EXCLUSIVE
-    time_slice: TimeSlice = Field(default=TimeSlice.DEFAULT, alias="timeSlice")
+    time_slice: TimeSlice = TimeSlice.DEFAULT
 
-    @model_validator(mode="after")
-    def _slice_needs_time_slicing(self) -> GpuSharing:
+    def __post_init__(self) -> None:
         if self.time_slice is not TimeSlice.DEFAULT and self.strategy is not (
             SharingStrategy.TIME_SLICING
         ):
             raise ValueError(f"timeSlice {self.time_slice.value} needs strategy TimeSlicing")
-        return self
 
 
-class GpuConfig(_Config):
+class GpuConfig(_Config, tag="GpuConfig"):
     """GPU settings: sharing (time-slicing or MPS, applied on the GPU) and environment."""
 
-    kind: Literal["GpuConfig"]
     sharing: GpuSharing | None = None
-    enforce: bool | None = Field(
-        default=None,
-        description="Whether a memory share's limit is enforced in the container (default: "
-        "yes; by MPS or the preloaded share-limit library). false is honoured only from a "
-        "DeviceClass; a claim's false is refused (docs/sharing.md).",
-    )
+    #: Whether a memory share's limit is enforced in the container (default: yes; by MPS or the
+    #: preloaded share-limit library). false is honoured only from a DeviceClass; a claim's
+    #: false is refused (docs/sharing.md).
+    enforce: bool | None = None
     DEVICE_TYPE: ClassVar[str] = "gpu"
 
 
-class Bitstream(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+class Bitstream(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[
+        str, msgspec.Meta(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+    ]
+    digest: Annotated[str, msgspec.Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
 
-    name: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
-    digest: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
 
-
-class FpgaConfig(_Config):
+class FpgaConfig(_Config, tag="FpgaConfig"):
     """The bitstream an FPGA should carry. Recorded now; the life-cycle manager programs it."""
 
-    kind: Literal["FpgaConfig"]
     bitstream: Bitstream | None = None
     DEVICE_TYPE: ClassVar[str] = "fpga"
 
@@ -124,58 +105,51 @@ def fpga_claim_config(
     }
 
 
-class NicConfig(_Config):
+class NicConfig(_Config, tag="NicConfig"):
     """SmartNIC / VF settings."""
 
-    kind: Literal["NicConfig"]
-    vlan: int | None = Field(default=None, ge=0, le=4094)
-    mtu: int | None = Field(default=None, ge=68, le=9216)
+    vlan: Annotated[int, msgspec.Meta(ge=0, le=4094)] | None = None
+    mtu: Annotated[int, msgspec.Meta(ge=68, le=9216)] | None = None
     DEVICE_TYPE: ClassVar[str] = "nic"
 
 
-class SharingConfig(_Config):
+class SharingConfig(_Config, tag="SharingConfig"):
     """How an AcceleratorPolicy shares the devices of its DeviceClass (any device type)."""
 
-    kind: Literal["SharingConfig"]
-    policy: str = Field(min_length=1, max_length=253, description="The policy it comes from")
+    #: The policy it comes from.
+    policy: Annotated[str, msgspec.Meta(min_length=1, max_length=253)]
     mode: SharingMode = SharingMode.EXCLUSIVE
-    max_consumers: int = Field(default=1, ge=1, le=64, alias="maxConsumers")
-    memory_per_consumer_bytes: int | None = Field(
-        default=None, ge=1, alias="memoryPerConsumerBytes"
-    )
+    max_consumers: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    memory_per_consumer_bytes: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
 
 AnyConfig = GpuConfig | FpgaConfig | NicConfig | SharingConfig
-DeviceConfig = Annotated[AnyConfig, Field(discriminator="kind")]
 
 
-@functools.cache
-def _adapter() -> TypeAdapter[AnyConfig]:
-    """The validator of every kind, built at the first claim config the process reads.
-
-    Like the models' ``defer_build``: a node agent whose claims carry no config never builds it.
-    """
-    return TypeAdapter(DeviceConfig)
+def _parameters(cfg: AnyConfig) -> dict[str, Any]:
+    """A config as ``opaque.parameters``: the API's names, unset fields and ``env`` left out."""
+    out = msgspec.to_builtins(cfg)
+    assert isinstance(out, dict)
+    return {k: v for k, v in out.items() if v is not None and k != "env"}
 
 
 #: Every kind the driver accepts.
 KINDS: tuple[str, ...] = ("GpuConfig", "FpgaConfig", "NicConfig", "SharingConfig")
 
 
-def sharing_parameters(policy: str, sharing: Sharing) -> dict[str, Any]:
+def sharing_parameters(policy: str, sharing: Any) -> dict[str, Any]:
     """The ``opaque.parameters`` of the SharingConfig a policy's DeviceClass carries."""
     cfg = SharingConfig(
-        api_version=API_VERSION,
-        kind="SharingConfig",
+        api_version=_API,
         policy=policy,
         mode=sharing.mode,
         max_consumers=sharing.max_consumers,
         memory_per_consumer_bytes=sharing.memory_per_consumer_bytes,
     )
-    return cfg.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"env"})
+    return _parameters(cfg)
 
 
-def policy_gpu_parameters(sharing: Sharing, gpus_only: bool) -> dict[str, Any] | None:
+def policy_gpu_parameters(sharing: Any, gpus_only: bool) -> dict[str, Any] | None:
     """The ``opaque.parameters`` of the GpuConfig a policy's DeviceClass carries so that the
     agent applies the policy's strategy on the GPU, or None when the mode changes no device.
 
@@ -193,8 +167,7 @@ def policy_gpu_parameters(sharing: Sharing, gpus_only: bool) -> dict[str, Any] |
         gpu = GpuSharing(strategy=SharingStrategy.MPS)
     else:
         return None
-    cfg = GpuConfig(api_version=API_VERSION, kind="GpuConfig", sharing=gpu)
-    return cfg.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"env"})
+    return _parameters(GpuConfig(api_version=_API, sharing=gpu))
 
 
 def parse_config(parameters: Any) -> AnyConfig:
@@ -206,13 +179,30 @@ def parse_config(parameters: Any) -> AnyConfig:
             f"unsupported apiVersion {parameters.get('apiVersion')!r}, want {API_VERSION}"
         )
     try:
-        return _adapter().validate_python(parameters)
-    except ValidationError as exc:
+        cfg: AnyConfig = msgspec.convert(parameters, AnyConfig)
+        return cfg
+    except msgspec.ValidationError as exc:
         kind = parameters.get("kind", "?")
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'kind'}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigError(f"invalid {kind}: {problems}") from None
+        raise ConfigError(f"invalid {kind}: {_problem(str(exc))}") from None
+
+
+def _problem(message: str) -> str:
+    """msgspec's ``text - at `$.a.b``` as ``a.b: text``."""
+    text, sep, at = message.rpartition(" - at `$")
+    where = at.rstrip("`").lstrip(".")
+    return f"{where}: {text}" if sep and where else (text if sep else message)
+
+
+def config_kind(cfg: AnyConfig) -> str:
+    """The ``kind`` of a config (its Struct's tag)."""
+    return type(cfg).__name__
+
+
+def config_json(cfg: AnyConfig) -> dict[str, Any]:
+    """A config as JSON, every field (as a claim's prepare records it)."""
+    out = msgspec.to_builtins(cfg)
+    assert isinstance(out, dict)
+    return out
 
 
 def applies_to(cfg: AnyConfig, device_type: str) -> bool:

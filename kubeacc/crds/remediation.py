@@ -12,12 +12,13 @@ fails again within ``backoffSeconds`` of being put back stays tainted for a pers
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from kubeacc.crds.api import EventClass
 
 
 def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
@@ -32,15 +33,6 @@ class _Model(BaseModel):
 
 #: The Accelerator condition the remediation loop keeps (True while remediation holds it).
 CONDITION_TYPE = "Remediation"
-
-
-class EventClass(StrEnum):
-    XID = "Xid"
-    ECC_UNCORRECTABLE = "EccUncorrectable"
-    FALLEN_OFF_BUS = "FallenOffBus"
-    FPGA_PORT_ERROR = "FpgaPortError"
-    LINK_DOWN = "LinkDown"
-    HEALTH_FAILING = "HealthFailing"
 
 
 class RemediationAction(StrEnum):
@@ -107,19 +99,3 @@ class Remediation(_Model):
         description="A device failing again this soon after it was put back stays tainted for "
         "a person",
     )
-
-
-def health_failing_thresholds(policies: Iterable[Mapping[str, Any]]) -> frozenset[int]:
-    """The ``failures`` counts of every ``HealthFailing`` rule in ``policies`` (API objects as
-    dicts): the counts at which a node agent reports a device whose health check keeps failing
-    (kubeacc.agent.telemetry.faults). Malformed rules are skipped; the API server's schema
-    keeps them out in the first place."""
-    out: set[int] = set()
-    for policy in policies:
-        section = (policy.get("spec") or {}).get("remediation") or {}
-        for rule in section.get("rules") or []:
-            if isinstance(rule, Mapping) and rule.get("event") == EventClass.HEALTH_FAILING:
-                failures = rule.get("failures", 1)
-                if isinstance(failures, int) and 1 <= failures <= 100:
-                    out.add(failures)
-    return frozenset(out)

@@ -15,8 +15,7 @@ from lightkube.generic_resource import (
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
 
-from kubeacc.crds.manifests import crds
-from kubeacc.crds.types import GROUP, VERSION
+from kubeacc.crds.api import GROUP, VERSION
 
 Accelerator: type[GenericGlobalResource] = create_global_resource(
     GROUP, VERSION, "Accelerator", "accelerators"
@@ -31,6 +30,8 @@ AcceleratorOperation: type[GenericNamespacedResource] = create_namespaced_resour
 
 def install_crds(client: Client, timeout: float = 30, field_manager: str = "kubeacc") -> None:
     """Server-side apply the CRDs and wait until the API server serves them (Established)."""
+    from kubeacc.crds.manifests import crds  # the pydantic API types: not on a node daemon's path
+
     names = []
     for crd in crds():
         name = crd["metadata"]["name"]

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from lightkube import ApiError, Client
-from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Event
+from lightkube import Client
 from lightkube.types import PatchType
 
+from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.resources import AcceleratorOperation, as_dict
-from kubeacc.crds.types import (
-    API_VERSION,
-    AcceleratorPolicySpec,
-    Condition,
-    ConditionStatus,
-    PolicySelector,
-)
-from kubeacc.model import Device
+from kubeacc.crds.types import Condition, ConditionStatus
 
 log = logging.getLogger(__name__)
 
@@ -60,76 +51,6 @@ def set_condition(
 
 def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
-
-
-def selector_matches(selector: PolicySelector, device: Device) -> bool:
-    """True when a policy selector covers ``device`` (empty lists match everything)."""
-    if selector.types and device.type not in selector.types:
-        return False
-    if selector.vendors and device.vendor not in selector.vendors:
-        return False
-    return not selector.models or device.model in selector.models
-
-
-def allowed_bitstream_digests(policies: Iterable[Mapping[str, Any]], device: Device) -> set[str]:
-    """SHA-256 digests that the AcceleratorPolicies selecting ``device`` allow on it."""
-    allowed: set[str] = set()
-    for pol in policies:
-        spec = AcceleratorPolicySpec.model_validate(pol.get("spec") or {})
-        if selector_matches(spec.selector, device):
-            allowed |= {b.sha256 for b in spec.allowed_bitstreams}
-    return allowed
-
-
-def emit_event(
-    client: Client,
-    obj: dict[str, Any],
-    reason: str,
-    message: str,
-    *,
-    warning: bool = False,
-    component: str = "kubeacc-controller",
-) -> None:
-    """Record a core/v1 Event about ``obj``, and log it under ``component``'s name: the events
-    are what a component did.
-
-    Failures to record are logged, never raised.
-    """
-    meta = obj.get("metadata", {})
-    namespace = meta.get("namespace") or "default"
-    ref = f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else meta.get("name")
-    logging.getLogger(component).log(
-        logging.WARNING if warning else logging.INFO,
-        "%s %s: %s: %s",
-        obj.get("kind", "object"),
-        ref,
-        reason,
-        message,
-    )
-    stamp = dt.datetime.now(dt.UTC)
-    event = Event(
-        metadata=ObjectMeta(generateName=f"{meta.get('name', 'kubeacc')}.", namespace=namespace),
-        involvedObject=ObjectReference(
-            apiVersion=obj.get("apiVersion"),
-            kind=obj.get("kind"),
-            name=meta.get("name"),
-            namespace=meta.get("namespace"),
-            uid=meta.get("uid"),
-            resourceVersion=meta.get("resourceVersion"),
-        ),
-        reason=reason,
-        message=message[:1024],
-        type="Warning" if warning else "Normal",
-        source=EventSource(component=component),
-        firstTimestamp=stamp,
-        lastTimestamp=stamp,
-        count=1,
-        reportingComponent=component,
-    )
-    try:
-        client.create(event, namespace=namespace)
-    except ApiError as exc:
-        log.warning("event %s on %s not recorded: %s", reason, meta.get("name"), exc)
 
 
 def apply_operation_status(

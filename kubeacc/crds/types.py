@@ -15,24 +15,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from kubeacc.crds.remediation import EventClass, Remediation
+from kubeacc.crds.api import EventClass, SharingMode, TimeSlice
+from kubeacc.crds.remediation import Remediation
 from kubeacc.crds.structfield import StructField
 from kubeacc.model import Device, DeviceType
-
-GROUP = "kubeacc.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-
-#: Label on objects a policy generates (DeviceClasses) naming the policy.
-POLICY_LABEL = "kubeacc.io/policy"
-#: Label on Accelerators: the node they live on (list by node with a label selector).
-NODE_LABEL = "kubeacc.io/node"
-#: Labels on Accelerators: the device type, and the model as a label value (other characters
-#: become ``-``), so that an operation's ``spec.targetSelector`` can pick devices by kind.
-TYPE_LABEL = "kubeacc.io/type"
-MODEL_LABEL = "kubeacc.io/model"
-#: Suffix of the DeviceClass a policy generates when it names none: ``<policy>.policy.kubeacc.io``.
-POLICY_CLASS_SUFFIX = ".policy.kubeacc.io"
 
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -175,34 +161,6 @@ class PolicySelector(_Model):
     models: list[str] = Field(default_factory=list, max_length=64)
 
 
-class SharingMode(StrEnum):
-    #: Whole devices, one claim each.
-    EXCLUSIVE = "Exclusive"
-    #: GPUs: compute mode DEFAULT and the time slice applied on the device; a claim can be
-    #: shared by several pods.
-    TIME_SLICED = "TimeSliced"
-    #: Published as memory-shared: several claims each take a part of a device's memory.
-    MEMORY_SHARED = "MemoryShared"
-    #: GPUs: memory-shared, and served by the GPU's CUDA MPS control daemon.
-    MPS = "MPS"
-    #: GPUs in MIG mode: the partitions of the profiles in ``migProfiles`` (and the whole GPU
-    #: unless ``migWholeGpu`` is false) are published; the class selects those partitions.
-    MIG = "MIG"
-
-
-class TimeSlice(StrEnum):
-    """The time slice of time-sliced GPU scheduling (``nvidia-smi compute-policy``)."""
-
-    DEFAULT = "Default"
-    SHORT = "Short"
-    MEDIUM = "Medium"
-    LONG = "Long"
-
-
-#: Modes whose devices are published as memory-shared (consumable ``kubeacc.io/memory``).
-MEMORY_SHARED_MODES = frozenset({SharingMode.MEMORY_SHARED, SharingMode.MPS})
-#: Modes that change the GPU itself: only for policies that select GPUs alone.
-GPU_ONLY_MODES = frozenset({SharingMode.MPS, SharingMode.MIG})
 #: A MIG profile name as NVML spells it (``3g.40gb``, ``1g.10gb``); variants (``+me``) are not
 #: published, so a policy cannot name them.
 MIG_PROFILE_PATTERN = r"^[1-9][0-9]?g\.[1-9][0-9]{0,3}gb$"

@@ -20,7 +20,8 @@ and ``allowMultipleAllocations``. Looking up a domain the device does not have y
 map (as the API documents); an unknown attribute is an evaluation error. What the
 implementation cannot express is refused with "unsupported CEL feature" (see
 :data:`kubeacc.engine.k8scel.UNSUPPORTED` and docs/dra.md); the runtime cost limit is
-approximated by :mod:`kubeacc.engine.celcost`.
+counted while a selector runs (:mod:`kubeacc.engine.celcount`; :mod:`kubeacc.engine.celcost`
+refuses expressions without macros whose iterations alone pass it).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from kubeacc.engine import celformatcheck, celformatlib, celrewrite, k8scel
+from kubeacc.engine import celcount, celformatcheck, celformatlib, celrewrite, k8scel
 from kubeacc.engine.celcheck import LiteralTypeError, check_homogeneous
 from kubeacc.engine.celcost import CostLimitError, check_cost
 from kubeacc.engine.celformatcheck import FormatCheckError, check_format_calls
@@ -47,6 +48,12 @@ _DOMAIN_RE = re.compile(r"device\s*\.\s*(attributes|capacity)\s*\[\s*(['\"])([^'
 #: expression is skipped when there is none)
 _LIST_LITERAL_RE = re.compile(r"(?:^|[(,=!<>&|+\-*/%?:\[{]|\bin)\s*\[")
 _UNSUPPORTED_RE = re.compile(r"@mapInsert")
+#: a macro call that expands to a comprehension (only those expressions are rewritten to count
+#: their cost while they run: :mod:`kubeacc.engine.celcount`)
+_MACRO_RE = re.compile(
+    r"\.\s*(?:all|exists|exists_one|existsOne|map|filter|transformList|transformMap|"
+    r"transformMapEntry|sortBy)\s*\("
+)
 #: how many rounds of renaming rejected calls a compile may take (each round renames every
 #: call the checker reported; a call inside a rejected one is reported in a later round)
 _RENAME_ROUNDS = 8
@@ -74,7 +81,7 @@ def environment() -> Any:
     return cel.NewEnv(
         descriptor_pool=k8scel.pool(),
         config=cel.NewEnvConfigFromYaml(_EXTENSIONS + celrewrite.ORDERING_YAML),
-        functions=[*k8scel.declarations(), celformatcheck.declaration()],
+        functions=[*k8scel.declarations(), celformatcheck.declaration(), *celcount.declarations()],
         variables={"device": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)},
     )
 
@@ -84,6 +91,9 @@ class Selector:
     expression: str
     program: Any
     domains: frozenset[tuple[str, str]]
+    #: the static cost of the root region when the program counts its cost as it runs
+    #: (:mod:`kubeacc.engine.celcount`), else None
+    base_cost: int | None = None
 
     def short(self, width: int = 60) -> str:
         e = " ".join(self.expression.split())
@@ -119,13 +129,14 @@ def compile_cached(expression: str, format_static_types: bool) -> Selector:
     if unsupported:
         raise CelError(f"compile {expression!r}: {unsupported}")
     program = _check(expression)
+    counted = _MACRO_RE.search(expression) is not None
     try:
         literal = "{" in expression or _LIST_LITERAL_RE.search(expression) is not None
         if literal or "range" in expression:
             checked = program.serialize()
             if literal:
                 check_homogeneous(checked)
-            if "range" in expression:
+            if "range" in expression and not counted:
                 check_cost(checked)
         if "format" in expression:
             check_format_calls(program.serialize(), not format_static_types)
@@ -143,8 +154,15 @@ def compile_cached(expression: str, format_static_types: bool) -> Selector:
             rewritten = celformatcheck.rename_format_calls(rewritten)
         if rewritten != serialized:
             program = environment().deserialize(rewritten)
+    base_cost = None
+    if counted:
+        rewritten, base_cost, loops = celcount.rewrite(program.serialize())
+        if loops:
+            program = environment().deserialize(rewritten)
+        else:
+            base_cost = None
     domains = frozenset((m.group(1), m.group(3)) for m in _DOMAIN_RE.finditer(expression))
-    return Selector(expression, program, domains)
+    return Selector(expression, program, domains, base_cost)
 
 
 def _check(expression: str) -> Any:
@@ -190,8 +208,17 @@ class DeviceEnv:
 
     def matches(self, selector: Selector) -> bool:
         try:
-            result = selector.program.eval(self._activation(selector))
+            if selector.base_cost is None:
+                result = selector.program.eval(self._activation(selector))
+            else:
+                result, _ = celcount.evaluate(
+                    selector.program, self._activation(selector), selector.base_cost
+                )
+        except celcount.CostLimitExceeded as e:
+            raise CelError(f"{selector.short()}: {e}") from None
         except Exception as e:
+            if celcount.is_iteration_cap(e):
+                raise CelError(f"{selector.short()}: {celcount.ITERATION_MESSAGE}") from None
             msg = celrewrite.public_message(_first_line(e))
             raise CelError(f"{selector.short()}: {msg}") from None
         value = result.value()

@@ -20,11 +20,17 @@ from typing import cast
 
 import msgspec
 
+from kubeacc.extender.memo import AnswerMemo
 from kubeacc.extender.placement import MAX_SCORE, Match
 from kubeacc.extender.state import State
 
 #: Kinds of request whose answers are kept (the least recently used are dropped).
 KINDS = 16
+#: Changed nodes remembered per kind (the older half is dropped past it).
+CHANGES = 1024
+#: At most this many changed nodes are mended into a kept prioritize answer; more are
+#: answered anew.
+MEND = 16
 
 _encode = msgspec.json.encode
 
@@ -47,6 +53,16 @@ class Kind:
         #: same nodes before anything changes joins their pieces without looking for
         #: unknown or unfit ones.
         self.filtered: tuple[int, list[str]] | None = None
+        #: Grow whenever a node's answer changes (not at every change of the state): any of
+        #: it (prioritize's answers are kept under it, :mod:`kubeacc.extender.memo`), or
+        #: whether it fits and why not (filter's: a new score leaves them as they were).
+        self.version = 0
+        self.fit_version = 0
+        #: (version, node) of the nodes whose answer changed, complete after
+        #: ``changes_from``: a kept prioritize answer is mended from them (memo.py).
+        self.changes: list[tuple[int, str]] = []
+        self.changes_from = 0
+        self.memo = AnswerMemo()
 
     def filter(self, names: list[str]) -> list[str]:
         """The ``names`` that fit, in their order (remembered for :meth:`Answers.priorities`).
@@ -58,19 +74,26 @@ class Kind:
         self.filtered = (self.epoch, passed)
         return passed
 
-    def _answer(self, state: State, node: str) -> None:
+    def _answer(self, state: State, node: str) -> int:
+        """Answer ``node`` again: 0 the same answer, 1 only its score changed, 2 whether it
+        fits or why not changed."""
         view = state.nodes.get(node)
-        self.fits.pop(node, None)
-        self.fails.pop(node, None)
+        before = (self.fits.pop(node, None), self.fails.pop(node, None))
         self.scored.pop(node, None)
-        if view is None:
-            return
-        score, reason = self.match(view)
-        if reason:
-            self.fails[node] = reason
-        else:
-            self.fits[node] = score
-            self.scored[node] = self.piece(node, score)
+        after: tuple[int | None, str | None] = (None, None)
+        if view is not None:
+            score, reason = self.match(view)
+            if reason:
+                self.fails[node] = reason
+                after = (None, reason)
+            else:
+                self.fits[node] = score
+                self.scored[node] = self.piece(node, score)
+                after = (score, None)
+        if before == after:
+            return 0
+        same_fit = (before[0] is None) == (after[0] is None) and before[1] == after[1]
+        return 1 if same_fit else 2
 
     def update(self, state: State) -> None:
         """Bring the answers up to the state's current epoch."""
@@ -89,10 +112,35 @@ class Kind:
                     fits[node] = score
             piece = self.piece
             self.scored = {node: piece(node, score) for node, score in fits.items()}
+            self.version += 1
+            self.fit_version += 1
+            self.changes, self.changes_from = [], self.version
         else:
-            for node in set(changed):
-                self._answer(state, node)
+            answer = self._answer
+            nodes = set(changed)
+            codes = [answer(state, node) for node in nodes]  # every node answered
+            if any(codes):
+                self.version += 1
+                version = self.version
+                self.changes.extend((version, n) for n, c in zip(nodes, codes, strict=True) if c)
+                if len(self.changes) > CHANGES:
+                    cut = len(self.changes) - CHANGES // 2
+                    self.changes_from = self.changes[cut - 1][0]
+                    del self.changes[:cut]
+            if 2 in codes:
+                self.fit_version += 1
         self.epoch = epoch
+
+    def changed_since(self, version: int) -> set[str] | None:
+        """The nodes whose answer changed after ``version``; None: not known that far back."""
+        if version < self.changes_from:
+            return None
+        out: set[str] = set()
+        for v, node in reversed(self.changes):
+            if v <= version:
+                break
+            out.add(node)
+        return out
 
 
 class Answers:
@@ -133,6 +181,33 @@ class Answers:
         if 0 <= score <= MAX_SCORE:
             return (self._pieces.get(node) or self.pieces(node))[score]
         return _encode({"Host": node, "Score": score})
+
+    def mend(self, kind: Kind, version: int, answer: bytes) -> bytes | None:
+        """``answer``, prioritize's answer of some names at ``kind``'s ``version``, as it is
+        now: the pieces of the nodes whose answer changed since replaced in place (found by
+        their ``{"Host":<name>,"Score":`` head, unique to a node). None when that is not
+        known, too many changed, or a changed node is listed twice."""
+        changed = kind.changed_since(version)
+        if changed is None or len(changed) > MEND:
+            return None
+        spans = []
+        for node in changed:
+            head = self.pieces(node)[0][:-2]  # the piece of score 0 without its "0}"
+            at = answer.find(head)
+            if at < 0:
+                continue  # not among the names
+            if answer.find(head, at + 1) >= 0:
+                return None
+            end = answer.index(b"}", at) + 1
+            spans.append((at, end, kind.scored.get(node) or self.piece(node, 0)))
+        spans.sort()
+        parts = []
+        pos = 0
+        for at, end, piece in spans:
+            parts += [answer[pos:at], piece]
+            pos = end
+        parts.append(answer[pos:])
+        return b"".join(parts)
 
     def priorities(self, kind: Kind | None, names: list[str]) -> bytes:
         """The JSON HostPriorityList for ``names``: 0 for nodes that do not fit or are

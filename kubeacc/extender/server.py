@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from kubeacc.agent.arenas import release_free_memory
+from kubeacc.extender.memo import Ticket
 from kubeacc.extender.namelists import NameLists
 from kubeacc.extender.service import Extender
 from kubeacc.extender.wire import FLAT, ShapeError, check_shape
@@ -142,6 +143,21 @@ def decode_verb_args(verb: str, raw: bytes, lists: NameLists) -> dict[str, Any]:
 
 
 def _decode_quick(verb: str, raw: bytes, lists: NameLists) -> dict[str, Any] | None:
+    quick = read_quick(verb, raw)
+    if quick is None:
+        return None
+    args, names = quick
+    if names is not None:
+        try:
+            args["NodeNames"] = lists.decode(names)
+        except msgspec.DecodeError:
+            return None
+    return args
+
+
+def read_quick(verb: str, raw: bytes) -> tuple[dict[str, Any], bytes | None] | None:
+    """The quick way's first half: the body's fields but the node names read and checked,
+    and the node names as they came (unchecked, None when absent); None: read it fully."""
     try:
         frame = _frame_decoder.decode(raw)
         args: dict[str, Any] = {}
@@ -152,11 +168,10 @@ def _decode_quick(verb: str, raw: bytes, lists: NameLists) -> dict[str, Any] | N
         check_shape(verb, args)
         if too_deep(args):
             return None
-        if not isinstance(frame.NodeNames, msgspec.UnsetType):
-            args["NodeNames"] = lists.decode(bytes(frame.NodeNames))
     except (msgspec.DecodeError, ShapeError, RecursionError):
         return None
-    return args
+    names = None if isinstance(frame.NodeNames, msgspec.UnsetType) else bytes(frame.NodeNames)
+    return args, names
 
 
 def encode_answer(verb: str, result: Any, lists: NameLists) -> bytes:
@@ -268,8 +283,31 @@ def _handler(outer: ExtenderServer) -> type[BoundedHandler]:
             if not outer.serving():
                 self._error(503, "this kubeacc extender replica does not lead")
                 return
+            ticket: Ticket | None = None
+            args: dict[str, Any] | None = None
+            names: bytes | None = None
+            quick = read_quick(verb, raw) if verb in FLAT else None
+            if quick is not None:
+                args, names = quick
+            if args is not None and names is not None and args.get("Nodes") is None:
+                # only the names and the pod decide the answer: it may be a kept one
+                try:
+                    kept = outer.extender.recall(verb, args.get("Pod"), names)
+                except Exception as err:  # a bug: answer, log, keep serving
+                    log.exception("%s failed", verb)
+                    self._error(500, f"{verb}: internal error: {err}")
+                    return
+                if isinstance(kept, bytes):
+                    self._json(200, kept)
+                    return
+                ticket = kept
+                try:
+                    args["NodeNames"] = outer.lists.decode(names)
+                except msgspec.DecodeError:
+                    args = None  # read fully below, for its error
             try:
-                args = decode_verb_args(verb, raw, outer.lists)
+                if args is None:
+                    args = decode_verb_args(verb, raw, outer.lists)
             except BadRequest as err:
                 self._error(400, f"bad request: {err}")
                 return
@@ -280,6 +318,9 @@ def _handler(outer: ExtenderServer) -> type[BoundedHandler]:
                 log.exception("%s failed", verb)
                 self._error(500, f"{verb}: internal error: {err}")
                 return
-            self._json(200, encode_answer(verb, result, outer.lists))
+            answer = encode_answer(verb, result, outer.lists)
+            if ticket is not None:
+                outer.extender.keep(ticket, answer)
+            self._json(200, answer)
 
     return Handler

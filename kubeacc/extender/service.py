@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import msgspec
 
 from kubeacc.extender.answers import Answers, Kind
+from kubeacc.extender.memo import Ticket
 from kubeacc.extender.placement import NO_GPUS, place, plain_matcher, want_key
 from kubeacc.extender.state import State
 from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
@@ -58,8 +59,57 @@ class Extender:
         self.binder = binder
         self.answers = Answers(state)
         self._locks_lock = threading.Lock()
-        self.counts = {"filter": 0, "prioritize": 0, "bind": 0, "bind_refused": 0}
+        self.counts = {
+            "filter": 0,
+            "prioritize": 0,
+            "bind": 0,
+            "bind_refused": 0,
+            "answers_kept_given": 0,
+            "answers_mended": 0,
+        }
         self._node_locks: dict[str, threading.Lock] = {}
+
+    # -- kept answers (kubeacc/extender/memo.py) ---------------------------------------------
+    def recall(self, verb: str, pod: Mapping[str, Any] | None, names: bytes) -> bytes | Ticket:
+        """Filter's or prioritize's answer for ``pod`` and the node names ``names`` (a JSON
+        list, as sent), when it is kept; else the ticket to :meth:`keep` it under once
+        computed. ``pod`` must have passed the shape check."""
+        try:
+            want = pod_want(pod or {})
+        except WantError:
+            want = None
+        with self.state.lock:
+            if want is None or want.empty:
+                # answered without any node's answer: nothing is kept for these
+                return Ticket(None, verb, 0, names)
+            kind = self._kind(want)
+            version = kind.fit_version if verb == "filter" else kind.version
+            got = kind.memo.recall(verb, version, names)
+            if got is None and verb == "prioritize":
+                got = self._mended(kind, names)
+            if got is None:
+                return Ticket(kind.memo, verb, version, names)
+            self.counts[verb] += 1
+            self.counts["answers_kept_given"] += 1
+            return got
+
+    def _mended(self, kind: Kind, names: bytes) -> bytes | None:
+        """Prioritize's kept answer of ``names`` with the nodes changed since mended in
+        (a bound replica changed its node's score), kept at the current version."""
+        old = kind.memo.newest("prioritize", names)
+        if old is None:
+            return None
+        mended = self.answers.mend(kind, old[0], old[1])
+        if mended is not None:
+            kind.memo.store(Ticket(kind.memo, "prioritize", kind.version, names), mended)
+            self.counts["answers_mended"] += 1
+        return mended
+
+    def keep(self, ticket: Ticket, answer: bytes) -> None:
+        """Keep ``answer``, computed after ``ticket`` was taken."""
+        if ticket.memo is not None:
+            with self.state.lock:
+                ticket.memo.store(ticket, answer)
 
     # -- filter -----------------------------------------------------------------------------
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:

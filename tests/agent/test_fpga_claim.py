@@ -24,8 +24,8 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.opaque import fpga_claim_config
-from kubeacc.crds.types import API_VERSION
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed

@@ -14,7 +14,7 @@ from kubeacc.agent.healthtaints import (
 )
 from kubeacc.agent.telemetry.faults import DeviceFault
 from kubeacc.agent.telemetry.series import Reading
-from kubeacc.crds.remediation import EventClass
+from kubeacc.crds.api import EventClass
 
 ECC = EventClass.ECC_UNCORRECTABLE
 

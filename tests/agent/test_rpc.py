@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,7 @@ import pytest
 
 from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
 from kubeacc.agent.registration import RegistrationServer
-from kubeacc.agent.rpc import Changes, rpc_loop
+from kubeacc.agent.rpc import Changes, _CoalescingTransport, rpc_loop
 from tests.kubeletclient import pluginregistration_v1_pb2_grpc as rpb_grpc
 
 
@@ -113,3 +114,49 @@ def test_the_agent_process_does_not_load_grpcio() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class _Counted:
+    """A real socket transport, with its writes counted."""
+
+    def __init__(self, transport: asyncio.WriteTransport) -> None:
+        self.transport = transport
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+        self.transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def test_the_writes_of_one_loop_turn_leave_as_one_and_close_sends_what_is_kept() -> None:
+    async def scenario() -> tuple[list[bytes], list[bytes], bytes]:
+        loop = asyncio.get_running_loop()
+        ours, theirs = socket.socketpair()
+        transport, _ = await loop.connect_accepted_socket(asyncio.Protocol, ours)
+        counted = _Counted(transport)  # type: ignore[arg-type]
+        out = _CoalescingTransport(counted, loop)  # type: ignore[arg-type]
+        for part in (b"headers|", b"message|", b"trailers|"):  # one answer, one turn
+            out.write(part)
+        assert counted.writes == []  # kept until the turn ends
+        await asyncio.sleep(0)
+        first = list(counted.writes)
+        out.write(b"last|")
+        out.close()  # sends what is kept, then closes
+        await asyncio.sleep(0.05)
+        theirs.setblocking(False)
+        got = b""
+        while chunk := theirs.recv(4096):
+            got += chunk
+        theirs.close()
+        return first, counted.writes, got
+
+    first, writes, got = asyncio.run(scenario())
+    assert first == [b"headers|message|trailers|"]
+    assert writes == [b"headers|message|trailers|", b"last|"]
+    assert got == b"headers|message|trailers|last|"

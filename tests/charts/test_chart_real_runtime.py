@@ -25,8 +25,8 @@ from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, Resource
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra import cdi as dra_cdi
+from kubeacc.crds.api import NODE_LABEL
 from kubeacc.crds.resources import Accelerator
-from kubeacc.crds.types import NODE_LABEL
 from kubeacc.testbed import Testbed, withkubeacc
 from kubeacc.testbed.kubeacc_image import KUBEACC_IMAGE
 from tests.agent.test_real_runtime import (

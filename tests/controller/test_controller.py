@@ -13,8 +13,8 @@ from lightkube.resources.resource_v1 import DeviceClass
 
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.leader import LeaderElector
+from kubeacc.crds.api import NODE_LABEL, TYPE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
-from kubeacc.crds.types import NODE_LABEL, TYPE_LABEL
 from kubeacc.model import Device
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import (

@@ -6,7 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from kubeacc.controller.remediation import Decision, Fault, Ledger, decide, operation_for
-from kubeacc.crds.remediation import EventClass, Remediation, RemediationAction
+from kubeacc.crds.api import EventClass
+from kubeacc.crds.remediation import Remediation, RemediationAction
 from kubeacc.crds.types import AcceleratorOperationSpec, AcceleratorPolicySpec
 
 HOUR = 3600.0

@@ -34,8 +34,8 @@ from kubeacc.controller.remediator import (
     REMEDIATION_LABEL,
     RETURNED_ANNOTATION,
 )
+from kubeacc.crds.api import NODE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
-from kubeacc.crds.types import NODE_LABEL
 from kubeacc.model.names import CORDONED_BY_ANNOTATION
 from kubeacc.testbed.procs import free_port
 from kubeacc.testbed.testbed import Testbed

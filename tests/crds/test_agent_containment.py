@@ -28,9 +28,9 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.types import PatchType
 
 from kubeacc.agent.dra.slices import GENERATION_STEP, SlicePublisher
+from kubeacc.crds.api import API_VERSION, NODE_LABEL
 from kubeacc.crds.deploy import manifests
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation
-from kubeacc.crds.types import API_VERSION, NODE_LABEL
 from kubeacc.testbed.identities import (
     AGENT_SA,
     AGENT_SA_NAMESPACE,

@@ -49,9 +49,9 @@ def test_nic_settings() -> None:
     ("params", "message"),
     [
         ({"apiVersion": "v9", "kind": "GpuConfig"}, "unsupported apiVersion"),
-        ({"apiVersion": V, "kind": "TpuConfig"}, "does not match any of the expected tags"),
-        ({"apiVersion": V, "kind": "GpuConfig", "sharng": {}}, "sharng: Extra inputs"),
-        ({"apiVersion": V, "kind": "NicConfig", "vlan": 5000}, "vlan: Input should be less"),
+        ({"apiVersion": V, "kind": "TpuConfig"}, "kind: Invalid value 'TpuConfig'"),
+        ({"apiVersion": V, "kind": "GpuConfig", "sharng": {}}, "unknown field `sharng`"),
+        ({"apiVersion": V, "kind": "NicConfig", "vlan": 5000}, "vlan: Expected `int` <= 4094"),
         (
             {"apiVersion": V, "kind": "FpgaConfig", "bitstream": {"name": "x", "digest": "1"}},
             "bitstream.digest",

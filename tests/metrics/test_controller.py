@@ -11,8 +11,8 @@ import pytest
 import yaml
 from lightkube import Client
 
+from kubeacc.crds.api import NODE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
-from kubeacc.crds.types import NODE_LABEL
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.procs import free_port
 from kubeacc.testbed.testbed import Testbed

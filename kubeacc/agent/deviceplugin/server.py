@@ -115,6 +115,8 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         self._graph: TopologyGraph | None = None
         self._changes = Changes()
         self._server: UnixServer | None = None
+        #: ``DeviceSpec`` host path by container path: made once per device node, not per call.
+        self._host_paths: dict[str, str] = {}
 
     # -- state ----------------------------------------------------------------------------
 
@@ -243,11 +245,7 @@ class ResourceServer(pb_grpc.DevicePluginBase):
                 pb.ContainerAllocateResponse(
                     envs=got.envs,
                     devices=[
-                        pb.DeviceSpec(
-                            container_path=n,
-                            host_path=str(self.device_root / n.lstrip("/")),
-                            permissions="rw",
-                        )
+                        pb.DeviceSpec(container_path=n, host_path=self._host(n), permissions="rw")
                         for n in got.device_nodes
                     ],
                     cdi_devices=[pb.CDIDevice(name=n) for n in got.cdi_devices],
@@ -261,6 +259,12 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         if self.metrics is not None:
             self.metrics.allocations.labels(self.resource).inc(len(responses))
         await stream.send_message(pb.AllocateResponse(container_responses=responses))
+
+    def _host(self, node: str) -> str:
+        path = self._host_paths.get(node)
+        if path is None:
+            path = self._host_paths[node] = str(self.device_root / node.lstrip("/"))
+        return path
 
     async def _shared(self, state: ResourceState, count: int) -> ContainerDevices:
         if count <= 0:

@@ -46,8 +46,8 @@ import pynvml
 from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.mps import CONTAINER_PIPE_DIR, ENV_PIPE, MpsDaemons, MpsError
 from kubeacc.agent.dra.timeslice import TIMESLICES, ControlError, GpuControl
+from kubeacc.crds.api import TimeSlice
 from kubeacc.crds.opaque import GpuConfig, SharingStrategy
-from kubeacc.crds.types import TimeSlice
 from kubeacc.model.accelerator import is_bdf
 
 log = logging.getLogger(__name__)

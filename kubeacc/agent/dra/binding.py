@@ -45,8 +45,8 @@ from prometheus_client import Counter
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.claimpatch import patch_devices
 from kubeacc.agent.dra.claims import WatchingClaimSource
+from kubeacc.crds.events import emit_event
 from kubeacc.crds.opaque import ConfigError, FpgaConfig, parse_config
-from kubeacc.crds.status import emit_event
 
 log = logging.getLogger(__name__)
 

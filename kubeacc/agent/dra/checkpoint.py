@@ -6,7 +6,17 @@ Two files in the state directory:
   only by a complete, verified new one (temp file, every byte written and read back, fsync,
   rename, fsync of the directory);
 * ``dra-journal.log``: one line per prepare/unprepare call since that snapshot, each with its own
-  checksum, appended and flushed with one ``fsync`` before the kubelet gets its answer.
+  checksum, appended before the kubelet gets its answer; a prepare's line is flushed with one
+  ``fsync`` (which flushes every line before it too), an unprepare's is not (below).
+
+Why an unprepare needs no flush: a process killed outright (SIGKILL, OOM) keeps what it wrote in
+the page cache, so the next agent reads the line either way. Only a power loss or kernel crash
+can drop it, and then the node reboots: its pods restart and the CDI specs (on tmpfs) are gone.
+What is lost is at most the unprepares since the last flush, so the claim is still recorded as
+prepared; the kubelet, whose own checkpoint forgot it, will not unprepare it again. The agent
+asks the API server at start which recorded claims are still in use
+(:mod:`kubeacc.agent.dra.stale`) and unprepares the others. Losing a prepare instead would let a
+running container's devices be given out again, so that line is flushed before the answer.
 
 A journal line is ``{"sha":<hex>,"body":<call>}``: the call encoded once (msgspec, keys sorted,
 no spaces) and ``sha`` the SHA-256 of exactly those bytes, so a call costs one encoding and one
@@ -22,8 +32,10 @@ boundary is in the snapshot, and a failed snapshot only leaves a longer journal.
 as it was: the caller answers the kubelet with an error and the kubelet retries.
 
 Loading tolerates exactly what a crash can leave: a torn last journal line (its call was never
-acknowledged) and journal lines already folded into the snapshot (replaying them again gives the
-same state). Anything else unreadable (a snapshot failing its checksum, a damaged line before
+acknowledged), journal lines already folded into the snapshot (replaying them again gives the
+same state), and after a power loss unflushed unprepare lines read back with NUL bytes where a
+block never reached the disk (skipped: the claim stays prepared until the start-up check above
+finds it unused). Anything else unreadable (a snapshot failing its checksum, a damaged line before
 good ones) is :class:`StateError`: the agent refuses to start rather than forget claims.
 """
 
@@ -120,25 +132,36 @@ def parse_snapshot(data: bytes) -> dict[str, PreparedClaim]:
 def replay(data: bytes, claims: dict[str, PreparedClaim]) -> tuple[int, int]:
     """Apply journal ``data`` to ``claims``; (calls replayed, length of the intact part).
 
-    Only the last line may be damaged (a torn append); ValueError for a damaged line followed
-    by intact ones.
+    Only the last line may be damaged (a torn append), or lines holding NUL bytes where a power
+    loss kept blocks of unflushed lines from the disk: only unprepare lines are unflushed, so
+    such a hole followed by a prepare line (whose flush would have written it) is damage too.
+    ValueError for a damaged line followed by intact ones.
     """
     n = good = pos = 0
     damaged_at: int | None = None
+    hole_at: int | None = None
     for line in data.splitlines(keepends=True):
         start, pos = pos, pos + len(line)
+        if b"\0" in line and line.endswith(b"\n"):
+            hole_at = start if hole_at is None else hole_at
+            continue
         try:
             if not line.endswith(b"\n"):
                 raise ValueError("torn")
             entry = json.loads(line)
             if not _intact(entry):
                 raise ValueError("checksum")
-            _apply(entry["body"], claims)
+            body = entry["body"]
+            flushed = body["op"] != "unprepare"
+            if hole_at is None or not flushed:
+                _apply(body, claims)
         except (ValueError, KeyError, TypeError, AttributeError, msgspec.EncodeError):
             damaged_at = start if damaged_at is None else damaged_at
             continue
         if damaged_at is not None:
             raise ValueError(f"damaged line at byte {damaged_at} before intact ones")
+        if hole_at is not None and flushed:
+            raise ValueError(f"damaged line at byte {hole_at} before a flushed one")
         n, good = n + 1, pos
     return n, good
 
@@ -163,7 +186,8 @@ def _oneline(exc: OSError) -> str:
 
 
 class Checkpoint:
-    """Prepared claims by UID; :meth:`record_prepare` / :meth:`record_unprepare` are durable."""
+    """Prepared claims by UID; :meth:`record_prepare` is durable, :meth:`record_unprepare`
+    survives a killed process (not a power loss: module docstring)."""
 
     def __init__(self, state_dir: Path, compact_after: int = 1000) -> None:
         self.dir = state_dir
@@ -242,8 +266,8 @@ class Checkpoint:
         assert self._journal_fd is not None
         return self._journal_fd
 
-    def _append(self, body: dict[str, Any]) -> None:
-        """One journal line, durable, or OSError with the journal as it was."""
+    def _append(self, body: dict[str, Any], *, durable: bool) -> None:
+        """One journal line (flushed if ``durable``), or OSError with the journal as it was."""
         fd = self._fd()
         if self._journal_dirty:  # cut off what an earlier failed append left
             os.ftruncate(fd, self._journal_size)
@@ -251,7 +275,8 @@ class Checkpoint:
         line = journal_line(body)
         try:
             write_all(fd, line)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         except OSError:
             try:
                 os.ftruncate(fd, self._journal_size)
@@ -271,13 +296,13 @@ class Checkpoint:
 
     def record_prepare(self, claims: dict[str, PreparedClaim]) -> None:
         """Durably add claims (one flush for all of them), then apply them in memory."""
-        self._append({"op": "prepare", "claims": claims})
+        self._append({"op": "prepare", "claims": claims}, durable=True)
         self.claims.update(claims)
         self._maybe_compact()
 
     def record_unprepare(self, uids: list[str]) -> None:
-        """Durably remove claims (one flush), then forget them in memory."""
-        self._append({"op": "unprepare", "uids": list(uids)})
+        """Remove claims (written, not flushed: module docstring), then forget them in memory."""
+        self._append({"op": "unprepare", "uids": list(uids)}, durable=False)
         for uid in uids:
             self.claims.pop(uid, None)
         self._maybe_compact()

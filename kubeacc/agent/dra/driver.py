@@ -64,6 +64,8 @@ from kubeacc.crds.opaque import (
     SharingStrategy,
     applies_to,
     config_env,
+    config_json,
+    config_kind,
     parse_config,
 )
 from kubeacc.metrics.agent import AgentMetrics
@@ -446,8 +448,8 @@ class Driver:
                     raise ClaimError(f"{where}: {exc}") from None
                 if not applies_to(cfg, info.type):
                     raise ClaimError(
-                        f"{where}: {cfg.kind} does not apply to {info.type} device {dev_name} "
-                        f"(request {r['request']})"
+                        f"{where}: {config_kind(cfg)} does not apply to {info.type} device "
+                        f"{dev_name} (request {r['request']})"
                     )
                 if isinstance(cfg, FpgaConfig) and cfg.bitstream is not None:
                     bitstream = (dev_name, cfg.bitstream.name, cfg.bitstream.digest)
@@ -466,7 +468,7 @@ class Driver:
                     gpu_cfg = cfg  # the claim's own config wins over its class's
                     strategy_from_class = from_class
                 env.update(config_env(cfg))
-                recorded[dev_name] = cfg.model_dump(mode="json", by_alias=True)
+                recorded[dev_name] = config_json(cfg)
             if info.mig is not None and gpu_cfg is not None:
                 raise ClaimError(
                     f"{where}: device {dev_name} is a MIG partition: a GpuConfig sharing "
@@ -651,7 +653,31 @@ class Driver:
         """Forget the claims; needs no API server. Returns uid -> error ("" = done)."""
         refs = list(refs)
         with self.metrics.unprepare_seconds.time():
-            out = self._unprepare_claims(refs)
+            out = self._unprepare_claims(refs, wait=True)
+        assert out is not None
+        return self._unprepared(refs, out)
+
+    def unprepare_nowait(self, refs: Iterable[ClaimRef]) -> dict[str, str] | None:
+        """:meth:`unprepare`, or None at once where it would wait or touch a device.
+
+        It would wait for the driver lock or a claim another call holds, and touch a device
+        for a claim with MIG instances or GPU settings to undo. Otherwise an unprepare only
+        renames, appends (no flush: kubeacc.agent.dra.checkpoint) and removes files, which is
+        quick enough to run on the gRPC loop itself, without the hop to a worker thread.
+        """
+        refs = list(refs)
+        uids = {r.uid for r in refs}
+        if self.partitions is not None and any(r.claim in uids for r in self.partitions.records):
+            return None
+        if self.sharing is not None and any(
+            uid in gpu["claims"] for gpu in self.sharing.gpus.values() for uid in uids
+        ):
+            return None
+        with self.metrics.unprepare_seconds.time():
+            out = self._unprepare_claims(refs, wait=False)
+        return None if out is None else self._unprepared(refs, out)
+
+    def _unprepared(self, refs: list[ClaimRef], out: dict[str, str]) -> dict[str, str]:
         if self.status is not None:
             for ref in refs:
                 if out.get(ref.uid) == "":
@@ -661,29 +687,37 @@ class Driver:
         self._changed()
         return out
 
-    def _unprepare_claims(self, refs: Iterable[ClaimRef]) -> dict[str, str]:
+    def _unprepare_claims(self, refs: Iterable[ClaimRef], *, wait: bool) -> dict[str, str] | None:
         out: dict[str, str] = {}
         todo = self._checked(refs, out)
-        with self.guard.hold(set(todo)), self.lock:
-            present: list[str] = []
-            for uid, ref in todo.items():
-                done = self.checkpoint.claims.get(uid)
-                if done is not None and (err := self._same_claim(ref, done)):
-                    out[uid] = err
-                else:
-                    present.append(uid)
+        with self.guard.hold(set(todo), wait=wait) as held:
+            if not held or not self.lock.acquire(blocking=wait):
+                return None
             try:
-                self._unprepare(present)
-            except (OSError, MigError, SharingError) as exc:
-                msg = f"unprepare failed: {getattr(exc, 'strerror', None) or exc}"
-                log.error("unprepare %s: %s", present, msg)
-                out.update(dict.fromkeys(present, msg))
-            else:
-                out.update(dict.fromkeys(present, ""))
-                for uid in present:
-                    if (ref := todo[uid]) is not None:
-                        log.debug("unprepared claim %s/%s", ref.namespace, ref.name)
+                self._unprepare_held(todo, out)
+            finally:
+                self.lock.release()
         return out
+
+    def _unprepare_held(self, todo: dict[str, ClaimRef], out: dict[str, str]) -> None:
+        present: list[str] = []
+        for uid, ref in todo.items():
+            done = self.checkpoint.claims.get(uid)
+            if done is not None and (err := self._same_claim(ref, done)):
+                out[uid] = err
+            else:
+                present.append(uid)
+        try:
+            self._unprepare(present)
+        except (OSError, MigError, SharingError) as exc:
+            msg = f"unprepare failed: {getattr(exc, 'strerror', None) or exc}"
+            log.error("unprepare %s: %s", present, msg)
+            out.update(dict.fromkeys(present, msg))
+        else:
+            out.update(dict.fromkeys(present, ""))
+            for uid in present:
+                if (ref := todo[uid]) is not None:
+                    log.debug("unprepared claim %s/%s", ref.namespace, ref.name)
 
     def _unprepare(self, uids: list[str]) -> None:
         """Specs aside; MIG instances and GPU sharing settings undone; checkpoint; specs gone.

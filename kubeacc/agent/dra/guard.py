@@ -19,12 +19,21 @@ class ClaimGuard:
         self._changed = threading.Condition()
 
     @contextlib.contextmanager
-    def hold(self, uids: set[str]) -> Iterator[None]:
+    def hold(self, uids: set[str], *, wait: bool = True) -> Iterator[bool]:
+        """Hold ``uids`` for the ``with`` block (True); with ``wait=False``, False at once
+        instead of waiting when another call holds one of them."""
         with self._changed:
-            self._changed.wait_for(lambda: not (uids & self._busy))
-            self._busy |= uids
+            free = not (uids & self._busy)
+            if wait and not free:
+                self._changed.wait_for(lambda: not (uids & self._busy))
+                free = True
+            if free:
+                self._busy |= uids
+        if not free:
+            yield False
+            return
         try:
-            yield
+            yield True
         finally:
             with self._changed:
                 self._busy -= uids

@@ -2,8 +2,11 @@
 
 One unix socket (``<kubelet-root>/plugins/kubeacc.io/dra.sock``) serves DRAPlugin in both API
 versions the kubelet speaks (v1 and v1beta1, wire-identical apart from v1's optional
-``share_id``) and the DRAResourceHealth stream. Prepare and unprepare read the API server and
-fsync, so they run on the RPC worker threads, never on the loop.
+``share_id``) and the DRAResourceHealth stream. Prepare reads the API server and fsyncs, so it
+runs on the RPC worker threads, never on the loop. Unprepare runs on the loop when it can do so
+without waiting or touching a device (:meth:`Driver.unprepare_nowait`: files only, no flush),
+else on a worker thread too: the hop to a thread and back costs more than the work on a busy
+node.
 """
 
 from __future__ import annotations
@@ -63,10 +66,28 @@ class DRAPlugin:
     def unprepare(
         self, request: v1.NodeUnprepareResourcesRequest
     ) -> v1.NodeUnprepareResourcesResponse:
-        resp = v1.NodeUnprepareResourcesResponse()
-        for uid, err in self.driver.unprepare(_refs(request)).items():
-            resp.claims[uid].error = err
-        return resp
+        return _unprepared(self.driver.unprepare(_refs(request)))
+
+    def unprepare_nowait(
+        self, request: v1.NodeUnprepareResourcesRequest
+    ) -> v1.NodeUnprepareResourcesResponse | None:
+        """The answer, or None where it needs a worker thread (Driver.unprepare_nowait)."""
+        out = self.driver.unprepare_nowait(_refs(request))
+        return None if out is None else _unprepared(out)
+
+    async def unprepare_here(
+        self, request: v1.NodeUnprepareResourcesRequest
+    ) -> v1.NodeUnprepareResourcesResponse:
+        """On the loop where that cannot block it, else on a worker thread."""
+        resp = self.unprepare_nowait(request)
+        return resp if resp is not None else await asyncio.to_thread(self.unprepare, request)
+
+
+def _unprepared(out: dict[str, str]) -> v1.NodeUnprepareResourcesResponse:
+    resp = v1.NodeUnprepareResourcesResponse()
+    for uid, err in out.items():
+        resp.claims[uid].error = err
+    return resp
 
 
 class DRAPluginV1(v1_grpc.DRAPluginBase):
@@ -85,7 +106,7 @@ class DRAPluginV1(v1_grpc.DRAPluginBase):
         stream: Stream[v1.NodeUnprepareResourcesRequest, v1.NodeUnprepareResourcesResponse],
     ) -> None:
         request = await received(stream)
-        await stream.send_message(await asyncio.to_thread(self.impl.unprepare, request))
+        await stream.send_message(await self.impl.unprepare_here(request))
 
 
 class DRAPluginV1beta1(v1beta1_grpc.DRAPluginBase):
@@ -113,7 +134,7 @@ class DRAPluginV1beta1(v1beta1_grpc.DRAPluginBase):
     ) -> None:
         request = await received(stream)
         req = v1.NodeUnprepareResourcesRequest.FromString(request.SerializeToString())
-        out = await asyncio.to_thread(self.impl.unprepare, req)
+        out = await self.impl.unprepare_here(req)
         await stream.send_message(
             v1beta1.NodeUnprepareResourcesResponse.FromString(out.SerializeToString())
         )

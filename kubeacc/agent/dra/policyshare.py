@@ -20,9 +20,8 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
-from kubeacc.crds.types import MEMORY_SHARED_MODES, AcceleratorPolicySpec, SharingMode
+from kubeacc.crds.api import MEMORY_SHARED_MODES, SharingMode
+from kubeacc.crds.policyread import valid_specs
 from kubeacc.model import Device, DeviceType
 
 log = logging.getLogger(__name__)
@@ -62,30 +61,16 @@ class PolicyMig(PolicyShare):
     uid: str = ""
 
 
-def _specs(policies: Iterable[dict[str, Any]]) -> Iterable[tuple[str, str, AcceleratorPolicySpec]]:
-    for obj in policies:
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name", "?"))
-        try:
-            spec = AcceleratorPolicySpec.model_validate(obj.get("spec") or {})
-        except ValidationError as exc:
-            log.warning("AcceleratorPolicy %s ignored: %s", name, str(exc).splitlines()[0])
-            continue
-        yield name, str(meta.get("uid", "")), spec
-
-
-def _selector(
-    spec: AcceleratorPolicySpec,
-) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+def _selector(spec: Any) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """The policy selector's types, vendors and models (the fields of :class:`PolicyShare`)."""
     sel = spec.selector
-    return frozenset(t.value for t in sel.types), frozenset(sel.vendors), frozenset(sel.models)
+    return frozenset(sel.types), frozenset(sel.vendors), frozenset(sel.models)
 
 
 def policy_shares(policies: Iterable[dict[str, Any]]) -> tuple[PolicyShare, ...]:
     """The selectors of the memory-sharing policies among ``policies`` (API objects)."""
     out = []
-    for name, _, spec in _specs(policies):
+    for name, _, spec in valid_specs(policies):
         if spec.sharing.mode not in MEMORY_SHARED_MODES:
             continue
         out.append(PolicyShare(name, *_selector(spec)))
@@ -95,8 +80,8 @@ def policy_shares(policies: Iterable[dict[str, Any]]) -> tuple[PolicyShare, ...]
 def policy_migs(policies: Iterable[dict[str, Any]]) -> tuple[PolicyMig, ...]:
     """The ``MIG`` policies among ``policies`` (API objects)."""
     out = []
-    for name, uid, spec in _specs(policies):
-        if spec.sharing.mode is not SharingMode.MIG or not spec.sharing.mig_profiles:
+    for name, uid, spec in valid_specs(policies):
+        if spec.sharing.mode != SharingMode.MIG or not spec.sharing.mig_profiles:
             continue
         out.append(
             PolicyMig(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pynvml
 
-from kubeacc.crds.types import TimeSlice
+from kubeacc.crds.api import TimeSlice
 from kubeacc.host import Host, NvmlUnavailable
 from kubeacc.host.tools import ToolError
 

@@ -41,6 +41,9 @@ from kubeacc.agent.lifecycle.executor import VFIO, Executor
 from kubeacc.agent.lifecycle.outcome import Outcome
 from kubeacc.agent.nodelabels import accelerator_labels
 from kubeacc.apiclient import prime_decoders
+from kubeacc.crds.api import API_VERSION, MODEL_LABEL, NODE_LABEL, TYPE_LABEL
+from kubeacc.crds.events import emit_event
+from kubeacc.crds.policyread import allowed_bitstream_digests
 from kubeacc.crds.resources import (
     Accelerator,
     AcceleratorOperation,
@@ -49,17 +52,11 @@ from kubeacc.crds.resources import (
     is_not_found,
 )
 from kubeacc.crds.status import (
-    allowed_bitstream_digests,
     apply_operation_status,
-    emit_event,
     now,
     set_condition,
 )
 from kubeacc.crds.types import (
-    API_VERSION,
-    MODEL_LABEL,
-    NODE_LABEL,
-    TYPE_LABEL,
     AcceleratorOperationSpec,
     AcceleratorOperationStatus,
     AcceleratorStatus,

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
 from kubeacc.agent.telemetry.series import Reading
-from kubeacc.crds.remediation import EventClass
+from kubeacc.crds.api import EventClass
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,15 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import deque
+from typing import Any
 
 from lightkube import ApiError, Client
 from lightkube.types import PatchType
 
 from kubeacc.agent.telemetry.faults import DeviceFault
-from kubeacc.crds.remediation import EventClass
+from kubeacc.crds.api import API_VERSION, EventClass
 from kubeacc.crds.resources import Accelerator, is_not_found
-from kubeacc.crds.types import API_VERSION, FaultReport
+from kubeacc.crds.schemastructs import to_api, validate
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +33,20 @@ log = logging.getLogger(__name__)
 QUEUE = 16
 
 
+#: A report: the Struct of ``status.lastFault`` in the Accelerator schema (schemastructs).
+FaultReport = Any
+
+
 def report_of(fault: DeviceFault, at: dt.datetime) -> FaultReport:
-    return FaultReport(
-        event=fault.event,
-        xid=fault.xid,
-        detail=fault.detail[:256],
-        failures=fault.failures if fault.event is EventClass.HEALTH_FAILING else None,
-        time=at.isoformat(timespec="microseconds").replace("+00:00", "Z"),
-    )
+    """The report of ``fault``, checked against the Accelerator schema's ``status.lastFault``."""
+    report = {
+        "event": fault.event.value,
+        "xid": fault.xid,
+        "detail": fault.detail[:256],
+        "failures": fault.failures if fault.event is EventClass.HEALTH_FAILING else None,
+        "time": at.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+    }
+    return validate("Accelerator", "status.lastFault", report)
 
 
 class FaultReporter:
@@ -95,7 +102,7 @@ class FaultReporter:
                 "apiVersion": API_VERSION,
                 "kind": "Accelerator",
                 "metadata": {"name": name},
-                "status": {"lastFault": rep.to_api()},
+                "status": {"lastFault": to_api(rep)},
             },
             patch_type=PatchType.APPLY,
             field_manager=self.field_manager,

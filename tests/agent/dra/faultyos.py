@@ -1,8 +1,8 @@
 """An ``os`` module with faults, for the kubeacc.agent.dra.atomic and .checkpoint modules.
 
 ``os.write`` writes at most ``chunk`` bytes per call (short writes) and fails with ENOSPC once
-``space`` bytes are used up; ``os.fsync`` fails with EIO when ``fsync_fails``. Everything else
-is the real ``os`` on real files.
+``space`` bytes are used up; ``os.fsync`` fails with EIO when ``fsync_fails`` and counts the
+flushes in ``fsyncs``. Everything else is the real ``os`` on real files.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ class FaultyOS:
         self.chunk = 1 << 30
         self.space: int | None = None  # bytes left; None: unlimited
         self.fsync_fails = False
+        self.fsyncs = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -37,6 +38,7 @@ class FaultyOS:
         return int(self._real.write(fd, bytes(data[:n])))
 
     def fsync(self, fd: int) -> None:
+        self.fsyncs += 1
         if self.fsync_fails:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         self._real.fsync(fd)

@@ -30,9 +30,9 @@ from lightkube.types import PatchType
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.binding import FAILED, PROGRAMMED
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.crds.resources import as_dict, install_crds
-from kubeacc.crds.types import API_VERSION
 from kubeacc.model import DeviceType
 from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.hosts_fpga import PAC_ARRIA10, PAC_N3000, IntelCard, intel_fpga_server

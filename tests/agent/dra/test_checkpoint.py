@@ -174,6 +174,62 @@ def test_damaged_journal_line_before_intact_ones_refuses_to_start(tmp_path: Path
         Checkpoint(tmp_path).load()
 
 
+def test_a_prepare_is_flushed_an_unprepare_only_written(tmp_path: Path, fos: FaultyOS) -> None:
+    """A killed process keeps its written lines (page cache): the next load sees the unprepare."""
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    before = fos.fsyncs
+    cp.record_prepare({"u1": claim(1), "u2": claim(2)})
+    assert fos.fsyncs == before + 1
+    fos.fsync_fails = True  # a flush would fail the call now: an unprepare makes none
+    cp.record_unprepare(["u1"])
+    assert set(cp.claims) == {"u2"}
+    with pytest.raises(OSError):
+        cp.record_prepare({"u3": claim(3)})
+    fos.fsync_fails = False
+    assert set(read_claims(tmp_path)) == {"u2"}  # no clean stop: snapshot + journal as written
+    again = Checkpoint(tmp_path)
+    again.load()
+    assert set(again.claims) == {"u2"}
+
+
+def _power_loss(tmp_path: Path, keep: int) -> tuple[bytes, list[bytes]]:
+    """Journal of a flushed prepare of u1..u3, then unflushed unprepares of u1 and u2; the
+    second-to-last line's first ``keep`` bytes never reached the disk (NUL bytes instead)."""
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    cp.record_prepare({f"u{i}": claim(i) for i in (1, 2, 3)})
+    cp.record_unprepare(["u1"])
+    cp.record_unprepare(["u2"])
+    lines = (tmp_path / JOURNAL_NAME).read_bytes().splitlines(keepends=True)
+    lines[-2] = b"\0" * keep + lines[-2][keep:]
+    return b"".join(lines), lines
+
+
+@pytest.mark.parametrize("keep", [1, 4096])  # part of a line, and the line with its newline
+def test_a_power_loss_hole_in_unprepare_lines_keeps_those_claims_prepared(
+    tmp_path: Path, keep: int
+) -> None:
+    data, _ = _power_loss(tmp_path, keep)
+    (tmp_path / JOURNAL_NAME).write_bytes(data)
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    # u1's unprepare is lost (kubeacc.agent.dra.stale finds it unused), u2's was kept
+    assert set(cp.claims) == ({"u1", "u3"} if keep == 1 else {"u1", "u2", "u3"})
+
+
+def test_a_hole_before_a_flushed_prepare_line_refuses_to_start(tmp_path: Path) -> None:
+    """A prepare's flush writes every line before it: a hole there is damage, not power loss."""
+    _, lines = _power_loss(tmp_path, 1)
+    cp = Checkpoint(tmp_path)
+    cp.load()  # folds the journal into the snapshot; now write the damaged journal over it
+    cp.record_prepare({"u4": claim(4)})
+    flushed = (tmp_path / JOURNAL_NAME).read_bytes()
+    (tmp_path / JOURNAL_NAME).write_bytes(lines[-2] + flushed)
+    with pytest.raises(StateError, match="damaged line at byte 0 before a flushed one"):
+        Checkpoint(tmp_path).load()
+
+
 def test_unwritable_state_directory_refuses_to_start(tmp_path: Path, fos: FaultyOS) -> None:
     fos.space = 0
     with pytest.raises(StateError, match="is not writable: No space left on device"):

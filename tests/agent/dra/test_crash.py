@@ -13,6 +13,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from kubeacc.agent.dra.checkpoint import FILE_NAME, JOURNAL_NAME
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 
@@ -92,3 +93,45 @@ def test_killed_during_unprepare(
     eventually(lambda: gone(kube_client, "app", namespace), 90, "pod gone")
     assert agent.stray_files() == []
     assert "Traceback" not in agent.log()
+
+
+def test_an_unprepare_lost_to_a_power_cut_is_undone_at_start(
+    testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
+) -> None:
+    """An unprepare's journal line is not flushed: a power cut can lose it after the kubelet got
+    its answer and forgot the claim. The restarted agent finds the claim recorded, reads it from
+    the API server and unprepares it itself (kubeacc.agent.dra.stale)."""
+    agent.start()
+    agent.wait_registered()
+    kube_client.create(claim_obj("gpu", namespace, one_gpu()))
+    kube_client.create(pod_obj("app", namespace, "gpu"))
+    eventually(lambda: running(kube_client, "app", namespace), 90, "pod Running")
+    uid = kube_client.get(ResourceClaim, "gpu", namespace=namespace).metadata.uid
+    agent.kill()
+    state = [agent.state_dir / name for name in (FILE_NAME, JOURNAL_NAME)]
+    on_disk = {p: p.read_bytes() for p in state if p.exists()}  # the prepare, flushed
+    _restart(agent)
+
+    kube_client.delete(Pod, "app", namespace=namespace)
+    eventually(lambda: not agent.spec_uids() and not agent.checkpoint_claims(), 90, "unprepared")
+    eventually(lambda: gone(kube_client, "app", namespace), 90, "pod gone")
+    # the ResourceClaim controller deallocates it once its last consumer went
+    eventually(lambda: _deallocated(kube_client, namespace, "gpu"), 60, "claim deallocated")
+    agent.kill()  # the power cut: the unprepare's line never reached the disk
+    for p in state:
+        p.unlink(missing_ok=True)
+    for p, data in on_disk.items():
+        p.write_bytes(data)
+    assert list(agent.checkpoint_claims()) == [uid]
+    agent.start()
+    agent.wait_registered(90)
+
+    eventually(lambda: not agent.spec_uids() and not agent.checkpoint_claims(), 60, "swept")
+    assert f"unprepared claim {namespace}/gpu: " in agent.log()
+    assert agent.stray_files() == []
+    assert "Traceback" not in agent.log()
+
+
+def _deallocated(client: Client, namespace: str, name: str) -> bool:
+    status = client.get(ResourceClaim, name, namespace=namespace).status
+    return status is None or status.allocation is None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -239,3 +240,36 @@ def test_device_nodes_point_at_the_device_root(
     nodes = spec["devices"][0]["containerEdits"]["deviceNodes"]
     assert {"path": "/dev/nvidia0", "hostPath": str(devroot / "dev/nvidia0")} in nodes
     assert all(n["hostPath"].startswith(str(devroot) + "/dev/") for n in nodes)
+
+
+def test_unprepare_nowait_does_the_unprepare_or_declines_where_it_would_wait(
+    driver: Driver, claims: Claims, tmp_path: Path
+) -> None:
+    """On the gRPC loop only when nothing must be waited for (kubeacc.agent.dra.plugin)."""
+    for name, uid in (("a", "u1"), ("b", "u2")):
+        claims.add(name, uid, ["gpu-0000-1b-00-0"])
+        driver.prepare([ClaimRef("ns", name, uid)])
+    a, b = ClaimRef("ns", "a", "u1"), ClaimRef("ns", "b", "u2")
+    with driver.lock:  # another call writes files: waiting would stall the loop
+        assert driver.unprepare_nowait([a]) is None
+    with driver.guard.hold({"u1"}):  # another call is at work on this claim
+        assert driver.unprepare_nowait([a]) is None
+        assert driver.unprepare_nowait([b]) == {"u2": ""}  # other claims go on
+    assert set(driver.prepared()) == {"u1"}
+    assert driver.unprepare_nowait([a]) == {"u1": ""}
+    assert driver.prepared() == {}
+    assert read_claims(tmp_path / "state") == {}
+    assert cdi.spec_uids(tmp_path / "cdi") == set()
+    assert driver.unprepare_nowait([a]) == {"u1": ""}  # unknown: done, as unprepare
+
+
+def test_unprepare_nowait_leaves_gpu_settings_to_a_worker_thread(
+    driver: Driver, claims: Claims
+) -> None:
+    claims.add("a", "u1", ["gpu-0000-1b-00-0"])
+    driver.prepare([ClaimRef("ns", "a", "u1")])
+
+    # what AppliedSharing records: the GPUs' claims with settings to undo
+    driver.sharing = SimpleNamespace(gpus={"0000:1b:00.0": {"claims": ["u1"]}})  # type: ignore[assignment]
+    assert driver.unprepare_nowait([ClaimRef("ns", "a", "u1")]) is None
+    assert set(driver.prepared()) == {"u1"}

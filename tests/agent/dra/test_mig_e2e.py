@@ -23,8 +23,8 @@ from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.operations import ANY_NAMESPACE
+from kubeacc.crds.api import NODE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
-from kubeacc.crds.types import NODE_LABEL
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel

@@ -10,8 +10,8 @@ import pytest
 from lightkube import Client
 from lightkube.resources.coordination_v1 import Lease
 
+from kubeacc.crds.api import NODE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
-from kubeacc.crds.types import NODE_LABEL
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import create_operation, delete_node_accelerators, wait_for

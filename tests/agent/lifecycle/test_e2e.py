@@ -26,8 +26,8 @@ from kubeacc.agent.lifecycle.bitstreams import make_gbs
 from kubeacc.agent.nodelabels import label_value
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.operations import ANY_NAMESPACE
+from kubeacc.crds.api import API_VERSION, MODEL_LABEL, NODE_LABEL, TYPE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
-from kubeacc.crds.types import API_VERSION, MODEL_LABEL, NODE_LABEL, TYPE_LABEL
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build

@@ -11,9 +11,9 @@ import pytest
 from lightkube import ApiError, Client
 from lightkube.types import PatchType
 
+from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.deploy import apply_manifest
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation
-from kubeacc.crds.types import API_VERSION
 from kubeacc.model import Device, DeviceType
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.identities import agent_cert_client

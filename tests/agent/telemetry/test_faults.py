@@ -10,7 +10,7 @@ from kubeacc.agent.telemetry.faults import DeviceFault, FaultDetector
 from kubeacc.agent.telemetry.report import report_of
 from kubeacc.agent.telemetry.sampler import TelemetrySampler
 from kubeacc.agent.telemetry.series import Reading
-from kubeacc.crds.remediation import EventClass, health_failing_thresholds
+from kubeacc.crds.api import EventClass, health_failing_thresholds
 from kubeacc.model import Health, HealthState
 from kubeacc.synthetic.host import SyntheticHost
 from tests.hosts import HostFactory, discover

@@ -16,7 +16,7 @@ from lightkube.config.models import Cluster, User
 
 from kubeacc.agent.telemetry.faults import DeviceFault
 from kubeacc.agent.telemetry.report import FaultReporter
-from kubeacc.crds.remediation import EventClass
+from kubeacc.crds.api import EventClass
 from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.model import DeviceType
 from kubeacc.synthetic.profiles import build

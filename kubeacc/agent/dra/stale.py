@@ -1,0 +1,78 @@
+"""Claims recorded as prepared that no pod can use any more, found and unprepared at start.
+
+An unprepare's journal line is not flushed (:mod:`kubeacc.agent.dra.checkpoint`): a power loss
+can drop it, and the claim is then still recorded as prepared although the kubelet unprepared it
+and, its own checkpoint having forgotten the claim, will never unprepare it again. The recorded
+claim would keep its CDI spec, its MIG instances and its GPU's sharing settings, and show its
+devices as in use. So at start the agent reads each recorded claim once and unprepares those that
+are gone, were made again (another UID) or are no longer allocated: the ResourceClaim controller
+deallocates a claim when its last consumer stops using it (deleted or finished pod), and a pod
+whose containers may still run keeps its claim allocated. A claim allocated but reserved for no
+pod is kept: an allocation without a reservation is legal (the controller leaves such a claim
+alone) and says nothing about this node's use of it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from kubeacc.agent.dra.checkpoint import PreparedClaim
+from kubeacc.agent.dra.claims import ClaimSource
+from kubeacc.agent.dra.refs import ClaimRef
+
+if TYPE_CHECKING:
+    from kubeacc.agent.dra.driver import Driver
+
+log = logging.getLogger(__name__)
+
+
+def unused_reason(claim: dict[str, Any] | None, uid: str) -> str:
+    """Why the claim read for the prepared ``uid`` is unused ("" if a pod may still use it)."""
+    if claim is None:
+        return "deleted"
+    got = (claim.get("metadata") or {}).get("uid")
+    if got != uid:
+        return f"made again with UID {got}"
+    status = claim.get("status") or {}
+    if not status.get("allocation"):
+        return "no longer allocated"
+    return ""
+
+
+def unused(
+    prepared: Mapping[str, PreparedClaim], source: ClaimSource
+) -> dict[str, tuple[ClaimRef, str]]:
+    """The unused ones of the ``prepared`` claims: uid -> (reference, reason).
+
+    Raises what ``source`` raises (API server away): the caller tries again later.
+    """
+    out: dict[str, tuple[ClaimRef, str]] = {}
+    for uid, claim in prepared.items():
+        why = unused_reason(source.get(claim.namespace, claim.name, uid), uid)
+        if why:
+            out[uid] = (ClaimRef(claim.namespace, claim.name, uid), why)
+    return out
+
+
+def sweep(driver: Driver) -> list[str]:
+    """Unprepare the driver's unused claims; the UIDs unprepared (errors logged)."""
+    found = unused(driver.prepared(), driver.claims)
+    if not found:
+        return []
+    errors = driver.unprepare([ref for ref, _ in found.values()])
+    done = []
+    for uid, (ref, why) in found.items():
+        if err := errors.get(uid, ""):
+            log.error(
+                "claim %s/%s (%s) is unused but stays prepared: %s",
+                ref.namespace,
+                ref.name,
+                why,
+                err,
+            )
+        else:
+            log.info("unprepared claim %s/%s: %s", ref.namespace, ref.name, why)
+            done.append(uid)
+    return done

@@ -1,0 +1,91 @@
+"""Recorded claims no pod can use (a power loss dropped their unprepare): which ones, and the
+sweep that unprepares them. A claim source in memory, files in tmp_path; the same sweep runs
+against the real API server and kubelet in test_crash.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubeacc.agent.dra import cdi, stale
+from kubeacc.agent.dra.checkpoint import read_claims
+from kubeacc.agent.dra.devices import device_index
+from kubeacc.agent.dra.driver import ClaimRef, Driver
+from kubeacc.model import Inventory
+
+from .test_driver import NODE, Claims
+
+GPU = "gpu-0000-1b-00-0"
+
+
+def _claim(uid: str, **status: Any) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": "c", "uid": uid}, "status": status}
+
+
+@pytest.fixture
+def claims() -> Claims:
+    return Claims()
+
+
+@pytest.fixture
+def driver(tmp_path: Path, claims: Claims, dgx: Inventory) -> Driver:
+    index = device_index(dgx)
+    return Driver(
+        NODE, claims, lambda: index, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state"
+    )
+
+
+ALLOCATED = {"devices": {"results": []}}
+RESERVED = [{"resource": "pods", "name": "app", "uid": "p1"}]
+
+
+@pytest.mark.parametrize(
+    ("claim", "why"),
+    [
+        (None, "deleted"),
+        (_claim("u2", allocation=ALLOCATED, reservedFor=RESERVED), "made again with UID u2"),
+        (_claim("u1", reservedFor=RESERVED), "no longer allocated"),
+        (_claim("u1", allocation=ALLOCATED, reservedFor=RESERVED), ""),
+        # allocated, reserved for nobody: legal, and the controller leaves it allocated
+        (_claim("u1", allocation=ALLOCATED), ""),
+        (_claim("u1", allocation=ALLOCATED, reservedFor=[]), ""),
+    ],
+)
+def test_unused_reason(claim: dict[str, Any] | None, why: str) -> None:
+    assert stale.unused_reason(claim, "u1") == why
+
+
+def test_sweep_unprepares_only_unused_claims(
+    driver: Driver, claims: Claims, tmp_path: Path
+) -> None:
+    for name, uid in (("kept", "u1"), ("done", "u2"), ("gone", "u3")):
+        claims.add(name, uid, [GPU])
+    refs = [ClaimRef("ns", n, u) for n, u in (("kept", "u1"), ("done", "u2"), ("gone", "u3"))]
+    assert all(not r.error for r in driver.prepare(refs).values())
+    claims.objs[("ns", "kept")]["status"]["reservedFor"] = RESERVED
+    del claims.objs[("ns", "done")]["status"]["allocation"]  # its last consumer went
+    del claims.objs[("ns", "gone")]
+
+    assert sorted(stale.sweep(driver)) == ["u2", "u3"]
+    assert set(driver.prepared()) == {"u1"}
+    assert set(read_claims(tmp_path / "state")) == {"u1"}
+    assert cdi.spec_uids(tmp_path / "cdi") == {"u1"}
+    assert stale.sweep(driver) == []  # nothing more to do
+
+
+def test_an_unreachable_api_server_fails_the_sweep_and_changes_nothing(
+    driver: Driver, claims: Claims
+) -> None:
+    claims.add("c", "u1", [GPU])
+    driver.prepare([ClaimRef("ns", "c", "u1")])
+
+    class Away:
+        def get(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+            raise ConnectionRefusedError("connection refused")
+
+    driver.claims = Away()
+    with pytest.raises(ConnectionRefusedError):
+        stale.sweep(driver)
+    assert set(driver.prepared()) == {"u1"}
