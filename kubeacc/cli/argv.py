@@ -201,7 +201,7 @@ def run(
         kwargs = None
     if kwargs is None:  # outside the except: typer's answer is not "during" a parse error
         typer_path()
-    from kubeacc.cli.errors import FAILURE, describe
+    from kubeacc.cli.errors import exit_with, fail_with
 
     try:
         code = function(**kwargs)
@@ -212,9 +212,5 @@ def run(
         print("aborted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:
-        line = describe(exc)
-        if line is None:
-            raise
-        print(f"error: {line}", file=sys.stderr)
-        sys.exit(FAILURE)
-    sys.exit(code if isinstance(code, int) else 0)
+        fail_with(exc)
+    exit_with(code)

@@ -85,6 +85,21 @@ def _api_error(exc: Any) -> str:
     return f"the API server answered {code} {getattr(status, 'reason', '') or ''}: {message}"
 
 
+def fail_with(exc: Exception) -> NoReturn:
+    """End a command that raised ``exc``: one line and exit 1 for a failure :func:`describe`
+    knows, the traceback (re-raised) for anything else."""
+    line = describe(exc)
+    if line is None:
+        raise exc
+    print(f"error: {line}", file=sys.stderr)
+    sys.exit(FAILURE)
+
+
+def exit_with(code: object) -> NoReturn:
+    """End a command that returned ``code`` (an int is its exit status, anything else 0)."""
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 def run_app(
     app: typer.Typer, args: Sequence[str] | None = None, prog_name: str | None = None
 ) -> NoReturn:
@@ -104,9 +119,5 @@ def run_app(
         print("aborted", file=sys.stderr)
         sys.exit(130)
     except Exception as exc:
-        line = describe(exc)
-        if line is None:
-            raise
-        print(f"error: {line}", file=sys.stderr)
-        sys.exit(FAILURE)
-    sys.exit(code if isinstance(code, int) else 0)
+        fail_with(exc)
+    exit_with(code)
