@@ -189,3 +189,73 @@ def test_discover_answers_with_a_warning_when_sysfs_holds_a_fifo(tmp_path: Path)
         w["message"] == "not a regular file (a FIFO)" and w["path"].endswith("/numa_node")
         for w in inventory["warnings"]
     )
+
+
+#: A program that stops on signals the daemons' way; ``{setup}`` is what its main thread does
+#: before it waits for the stop (with ``lock`` and ``stop_on_signals`` at hand).
+_PROGRAM = """
+import signal, sys, threading, time
+from kubeacc.cli.signals import stop_on_signals
+lock = threading.Lock()
+def on_stop():
+    with lock:  # what a stop may need: a lock the main thread can be holding
+        print("on_stop ran", flush=True)
+stop = stop_on_signals(on_stop, grace={grace})
+{setup}
+with lock:
+    print("ready", flush=True)
+    stop.wait()
+    time.sleep({hold})
+time.sleep(30)  # a stop that never finishes: only the watchdog or a second signal ends it
+"""
+
+
+def _program(setup: str = "", grace: float = 20, hold: float = 0) -> subprocess.Popen[str]:
+    code = _PROGRAM.format(setup=setup, grace=grace, hold=hold)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n", proc.communicate(timeout=30)
+    return proc
+
+
+def _ended(proc: subprocess.Popen[str], within: float) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=within)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"still running {within} s on: {proc.communicate()}") from None
+
+
+def test_a_second_signal_exits_at_once_while_the_stop_waits() -> None:
+    proc = _program(hold=5)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)  # two pending signals reach a process lowest number first
+    proc.send_signal(signal.SIGINT)
+    out, err = _ended(proc, ENDS_WITHIN)
+    assert proc.returncode == 128 + signal.SIGINT, err
+    assert "second signal SIGINT; exiting now" in err
+    # The second signal came while the main thread held the lock: on_stop had to wait.
+    assert "on_stop ran" not in out
+
+
+def test_on_stop_runs_once_the_lock_is_free_and_the_watchdog_ends_the_rest() -> None:
+    """The stop does not run inside the main thread's signal handler: there, a lock the main
+    thread holds (an event's own, the stderr buffer's) would deadlock it until the watchdog."""
+    proc = _program(grace=2, hold=0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = _ended(proc, 2 + ENDS_WITHIN)
+    assert out == "on_stop ran\n"
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err == "kubeacc: still running 2 s after SIGTERM; exiting now\n"
+
+
+def test_a_signal_the_kernel_gives_another_thread_still_stops_the_command() -> None:
+    """With SIGTERM blocked in the main thread, the kernel hands it to another thread; the
+    main thread, asleep in its wait, never learns of it by itself."""
+    proc = _program(setup="signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})", grace=2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = _ended(proc, 2 + ENDS_WITHIN)
+    assert out == "on_stop ran\n"
+    assert "still running 2 s after SIGTERM" in err
