@@ -286,6 +286,11 @@ class Checkpoint:
         self._journal_size += len(line)
         self._journal_lines += 1
 
+    @property
+    def compacts_next(self) -> bool:
+        """The next journal line starts a compaction (a snapshot and its fsyncs)."""
+        return self._journal_lines + 1 >= self.compact_after
+
     def _maybe_compact(self) -> None:
         if self._journal_lines < self.compact_after:
             return

@@ -660,22 +660,27 @@ class Driver:
     def unprepare_nowait(self, refs: Iterable[ClaimRef]) -> dict[str, str] | None:
         """:meth:`unprepare`, or None at once where it would wait or touch a device.
 
-        It would wait for the driver lock or a claim another call holds, and touch a device
-        for a claim with MIG instances or GPU settings to undo. Otherwise an unprepare only
-        renames, appends (no flush: kubeacc.agent.dra.checkpoint) and removes files, which is
-        quick enough to run on the gRPC loop itself, without the hop to a worker thread.
+        It would wait for the driver lock or a claim another call holds, touch a device for a
+        claim with MIG instances or GPU settings to undo, or compact the checkpoint (a snapshot
+        and its fsyncs). Otherwise an unprepare only renames, appends (no flush:
+        kubeacc.agent.dra.checkpoint) and removes files, which is quick enough to run on the
+        gRPC loop itself, without the hop to a worker thread.
         """
         refs = list(refs)
-        uids = {r.uid for r in refs}
-        if self.partitions is not None and any(r.claim in uids for r in self.partitions.records):
-            return None
-        if self.sharing is not None and any(
-            uid in gpu["claims"] for gpu in self.sharing.gpus.values() for uid in uids
-        ):
-            return None
         with self.metrics.unprepare_seconds.time():
             out = self._unprepare_claims(refs, wait=False)
         return None if out is None else self._unprepared(refs, out)
+
+    def _slow_unprepare(self, uids: set[str]) -> bool:
+        """An unprepare of ``uids`` touches a device or compacts (under :attr:`lock`, which
+        guards the sharing records and the checkpoint; the MIG records have their own)."""
+        if self.partitions is not None and self.partitions.may_hold(uids):
+            return True
+        if self.sharing is not None and any(
+            uid in gpu["claims"] for gpu in self.sharing.gpus.values() for uid in uids
+        ):
+            return True
+        return self.checkpoint.compacts_next
 
     def _unprepared(self, refs: list[ClaimRef], out: dict[str, str]) -> dict[str, str]:
         if self.status is not None:
@@ -694,6 +699,8 @@ class Driver:
             if not held or not self.lock.acquire(blocking=wait):
                 return None
             try:
+                if not wait and self._slow_unprepare(set(todo)):
+                    return None
                 self._unprepare_held(todo, out)
             finally:
                 self.lock.release()

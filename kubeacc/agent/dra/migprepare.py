@@ -93,6 +93,16 @@ class MigPartitions:
         with self.lock:
             return {r.claim for r in self.records}
 
+    def may_hold(self, claims: set[str]) -> bool:
+        """Whether any of ``claims`` has instances, without waiting: True too while another
+        call has the records."""
+        if not self.lock.acquire(blocking=False):
+            return True
+        try:
+            return any(r.claim in claims for r in self.records)
+        finally:
+            self.lock.release()
+
     def uuids(self, claim: str) -> dict[str, str]:
         """The MIG device UUID of each partition device made for ``claim`` (by device name)."""
         with self.lock:

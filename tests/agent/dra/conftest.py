@@ -13,6 +13,7 @@ from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 
+from kubeacc.agent.dra.driver import Driver
 from kubeacc.model import Inventory
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
@@ -20,6 +21,7 @@ from tests.hosts import discover
 
 from .agentproc import AgentProcess
 from .faultyos import FaultyOS, install
+from .memclaims import Claims, memory_driver
 
 _CACHE: dict[str, Inventory] = {}
 
@@ -30,6 +32,18 @@ def inventory(profile: str, tmp: Path) -> Inventory:
         root = profiles.build(profile, tmp / profile)
         _CACHE[profile] = discover(root)
     return copy.deepcopy(_CACHE[profile])
+
+
+@pytest.fixture
+def claims() -> Claims:
+    """An empty claim source in memory."""
+    return Claims()
+
+
+@pytest.fixture
+def driver(tmp_path: Path, claims: Claims, dgx: Inventory) -> Driver:
+    """A driver on ``claims`` and the DGX H100's devices, its files in tmp_path."""
+    return memory_driver(tmp_path, claims, dgx)
 
 
 @pytest.fixture

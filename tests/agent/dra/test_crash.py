@@ -67,18 +67,23 @@ def test_killed_during_prepare(
     eventually(lambda: not agent.spec_uids() and not agent.checkpoint_claims(), 90, "unprepared")
 
 
+def _running_pod_with_a_gpu(kube_client: Client, namespace: str, agent: AgentProcess) -> str:
+    """Start the agent and run pod app with claim gpu (one GPU); the claim's UID."""
+    agent.start()
+    agent.wait_registered()
+    kube_client.create(claim_obj("gpu", namespace, one_gpu()))
+    kube_client.create(pod_obj("app", namespace, "gpu"))
+    eventually(lambda: running(kube_client, "app", namespace), 90, "pod Running")
+    return str(kube_client.get(ResourceClaim, "gpu", namespace=namespace).metadata.uid)
+
+
 @pytest.mark.parametrize(
     "point", ["unprepare-after-sharing", "unprepare-after-checkpoint", "unprepare-after-cdi"]
 )
 def test_killed_during_unprepare(
     testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess, point: str
 ) -> None:
-    agent.start()
-    agent.wait_registered()
-    kube_client.create(claim_obj("gpu", namespace, one_gpu()))
-    kube_client.create(pod_obj("app", namespace, "gpu"))
-    eventually(lambda: running(kube_client, "app", namespace), 90, "pod Running")
-    uid = kube_client.get(ResourceClaim, "gpu", namespace=namespace).metadata.uid
+    uid = _running_pod_with_a_gpu(kube_client, namespace, agent)
     assert agent.spec_uids() == {uid}
 
     # same agent state, now armed to stop dead in unprepare
@@ -101,12 +106,7 @@ def test_an_unprepare_lost_to_a_power_cut_is_undone_at_start(
     """An unprepare's journal line is not flushed: a power cut can lose it after the kubelet got
     its answer and forgot the claim. The restarted agent finds the claim recorded, reads it from
     the API server and unprepares it itself (kubeacc.agent.dra.stale)."""
-    agent.start()
-    agent.wait_registered()
-    kube_client.create(claim_obj("gpu", namespace, one_gpu()))
-    kube_client.create(pod_obj("app", namespace, "gpu"))
-    eventually(lambda: running(kube_client, "app", namespace), 90, "pod Running")
-    uid = kube_client.get(ResourceClaim, "gpu", namespace=namespace).metadata.uid
+    uid = _running_pod_with_a_gpu(kube_client, namespace, agent)
     agent.kill()
     state = [agent.state_dir / name for name in (FILE_NAME, JOURNAL_NAME)]
     on_disk = {p: p.read_bytes() for p in state if p.exists()}  # the prepare, flushed

@@ -9,9 +9,6 @@ import json
 import threading
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
-
-import pytest
 
 from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import JOURNAL_NAME, Checkpoint, read_claims
@@ -20,40 +17,7 @@ from kubeacc.agent.dra.driver import ClaimRef, Driver
 from kubeacc.model import Inventory
 
 from .faultyos import FaultyOS
-
-NODE = "n1"
-
-
-class Claims:
-    """ResourceClaims as the API server would return them."""
-
-    def __init__(self) -> None:
-        self.objs: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def add(self, name: str, uid: str, devices: list[str], pool: str = NODE, **extra: Any) -> None:
-        results = [
-            {"request": "r", "driver": "kubeacc.io", "pool": pool, "device": d} for d in devices
-        ]
-        self.objs[("ns", name)] = {
-            "metadata": {"name": name, "namespace": "ns", "uid": uid},
-            "status": {"allocation": {"devices": {"results": results, **extra}}},
-        }
-
-    def get(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
-        return self.objs.get((namespace, name))
-
-
-@pytest.fixture
-def claims() -> Claims:
-    return Claims()
-
-
-@pytest.fixture
-def driver(tmp_path: Path, claims: Claims, dgx: Inventory) -> Driver:
-    index = device_index(dgx)
-    return Driver(
-        NODE, claims, lambda: index, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state"
-    )
+from .memclaims import NODE, Claims
 
 
 def test_prepare_writes_spec_and_checkpoint_and_is_idempotent(
@@ -263,6 +227,22 @@ def test_unprepare_nowait_does_the_unprepare_or_declines_where_it_would_wait(
     assert driver.unprepare_nowait([a]) == {"u1": ""}  # unknown: done, as unprepare
 
 
+def test_unprepare_nowait_leaves_the_compaction_to_a_worker_thread(
+    driver: Driver, claims: Claims, tmp_path: Path
+) -> None:
+    """The line that reaches ``compact_after`` writes a snapshot and fsyncs: not on the loop."""
+    for name, uid in (("a", "u1"), ("b", "u2")):
+        claims.add(name, uid, ["gpu-0000-1b-00-0"])
+        driver.prepare([ClaimRef("ns", name, uid)])
+    a, b = ClaimRef("ns", "a", "u1"), ClaimRef("ns", "b", "u2")
+    driver.checkpoint.compact_after = 4  # two prepares journaled: the next two lines reach it
+    assert driver.unprepare_nowait([a]) == {"u1": ""}  # line 3
+    assert driver.unprepare_nowait([b]) is None  # line 4 compacts
+    assert driver.unprepare([b]) == {"u2": ""}
+    assert not (tmp_path / "state" / JOURNAL_NAME).read_bytes()  # folded into the snapshot
+    assert read_claims(tmp_path / "state") == {}
+
+
 def test_unprepare_nowait_leaves_gpu_settings_to_a_worker_thread(
     driver: Driver, claims: Claims
 ) -> None:
@@ -273,3 +253,5 @@ def test_unprepare_nowait_leaves_gpu_settings_to_a_worker_thread(
     driver.sharing = SimpleNamespace(gpus={"0000:1b:00.0": {"claims": ["u1"]}})  # type: ignore[assignment]
     assert driver.unprepare_nowait([ClaimRef("ns", "a", "u1")]) is None
     assert set(driver.prepared()) == {"u1"}
+    with driver.lock:  # the workers change those records under the driver lock: not read here
+        assert driver.unprepare_nowait([ClaimRef("ns", "a", "u1")]) is None

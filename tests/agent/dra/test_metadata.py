@@ -8,18 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra import cdi, metadata
-from kubeacc.agent.dra.devices import device_index
 from kubeacc.agent.dra.driver import ClaimRef, Driver
 from kubeacc.model import Inventory
 
-from .test_driver import NODE, Claims
+from .memclaims import NODE, Claims, memory_driver
 
 GPU, GPU2 = "gpu-0000-1b-00-0", "gpu-0000-1d-00-0"
 
 
 def _driver(tmp: Path, claims: Claims, inv: Inventory) -> Driver:
-    index = device_index(inv)
-    d = Driver(NODE, claims, lambda: index, cdi_dir=tmp / "cdi", state_dir=tmp / "state")
+    d = memory_driver(tmp, claims, inv)
     d.device_metadata = True
     d.network = lambda ifname, with_ips: {"interfaceName": ifname, "ips": ["10.0.0.1/24"]}
     return d

@@ -182,6 +182,11 @@ def test_prepare_creates_the_instance_and_unprepare_destroys_it(host: Host) -> N
     # a repeated prepare answers from the checkpoint, creates nothing
     driver.prepare([ClaimRef("ns", "a", "u1")])
     assert len(host.calls()) == 2
+    # destroying instances is a worker thread's: never on the gRPC loop, nor waited for there
+    assert driver.unprepare_nowait([ClaimRef("ns", "a", "u1")]) is None
+    with host.parts.lock:  # another call at work on the records: no waiting for it either
+        assert host.parts.may_hold({"u-other"})
+    assert not host.parts.may_hold({"u-other"})
     assert driver.unprepare([ClaimRef("ns", "a", "u1")]) == {"u1": ""}
     assert host.calls()[2:] == [("nvmlComputeInstanceDestroy", 1), ("nvmlGpuInstanceDestroy", 1)]
     assert host.parts.records == [] and read_claims(host.state) == {}

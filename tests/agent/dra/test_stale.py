@@ -11,30 +11,15 @@ import pytest
 
 from kubeacc.agent.dra import cdi, stale
 from kubeacc.agent.dra.checkpoint import read_claims
-from kubeacc.agent.dra.devices import device_index
 from kubeacc.agent.dra.driver import ClaimRef, Driver
-from kubeacc.model import Inventory
 
-from .test_driver import NODE, Claims
+from .memclaims import Claims
 
 GPU = "gpu-0000-1b-00-0"
 
 
 def _claim(uid: str, **status: Any) -> dict[str, Any]:
     return {"metadata": {"namespace": "ns", "name": "c", "uid": uid}, "status": status}
-
-
-@pytest.fixture
-def claims() -> Claims:
-    return Claims()
-
-
-@pytest.fixture
-def driver(tmp_path: Path, claims: Claims, dgx: Inventory) -> Driver:
-    index = device_index(dgx)
-    return Driver(
-        NODE, claims, lambda: index, cdi_dir=tmp_path / "cdi", state_dir=tmp_path / "state"
-    )
 
 
 ALLOCATED = {"devices": {"results": []}}
