@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +49,20 @@ def assert_one_line_error(
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
+
+
+def ended(proc: subprocess.Popen[bytes], seconds: float, *, dump: bool = False) -> bool:
+    """Whether ``proc`` ended within ``seconds``. One that did not is killed and reaped; with
+    ``dump``, SIGABRT first (a daemon's faulthandler prints every thread's stack to its log)."""
+    try:
+        proc.wait(seconds)
+        return True
+    except subprocess.TimeoutExpired:
+        pass
+    if dump:
+        proc.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(15)
+    proc.kill()
+    proc.wait()
+    return False

@@ -11,7 +11,6 @@ engine, and must stay under a budget. This guards what a daemon loads; it times 
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kubeacc.cli.entry import DAEMONS
+from tests.cli.clirun import ended
 from tests.hosts import HostFactory
 
 #: Modules (and their submodules) no daemon may import: typer too, the daemons parse their
@@ -115,26 +115,11 @@ def imported(name: str, args: list[str], log: Path, timeout: float = 60) -> set[
             time.sleep(0.05)
     finally:
         proc.terminate()
-        _ended_or_dumped(proc, log)
+        if not ended(proc, 15, dump=True):
+            raise AssertionError(f"still running 15 s after SIGTERM:\n{log.read_text()[-6000:]}")
     text = log.read_text()
     assert marker is not None or "cannot reach the API server" in text, text
     return {m[1] for line in text.splitlines() if (m := _IMPORT.match(line))}
-
-
-def _ended_or_dumped(proc: subprocess.Popen[bytes], log: Path) -> None:
-    """Wait for a terminated daemon; one that outlives its stop shows where it is stuck."""
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)  # the agent's faulthandler prints every thread's stack
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        raise AssertionError(
-            f"still running 15 s after SIGTERM:\n{log.read_text()[-6000:]}"
-        ) from None
 
 
 @pytest.mark.parametrize("name", sorted(DAEMONS))

@@ -20,6 +20,7 @@ import pytest
 
 from kubeacc.cli.signals import GRACE
 from kubeacc.synthetic import profiles
+from tests.cli.clirun import ended
 from tests.hosts import HostFactory
 
 KUBEACC = str(Path(sys.executable).parent / "kubeacc")
@@ -85,14 +86,10 @@ def _wait_for(proc: subprocess.Popen[bytes], ready: Path | str, log: Path) -> No
 def _terminate_timed(proc: subprocess.Popen[bytes], log: Path) -> float:
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    if not ended(proc, 30):
         raise AssertionError(
             f"still running 30 s after SIGTERM:\n{log.read_text(errors='replace')[-2000:]}"
-        ) from None
+        )
     took = time.monotonic() - started
     assert took < ENDS_WITHIN, f"took {took:.1f} s:\n{log.read_text(errors='replace')[-2000:]}"
     return took

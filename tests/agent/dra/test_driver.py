@@ -206,14 +206,20 @@ def test_device_nodes_point_at_the_device_root(
     assert all(n["hostPath"].startswith(str(devroot) + "/dev/") for n in nodes)
 
 
+def _two_prepared(driver: Driver, claims: Claims) -> tuple[ClaimRef, ClaimRef]:
+    """Claims a (u1) and b (u2), one GPU each, prepared."""
+    refs = ClaimRef("ns", "a", "u1"), ClaimRef("ns", "b", "u2")
+    for ref in refs:
+        claims.add(ref.name, ref.uid, ["gpu-0000-1b-00-0"])
+        driver.prepare([ref])
+    return refs
+
+
 def test_unprepare_nowait_does_the_unprepare_or_declines_where_it_would_wait(
     driver: Driver, claims: Claims, tmp_path: Path
 ) -> None:
     """On the gRPC loop only when nothing must be waited for (kubeacc.agent.dra.plugin)."""
-    for name, uid in (("a", "u1"), ("b", "u2")):
-        claims.add(name, uid, ["gpu-0000-1b-00-0"])
-        driver.prepare([ClaimRef("ns", name, uid)])
-    a, b = ClaimRef("ns", "a", "u1"), ClaimRef("ns", "b", "u2")
+    a, b = _two_prepared(driver, claims)
     with driver.lock:  # another call writes files: waiting would stall the loop
         assert driver.unprepare_nowait([a]) is None
     with driver.guard.hold({"u1"}):  # another call is at work on this claim
@@ -231,10 +237,7 @@ def test_unprepare_nowait_leaves_the_compaction_to_a_worker_thread(
     driver: Driver, claims: Claims, tmp_path: Path
 ) -> None:
     """The line that reaches ``compact_after`` writes a snapshot and fsyncs: not on the loop."""
-    for name, uid in (("a", "u1"), ("b", "u2")):
-        claims.add(name, uid, ["gpu-0000-1b-00-0"])
-        driver.prepare([ClaimRef("ns", name, uid)])
-    a, b = ClaimRef("ns", "a", "u1"), ClaimRef("ns", "b", "u2")
+    a, b = _two_prepared(driver, claims)
     driver.checkpoint.compact_after = 4  # two prepares journaled: the next two lines reach it
     assert driver.unprepare_nowait([a]) == {"u1": ""}  # line 3
     assert driver.unprepare_nowait([b]) is None  # line 4 compacts
