@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.dra.binding import NotProgrammed
+from kubeacc.agent.dra.bindingconds import NotProgrammed
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import Executor
 from kubeacc.crds.policyread import allowed_bitstream_digests

@@ -31,12 +31,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kubeacc.agent.telemetry.faults import DeviceFault
-from kubeacc.agent.telemetry.series import Reading
 from kubeacc.crds.api import EventClass
 from kubeacc.model.names import DOMAIN
+
+if TYPE_CHECKING:  # the telemetry loads them when it samples, after the agent registered
+    from kubeacc.agent.telemetry.faults import DeviceFault
+    from kubeacc.agent.telemetry.series import Reading
 
 HEALTH_TAINT = f"{DOMAIN}/health"
 

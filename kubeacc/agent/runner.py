@@ -36,11 +36,9 @@ from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
 from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy, with_unhealthy
 from kubeacc.agent.dra import DRIVER_NAME, stale
 from kubeacc.agent.dra.applied import AppliedSharing
-from kubeacc.agent.dra.binding import FpgaBinder, with_binding_conditions
 from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
 from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
-from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.devicestatus import DeviceStatusWriter
 from kubeacc.agent.dra.driver import Driver
@@ -84,6 +82,7 @@ from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
 
 if TYPE_CHECKING:
+    from kubeacc.agent.dra.binding import FpgaBinder
     from kubeacc.agent.fpga_claims import ClaimProgrammer
     from kubeacc.agent.telemetry.faults import DeviceFault
     from kubeacc.agent.telemetry.holders import Holders
@@ -324,6 +323,9 @@ class Agent:
             and options.device_status
             and isinstance(claims, WatchingClaimSource)
         ):
+            # Only a node with a bitstream library loads the binder (and its claim patching).
+            from kubeacc.agent.dra.binding import FpgaBinder
+
             self.binder = FpgaBinder(
                 self.prepare_client,
                 options.node_name,
@@ -800,6 +802,8 @@ class Agent:
         while not self._stop.is_set():
             try:
                 if not classes_done:
+                    from kubeacc.agent.dra.classes import apply_device_classes
+
                     apply_device_classes(self.client)
                     classes_done = True
                 now = time.monotonic()
@@ -823,6 +827,8 @@ class Agent:
                     self._health_taints(),
                 )
                 if self.binder is not None:
+                    from kubeacc.agent.dra.binding import with_binding_conditions
+
                     fpgas = {n for n, i in self._index.items() if i.type == "fpga"}
                     devices = with_binding_conditions(devices, fpgas)
                 if self.publisher.publish(

@@ -24,10 +24,13 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kubeacc.agent.dra.cdi import cdi_name
-from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.hostcopy import install as install_native
+
+if TYPE_CHECKING:  # the device plugin shares this module without the DRA checkpoint
+    from kubeacc.agent.dra.checkpoint import PreparedClaim
 
 log = logging.getLogger(__name__)
 

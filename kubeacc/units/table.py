@@ -24,8 +24,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kubeacc.units.defaults import DEFAULT_UNIT, DEFAULT_UNITS
 from kubeacc.units.names import matches, tokens
 from kubeacc.units.prefer import ANY, Preference, PreferenceError, parse_preference
@@ -122,6 +120,8 @@ def parse(data: Any, where: str = "") -> UnitTable:
         text = (data.get("data") or {}).get(CONFIGMAP_KEY)
         if text is None:
             raise UnitTableError(f"{prefix}ConfigMap has no data key {CONFIGMAP_KEY!r}")
+        import yaml  # only a table given in a file or ConfigMap is YAML
+
         try:
             inner = yaml.safe_load(str(text))
         except yaml.YAMLError as err:
@@ -168,6 +168,8 @@ def load(path: Path) -> UnitTable:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise UnitTableError(f"{path}: cannot read: {err.strerror or err}") from err
+    import yaml  # only a table given in a file or ConfigMap is YAML
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:

@@ -36,6 +36,10 @@ FORBIDDEN = (
     "kubeacc.engine.celenv",
     "cel",
 )
+#: What the device plugin loads only when asked (issue 30): YAML for a config, units table or
+#: admin discovery file it was given, the extender's want parsing at the first shared
+#: allocation; the DRA checkpoint is the agent's (kubeacc.agent.sharelimit names it for types).
+_DEVICE_PLUGIN_DEFERRED = ("yaml", "kubeacc.extender", "kubeacc.agent.dra.checkpoint")
 #: Modules one daemon may not import: the agent maps a shared GPU's unit IDs without the device
 #: plugin's allocation code or the extender (kubeacc.agent.deviceplugin.unitid); neither node
 #: daemon imports pydantic.
@@ -44,16 +48,28 @@ FORBIDDEN_FOR = {
     # (kubeacc/cli/argv.py), and the agent checks policies, opaque configs and fault
     # reports without the pydantic API types (kubeacc/crds/schemastructs.py, opaque.py):
     # pydantic would be ~9 MB resident for the life of the node.
-    "agent": ("kubeacc.agent.deviceplugin.shared", "kubeacc.extender", "pydantic", "pydantic_core"),
-    "device-plugin": ("pydantic", "pydantic_core"),
+    "agent": (
+        "kubeacc.agent.deviceplugin.shared",
+        "kubeacc.extender",
+        "pydantic",
+        "pydantic_core",
+        # Loaded by what uses them, none of it before registration: the FPGA binder (with a
+        # bitstream library), the DeviceClasses (--apply-classes), the telemetry's faults.
+        "kubeacc.agent.dra.binding",
+        "kubeacc.agent.dra.classes",
+        "kubeacc.agent.telemetry",
+    ),
+    "device-plugin": ("pydantic", "pydantic_core", *_DEVICE_PLUGIN_DEFERRED),
 }
 #: At most this many modules per daemon (what each imported when the budget was set, plus
 #: about 3 %: a new dependency is a decision, not a side effect). Set with the argparse path
 #: (kubeacc/cli/argv.py), without typer: agent 654 and device-plugin 449 (no pydantic either),
-#: lifecycle-agent 578, controller 554, extender 505.
+#: lifecycle-agent 578, controller 554, extender 505; then (issue 30, item 1) YAML, the
+#: extender's want parsing and the DRA checkpoint out of the device plugin (425), the FPGA
+#: binder, DeviceClasses and telemetry faults out of the agent's start (650).
 BUDGET = {
-    "agent": 675,
-    "device-plugin": 465,
+    "agent": 670,
+    "device-plugin": 438,
     "lifecycle-agent": 595,
     "controller": 570,
     "extender": 520,

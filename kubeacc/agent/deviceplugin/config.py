@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
-import yaml
 
 from kubeacc.model import Device, DeviceType
 from kubeacc.model.names import model_slug
@@ -138,6 +137,8 @@ def parse_config(data: Any) -> DevicePluginConfig:
 
 
 def load_config(path: Path) -> DevicePluginConfig:
+    import yaml  # only a config file needs it (the device plugin reads none by default)
+
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except OSError as err:

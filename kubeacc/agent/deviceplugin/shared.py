@@ -23,14 +23,16 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
 from kubeacc.agent.sharelimit import Limiter
-from kubeacc.extender.wants import Assigned
 from kubeacc.model import Device
 from kubeacc.model.names import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_UNITS_RESOURCE
 from kubeacc.units.table import active_table
+
+if TYPE_CHECKING:  # the extender's code loads at the first shared allocation
+    from kubeacc.extender.wants import Assigned
 
 log = logging.getLogger(__name__)
 

@@ -43,6 +43,7 @@ from lightkube import Client
 from prometheus_client import Counter
 
 from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.dra.bindingconds import FAILED, PROGRAMMED
 from kubeacc.agent.dra.claimpatch import patch_devices
 from kubeacc.agent.dra.claims import WatchingClaimSource
 from kubeacc.crds.events import emit_event
@@ -50,10 +51,6 @@ from kubeacc.crds.opaque import ConfigError, FpgaConfig, parse_config
 
 log = logging.getLogger(__name__)
 
-#: True once the claim's bitstream is loaded (or the claim asks for none).
-PROGRAMMED = "kubeacc.io/BitstreamProgrammed"
-#: True when the bitstream cannot be loaded: the scheduler gives the device back.
-FAILED = "kubeacc.io/BitstreamFailed"
 #: Seconds one load may take before it is reported failed.
 PROGRAM_TIMEOUT_S = 120.0
 #: Writes of one outcome tried (2 s apart) before it is given up (the scheduler's timeout
@@ -62,10 +59,6 @@ WRITE_ATTEMPTS = 30
 
 #: (device, bitstream name, "sha256:<hex>") -> what was done; raises with the reason.
 Program = Callable[[str, str, str], str]
-
-
-class NotProgrammed(Exception):
-    """The device does not carry the claim's bitstream (yet)."""
 
 
 def with_binding_conditions(

@@ -42,7 +42,7 @@ from typing import Any
 from kubeacc.agent.dra import DRIVER_NAME, cdi, metadata
 from kubeacc.agent.dra.applied import AppliedSharing, GpuWant, SharingError, want_of
 from kubeacc.agent.dra.atomic import write_atomic
-from kubeacc.agent.dra.binding import PROGRAMMED, NotProgrammed
+from kubeacc.agent.dra.bindingconds import PROGRAMMED, NotProgrammed
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo

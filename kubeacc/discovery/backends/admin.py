@@ -19,8 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from kubeacc.discovery.context import DiscoveryContext
 from kubeacc.model import Device, Health, HealthState
 
@@ -33,6 +31,8 @@ class ConfigError(ValueError):
 
 
 def load_config(path: str | Path) -> DiscoveryConfig:
+    import yaml  # only a node with an admin discovery file reads YAML
+
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as err:

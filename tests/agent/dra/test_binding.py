@@ -14,10 +14,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.binding import (
-    FAILED,
-    PROGRAMMED,
     FpgaBinder,
-    NotProgrammed,
     Work,
     condition_entry,
     merged_entries,
@@ -25,6 +22,7 @@ from kubeacc.agent.dra.binding import (
     still_allocated,
     with_binding_conditions,
 )
+from kubeacc.agent.dra.bindingconds import FAILED, PROGRAMMED, NotProgrammed
 from kubeacc.agent.dra.features import SliceFeatures, without_binding
 from kubeacc.agent.fpga_claims import ClaimProgrammer, ProgrammingRefused
 from kubeacc.agent.lifecycle.bitstreams import make_gbs

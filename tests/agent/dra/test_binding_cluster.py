@@ -28,7 +28,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
 from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.dra.binding import FAILED, PROGRAMMED
+from kubeacc.agent.dra.bindingconds import FAILED, PROGRAMMED
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
 from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.opaque import fpga_claim_config

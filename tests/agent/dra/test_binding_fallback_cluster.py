@@ -17,7 +17,7 @@ import pytest
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.dra.binding import PROGRAMMED
+from kubeacc.agent.dra.bindingconds import PROGRAMMED
 from kubeacc.agent.lifecycle.bitstreams import make_gbs
 from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.crds.resources import as_dict, install_crds
