@@ -26,7 +26,7 @@ import msgspec
 
 from kubeacc.extender.answers import Answers, Kind
 from kubeacc.extender.memo import Ticket
-from kubeacc.extender.placement import NO_GPUS, place, plain_matcher, want_key
+from kubeacc.extender.placement import NO_GPUS, grouping, place, plain_matcher, want_key
 from kubeacc.extender.state import State
 from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
 
@@ -141,7 +141,7 @@ class Extender:
 
     def _kind(self, want: PodWant) -> Kind:
         """Every node's current answer for ``want`` (call with the state lock held)."""
-        return self.answers.kind(want_key(want), lambda: plain_matcher(want))
+        return self.answers.kind(want_key(want), lambda: plain_matcher(want), grouping(want))
 
     @staticmethod
     def _filtered(
