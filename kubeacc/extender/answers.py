@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from itertools import chain
+from itertools import chain, filterfalse, repeat
 from operator import itemgetter
 from typing import cast
 
@@ -45,7 +45,7 @@ class Kind:
         match: Match,
         piece: Callable[[str, int], bytes],
         group: str | None = None,
-        table: Callable[[Iterable[str]], list[tuple[bytes, ...]]] | None = None,
+        table: Callable[[list[str]], Iterable[tuple[bytes, ...]]] | None = None,
     ) -> None:
         self.match = match
         self.piece = piece
@@ -148,7 +148,7 @@ class Kind:
         self.epoch = epoch
 
     def _answer_groups(
-        self, state: State, table: Callable[[Iterable[str]], list[tuple[bytes, ...]]]
+        self, state: State, table: Callable[[list[str]], Iterable[tuple[bytes, ...]]]
     ) -> None:
         """Every node's answer, one :attr:`match` per signature of :attr:`group` (a new share
         size at 5,000 nodes: ~1,100 signatures in bench/extender.py); the nodes of one
@@ -168,9 +168,9 @@ class Kind:
         for (score, reason), groups in alike.items():
             names = list(chain.from_iterable(groups))
             if reason:
-                fails.update(dict.fromkeys(names, reason))
+                fails.update(zip(names, repeat(reason)))
                 continue
-            fits.update(dict.fromkeys(names, score))
+            fits.update(zip(names, repeat(score)))
             if 0 <= score <= MAX_SCORE:
                 scored.update(zip(names, map(itemgetter(score), table(names)), strict=True))
             else:
@@ -223,13 +223,13 @@ class Answers:
                 self._pieces[node] = got
         return got
 
-    def table(self, names: Iterable[str]) -> list[tuple[bytes, ...]]:
-        """:meth:`pieces` of each of ``names``."""
-        got: list[tuple[bytes, ...] | None] = list(map(self._pieces.get, names))
-        if not all(got):
-            pieces = self.pieces
-            got = [p or pieces(n) for p, n in zip(got, names, strict=True)]
-        return cast(list[tuple[bytes, ...]], got)
+    def table(self, names: list[str]) -> Iterable[tuple[bytes, ...]]:
+        """:meth:`pieces` of each of ``names``, in their order (one C-level pass when all are
+        known, as they are after the first answer)."""
+        pieces = self._pieces
+        if next(filterfalse(pieces.__contains__, names), None) is not None:
+            return [self.pieces(n) for n in names]
+        return map(pieces.__getitem__, names)
 
     def piece(self, node: str, score: int) -> bytes:
         """``{"Host": node, "Score": score}`` encoded."""
