@@ -8,6 +8,8 @@ computed once; a later call first re-answers only the nodes the state logged as 
 (:meth:`State.changed_since`), so a node's change shows in the very next answer. Filter then
 keeps the candidates that fit with one set lookup each, and prioritize joins pre-encoded JSON
 pieces (``{"Host":"node-1","Score":7}``) instead of building and encoding a dict per node.
+A new kind whose answer a node signature decides (``placement.grouping``) is answered once per
+signature present (``State.groups``), not once per node.
 
 All methods must be called with ``state.lock`` held.
 """
