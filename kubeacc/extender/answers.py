@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from itertools import chain, filterfalse, repeat
-from operator import itemgetter
+from operator import getitem
 from typing import cast
 
 import msgspec
@@ -63,7 +63,8 @@ class Kind:
         self.fails: dict[str, str] = {}
         #: The prioritize piece (``{"Host":...,"Score":...}``) of every node that fits: a
         #: HostPriorityList is then one ``map`` over the names, in C.
-        self.scored: dict[str, bytes] = {}
+        #: (None: not built yet, after an answer by signature; :attr:`scored` builds it.)
+        self._scored: dict[str, bytes] | None = {}
         #: The last filter's answer: (epoch, the nodes it kept), so that prioritize of the
         #: same nodes before anything changes joins their pieces without looking for
         #: unknown or unfit ones.
@@ -78,6 +79,28 @@ class Kind:
         self.changes: list[tuple[int, str]] = []
         self.changes_from = 0
         self.memo = AnswerMemo()
+
+    @property
+    def scored(self) -> dict[str, bytes]:
+        """The prioritize piece (``{"Host":...,"Score":...}``) of every node that fits."""
+        got = self._scored
+        if got is None:
+            names = list(self.fits)
+            got = self._scored = dict(zip(names, self._table_pieces(names), strict=True))
+        return got
+
+    def _table_pieces(self, names: list[str]) -> Iterable[bytes]:
+        """The pieces of ``names`` (nodes that fit, every score within the table) from the
+        answers' table (only while :attr:`_scored` is not built, after an answer by
+        signature)."""
+        assert self.table is not None
+        return map(getitem, self.table(names), map(self.fits.__getitem__, names))
+
+    def pieces(self, names: list[str]) -> Iterable[bytes]:
+        """The prioritize pieces of ``names``, nodes that fit."""
+        if self._scored is None:
+            return self._table_pieces(names)
+        return map(self._scored.__getitem__, names)
 
     def filter(self, names: list[str]) -> list[str]:
         """The ``names`` that fit, in their order (remembered for :meth:`Answers.priorities`).
@@ -118,7 +141,7 @@ class Kind:
         changed = state.changed_since(self.epoch) if self.epoch >= 0 else None
         if changed is None or len(changed) > len(state.nodes):
             if self.group is not None and self.table is not None:
-                self._answer_groups(state, self.table)
+                self._answer_groups(state)
             else:
                 self.fits, self.fails = {}, {}
                 match, fits, fails = self.match, self.fits, self.fails
@@ -129,7 +152,7 @@ class Kind:
                     else:
                         fits[node] = score
                 piece = self.piece
-                self.scored = {node: piece(node, score) for node, score in fits.items()}
+                self._scored = {node: piece(node, score) for node, score in fits.items()}
             self.version += 1
             self.fit_version += 1
             self.changes, self.changes_from = [], self.version
@@ -149,12 +172,12 @@ class Kind:
                 self.fit_version += 1
         self.epoch = epoch
 
-    def _answer_groups(
-        self, state: State, table: Callable[[list[str]], Iterable[tuple[bytes, ...]]]
-    ) -> None:
+    def _answer_groups(self, state: State) -> None:
         """Every node's answer, one :attr:`match` per signature of :attr:`group` (a new share
-        size at 5,000 nodes: ~1,100 signatures in bench/extender.py); the nodes of one
-        signature, then the nodes of each answer, take it with C-level dict updates."""
+        size at 5,000 nodes: 89 signatures in bench/extender.py); the nodes of one signature,
+        then the nodes of each answer, take it with C-level dict updates. The pieces are
+        built when first read (:attr:`scored`): a cold pod's prioritize joins those of
+        filter's nodes without a 5,000-entry dict."""
         alike: dict[tuple[int, str], list[dict[str, None]]] = {}
         match, nodes = self.match, state.nodes
         for members in state.groups[self.group or ""].values():
@@ -166,18 +189,18 @@ class Kind:
                 got.append(members)
         fits: dict[str, int] = {}
         fails: dict[str, str] = {}
-        scored: dict[str, bytes] = {}
+        in_range = True
         for (score, reason), groups in alike.items():
             names = list(chain.from_iterable(groups))
             if reason:
                 fails.update(zip(names, repeat(reason)))
-                continue
-            fits.update(zip(names, repeat(score)))
-            if 0 <= score <= MAX_SCORE:
-                scored.update(zip(names, map(itemgetter(score), table(names)), strict=True))
             else:
-                scored.update((n, self.piece(n, score)) for n in names)
-        self.fits, self.fails, self.scored = fits, fails, scored
+                fits.update(zip(names, repeat(score)))
+                in_range = in_range and 0 <= score <= MAX_SCORE
+        self.fits, self.fails, self._scored = fits, fails, None
+        if not in_range:  # a score without a piece in the table: built now, node by node
+            piece = self.piece
+            self._scored = {node: piece(node, s) for node, s in fits.items()}
 
     def changed_since(self, version: int) -> set[str] | None:
         """The nodes whose answer changed after ``version``; None: not known that far back."""
@@ -275,7 +298,7 @@ class Answers:
             # the nodes filter just kept, nothing changed since: each has its piece (the
             # names are then mostly filter's own strings, compared by identity)
             if epoch == kind.epoch and names == passed:
-                return b"[" + b",".join(map(kind.scored.__getitem__, passed)) + b"]"
+                return b"[" + b",".join(kind.pieces(passed)) + b"]"
         # The candidates prioritize gets are those filter kept, so nearly always every name
         # has its piece in ``kind.scored``: one map in C (a comprehension with two lookups
         # per name was ~60 % of the two verbs' CPU at 5,000 nodes).

@@ -7,6 +7,8 @@ import dataclasses
 import random
 from typing import Any
 
+import msgspec
+
 from kubeacc.extender.answers import Answers
 from kubeacc.extender.placement import grouping, plain_matcher, want_key
 from kubeacc.extender.state import SIGNATURES, Gpu, NodeView, State
@@ -74,6 +76,11 @@ def assert_answers(answers: Answers, state: State, want: PodWant, step: object) 
         kind = answers.kind(want_key(want), lambda: plain_matcher(want), grouping(want))
         fits, fails = per_node(state, want)
         assert (kind.fits, kind.fails) == (fits, fails), step
+        # prioritize of what filter kept: its pieces (read from the table while a new kind's
+        # are not built yet), then every piece
+        passed = kind.filter(sorted(state.nodes, reverse=True))
+        expected = [{"Host": n, "Score": fits[n]} for n in passed]
+        assert answers.priorities(kind, passed) == msgspec.json.encode(expected), step
         assert kind.scored == {n: answers.piece(n, s) for n, s in fits.items()}, step
 
 
