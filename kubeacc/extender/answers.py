@@ -8,6 +8,8 @@ computed once; a later call first re-answers only the nodes the state logged as 
 (:meth:`State.changed_since`), so a node's change shows in the very next answer. Filter then
 keeps the candidates that fit with one set lookup each, and prioritize joins pre-encoded JSON
 pieces (``{"Host":"node-1","Score":7}``) instead of building and encoding a dict per node.
+A new kind whose answer a node signature decides (``placement.grouping``) is answered once per
+signature present (``State.groups``), not once per node.
 
 All methods must be called with ``state.lock`` held.
 """
@@ -15,7 +17,9 @@ All methods must be called with ``state.lock`` held.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import chain, filterfalse, repeat
+from operator import getitem
 from typing import cast
 
 import msgspec
@@ -38,9 +42,20 @@ _encode = msgspec.json.encode
 class Kind:
     """The answers of every node of the state for one kind of request."""
 
-    def __init__(self, match: Match, piece: Callable[[str, int], bytes]) -> None:
+    def __init__(
+        self,
+        match: Match,
+        piece: Callable[[str, int], bytes],
+        group: str | None = None,
+        table: Callable[[list[str]], Iterable[tuple[bytes, ...]]] | None = None,
+    ) -> None:
         self.match = match
         self.piece = piece
+        #: The node signature that decides the answer (``state.SIGNATURES``), if one does:
+        #: a full update then answers one node of each signature for all of its nodes.
+        self.group = group
+        #: The prioritize pieces of some nodes, for the scores 0..MAX_SCORE each.
+        self.table = table
         self.epoch = -1
         #: Score of every node that fits.
         self.fits: dict[str, int] = {}
@@ -48,7 +63,8 @@ class Kind:
         self.fails: dict[str, str] = {}
         #: The prioritize piece (``{"Host":...,"Score":...}``) of every node that fits: a
         #: HostPriorityList is then one ``map`` over the names, in C.
-        self.scored: dict[str, bytes] = {}
+        #: (None: not built yet, after an answer by signature; :attr:`scored` builds it.)
+        self._scored: dict[str, bytes] | None = {}
         #: The last filter's answer: (epoch, the nodes it kept), so that prioritize of the
         #: same nodes before anything changes joins their pieces without looking for
         #: unknown or unfit ones.
@@ -63,6 +79,28 @@ class Kind:
         self.changes: list[tuple[int, str]] = []
         self.changes_from = 0
         self.memo = AnswerMemo()
+
+    @property
+    def scored(self) -> dict[str, bytes]:
+        """The prioritize piece (``{"Host":...,"Score":...}``) of every node that fits."""
+        got = self._scored
+        if got is None:
+            names = list(self.fits)
+            got = self._scored = dict(zip(names, self._table_pieces(names), strict=True))
+        return got
+
+    def _table_pieces(self, names: list[str]) -> Iterable[bytes]:
+        """The pieces of ``names`` (nodes that fit, every score within the table) from the
+        answers' table (only while :attr:`_scored` is not built, after an answer by
+        signature)."""
+        assert self.table is not None
+        return map(getitem, self.table(names), map(self.fits.__getitem__, names))
+
+    def pieces(self, names: list[str]) -> Iterable[bytes]:
+        """The prioritize pieces of ``names``, nodes that fit."""
+        if self._scored is None:
+            return self._table_pieces(names)
+        return map(self._scored.__getitem__, names)
 
     def filter(self, names: list[str]) -> list[str]:
         """The ``names`` that fit, in their order (remembered for :meth:`Answers.priorities`).
@@ -102,16 +140,19 @@ class Kind:
             return
         changed = state.changed_since(self.epoch) if self.epoch >= 0 else None
         if changed is None or len(changed) > len(state.nodes):
-            self.fits, self.fails = {}, {}
-            match, fits, fails = self.match, self.fits, self.fails
-            for node, view in state.nodes.items():
-                score, reason = match(view)
-                if reason:
-                    fails[node] = reason
-                else:
-                    fits[node] = score
-            piece = self.piece
-            self.scored = {node: piece(node, score) for node, score in fits.items()}
+            if self.group is not None and self.table is not None:
+                self._answer_groups(state)
+            else:
+                self.fits, self.fails = {}, {}
+                match, fits, fails = self.match, self.fits, self.fails
+                for node, view in state.nodes.items():
+                    score, reason = match(view)
+                    if reason:
+                        fails[node] = reason
+                    else:
+                        fits[node] = score
+                piece = self.piece
+                self._scored = {node: piece(node, score) for node, score in fits.items()}
             self.version += 1
             self.fit_version += 1
             self.changes, self.changes_from = [], self.version
@@ -130,6 +171,36 @@ class Kind:
             if 2 in codes:
                 self.fit_version += 1
         self.epoch = epoch
+
+    def _answer_groups(self, state: State) -> None:
+        """Every node's answer, one :attr:`match` per signature of :attr:`group` (a new share
+        size at 5,000 nodes: 89 signatures in bench/extender.py); the nodes of one signature,
+        then the nodes of each answer, take it with C-level dict updates. The pieces are
+        built when first read (:attr:`scored`): a cold pod's prioritize joins those of
+        filter's nodes without a 5,000-entry dict."""
+        alike: dict[tuple[int, str], list[dict[str, None]]] = {}
+        match, nodes = self.match, state.nodes
+        for members in state.groups[self.group or ""].values():
+            answer = match(nodes[next(iter(members))])
+            got = alike.get(answer)
+            if got is None:
+                alike[answer] = [members]
+            else:
+                got.append(members)
+        fits: dict[str, int] = {}
+        fails: dict[str, str] = {}
+        in_range = True
+        for (score, reason), groups in alike.items():
+            names = list(chain.from_iterable(groups))
+            if reason:
+                fails.update(zip(names, repeat(reason)))
+            else:
+                fits.update(zip(names, repeat(score)))
+                in_range = in_range and 0 <= score <= MAX_SCORE
+        self.fits, self.fails, self._scored = fits, fails, None
+        if not in_range:  # a score without a piece in the table: built now, node by node
+            piece = self.piece
+            self._scored = {node: piece(node, s) for node, s in fits.items()}
 
     def changed_since(self, version: int) -> set[str] | None:
         """The nodes whose answer changed after ``version``; None: not known that far back."""
@@ -153,11 +224,12 @@ class Answers:
         #: Per node, its prioritize pieces for the scores 0..MAX_SCORE.
         self._pieces: dict[str, tuple[bytes, ...]] = {}
 
-    def kind(self, key: object, make: Callable[[], Match]) -> Kind:
-        """The current answers for ``key`` (``make`` builds its matcher when new)."""
+    def kind(self, key: object, make: Callable[[], Match], group: str | None = None) -> Kind:
+        """The current answers for ``key`` (``make`` builds its matcher when new; ``group``:
+        the node signature that decides its answers, :attr:`Kind.group`)."""
         got = self._kinds.get(key)
         if got is None:
-            got = self._kinds[key] = Kind(make(), self.piece)
+            got = self._kinds[key] = Kind(make(), self.piece, group, self.table)
             if len(self._kinds) > self.kinds:
                 self._kinds.popitem(last=False)
         else:
@@ -175,6 +247,14 @@ class Answers:
                     self._pieces = {}  # mostly nodes gone since
                 self._pieces[node] = got
         return got
+
+    def table(self, names: list[str]) -> Iterable[tuple[bytes, ...]]:
+        """:meth:`pieces` of each of ``names``, in their order (one C-level pass when all are
+        known, as they are after the first answer)."""
+        pieces = self._pieces
+        if next(filterfalse(pieces.__contains__, names), None) is not None:
+            return [self.pieces(n) for n in names]
+        return map(pieces.__getitem__, names)
 
     def piece(self, node: str, score: int) -> bytes:
         """``{"Host": node, "Score": score}`` encoded."""
@@ -218,7 +298,7 @@ class Answers:
             # the nodes filter just kept, nothing changed since: each has its piece (the
             # names are then mostly filter's own strings, compared by identity)
             if epoch == kind.epoch and names == passed:
-                return b"[" + b",".join(map(kind.scored.__getitem__, passed)) + b"]"
+                return b"[" + b",".join(kind.pieces(passed)) + b"]"
         # The candidates prioritize gets are those filter kept, so nearly always every name
         # has its piece in ``kind.scored``: one map in C (a comprehension with two lookups
         # per name was ~60 % of the two verbs' CPU at 5,000 nodes).

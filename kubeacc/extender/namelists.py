@@ -7,6 +7,10 @@ either escapes). At 5,000 nodes, decoding that list is 5,000 new strings whose h
 then computed again for every lookup; taking filter's own list back instead costs one
 comparison of the bytes, and its strings already carry their hashes.
 
+Filter's own candidates are kept too (``decode(raw, keep=True)``): kube-scheduler sends every
+pod's filter the same list of nodes while the nodes stay the same, and a decoded list's
+strings get their hashes computed only once, at the first lookup of each.
+
 A list is kept only under its exact bytes, so a hit gives what decoding would give; any other
 list is decoded as usual. Thread-safe: the HTTP server serves each connection in its thread.
 """
@@ -37,13 +41,22 @@ class NameLists:
         with self._lock:
             self._kept.append((raw, names))
 
-    def decode(self, raw: bytes) -> list[str] | None:
+    def decode(self, raw: bytes, keep: bool = False) -> list[str] | None:
         """``raw`` (a JSON list of strings) decoded: a kept list when the bytes are the same
-        (a fresh copy of it, so the caller may change it), else decoded; raises
-        :class:`msgspec.DecodeError` (or its ``ValidationError``) as decoding does."""
+        (a fresh copy of it, so the caller may change it; it is then the newest kept), else
+        decoded, and kept if ``keep``; raises :class:`msgspec.DecodeError` (or its
+        ``ValidationError``) as decoding does."""
         with self._lock:
-            for kept_raw, names in reversed(self._kept):
+            kept = self._kept
+            for i in range(len(kept) - 1, -1, -1):
+                kept_raw, names = kept[i]
                 if len(kept_raw) == len(raw) and kept_raw == raw:
                     self.hits += 1
+                    if i != len(kept) - 1:
+                        del kept[i]
+                        kept.append((kept_raw, names))
                     return list(names)
-        return _decoder.decode(raw)
+        got = _decoder.decode(raw)
+        if keep and got is not None:
+            self.keep(bytes(raw), list(got))
+        return got

@@ -91,6 +91,22 @@ def _memoized(want: PodWant, match: Match) -> Match:
     return cached
 
 
+def grouping(want: PodWant) -> str | None:
+    """Which of the node's signatures (``NodeView.keys``, ``state.SIGNATURES``) decides its
+    answer for ``want`` under :func:`plain_matcher`: nodes of one signature answer alike.
+    None: the answer reads more (a node's GPUs one by one, its topology)."""
+    if len(want.containers) != 1:
+        return None
+    c = want.containers[0]
+    if c.shared:
+        return "share" if c.cores or want.models else "memory"
+    if c.units and not want.mix:
+        return "whole"
+    if c.units or (c.model is None and want.models):
+        return None
+    return "whole"
+
+
 def _matcher(want: PodWant) -> Match:
     if len(want.containers) != 1:
         return lambda view: _from_fit(place(view, want)) if view.gpus else (0, NO_GPUS)

@@ -149,7 +149,7 @@ def _decode_quick(verb: str, raw: bytes, lists: NameLists) -> dict[str, Any] | N
     args, names = quick
     if names is not None:
         try:
-            args["NodeNames"] = lists.decode(names)
+            args["NodeNames"] = lists.decode(names, keep=verb == "filter")
         except msgspec.DecodeError:
             return None
     return args
@@ -302,7 +302,7 @@ def _handler(outer: ExtenderServer) -> type[BoundedHandler]:
                     return
                 ticket = kept
                 try:
-                    args["NodeNames"] = outer.lists.decode(names)
+                    args["NodeNames"] = outer.lists.decode(names, keep=verb == "filter")
                 except msgspec.DecodeError:
                     args = None  # read fully below, for its error
             try:

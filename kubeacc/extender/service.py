@@ -20,13 +20,13 @@ import threading
 import time
 from collections.abc import Mapping
 from itertools import filterfalse
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import msgspec
 
 from kubeacc.extender.answers import Answers, Kind
 from kubeacc.extender.memo import Ticket
-from kubeacc.extender.placement import NO_GPUS, place, plain_matcher, want_key
+from kubeacc.extender.placement import NO_GPUS, grouping, place, plain_matcher, want_key
 from kubeacc.extender.state import State
 from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
 
@@ -131,17 +131,21 @@ class Extender:
             fits, fails = kind.fits, kind.fails
             passed = kind.filter(names)
             if len(passed) < len(names):
-                for name in filterfalse(fits.__contains__, names):
-                    reason = fails.get(name)
-                    if reason is None:
-                        unresolvable[name] = NO_GPUS
-                    else:
-                        failed[name] = reason
+                out = list(filterfalse(fits.__contains__, names))
+                reasons = list(map(fails.get, out))
+                if all(reasons):  # every one known (a reason is never empty): all in C
+                    failed = dict(zip(out, cast(list[str], reasons), strict=True))
+                else:
+                    for name, reason in zip(out, reasons, strict=True):
+                        if reason is None:
+                            unresolvable[name] = NO_GPUS
+                        else:
+                            failed[name] = reason
         return self._filtered(nodes, passed, failed, unresolvable)
 
     def _kind(self, want: PodWant) -> Kind:
         """Every node's current answer for ``want`` (call with the state lock held)."""
-        return self.answers.kind(want_key(want), lambda: plain_matcher(want))
+        return self.answers.kind(want_key(want), lambda: plain_matcher(want), grouping(want))
 
     @staticmethod
     def _filtered(

@@ -83,6 +83,10 @@ class NodeView:
     biggest: int = 1
     #: Answers for the wants seen since the last change (pods of one Deployment ask alike).
     memo: dict[object, tuple[int, str]] = field(default_factory=dict)
+    #: The node's signatures (:data:`SIGNATURES`, in that order), set by :meth:`refresh`:
+    #: everything the summary matchers of one kind read, so nodes of one signature answer
+    #: alike (``State.groups``).
+    keys: tuple[object, ...] = ()
     _graph: TopologyGraph | None = None
 
     def refresh(self) -> None:
@@ -121,6 +125,22 @@ class NodeView:
         self.whole_one_numa = max(per_numa.values(), default=0)
         self.models = frozenset(g.model for g in self.gpus.values() if g.available)
         self.biggest = max((g.memory for g in self.gpus.values()), default=0) or 1
+        has = bool(self.gpus)
+        # which GPU of a node takes a share depends on the free amounts there are, not on
+        # how many GPUs have each: the distinct ones only (89 signatures instead of 1,142 at
+        # 5,000 nodes in bench/extender.py)
+        self.keys = (
+            (has, tuple(sorted(set(self.free_sorted))), self.max_free, self.biggest),
+            (has, tuple(sorted(set(slots))), self.max_free, self.biggest, self.models),
+            (
+                has,
+                self.free_whole,
+                self.whole_one_numa,
+                tuple(sorted(self.whole_by_model.items())),
+                tuple(sorted(self.whole_numa_by_model.items())),
+                tuple(sorted(self.units_by_model.items())),
+            ),
+        )
 
     def free_memory(self, bdf: str) -> int:
         return self.gpus[bdf].memory - self.use[bdf].memory if bdf in self.use else 0
@@ -130,6 +150,13 @@ class NodeView:
             devices = [g.device for g in self.gpus.values() if g.device is not None]
             self._graph = TopologyGraph.from_inventory(Inventory(devices=devices))
         return self._graph
+
+
+#: The signatures of a node, by what reads them (kubeacc/extender/placement.py, ``grouping``):
+#: "memory": a share of memory only (free MiB per GPU); "share": a share with cores or a model
+#: wish (free MiB, cores and model per GPU, the node's models); "whole": whole GPUs or units
+#: (untouched GPUs per model and NUMA node, units per model).
+SIGNATURES = ("memory", "share", "whole")
 
 
 def gpu_of(device: Device, cordoned: bool = False, table: UnitTable | None = None) -> Gpu | None:
@@ -174,6 +201,9 @@ class State:
         #: ``epoch`` entries knows which nodes changed since (see :mod:`.answers`).
         self.changes: list[str] = []
         self.changes_base = 0
+        #: Per signature (:data:`SIGNATURES`): each signature present -> its nodes (the names
+        #: as keys, in the order they got it), kept exactly as the views' ``keys`` are.
+        self.groups: dict[str, dict[object, dict[str, None]]] = {k: {} for k in SIGNATURES}
 
     @property
     def epoch(self) -> int:
@@ -203,12 +233,15 @@ class State:
                 return
             if old is not None:
                 view.version = old.version
+                self._ungroup(old)
             self.nodes[node] = view
             self._recount(node)
 
     def remove_node(self, node: str) -> None:
         with self.lock:
-            if self.nodes.pop(node, None) is not None:
+            old = self.nodes.pop(node, None)
+            if old is not None:
+                self._ungroup(old)
                 self._changed(node)
 
     def set_inventory(self, per_node: Mapping[str, list[Gpu]]) -> None:
@@ -238,8 +271,20 @@ class State:
                         u.cores += a.cores
                         u.shares += 1
         view.use = use
+        self._ungroup(view)
         view.refresh()
+        for groups, key in zip(self.groups.values(), view.keys, strict=True):
+            groups.setdefault(key, {})[node] = None
         self._changed(node)
+
+    def _ungroup(self, view: NodeView) -> None:
+        """Take ``view``'s node out of the groups of its signatures."""
+        for groups, key in zip(self.groups.values(), view.keys, strict=False):
+            members = groups.get(key)
+            if members is not None:
+                members.pop(view.name, None)
+                if not members:
+                    del groups[key]
 
     def _set(self, uid: str, decision: Decision | None) -> None:
         old = self.allocs.get(uid)

@@ -7,6 +7,8 @@ import pytest
 
 from kubeacc.extender.namelists import NameLists
 
+_encode = msgspec.json.encode
+
 
 def test_a_kept_list_comes_back_as_a_copy_for_the_same_bytes_only() -> None:
     lists = NameLists()
@@ -40,3 +42,18 @@ def test_only_the_newest_lists_are_kept() -> None:
     assert lists.decode(raws[0]) == ["n0"] and lists.hits == 0  # dropped: decoded
     assert lists.decode(raws[2]) == ["n2"] and lists.decode(raws[1]) == ["n1"]
     assert lists.hits == 2
+
+
+def test_filters_candidates_are_kept_when_asked_and_a_hit_becomes_the_newest() -> None:
+    lists = NameLists(keep=2)
+    every = _encode(["n1", "n2", "n3"])
+    assert lists.decode(every, keep=True) == ["n1", "n2", "n3"] and lists.hits == 0
+    got = lists.decode(bytes(every))
+    assert got == ["n1", "n2", "n3"] and lists.hits == 1
+    got.append("changed by the caller")  # a copy: what is kept stays as decoded
+    lists.keep(_encode(["n1"]), ["n1"])
+    assert lists.decode(every) == ["n1", "n2", "n3"] and lists.hits == 2  # now the newest
+    lists.keep(_encode(["n2"]), ["n2"])  # drops ["n1"], the oldest, not the candidates
+    assert lists.decode(every) == ["n1", "n2", "n3"] and lists.hits == 3
+    assert lists.decode(_encode(["n1"])) == ["n1"] and lists.hits == 3
+    assert lists.decode(b"null", keep=True) is None

@@ -120,3 +120,27 @@ def test_the_server_serves_prioritize_from_filters_names() -> None:
         conn.close()
     finally:
         server.stop()
+
+
+def test_the_server_takes_filters_candidates_back_for_the_next_pod() -> None:
+    ext = Extender(state_with({"n1": [small_gpu("0000:01:00.0", 20000)]}))
+    server = ExtenderServer(ext, "127.0.0.1", 0)
+    server.start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+        names = ["n1", "n2"]
+        answers = []
+        for p in (POD, pod("q", {MEMORY: "30000"})):  # two kinds: no kept whole answer
+            body = {"Pod": p, "NodeNames": names, "Nodes": None}
+            conn.request("POST", "/filter", _encoder.encode(body))
+            resp = conn.getresponse()
+            assert resp.status == 200
+            answers.append(resp.read())
+            assert answers[-1] == _encoder.encode(Extender(ext.state).filter(body))
+        assert server.lists.hits == 1  # the second pod's candidates: not decoded again
+        assert msgspec.json.decode(answers[1])["FailedNodes"] == {
+            "n1": "no GPU with 30000 MiB free (most free on one GPU: 20000 MiB)"
+        }
+        conn.close()
+    finally:
+        server.stop()
