@@ -37,7 +37,7 @@ class CountingClient(Client):
         return super().patch(*args, **kwargs)
 
 
-def entry(reason: str) -> dict[str, Any]:
+def entry(reason: str, pool: str = POOL) -> dict[str, Any]:
     condition = {
         "type": "Ready",
         "status": "True",
@@ -45,7 +45,7 @@ def entry(reason: str) -> dict[str, Any]:
         "message": "",
         "lastTransitionTime": "2026-11-27T00:00:00Z",
     }
-    return {"driver": "kubeacc.io", "pool": POOL, "device": DEVICE, "conditions": [condition]}
+    return {"driver": "kubeacc.io", "pool": pool, "device": DEVICE, "conditions": [condition]}
 
 
 def set_to(reason: str) -> Any:
@@ -57,10 +57,10 @@ def reasons(client: Client, ns: str) -> list[str]:
     return [d["conditions"][0]["reason"] for d in claim["status"].get("devices") or []]
 
 
-def allocated_claim(kube_client: Client, ns: str) -> dict[str, Any]:
+def allocated_claim(kube_client: Client, ns: str, pool: str = POOL) -> dict[str, Any]:
     requests = [{"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}]
     kube_client.create(resource_claim("c", ns, requests))
-    result = {"request": "gpu", "driver": "kubeacc.io", "pool": POOL, "device": DEVICE}
+    result = {"request": "gpu", "driver": "kubeacc.io", "pool": pool, "device": DEVICE}
     kube_client.patch(
         ResourceClaim.Status,
         "c",

@@ -12,7 +12,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
 from kubeacc.agent.dra.claims import WatchingClaimSource
-from tests.agent.dra.test_claimpatch_cluster import POOL, allocated_claim, entry
+from tests.agent.dra.test_claimpatch_cluster import allocated_claim, entry
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster
@@ -22,9 +22,10 @@ def test_a_status_devices_write_is_no_change_of_the_claim(
     kube_client: Client, namespace: str
 ) -> None:
     ns = namespace
-    uid = allocated_claim(kube_client, ns)["metadata"]["uid"]
+    pool = f"node-{ns}"  # the watch sees every namespace: no other test's claims in this pool
+    uid = allocated_claim(kube_client, ns, pool)["metadata"]["uid"]
     changes: list[int] = []
-    watch = WatchingClaimSource(kube_client, POOL, on_change=lambda: changes.append(1))
+    watch = WatchingClaimSource(kube_client, pool, on_change=lambda: changes.append(1))
     watch.start()
     try:
 
@@ -38,7 +39,7 @@ def test_a_status_devices_write_is_no_change_of_the_claim(
         kube_client.patch(
             ResourceClaim.Status,
             "c",
-            {"status": {"devices": [entry("Prepared")]}},
+            {"status": {"devices": [entry("Prepared", pool)]}},
             namespace=ns,
             patch_type=PatchType.MERGE,
         )
