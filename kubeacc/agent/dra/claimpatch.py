@@ -1,8 +1,12 @@
 """Writing ``status.devices`` of a ResourceClaim: a JSON patch guarded by the claim's
 ``resourceVersion``, re-read and recomputed on a conflict.
 
-The first try starts from the agent's watch of its claims when it has the claim (one request
-per write, not a GET and a PATCH); a stale copy fails the guard and the claim is read then.
+The first try starts from the freshest copy of the claim the writer has (the server's answer
+to its own last write of that claim, or the agent's watch of its claims): one request per
+write, not a GET and a PATCH; a stale copy fails the guard and the claim is read then. A copy
+that already shows what is wanted is trusted only when it is the server's answer to the writer's
+own last write (``trusted``: nobody else writes this node's entries), and then nothing is sent;
+any other copy is confirmed by a read first.
 
 Not a server-side apply: the API server cannot take an apply to a claim whose allocation
 carries opaque configs (a ``GpuConfig``, an ``FpgaConfig``) from a node agent. It reads the
@@ -24,6 +28,8 @@ CONFLICTS = 5
 
 #: (the claim as API JSON) -> its new ``status.devices``, or None to leave the claim alone
 Change = Callable[[dict[str, Any]], list[dict[str, Any]] | None]
+#: Gets each copy of the claim the server sent (a read, or the answer to the patch).
+Seen = Callable[[dict[str, Any]], None]
 
 
 def patch_devices(
@@ -33,11 +39,16 @@ def patch_devices(
     change: Change,
     field_manager: str,
     first: dict[str, Any] | None = None,
+    *,
+    trusted: bool = False,
+    seen: Seen | None = None,
 ) -> bool:
-    """Read the claim (or start from ``first``, a copy of it from a watch), compute its new
+    """Read the claim (or start from ``first``, a copy of it), compute its new
     ``status.devices`` and write them if the claim did not change meanwhile (else read again,
-    :data:`CONFLICTS` times at most). False when the claim is gone or ``change`` leaves it
-    alone; raises RuntimeError when it kept changing."""
+    :data:`CONFLICTS` times at most). ``trusted``: ``first`` is the server's answer to this
+    writer's own last write, so devices equal to its own are taken as already so (nothing
+    sent); ``seen`` gets each copy the server sent. False when the claim is gone or ``change``
+    leaves it alone; raises RuntimeError when it kept changing."""
     for _ in range(CONFLICTS):
         data, first = first, None
         if data is None:
@@ -48,8 +59,10 @@ def patch_devices(
                     return False
                 raise
             fresh = True
+            if seen is not None:
+                seen(data)
         else:
-            fresh = False
+            fresh, trusted = trusted, False
         devices = change(data)
         if devices is None:
             if fresh:
@@ -68,7 +81,7 @@ def patch_devices(
             {"op": "add", "path": "/status/devices", "value": devices},
         ]
         try:
-            client.patch(
+            answer = client.patch(
                 ResourceClaim.Status,
                 name,
                 patch,
@@ -76,10 +89,13 @@ def patch_devices(
                 patch_type=PatchType.JSON,
                 field_manager=field_manager,
             )
-            return True
         except ApiError as exc:
             if exc.status.code == 404:
                 return False
             if exc.status.code not in (409, 422):  # 422: the resourceVersion test failed
                 raise
+        else:
+            if seen is not None:
+                seen(answer.to_dict())
+            return True
     raise RuntimeError(f"claim {namespace}/{name} kept changing")

@@ -64,7 +64,8 @@ class WatchingClaimSource(ApiClaimSource):
     ) -> None:
         super().__init__(client)
         self.pool = pool
-        #: Called when a claim allocated from ``pool`` changed (e.g. its ``reservedFor``).
+        #: Called when a claim allocated from ``pool`` changed (e.g. its ``reservedFor``); not
+        #: for a change of its ``status.devices`` alone (the device-status writes of the agent).
         self.on_change = on_change
         #: Called with each claim allocated from ``pool`` as the watch delivers it (listed
         #: again after every restart of the watch), e.g. kubeacc.agent.dra.binding.
@@ -112,8 +113,9 @@ class WatchingClaimSource(ApiClaimSource):
                     here = event != "DELETED" and allocated_here(data, self.pool)
                     with self._lock:
                         if here:
+                            before = self._cache.get(key)
                             self._cache[key] = data
-                            ours = True
+                            ours = before is None or _beyond_status(before) != _beyond_status(data)
                         else:
                             ours = self._cache.pop(key, None) is not None
                     if ours and self.on_change is not None:
@@ -132,3 +134,15 @@ class WatchingClaimSource(ApiClaimSource):
                 log.warning("claim watch ended (%s); restarting in %.0f s", exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
+
+
+def _beyond_status(claim: dict[str, Any]) -> tuple[Any, ...]:
+    """What of a claim is more than its ``status.devices`` (and the bookkeeping each write
+    changes: resourceVersion, managedFields)."""
+    meta = {k: v for k, v in (claim.get("metadata") or {}).items() if k not in _BOOKKEEPING}
+    status = {k: v for k, v in (claim.get("status") or {}).items() if k != "devices"}
+    rest = {k: v for k, v in claim.items() if k not in ("metadata", "status")}
+    return meta, status, rest
+
+
+_BOOKKEEPING = frozenset({"resourceVersion", "managedFields"})

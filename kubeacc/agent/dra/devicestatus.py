@@ -15,7 +15,13 @@ never touched, and an empty list removes ours. They run on a thread of their own
 that prepare and unprepare never wait for the API server: the status follows within moments, a
 claim already gone is skipped, and a write that fails is tried again a few times. Writes are
 coalesced per claim (only its latest state is sent), so a burst of prepares and unprepares costs
-at most one write per claim in flight.
+at most one write per claim in flight. The writer keeps the server's answer to its last write of
+each claim (:data:`KNOWN` claims at most): the next write of that claim starts from it (or from
+the claim watch's copy where that is newer), so it needs no read, and a write whose entries are
+already so there is not sent at all -- a claim prepared again before its unprepare's write went
+out, or unprepared again after its entries were removed. A condition whose status does not
+change keeps its ``lastTransitionTime`` (the API's convention for conditions), so preparing a
+claim again does not count as a change.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: Attempts per write before it is given up (logged).
 ATTEMPTS = 5
+#: Claims whose last answer from the server the writer keeps (the most recently written).
+KNOWN = 256
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,8 @@ class DeviceStatusWriter:
         self._pending: dict[str, _Write] = {}
         #: Claims whose entries are on the server now.
         self._written: set[str] = set()
+        #: Claim UID -> the server's answer to our last write of it (oldest first).
+        self._known: dict[str, dict[str, Any]] = {}
         self._cond = threading.Condition()
         self._stopped = False
         self._thread: threading.Thread | None = None
@@ -205,9 +215,36 @@ class DeviceStatusWriter:
             entries = (data.get("status") or {}).get("devices") or []
             return with_node_entries(entries, self.node, devices)
 
-        first = self.claims.cached(namespace, name, uid) if self.claims is not None else None
-        if patch_devices(self.client, namespace, name, change, self.field_manager, first):
+        def seen(data: dict[str, Any]) -> None:
+            if (data.get("metadata") or {}).get("uid") != uid:
+                return
+            self._known.pop(uid, None)
+            self._known[uid] = data
+            while len(self._known) > KNOWN:
+                del self._known[next(iter(self._known))]
+
+        cached = self.claims.cached(namespace, name, uid) if self.claims is not None else None
+        known = self._known.get(uid)
+        first, trusted = cached, False
+        if known is not None and not _newer(cached, known):
+            first, trusted = known, True
+        if patch_devices(
+            self.client, namespace, name, change, self.field_manager, first,
+            trusted=trusted, seen=seen,
+        ):  # fmt: skip
             self.written += 1
+
+
+def _newer(a: dict[str, Any] | None, b: dict[str, Any]) -> bool:
+    """Is copy ``a`` of a claim newer than ``b``? Where the resourceVersions are not numbers
+    (the API gives no order), ``a`` counts as newer: it is then confirmed by a read."""
+    if a is None:
+        return False
+    va = str((a.get("metadata") or {}).get("resourceVersion", ""))
+    vb = str((b.get("metadata") or {}).get("resourceVersion", ""))
+    if va.isdigit() and vb.isdigit():
+        return int(va) > int(vb)
+    return va != vb
 
 
 def with_node_entries(
@@ -215,7 +252,8 @@ def with_node_entries(
 ) -> list[dict[str, Any]]:
     """``status.devices`` with this driver's entries of ``pool`` replaced by ``devices``. A
     device that stays keeps the conditions of types ``devices`` does not set (another writer's:
-    the binding conditions); an entry of the pool not in ``devices`` goes (at unprepare, all of
+    the binding conditions), and the ``lastTransitionTime`` of a condition whose status stays
+    the same; an entry of the pool not in ``devices`` goes (at unprepare, all of
     them); other drivers' and pools' entries stay as they are."""
     new = {d["device"]: d for d in devices}
     out: list[dict[str, Any]] = []
@@ -226,7 +264,16 @@ def with_node_entries(
         d = new.pop(str(e.get("device")), None)
         if d is None:
             continue
-        types = {c.get("type") for c in d.get("conditions") or []}
-        kept = [c for c in e.get("conditions") or [] if c.get("type") not in types]
-        out.append({**d, "conditions": [*kept, *(d.get("conditions") or [])]})
+        had = {c.get("type"): c for c in e.get("conditions") or []}
+        ours = [_since(c, had.get(c.get("type"))) for c in d.get("conditions") or []]
+        types = {c.get("type") for c in ours}
+        kept = [c for c in had.values() if c.get("type") not in types]
+        out.append({**d, "conditions": [*kept, *ours]})
     return [*out, *new.values()]
+
+
+def _since(new: dict[str, Any], old: dict[str, Any] | None) -> dict[str, Any]:
+    """Condition ``new``, with ``old``'s transition time where its status is the same."""
+    if old is None or old.get("status") != new.get("status") or "lastTransitionTime" not in old:
+        return new
+    return {**new, "lastTransitionTime": old["lastTransitionTime"]}

@@ -28,6 +28,7 @@ the CDI spec's mount (which names the pod's claim name) and the devices as they 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -127,10 +128,23 @@ def files(claim: Mapping[str, Any], requests: Iterable[RequestMetadata]) -> dict
 def write(state_dir: Path, uid: str, contents: Mapping[str, bytes]) -> None:
     """Write a claim's files (each replaced whole; no fsync, see above); OSError when one
     cannot be."""
+    top = state_dir / SUB_DIR / uid
+    if contents:
+        _mkdir(top)
     for request, data in contents.items():
-        path = host_path(state_dir, uid, request)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = top / request / FILE_NAME
+        _mkdir(path.parent)
         write_atomic(path, data, 0o644, durable=False)
+
+
+def _mkdir(path: Path) -> None:
+    """``path`` and its parents: one system call where only ``path`` is missing."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:
+        path.mkdir(parents=True, exist_ok=True)
 
 
 def mounted(state_dir: Path, uid: str, spec: Mapping[str, Any]) -> dict[str, str]:
@@ -166,7 +180,25 @@ def claim_object(namespace: str, name: str, uid: str, paths: Mapping[str, str]) 
 
 
 def remove(state_dir: Path, uid: str) -> None:
-    shutil.rmtree(state_dir / SUB_DIR / uid, ignore_errors=True)
+    """Remove a claim's files and directories. Each request directory holds its one file, so
+    they go by name (a system call each: at unprepare, ``shutil.rmtree``'s walk cost more than
+    the rest of the call); anything else found there falls back to the walk."""
+    top = os.path.join(state_dir, SUB_DIR, uid)
+    try:
+        requests = os.listdir(top)
+    except FileNotFoundError:
+        return  # prepared without metadata, or removed already
+    except OSError:
+        shutil.rmtree(top, ignore_errors=True)  # not a directory we can list: the walk decides
+        return
+    try:
+        for request in requests:
+            where = os.path.join(top, request)
+            os.unlink(os.path.join(where, FILE_NAME))
+            os.rmdir(where)
+        os.rmdir(top)
+    except OSError:
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def leftovers(state_dir: Path, prepared: Iterable[str]) -> list[str]:

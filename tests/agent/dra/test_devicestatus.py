@@ -114,3 +114,21 @@ def test_this_nodes_entries_are_replaced_and_other_writers_conditions_kept() -> 
         ours[1],
     ]
     assert with_node_entries(got, "a", []) == [entries[2], entries[3]]  # unprepare
+
+
+def test_a_condition_whose_status_stays_keeps_its_transition_time() -> None:
+    from kubeacc.agent.dra.devicestatus import with_node_entries
+
+    def ready(status: str, since: str) -> dict[str, Any]:
+        return {"type": "Ready", "status": status, "lastTransitionTime": since}
+
+    def entry(*conditions: dict[str, Any]) -> dict[str, Any]:
+        return {"driver": "kubeacc.io", "pool": "a", "device": "gpu-0", "conditions": [*conditions]}
+
+    on_server = [entry(ready("True", "2026-11-27T10:00:00Z"))]
+    # prepared again later: still Ready, so the entry is what the server has (nothing to send)
+    again = with_node_entries(on_server, "a", [entry(ready("True", "2026-11-27T11:00:00Z"))])
+    assert again == on_server
+    # a status that changes takes the new time
+    down = with_node_entries(on_server, "a", [entry(ready("False", "2026-11-27T11:00:00Z"))])
+    assert down == [entry(ready("False", "2026-11-27T11:00:00Z"))]

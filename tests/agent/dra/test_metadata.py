@@ -155,3 +155,16 @@ def test_start_makes_again_the_files_a_crash_took(tmp_path: Path, dgx: Inventory
     _driver(tmp_path, Claims(), dgx).reconcile()  # no API server needed
     assert {p: p.read_bytes() for p in (torn, gone)} == before
     assert _docs(torn)[0]["podClaimName"] == "gpu"
+
+
+def test_remove_takes_whatever_the_claims_directory_holds(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    metadata.write(state, "u1", {"r": b"{}\n", "net": b"{}\n"})
+    metadata.write(state, "u2", {"r": b"{}\n"})
+    top = state / "dra-device-metadata"
+    (top / "u1" / "r" / ".metadata.json.tmp").write_bytes(b"{")  # a crash mid-write left it
+    (top / "u1" / "stray").write_bytes(b"")  # not a request directory
+    metadata.remove(state, "u1")
+    metadata.remove(state, "u2")  # the plain case: its files by name
+    metadata.remove(state, "u3")  # never written (metadata off): nothing to do
+    assert list(top.iterdir()) == []
