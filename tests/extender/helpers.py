@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from kubeacc.extender.state import Gpu, State, gpu_of
-from kubeacc.extender.wants import Decision
+from kubeacc.extender.wants import Assigned, Decision
 from kubeacc.model import Device, DeviceType
 from kubeacc.model.names import DECISION_ANNOTATION
 from kubeacc.synthetic import profiles
@@ -66,3 +67,19 @@ def state_with(nodes: dict[str, list[Gpu]]) -> State:
     state.set_inventory(nodes)
     state.set_pods([])
     return state
+
+
+def share(node: str, bdf: str, memory: int, cores: int = 0) -> Decision:
+    """A decision for one container's memory (and cores) share of GPU ``bdf`` on ``node``."""
+    return Decision(node, (Assigned("c0", (bdf,), memory=memory, cores=cores),))
+
+
+def reserve_at_random(state: State, rng: random.Random, node: str) -> None:
+    """Reserve one of ``node``'s GPUs for one of 21 pod UIDs: whole (30 %) or a share."""
+    bdf = rng.choice(sorted(state.nodes[node].gpus))
+    uid = f"u{rng.randint(0, 20)}"
+    if rng.random() < 0.3:
+        decision = Decision(node, (Assigned("c0", (bdf,), whole=True),))
+    else:
+        decision = share(node, bdf, rng.choice([1000, 5000, 9000]), rng.choice([0, 30]))
+    state.reserve(uid, decision)

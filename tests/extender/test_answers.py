@@ -11,18 +11,14 @@ from kubeacc.extender.answers import Answers
 from kubeacc.extender.placement import fit, plain_matcher, want_key
 from kubeacc.extender.service import Extender
 from kubeacc.extender.state import Gpu, State
-from kubeacc.extender.wants import CORES, GPU, MEMORY, Assigned, Decision, pod_want
-from tests.extender.helpers import pod, small_gpu, state_with
+from kubeacc.extender.wants import CORES, GPU, MEMORY, pod_want
+from tests.extender.helpers import pod, reserve_at_random, share, small_gpu, state_with
 
 A, B = "0000:01:00.0", "0000:02:00.0"
 
 
 def args(p: dict[str, Any], names: list[str]) -> dict[str, Any]:
     return {"Pod": p, "NodeNames": names, "Nodes": None}
-
-
-def share(node: str, bdf: str, memory: int, cores: int = 0) -> Decision:
-    return Decision(node, (Assigned("c0", (bdf,), memory=memory, cores=cores),))
 
 
 def test_a_reservation_changes_the_next_filter_and_prioritize_at_once() -> None:
@@ -123,13 +119,7 @@ def test_kept_answers_equal_fresh_ones_through_random_changes() -> None:
         view = state.nodes[node]
         action = rng.random()
         if action < 0.45 and view.gpus:
-            bdf = rng.choice(sorted(view.gpus))
-            uid = f"u{rng.randint(0, 20)}"
-            if rng.random() < 0.3:
-                decision = Decision(node, (Assigned("c0", (bdf,), whole=True),))
-            else:
-                decision = share(node, bdf, rng.choice([1000, 5000, 9000]), rng.choice([0, 30]))
-            state.reserve(uid, decision)
+            reserve_at_random(state, rng, node)
         elif action < 0.8:
             state.release(f"u{rng.randint(0, 20)}")
         elif action < 0.9:

@@ -18,22 +18,16 @@ from kubeacc.extender.wants import (
     MEMORY,
     PREFER_ANNOTATION,
     UNITS,
-    Assigned,
-    Decision,
     PodWant,
     pod_want,
 )
-from tests.extender.helpers import pod, small_gpu, state_with
+from tests.extender.helpers import pod, reserve_at_random, share, small_gpu, state_with
 
 A, B, C = "0000:01:00.0", "0000:02:00.0", "0000:03:00.0"
 
 
 def gpu(bdf: str, memory: int, model: str = "l4", numa: int = 0) -> Gpu:
     return dataclasses.replace(small_gpu(bdf, memory, model, numa), units=memory // 100)
-
-
-def share(node: str, bdf: str, memory: int, cores: int = 0) -> Decision:
-    return Decision(node, (Assigned("c0", (bdf,), memory=memory, cores=cores),))
 
 
 def random_gpus(rng: random.Random) -> list[Gpu]:
@@ -144,13 +138,7 @@ def test_groups_and_grouped_answers_stay_exact_through_random_changes() -> None:
         view = state.nodes[node]
         action = rng.random()
         if action < 0.45 and view.gpus:
-            bdf = rng.choice(sorted(view.gpus))
-            uid = f"u{rng.randint(0, 20)}"
-            if rng.random() < 0.3:
-                decision = Decision(node, (Assigned("c0", (bdf,), whole=True),))
-            else:
-                decision = share(node, bdf, rng.choice([1000, 5000, 9000]), rng.choice([0, 30]))
-            state.reserve(uid, decision)
+            reserve_at_random(state, rng, node)
         elif action < 0.75:
             state.release(f"u{rng.randint(0, 20)}")
         elif action < 0.85:

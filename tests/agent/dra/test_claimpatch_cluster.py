@@ -75,19 +75,8 @@ def test_a_current_copy_saves_the_read_and_a_stale_one_is_read_again(
     testbed: Testbed, kube_client: Client, namespace: str
 ) -> None:
     ns = namespace
-    requests = [{"name": "gpu", "exactly": {"deviceClassName": "gpu.kubeacc.io"}}]
-    kube_client.create(resource_claim("c", ns, requests))
-    result = {"request": "gpu", "driver": "kubeacc.io", "pool": POOL, "device": DEVICE}
-    kube_client.patch(
-        ResourceClaim.Status,
-        "c",
-        {"status": {"allocation": {"devices": {"results": [result]}}}},
-        namespace=ns,
-        patch_type=PatchType.MERGE,
-    )
+    current = allocated_claim(kube_client, ns)
     client = CountingClient(KubeConfig.from_file(testbed.kubeconfig), field_manager="test")
-
-    current = as_dict(kube_client.get(ResourceClaim, "c", namespace=ns))
     client.gets = 0
     assert patch_devices(client, ns, "c", set_to("A"), "test", current)
     assert client.gets == 0  # one request: the guarded patch
