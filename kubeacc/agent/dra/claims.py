@@ -115,7 +115,7 @@ class WatchingClaimSource(ApiClaimSource):
                         if here:
                             before = self._cache.get(key)
                             self._cache[key] = data
-                            ours = before is None or _beyond_status(before) != _beyond_status(data)
+                            ours = before is None or not _same_beyond_status(before, data)
                         else:
                             ours = self._cache.pop(key, None) is not None
                     if ours and self.on_change is not None:
@@ -136,13 +136,28 @@ class WatchingClaimSource(ApiClaimSource):
                 backoff = min(backoff * 2, 30.0)
 
 
-def _beyond_status(claim: dict[str, Any]) -> tuple[Any, ...]:
-    """What of a claim is more than its ``status.devices`` (and the bookkeeping each write
-    changes: resourceVersion, managedFields)."""
-    meta = {k: v for k, v in (claim.get("metadata") or {}).items() if k not in _BOOKKEEPING}
-    status = {k: v for k, v in (claim.get("status") or {}).items() if k != "devices"}
-    rest = {k: v for k, v in claim.items() if k not in ("metadata", "status")}
-    return meta, status, rest
+def _same_beyond_status(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Are two versions of a claim the same but for ``status.devices`` (and the bookkeeping
+    each write changes: resourceVersion, managedFields)? Compared in place: this runs on every
+    watch event."""
+    return (
+        _same_but(a.get("metadata") or {}, b.get("metadata") or {}, _BOOKKEEPING)
+        and _same_but(a.get("status") or {}, b.get("status") or {}, _DEVICES)
+        and _same_but(a, b, _PARTS)
+    )
+
+
+def _same_but(a: dict[str, Any], b: dict[str, Any], skip: frozenset[str]) -> bool:
+    kept = 0
+    for k, v in a.items():
+        if k in skip:
+            continue
+        kept += 1
+        if k not in b or b[k] != v:
+            return False
+    return kept == sum(1 for k in b if k not in skip)
 
 
 _BOOKKEEPING = frozenset({"resourceVersion", "managedFields"})
+_DEVICES = frozenset({"devices"})
+_PARTS = frozenset({"metadata", "status"})

@@ -89,8 +89,13 @@ def container_path(claim: Mapping[str, Any], request: str) -> str:
     return f"{CONTAINER_DIR}/{where}/{request}/{DRIVER_NAME}-metadata.json"
 
 
+def claim_dir(state_dir: Path, uid: str) -> Path:
+    """Where a claim's request directories are."""
+    return state_dir / SUB_DIR / uid
+
+
 def host_path(state_dir: Path, uid: str, request: str) -> Path:
-    return state_dir / SUB_DIR / uid / request / FILE_NAME
+    return claim_dir(state_dir, uid) / request / FILE_NAME
 
 
 def stream(claim: Mapping[str, Any], request: RequestMetadata) -> bytes:
@@ -128,11 +133,10 @@ def files(claim: Mapping[str, Any], requests: Iterable[RequestMetadata]) -> dict
 def write(state_dir: Path, uid: str, contents: Mapping[str, bytes]) -> None:
     """Write a claim's files (each replaced whole; no fsync, see above); OSError when one
     cannot be."""
-    top = state_dir / SUB_DIR / uid
     if contents:
-        _mkdir(top)
+        _mkdir(claim_dir(state_dir, uid))
     for request, data in contents.items():
-        path = top / request / FILE_NAME
+        path = host_path(state_dir, uid, request)
         _mkdir(path.parent)
         write_atomic(path, data, 0o644, durable=False)
 
@@ -153,7 +157,7 @@ def mounted(state_dir: Path, uid: str, spec: Mapping[str, Any]) -> dict[str, str
     for dev in spec.get("devices") or []:
         for m in (dev.get("containerEdits") or {}).get("mounts") or []:
             host = Path(str(m.get("hostPath", "")))
-            if host.name == FILE_NAME and host.parent.parent == state_dir / SUB_DIR / uid:
+            if host.name == FILE_NAME and host.parent.parent == claim_dir(state_dir, uid):
                 out[host.parent.name] = str(m.get("containerPath", ""))
     return out
 
@@ -183,7 +187,7 @@ def remove(state_dir: Path, uid: str) -> None:
     """Remove a claim's files and directories. Each request directory holds its one file, so
     they go by name (a system call each: at unprepare, ``shutil.rmtree``'s walk cost more than
     the rest of the call); anything else found there falls back to the walk."""
-    top = os.path.join(state_dir, SUB_DIR, uid)
+    top = claim_dir(state_dir, uid)
     try:
         requests = os.listdir(top)
     except FileNotFoundError:
