@@ -84,11 +84,15 @@ def _condition(acc: dict[str, Any]) -> dict[str, str] | None:
     return next((c for c in conds if c["type"] == CONDITION), None)
 
 
-def _reasons(client: Client, ns: str, name: str) -> list[str]:
+def _reasons(client: Client, ns: str, name: str, uid: str | None = None) -> list[str]:
+    """Reasons of the Events about ``name`` (and, given ``uid``, about that object only: the
+    testbed keeps the Events of earlier tests' objects of the same name)."""
     return [
         e.reason or ""
         for e in client.list(Event, namespace=ns)
-        if e.involvedObject and e.involvedObject.name == name
+        if e.involvedObject
+        and e.involvedObject.name == name
+        and (uid is None or e.involvedObject.uid == uid)
     ]
 
 
@@ -210,7 +214,7 @@ def test_xid_79_on_a_gpu_in_use_is_drained_reset_and_returned(
         eventually(
             lambda: (
                 {"RemediationDraining", "RemediationReturned"}
-                <= set(_reasons(kube_client, "default", acc_name))
+                <= set(_reasons(kube_client, "default", acc_name, back["metadata"]["uid"]))
             ),
             30,
             "the Events of the steps on the Accelerator",
