@@ -43,7 +43,8 @@ def freeze_startup(component: str) -> Frozen:
     """Collect the start-up's garbage, then freeze what is left; logs both collections' time.
 
     Call it once the daemon is serving (it costs one full collection, which the start-up
-    should not wait for).
+    should not wait for). The collector is on afterwards, also where the start ran with it off
+    (``GC_OFF_UNTIL_FROZEN`` in :mod:`kubeacc.cli.entry`).
     """
     started = time.perf_counter()
     gc.collect()
@@ -52,6 +53,7 @@ def freeze_startup(component: str) -> Frozen:
     started = time.perf_counter()
     gc.collect()
     after = (time.perf_counter() - started) * 1000
+    gc.enable()
     frozen = Frozen(gc.get_freeze_count(), round(before, 2), round(after, 2))
     log.info(
         "%s: %d start-up objects frozen; a full garbage collection took %.1f ms before, "

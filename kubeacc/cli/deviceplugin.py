@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from kubeacc.agent.deviceplugin.config import (
     DevicePluginConfig,
@@ -17,13 +17,15 @@ from kubeacc.cli.errors import fail
 from kubeacc.cli.hosts import HostKind, HostKindOption, check_host_root, open_host
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
 from kubeacc.cli.options import DeviceRootOption, HostRootOption, MetricsAddressOption
-from kubeacc.cli.probes import start_probes
 from kubeacc.cli.signals import stop_on_signals
 from kubeacc.discovery import discover
 from kubeacc.gcfreeze import freeze_startup
 from kubeacc.host.files import HostReadError
-from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import DeviceType
+
+if TYPE_CHECKING:
+    from kubeacc.metrics.agent import DevicePluginMetrics
+    from kubeacc.metrics.http import ProbeServer
 
 log = logging.getLogger("kubeacc.device-plugin")
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
@@ -77,13 +79,23 @@ def device_plugin_command(
         )
     setup_logging(log_level)
     host = open_host(host_root, host_kind)
-    metrics = DevicePluginMetrics.standalone()
+    # The series are kept only where --metrics-address serves them: without it no one could
+    # read them, and prometheus_client with the probe server is ~60 modules the kubelet's
+    # Register call would wait for (issue 30).
+    metrics: DevicePluginMetrics | None = None
+    probes: ProbeServer | None = None
+    if metrics_address is not None:
+        from kubeacc.cli.probes import start_probes
+        from kubeacc.metrics.agent import DevicePluginMetrics
+
+        metrics = DevicePluginMetrics.standalone()
     manager = DevicePluginManager(plugin_dir, cfg, cdi_dir, device_root, metrics)
-    probes = start_probes(
-        metrics_address,
-        metrics.registry,
-        ready=lambda: [f"{r} not registered with the kubelet" for r in manager.unregistered()],
-    )
+    if metrics is not None:
+        probes = start_probes(
+            metrics_address,
+            metrics.registry,
+            ready=lambda: [f"{r} not registered with the kubelet" for r in manager.unregistered()],
+        )
     stop = stop_on_signals()
     manager.start(discover(host, nvml=nvml, strict=True))
     served = ", ".join(sorted(manager.servers)) or "no resources (no matching devices found)"

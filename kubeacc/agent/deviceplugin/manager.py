@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubeacc.agent.deviceplugin.allocation import AllocationError
 from kubeacc.agent.deviceplugin.cdi import CDI_KIND, DRIVER_DEVICE, build_spec, write_spec
@@ -31,8 +31,10 @@ from kubeacc.agent.sharelimit import Limiter
 from kubeacc.agent.supervise import supervised
 from kubeacc.agent.userspace.nvidia import DriverRootError
 from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
-from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import Device, DeviceType, Inventory
+
+if TYPE_CHECKING:  # prometheus_client: only where the series are served (kubeacc.cli.probes)
+    from kubeacc.metrics.agent import DevicePluginMetrics
 
 log = logging.getLogger(__name__)
 

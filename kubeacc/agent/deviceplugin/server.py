@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpclib.client import Channel
 from grpclib.const import Status
@@ -32,9 +33,11 @@ from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_grpc as pb_grpc
 from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from kubeacc.agent.rpc import Changes, UnixServer, received, rpc_loop
 from kubeacc.agent.sharelimit import Limiter
-from kubeacc.metrics.agent import DevicePluginMetrics
 from kubeacc.model import Device, Inventory
 from kubeacc.topology.graph import TopologyGraph
+
+if TYPE_CHECKING:  # prometheus_client: only where the series are served (kubeacc.cli.probes)
+    from kubeacc.metrics.agent import DevicePluginMetrics
 
 log = logging.getLogger(__name__)
 
