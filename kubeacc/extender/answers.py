@@ -18,25 +18,32 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from itertools import chain, filterfalse, repeat
+from itertools import chain, filterfalse, islice, repeat
 from operator import getitem
 from typing import cast
 
 import msgspec
 
 from kubeacc.extender.memo import AnswerMemo
-from kubeacc.extender.placement import MAX_SCORE, Match
+from kubeacc.extender.placement import MAX_SCORE, NO_GPUS, Match
 from kubeacc.extender.state import State
 
 #: Kinds of request whose answers are kept (the least recently used are dropped).
 KINDS = 16
 #: Changed nodes remembered per kind (the older half is dropped past it).
 CHANGES = 1024
-#: At most this many changed nodes are mended into a kept prioritize answer; more are
-#: answered anew.
+#: At most this many changed nodes are mended into a kept filter or prioritize answer; more
+#: are answered anew.
 MEND = 16
 
 _encode = msgspec.json.encode
+
+#: A filter answer of node names (``encode_answer`` in server.py) around its three lists:
+#: refused nodes and reasons, unresolvable ones, the nodes that fit.
+_FAILED = b'{"FailedNodes":{'
+_UNRESOLVABLE = b'},"FailedAndUnresolvableNodes":{'
+_PASSED = b'},"Error":"","NodeNames":['
+_END = b'],"Nodes":null}'
 
 
 class Kind:
@@ -289,6 +296,105 @@ class Answers:
         parts.append(answer[pos:])
         return b"".join(parts)
 
+    def mend_filter(
+        self, kind: Kind, version: int, answer: bytes, listed: list[str] | None
+    ) -> bytes | None:
+        """``answer``, filter's answer of the names ``listed`` (decoded, in their order) at
+        ``kind``'s ``version``, as it is now: each node whose answer changed since taken out
+        of its list (refused, unresolvable, fit) and put in its current one, before the next
+        listed node of that list that did not change, or replaced where it is. None when that
+        is not known, too many changed, or a changed node (or its neighbour) is found twice.
+        ``listed`` must name no node twice (a refused node listed twice has one entry, at
+        its first place)."""
+        changed = kind.changed_since(version)
+        if changed is None or len(changed) > MEND or listed is None:
+            return None
+        if not (answer.startswith(_FAILED) and answer.endswith(_END)):
+            return None
+        unresolvable = answer.find(_UNRESOLVABLE)
+        passed = answer.find(_PASSED)
+        if unresolvable < 0 or passed < unresolvable or answer.count(_UNRESOLVABLE) != 1:
+            return None
+        if answer.count(_PASSED) != 1:
+            return None
+        # each list's [start, end) in the answer: 0 refused, 1 unresolvable, 2 fit
+        bounds = (
+            (len(_FAILED), unresolvable),
+            (unresolvable + len(_UNRESOLVABLE), passed),
+            (passed + len(_PASSED), len(answer) - len(_END)),
+        )
+        fits, fails = kind.fits, kind.fails
+        is_in = (
+            fails.__contains__,
+            lambda n: n not in fits and n not in fails,
+            fits.__contains__,
+        )
+        # per list: (where, order, end of what it replaces or -1: an insertion, new entry)
+        edits: tuple[list[tuple[int, int, int, bytes]], ...] = ([], [], [])
+        # changed nodes whose entry stays in its list (replaced where it is, or as it was)
+        stays: dict[str, int] = {}
+        moves: list[tuple[str, int, bytes]] = []
+        last = len(listed) + 1  # the order of a replacement: after insertions at its place
+        for node in changed:
+            key = _encode(node)
+            at = answer.find(key)
+            if at < 0:
+                continue  # not among the names
+            if answer.find(key, at + 1) >= 0:
+                return None
+            was = 0 if at < unresolvable else 1 if at < passed else 2
+            end = _entry_end(answer, at + len(key), was)
+            if end < 0:
+                return None
+            now = 2 if node in fits else 0 if node in fails else 1
+            entry = key if now == 2 else key + b":" + _encode(fails.get(node, NO_GPUS))
+            if now == was:
+                stays[node] = at
+                if answer[at:end] != entry:
+                    edits[was].append((at, last, end, entry))
+            else:
+                edits[was].append((at, last, end, b""))
+                moves.append((node, now, entry))
+        for node, now, entry in moves:
+            try:
+                i = listed.index(node)
+            except ValueError:
+                return None
+            start, stop = bounds[now]
+            where = stop  # after the last entry, unless a later one is in that list
+            for later in filter(is_in[now], islice(listed, i + 1, None)):
+                if later in stays:
+                    where = stays[later]
+                elif later in changed:
+                    continue  # moved into that list too: placed by the order of both
+                else:
+                    head = _encode(later) + (b"" if now == 2 else b":")
+                    where = answer.find(head, start, stop)
+                    if where < 0 or answer.find(head, where + 1, stop) >= 0:
+                        return None
+                break
+            edits[now].append((where, i + 1, -1, entry))
+        if not any(edits):
+            return answer
+        parts = [answer[: bounds[0][0]]]
+        for (start, stop), edit, tail in zip(
+            bounds, edits, (_UNRESOLVABLE, _PASSED, _END), strict=True
+        ):
+            if not edit:
+                parts += [answer[start:stop], tail]
+                continue
+            entries: list[bytes] = []
+            pos = start
+            for where, _, end, entry in sorted(edit):
+                entries.append(answer[pos:where])  # untouched entries, commas around them
+                if entry:
+                    entries.append(entry)
+                pos = end if end >= 0 else where
+            entries.append(answer[pos:stop])
+            kept = (e.removeprefix(b",").removesuffix(b",") for e in entries)
+            parts += [b",".join(e for e in kept if e), tail]
+        return b"".join(parts)
+
     def priorities(self, kind: Kind | None, names: list[str]) -> bytes:
         """The JSON HostPriorityList for ``names``: 0 for nodes that do not fit or are
         unknown (for every node without ``kind``); byte for byte what encoding
@@ -310,3 +416,24 @@ class Answers:
             found = found or [None] * len(names)
             found = [p if p is not None else zero(n, 0) for p, n in zip(found, names, strict=True)]
         return b"[" + b",".join(cast(list[bytes], found)) + b"]"
+
+
+def _entry_end(answer: bytes, after: int, where: int) -> int:
+    """Where the entry whose quoted name ends at ``after`` ends in filter's ``answer``, in
+    list ``where`` (0, 1: ``"name":"reason"``; 2: ``"name"``); -1: not such an entry."""
+    nxt = answer[after : after + 2]
+    if where == 2:
+        return after if nxt[:1] in (b",", b"]") else -1
+    if nxt != b':"':
+        return -1
+    at = after + 2
+    while True:  # the reason's closing quote: one not escaped by an odd run of backslashes
+        at = answer.find(b'"', at)
+        if at < 0:
+            return -1
+        run = at
+        while answer[run - 1] == 0x5C:  # backslash
+            run -= 1
+        if (at - run) % 2 == 0:
+            return at + 1
+        at += 1

@@ -15,7 +15,12 @@ names or touching a node; any other request is computed as before and its answer
 Prioritize's answer changes with every bind (the replica's node scores otherwise), but only
 in the pieces of the nodes that changed: a kept answer of the same names at an older version
 is mended, those pieces replaced in place (``Answers.mend``), when the kind still knows which
-nodes changed since (``Kind.changes``) and they are few.
+nodes changed since (``Kind.changes``) and they are few. Filter's answer changes when a bind
+makes its node fit no more (or changes why another does not): a kept filter answer of the same
+names is mended the same way (``Answers.mend_filter``), each changed node's entry moved or
+replaced in place, from the kind's version when the answer was last known current
+(:attr:`Kept.since`: when it was computed, or last given at the current ``fit_version``) and
+the candidate names decoded when it was computed (:attr:`Kept.listed`, for their order).
 
 A :class:`Ticket` is taken before the answer is computed: the count only grows, so an
 answer computed after a change but kept under the older count is never given again.
@@ -39,32 +44,62 @@ class Ticket:
     verb: str
     version: int
     names: bytes
+    #: The kind's ``version`` when the ticket was taken (``version`` is its ``fit_version``
+    #: for filter): changes after it are mended into the answer (``Kind.changed_since``).
+    since: int = -1
+
+
+class Kept:
+    """One kept answer."""
+
+    __slots__ = ("answer", "listed", "names", "since", "unique", "version")
+
+    def __init__(
+        self, version: int, names: bytes, answer: bytes, since: int, listed: list[str] | None
+    ) -> None:
+        self.version = version
+        self.names = names
+        self.answer = answer
+        #: The kind's ``version`` at which the answer was last known current.
+        self.since = since
+        #: ``names`` decoded (filter's, for the order of its entries; None: not known).
+        self.listed = listed
+        #: Whether :attr:`listed` is known to name no node twice (checked when first needed).
+        self.unique = False
 
 
 class AnswerMemo:
     """One kind's kept answers (call with the state's lock held)."""
 
     def __init__(self, keep: int = KEEP) -> None:
-        self._kept: dict[str, deque[tuple[int, bytes, bytes]]] = {}
+        self._kept: dict[str, deque[Kept]] = {}
         self.keep = keep
 
-    def recall(self, verb: str, version: int, names: bytes) -> bytes | None:
-        """The answer kept for ``verb`` of ``names`` at ``version``, if any."""
-        for kept_version, kept_names, answer in self._kept.get(verb, ()):
-            if kept_version == version and kept_names == names:
-                return answer
+    def recall(self, verb: str, version: int, names: bytes, now: int = -1) -> bytes | None:
+        """The answer kept for ``verb`` of ``names`` at ``version``, if any (then current at
+        the kind's version ``now``, remembered for mending it later)."""
+        for kept in self._kept.get(verb, ()):
+            if kept.version == version and kept.names == names:
+                kept.since = max(kept.since, now)
+                return kept.answer
         return None
 
-    def newest(self, verb: str, names: bytes) -> tuple[int, bytes] | None:
-        """The newest answer kept for ``verb`` of ``names`` (its version, the answer)."""
-        for kept_version, kept_names, answer in reversed(self._kept.get(verb, ())):
-            if kept_names == names:
-                return kept_version, answer
+    def newest(self, verb: str, names: bytes) -> Kept | None:
+        """The newest answer kept for ``verb`` of ``names``."""
+        for kept in reversed(self._kept.get(verb, ())):
+            if kept.names == names:
+                return kept
         return None
 
-    def store(self, ticket: Ticket, answer: bytes) -> None:
-        """Keep ``answer`` (computed after ``ticket`` was taken) under the ticket."""
+    def store(
+        self, ticket: Ticket, answer: bytes, listed: list[str] | None = None, unique: bool = False
+    ) -> None:
+        """Keep ``answer`` (computed after ``ticket`` was taken) under the ticket; ``listed``:
+        the ticket's names decoded (which must not change afterwards), ``unique``: known to
+        name no node twice."""
         kept = self._kept.setdefault(ticket.verb, deque(maxlen=self.keep))
-        while kept and kept[0][0] < ticket.version:  # answers of an older count: never hit
+        while kept and kept[0].version < ticket.version:  # answers of an older count: never hit
             kept.popleft()
-        kept.append((ticket.version, ticket.names, answer))
+        since = ticket.version if ticket.since < 0 else ticket.since
+        kept.append(Kept(ticket.version, ticket.names, answer, since, listed))
+        kept[-1].unique = unique

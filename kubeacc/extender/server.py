@@ -320,7 +320,8 @@ def _handler(outer: ExtenderServer) -> type[BoundedHandler]:
                 return
             answer = encode_answer(verb, result, outer.lists)
             if ticket is not None:
-                outer.extender.keep(ticket, answer)
+                listed = args.get("NodeNames") if verb == "filter" else None
+                outer.extender.keep(ticket, answer, listed if isinstance(listed, list) else None)
             self._json(200, answer)
 
     return Handler

@@ -84,32 +84,42 @@ class Extender:
                 return Ticket(None, verb, 0, names)
             kind = self._kind(want)
             version = kind.fit_version if verb == "filter" else kind.version
-            got = kind.memo.recall(verb, version, names)
-            if got is None and verb == "prioritize":
-                got = self._mended(kind, names)
+            got = kind.memo.recall(verb, version, names, kind.version)
             if got is None:
-                return Ticket(kind.memo, verb, version, names)
+                got = self._mended(kind, verb, version, names)
+            if got is None:
+                return Ticket(kind.memo, verb, version, names, kind.version)
             self.counts[verb] += 1
             self.counts["answers_kept_given"] += 1
             return got
 
-    def _mended(self, kind: Kind, names: bytes) -> bytes | None:
-        """Prioritize's kept answer of ``names`` with the nodes changed since mended in
-        (a bound replica changed its node's score), kept at the current version."""
-        old = kind.memo.newest("prioritize", names)
+    def _mended(self, kind: Kind, verb: str, version: int, names: bytes) -> bytes | None:
+        """The newest kept answer of ``verb`` for ``names`` with the nodes changed since
+        mended in (a bound replica changed its node's score, or made it fit no more), kept
+        at the current ``version``."""
+        old = kind.memo.newest(verb, names)
         if old is None:
             return None
-        mended = self.answers.mend(kind, old[0], old[1])
+        if verb == "filter":
+            if old.listed is not None and not old.unique:  # once per list computed
+                old.unique = len(set(old.listed)) == len(old.listed)
+                if not old.unique:
+                    old.listed = None  # its entries' order is not the names' order
+            mended = self.answers.mend_filter(kind, old.since, old.answer, old.listed)
+        else:
+            mended = self.answers.mend(kind, old.since, old.answer)
         if mended is not None:
-            kind.memo.store(Ticket(kind.memo, "prioritize", kind.version, names), mended)
+            ticket = Ticket(kind.memo, verb, version, names, kind.version)
+            kind.memo.store(ticket, mended, old.listed, old.unique)
             self.counts["answers_mended"] += 1
         return mended
 
-    def keep(self, ticket: Ticket, answer: bytes) -> None:
-        """Keep ``answer``, computed after ``ticket`` was taken."""
+    def keep(self, ticket: Ticket, answer: bytes, listed: list[str] | None = None) -> None:
+        """Keep ``answer``, computed after ``ticket`` was taken (``listed``: the ticket's
+        names decoded, which must not change afterwards; filter's are mended with them)."""
         if ticket.memo is not None:
             with self.state.lock:
-                ticket.memo.store(ticket, answer)
+                ticket.memo.store(ticket, answer, listed)
 
     # -- filter -----------------------------------------------------------------------------
     def filter(self, args: Mapping[str, Any]) -> dict[str, Any]:

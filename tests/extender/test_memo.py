@@ -77,14 +77,16 @@ def test_a_repeated_request_gets_the_kept_answer_until_a_node_changes(
     after = post(conn, "filter", body)
     assert msgspec.json.decode(after)["NodeNames"] == ["n3", "n5", "n1"]
     assert after == fresh(ext.state, "filter", body)
+    # filter's kept answer is mended (n0 moved from the names that fit to the refused)
+    assert ext.counts["answers_kept_given"] == 3 and ext.counts["answers_mended"] == 1
     # prioritize's kept answer is mended: n0's piece replaced in place
     assert post(conn, "prioritize", prio) == fresh(ext.state, "prioritize", prio) != scores
-    assert ext.counts["answers_kept_given"] == 3 and ext.counts["answers_mended"] == 1
+    assert ext.counts["answers_kept_given"] == 4 and ext.counts["answers_mended"] == 2
     # a change that leaves every answer as it was (n1's small GPU was never a fit for 30000)
     # keeps the answers: the next filter is given the one just kept
     ext.state.reserve("y", share("n1", A, 1000))
     assert post(conn, "filter", body) == after
-    assert ext.counts["answers_kept_given"] == 4 and ext.counts["answers_mended"] == 1
+    assert ext.counts["answers_kept_given"] == 5 and ext.counts["answers_mended"] == 2
 
 
 def test_other_names_and_other_pods_are_computed(
