@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import http.client
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from kubeacc.extender.server import ExtenderServer
+from kubeacc.extender.service import Extender
 from kubeacc.extender.state import Gpu, State, gpu_of
 from kubeacc.extender.wants import Assigned, Decision
 from kubeacc.model import Device, DeviceType
@@ -83,3 +88,17 @@ def reserve_at_random(state: State, rng: random.Random, node: str) -> None:
     else:
         decision = share(node, bdf, rng.choice([1000, 5000, 9000]), rng.choice([0, 30]))
     state.reserve(uid, decision)
+
+
+@contextmanager
+def serving(state: State) -> Iterator[tuple[Extender, http.client.HTTPConnection]]:
+    """An extender of ``state`` served over HTTP on a free port, and a connection to it."""
+    ext = Extender(state)
+    server = ExtenderServer(ext, "127.0.0.1", 0)
+    server.start()
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        yield ext, conn
+    finally:
+        conn.close()
+        server.stop()

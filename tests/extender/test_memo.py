@@ -13,11 +13,11 @@ import pytest
 from kubeacc.extender import answers
 from kubeacc.extender.memo import Ticket
 from kubeacc.extender.namelists import NameLists
-from kubeacc.extender.server import ExtenderServer, encode_answer
+from kubeacc.extender.server import encode_answer
 from kubeacc.extender.service import Extender
 from kubeacc.extender.state import State
 from kubeacc.extender.wants import GPU, MEMORY, Assigned, Decision
-from tests.extender.helpers import pod, small_gpu, state_with
+from tests.extender.helpers import pod, serving, small_gpu, state_with
 
 A, B = "0000:01:00.0", "0000:02:00.0"
 _encode = msgspec.json.encode
@@ -30,15 +30,8 @@ def share(node: str, bdf: str, memory: int) -> Decision:
 @pytest.fixture
 def served() -> Iterator[tuple[Extender, http.client.HTTPConnection]]:
     state = state_with({f"n{i}": [small_gpu(A, 20000), small_gpu(B, 40000)] for i in range(6)})
-    ext = Extender(state)
-    server = ExtenderServer(ext, "127.0.0.1", 0)
-    server.start()
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        yield ext, conn
-    finally:
-        conn.close()
-        server.stop()
+    with serving(state) as served:
+        yield served
 
 
 def post(conn: http.client.HTTPConnection, verb: str, body: dict[str, Any]) -> bytes:

@@ -12,10 +12,9 @@ import msgspec
 import pytest
 
 from kubeacc.extender.answers import Answers, Kind
-from kubeacc.extender.server import ExtenderServer
 from kubeacc.extender.service import Extender
 from kubeacc.extender.wants import GPU, MEMORY, PREFER_ANNOTATION
-from tests.extender.helpers import pod, reserve_at_random, share, small_gpu, state_with
+from tests.extender.helpers import pod, reserve_at_random, serving, share, small_gpu, state_with
 from tests.extender.test_memo import fresh, post
 
 A, B = "0000:01:00.0", "0000:02:00.0"
@@ -44,16 +43,8 @@ def mends(monkeypatch: pytest.MonkeyPatch) -> list[bytes | None]:
 
 @pytest.fixture
 def served() -> Iterator[tuple[Extender, http.client.HTTPConnection]]:
-    state = state_with({f"n{i}": node_gpus(i) for i in range(30)})
-    ext = Extender(state)
-    server = ExtenderServer(ext, "127.0.0.1", 0)
-    server.start()
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
-    try:
-        yield ext, conn
-    finally:
-        conn.close()
-        server.stop()
+    with serving(state_with({f"n{i}": node_gpus(i) for i in range(30)})) as served:
+        yield served
 
 
 def test_mended_filter_answers_equal_fresh_ones_through_random_binds(
