@@ -49,23 +49,19 @@ class Ticket:
     since: int = -1
 
 
+@dataclass(slots=True)
 class Kept:
     """One kept answer."""
 
-    __slots__ = ("answer", "listed", "names", "since", "unique", "version")
-
-    def __init__(
-        self, version: int, names: bytes, answer: bytes, since: int, listed: list[str] | None
-    ) -> None:
-        self.version = version
-        self.names = names
-        self.answer = answer
-        #: The kind's ``version`` at which the answer was last known current.
-        self.since = since
-        #: ``names`` decoded (filter's, for the order of its entries; None: not known).
-        self.listed = listed
-        #: Whether :attr:`listed` is known to name no node twice (checked when first needed).
-        self.unique = False
+    version: int
+    names: bytes
+    answer: bytes
+    #: The kind's ``version`` at which the answer was last known current.
+    since: int
+    #: ``names`` decoded (filter's, for the order of its entries; None: not known).
+    listed: list[str] | None
+    #: Whether :attr:`listed` is known to name no node twice (checked when first needed).
+    unique: bool = False
 
 
 class AnswerMemo:
@@ -101,5 +97,4 @@ class AnswerMemo:
         while kept and kept[0].version < ticket.version:  # answers of an older count: never hit
             kept.popleft()
         since = ticket.version if ticket.since < 0 else ticket.since
-        kept.append(Kept(ticket.version, ticket.names, answer, since, listed))
-        kept[-1].unique = unique
+        kept.append(Kept(ticket.version, ticket.names, answer, since, listed, unique))
