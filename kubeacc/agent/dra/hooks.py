@@ -2,8 +2,8 @@
 
 ``KUBEACC_AGENT_PAUSE_AT=<point>`` (comma-separated for several) makes the plugin, on reaching
 that point, create the file ``KUBEACC_AGENT_PAUSE_FILE`` (default ``<state-dir>/paused``)
-containing the point's name and then block forever, so a test can SIGKILL the agent at exactly
-that moment. Points:
+containing the point's name (written whole, then renamed into place) and then block forever,
+so a test can SIGKILL the agent at exactly that moment. Points:
 
 * ``prepare-after-mig``        a MIG partition's GPU and compute instance made, no CDI spec yet
 * ``prepare-after-cdi``        CDI spec written, checkpoint not yet
@@ -22,6 +22,8 @@ import os
 import threading
 from pathlib import Path
 
+from kubeacc.agent.dra.atomic import write_atomic
+
 POINTS = (
     "prepare-after-mig",
     "prepare-after-cdi",
@@ -37,5 +39,6 @@ def pause_point(point: str, state_dir: Path) -> None:
     if point not in _ACTIVE:
         return
     marker = Path(os.environ.get("KUBEACC_AGENT_PAUSE_FILE", str(state_dir / "paused")))
-    marker.write_text(point)
+    # whole or not there: a test that sees the file reads the point's name, never a part of it
+    write_atomic(marker, point.encode(), durable=False)
     threading.Event().wait()  # until killed
