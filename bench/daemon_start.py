@@ -65,10 +65,28 @@ from kubeacc.testbed.procs import cpu_seconds, free_port, terminate
 NODE = "bench-node"
 TARGET_START_MS = 150.0
 TARGET_RSS_MB = 50.0
-KUBEACC = str(Path(sys.executable).parent / "kubeacc")
-#: How the daemons start: the console script (their slim entry paths), or ``--full-cli``: the
-#: whole interactive application, the way every daemon but the agent started before issue 30.
-LAUNCHERS = {"entry": [KUBEACC], "full_cli": ["-m", "kubeacc.cli.main"]}
+
+
+@dataclass
+class Install:
+    """The interpreter whose kube-acc the daemons run: this one (the checkout's install,
+    editable when made by scripts/bootstrap.sh) unless ``--venv`` names another environment."""
+
+    python: str = sys.executable
+
+
+INSTALL = Install()
+
+
+def _launcher(launcher: str) -> list[str]:
+    """How the daemons start: ``entry``, the console script (their slim entry paths), or
+    ``full_cli``: the whole interactive application, the way every daemon but the agent started
+    before issue 30."""
+    if launcher == "full_cli":
+        return ["-m", "kubeacc.cli.main"]
+    return [str(Path(INSTALL.python).parent / "kubeacc")]
+
+
 _IMPORT = re.compile(r"^import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)")
 #: The line each daemon logs once it froze its start-up objects (kubeacc/gcfreeze.py).
 _FROZEN = re.compile(
@@ -150,9 +168,9 @@ def _start(
     work.mkdir(parents=True, exist_ok=True)
     ready, cleanup = daemon.probe(work)
     log = work / "daemon.log"
-    cmd = LAUNCHERS[launcher]
+    cmd = _launcher(launcher)
     if importtime or cmd[0] == "-m":  # the console script is a Python script too
-        cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), *cmd]
+        cmd = [INSTALL.python, *(["-X", "importtime"] if importtime else []), *cmd]
     dropped = {"PYTHONDONTWRITEBYTECODE", "KUBECONFIG"}
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     argv = daemon.command(work) if daemon.command else [*cmd, daemon.name, *daemon.args(work)]
@@ -402,6 +420,19 @@ def _cluster(with_api: bool) -> Iterator[Path | None]:
         yield tb.kubeconfig
 
 
+def _installed_from() -> str:
+    """Where the daemons' interpreter finds kube-acc, and whether that install is editable."""
+    probe = (
+        "import importlib.metadata as m, kubeacc; "
+        "d = m.distribution('kubeacc').read_text('direct_url.json') or ''; "
+        "print(kubeacc.__file__, '(editable)' if '\"editable\": true' in d else '(installed)')"
+    )
+    out = subprocess.run(  # not from the checkout, whose own metadata would answer
+        [INSTALL.python, "-c", probe], capture_output=True, text=True, check=True, cwd="/"
+    )
+    return out.stdout.strip()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
@@ -415,7 +446,16 @@ def main() -> None:
         action="store_true",
         help=f"only {' and '.join(PEERED)}, each beside its Go peer, starts alternating",
     )
+    parser.add_argument(
+        "--venv",
+        type=Path,
+        help="start the kube-acc installed in this virtual environment (made as the image makes "
+        "it: python -m venv V && V/bin/pip install .) instead of this interpreter's; an "
+        "editable install's import finder adds to every start",
+    )
     args = parser.parse_args()
+    if args.venv is not None:
+        INSTALL.python = str(args.venv.absolute() / "bin" / "python")
     if args.peers:
         args.only = [d for d in args.only or PEERED if d in PEERED]
         for name in ("sample-device-plugin", "test-driver"):
@@ -432,6 +472,7 @@ def main() -> None:
                 "runs": args.runs,
                 "target_start_ms": TARGET_START_MS,
                 "target_rss_mb": TARGET_RSS_MB,
+                "kubeacc_from": _installed_from(),
             }
             if args.peers:
                 pairs = beside_peers(host, kubeconfig or Path())
