@@ -20,7 +20,9 @@ of a new size every round (cold); ``units_2000``: 2,000 normalized units (3 H100
 the named ones. Nothing changes between the rounds unless ``--churn``: then after each pair the
 pod is placed on the node prioritize scored best and its GPUs reserved, as the bind of a
 Deployment's replica does, so the next replica's kept whole answers (``kept_answers_given``)
-are given only where that node's answer for it stayed the same.
+are given only where that node's answer for it stayed the same, or mended for the nodes that
+changed (``derived_answers_given``: prioritize's answer for filter's new list derived from the
+one kept for the previous list).
 """
 
 from __future__ import annotations
@@ -193,7 +195,8 @@ def _serve(nodes: int, seed: int, port: Connection) -> None:
 
         def do_GET(self) -> None:
             kept = extender.counts.get("answers_kept_given", 0)  # 0: a build without them
-            body = f"{time.process_time()!r} {spent[0]!r} {kept}".encode()
+            derived = extender.counts.get("answers_derived", 0)
+            body = f"{time.process_time()!r} {spent[0]!r} {kept} {derived}".encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -214,15 +217,16 @@ def _serve(nodes: int, seed: int, port: Connection) -> None:
     server.stop()
 
 
-def _cpu(conn: http.client.HTTPConnection, bind: bytes = b"") -> tuple[float, float, int]:
-    """The extender's CPU seconds, its handler's seconds and the kept answers it gave so
-    far (after placing a replica first, ``bind``: {"Pod", "Node"})."""
+def _cpu(conn: http.client.HTTPConnection, bind: bytes = b"") -> tuple[float, float, int, int]:
+    """The extender's CPU seconds, its handler's seconds, the kept answers it gave so far and
+    how many of them prioritize derived from a kept answer of other names (after placing a
+    replica first, ``bind``: {"Pod", "Node"})."""
     if bind:
         conn.request("POST", "/bind", bind)
     else:
         conn.request("GET", "/cpu")
-    cpu, handler, kept = conn.getresponse().read().split()
-    return float(cpu), float(handler), int(kept)
+    cpu, handler, kept, derived = conn.getresponse().read().split()
+    return float(cpu), float(handler), int(kept), int(derived)
 
 
 _encode = msgspec.json.encode
@@ -249,6 +253,7 @@ def measure(nodes: int, rounds: int, seed: int, churning: bool = False) -> dict[
             inside: list[float] = []
             passed = 0
             kept_given = 0
+            derived = 0
             for r in range(rounds + 3):
                 if cold:  # a size no node has answered yet: nothing memoized
                     pod["spec"]["containers"][0]["resources"]["limits"][MEMORY] = str(8192 + r)
@@ -272,6 +277,7 @@ def measure(nodes: int, rounds: int, seed: int, churning: bool = False) -> dict[
                     cpu.append((c1[0] - c0[0]) * 1000)
                     inside.append((c1[1] - c0[1]) * 1000)
                     kept_given += c1[2] - c0[2]
+                    derived += c1[3] - c0[3]
                 passed = len(kept)
             out[label] = {
                 "p50_ms": _pct(times, 0.5),
@@ -283,6 +289,7 @@ def measure(nodes: int, rounds: int, seed: int, churning: bool = False) -> dict[
                 "server_wall_p99_ms": _pct(inside, 0.99),
                 "feasible_nodes": passed,
                 "kept_answers_given": kept_given,
+                "derived_answers_given": derived,
             }
     finally:
         conn.close()

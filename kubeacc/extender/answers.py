@@ -26,6 +26,7 @@ import msgspec
 
 from kubeacc.extender.memo import AnswerMemo
 from kubeacc.extender.placement import MAX_SCORE, NO_GPUS, Match
+from kubeacc.extender.splice import END, FAILED, PASSED, UNRESOLVABLE, Edit, spliced, string_end
 from kubeacc.extender.state import State
 
 #: Kinds of request whose answers are kept (the least recently used are dropped).
@@ -37,13 +38,6 @@ CHANGES = 1024
 MEND = 16
 
 _encode = msgspec.json.encode
-
-#: A filter answer of node names (``encode_answer`` in server.py) around its three lists:
-#: refused nodes and reasons, unresolvable ones, the nodes that fit.
-_FAILED = b'{"FailedNodes":{'
-_UNRESOLVABLE = b'},"FailedAndUnresolvableNodes":{'
-_PASSED = b'},"Error":"","NodeNames":['
-_END = b'],"Nodes":null}'
 
 
 class Kind:
@@ -309,19 +303,19 @@ class Answers:
         changed = kind.changed_since(version)
         if changed is None or len(changed) > MEND or listed is None:
             return None
-        if not (answer.startswith(_FAILED) and answer.endswith(_END)):
+        if not (answer.startswith(FAILED) and answer.endswith(END)):
             return None
-        unresolvable = answer.find(_UNRESOLVABLE)
-        passed = answer.find(_PASSED)
-        if unresolvable < 0 or passed < unresolvable or answer.count(_UNRESOLVABLE) != 1:
+        unresolvable = answer.find(UNRESOLVABLE)
+        passed = answer.find(PASSED)
+        if unresolvable < 0 or passed < unresolvable or answer.count(UNRESOLVABLE) != 1:
             return None
-        if answer.count(_PASSED) != 1:
+        if answer.count(PASSED) != 1:
             return None
         # each list's [start, end) in the answer: 0 refused, 1 unresolvable, 2 fit
         bounds = (
-            (len(_FAILED), unresolvable),
-            (unresolvable + len(_UNRESOLVABLE), passed),
-            (passed + len(_PASSED), len(answer) - len(_END)),
+            (len(FAILED), unresolvable),
+            (unresolvable + len(UNRESOLVABLE), passed),
+            (passed + len(PASSED), len(answer) - len(END)),
         )
         fits, fails = kind.fits, kind.fails
         is_in = (
@@ -330,7 +324,7 @@ class Answers:
             fits.__contains__,
         )
         # per list: (where, order, end of what it replaces or -1: an insertion, new entry)
-        edits: tuple[list[tuple[int, int, int, bytes]], ...] = ([], [], [])
+        edits: tuple[list[Edit], ...] = ([], [], [])
         # changed nodes whose entry stays in its list (replaced where it is, or as it was)
         stays: dict[str, int] = {}
         moves: list[tuple[str, int, bytes]] = []
@@ -378,21 +372,12 @@ class Answers:
             return answer
         parts = [answer[: bounds[0][0]]]
         for (start, stop), edit, tail in zip(
-            bounds, edits, (_UNRESOLVABLE, _PASSED, _END), strict=True
+            bounds, edits, (UNRESOLVABLE, PASSED, END), strict=True
         ):
             if not edit:
                 parts += [answer[start:stop], tail]
                 continue
-            entries: list[bytes] = []
-            pos = start
-            for where, _, end, entry in sorted(edit):
-                entries.append(answer[pos:where])  # untouched entries, commas around them
-                if entry:
-                    entries.append(entry)
-                pos = end if end >= 0 else where
-            entries.append(answer[pos:stop])
-            kept = (e.removeprefix(b",").removesuffix(b",") for e in entries)
-            parts += [b",".join(e for e in kept if e), tail]
+            parts += [spliced(answer, start, stop, edit), tail]
         return b"".join(parts)
 
     def priorities(self, kind: Kind | None, names: list[str]) -> bytes:
@@ -426,14 +411,4 @@ def _entry_end(answer: bytes, after: int, where: int) -> int:
         return after if nxt[:1] in (b",", b"]") else -1
     if nxt != b':"':
         return -1
-    at = after + 2
-    while True:  # the reason's closing quote: one not escaped by an odd run of backslashes
-        at = answer.find(b'"', at)
-        if at < 0:
-            return -1
-        run = at
-        while answer[run - 1] == 0x5C:  # backslash
-            run -= 1
-        if (at - run) % 2 == 0:
-            return at + 1
-        at += 1
+    return string_end(answer, after + 2)  # past the reason's closing quote

@@ -87,6 +87,10 @@ class AnswerMemo:
                 return kept
         return None
 
+    def kept(self, verb: str) -> list[Kept]:
+        """The answers kept for ``verb``, the newest first."""
+        return list(reversed(self._kept.get(verb, ())))
+
     def store(
         self, ticket: Ticket, answer: bytes, listed: list[str] | None = None, unique: bool = False
     ) -> None:

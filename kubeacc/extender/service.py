@@ -25,8 +25,10 @@ from typing import Any, Protocol, cast
 import msgspec
 
 from kubeacc.extender.answers import Answers, Kind
+from kubeacc.extender.derive import derive
 from kubeacc.extender.memo import Ticket
 from kubeacc.extender.placement import NO_GPUS, grouping, place, plain_matcher, want_key
+from kubeacc.extender.splice import fit_list_is
 from kubeacc.extender.state import State
 from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
 
@@ -66,6 +68,7 @@ class Extender:
             "bind_refused": 0,
             "answers_kept_given": 0,
             "answers_mended": 0,
+            "answers_derived": 0,
         }
         self._node_locks: dict[str, threading.Lock] = {}
 
@@ -99,7 +102,7 @@ class Extender:
         at the current ``version``."""
         old = kind.memo.newest(verb, names)
         if old is None:
-            return None
+            return self._derived(kind, version, names) if verb == "prioritize" else None
         if verb == "filter":
             if old.listed is not None and not old.unique:  # once per list computed
                 old.unique = len(set(old.listed)) == len(old.listed)
@@ -113,6 +116,21 @@ class Extender:
             kind.memo.store(ticket, mended, old.listed, old.unique)
             self.counts["answers_mended"] += 1
         return mended
+
+    def _derived(self, kind: Kind, version: int, names: bytes) -> bytes | None:
+        """Prioritize's answer for ``names`` derived from a kept one of a list a few names
+        apart (:mod:`kubeacc.extender.derive`), when ``names`` are the nodes that fit in a
+        kept filter answer (after a bind: filter's mended answer without the bound node)."""
+        memo = kind.memo
+        if not any(fit_list_is(kept.answer, names) for kept in memo.kept("filter")):
+            return None
+        for old in memo.kept("prioritize"):
+            got = derive(self.answers, kind, old, names)
+            if got is not None:
+                memo.store(Ticket(memo, "prioritize", version, names, kind.version), got)
+                self.counts["answers_derived"] += 1
+                return got
+        return None
 
     def keep(self, ticket: Ticket, answer: bytes, listed: list[str] | None = None) -> None:
         """Keep ``answer``, computed after ``ticket`` was taken (``listed``: the ticket's
