@@ -366,6 +366,26 @@ def _peak_rss() -> int:
     return 0
 
 
+def _deep_bytes(objs: list[Any]) -> int:
+    """Bytes of the Python objects reachable from ``objs`` through dicts, lists and tuples,
+    each counted once (an interned string many objects share, once)."""
+    seen: set[int] = set()
+    total = 0
+    stack: list[Any] = list(objs)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+    return total
+
+
 def controller_only(kubeconfig: Path) -> dict[str, Any]:
     """A fresh controller (in this process): time to list everything, three full passes."""
     import kubeacc
@@ -391,14 +411,18 @@ def controller_only(kubeconfig: Path) -> dict[str, Any]:
             t = time.monotonic()
             ctl.reconcile_once()
             passes.append(time.monotonic() - t)
+        accelerators = ctl.accelerators.items()
         return {
             "code": str(Path(kubeacc.__file__).parent),
-            "cached_accelerators": len(ctl.accelerators.items()),
+            "cached_accelerators": len(accelerators),
             "list_to_synced_s": round(list_s, 2),
             "pass_s": [round(p, 3) for p in passes],
             "controller_rss_mb_before_lists": round(rss_before / MB, 1),
             "controller_rss_mb": round(rss_bytes(os.getpid()) / MB, 1),
             "controller_peak_rss_mb": round(_peak_rss() / MB, 1),
+            "cache_bytes_per_accelerator": round(_deep_bytes(accelerators) / len(accelerators))
+            if accelerators
+            else 0,
         }
     finally:
         for c in ctl.caches:
