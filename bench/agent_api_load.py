@@ -28,8 +28,9 @@ Phases:
    AcceleratorPolicies for all GPUs; then a fresh controller's time to list everything (its
    watch caches synced) and to run a full reconcile pass (three times), in a process of its own
    (its RSS), and the apiserver's CPU for it; with ``--compare DIR`` the same again with the
-   ``kubeacc`` package found under DIR (say, an older checkout's); the apiserver's and etcd's
-   RSS.
+   ``kubeacc`` package found under DIR (say, an older checkout's), ``--rounds`` times each,
+   alternating which goes first; the controller's RSS before its lists, after the passes and
+   at its peak; the apiserver's and etcd's RSS.
 
     python bench/agent_api_load.py [--agents 100] [--idle 120] [--burst 6] [--accelerators 80000]
 """
@@ -328,8 +329,14 @@ def controller_phase(tb: Testbed, args: argparse.Namespace, sample: Device) -> d
         "policies": args.policies,
         "apiserver_rss_mb_before_lists": round(rss_before / MB, 1),
     }
-    trees = {"this": None} | ({"compare": args.compare} if args.compare else {})
-    for label, tree in trees.items():
+    trees = [("this", None)] + ([("compare", args.compare)] if args.compare else [])
+    # Round k > 1 runs the trees in the other order (its keys end in _round<k>).
+    runs = [
+        (f"{label}_round{k}" if k > 1 else label, tree)
+        for k in range(1, args.rounds + 1)
+        for label, tree in (trees if k % 2 else trees[::-1])
+    ]
+    for label, tree in runs:
         env = dict(os.environ)
         if tree is not None:
             env["PYTHONPATH"] = tree
@@ -351,6 +358,34 @@ def controller_phase(tb: Testbed, args: argparse.Namespace, sample: Device) -> d
     return result
 
 
+def _peak_rss() -> int:
+    """This process's highest RSS so far (``VmHWM``), in bytes."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _deep_bytes(objs: list[Any]) -> int:
+    """Bytes of the Python objects reachable from ``objs`` through dicts, lists and tuples,
+    each counted once (an interned string many objects share, once)."""
+    seen: set[int] = set()
+    total = 0
+    stack: list[Any] = list(objs)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+    return total
+
+
 def controller_only(kubeconfig: Path) -> dict[str, Any]:
     """A fresh controller (in this process): time to list everything, three full passes."""
     import kubeacc
@@ -361,6 +396,7 @@ def controller_only(kubeconfig: Path) -> dict[str, Any]:
         lease_namespace="default",
         lease_name="kubeacc-bench-scale",
     )
+    rss_before = rss_bytes(os.getpid())
     t0 = time.monotonic()
     for c in ctl.caches:
         c.start()
@@ -375,12 +411,18 @@ def controller_only(kubeconfig: Path) -> dict[str, Any]:
             t = time.monotonic()
             ctl.reconcile_once()
             passes.append(time.monotonic() - t)
+        accelerators = ctl.accelerators.items()
         return {
             "code": str(Path(kubeacc.__file__).parent),
-            "cached_accelerators": len(ctl.accelerators.items()),
+            "cached_accelerators": len(accelerators),
             "list_to_synced_s": round(list_s, 2),
             "pass_s": [round(p, 3) for p in passes],
+            "controller_rss_mb_before_lists": round(rss_before / MB, 1),
             "controller_rss_mb": round(rss_bytes(os.getpid()) / MB, 1),
+            "controller_peak_rss_mb": round(_peak_rss() / MB, 1),
+            "cache_bytes_per_accelerator": round(_deep_bytes(accelerators) / len(accelerators))
+            if accelerators
+            else 0,
         }
     finally:
         for c in ctl.caches:
@@ -408,6 +450,12 @@ def main() -> None:
     ap.add_argument("--policies", type=int, default=3)
     ap.add_argument(
         "--compare", help="also measure the controller of the kubeacc package under this path"
+    )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="fresh controllers per tree, alternating which tree goes first",
     )
     ap.add_argument("--controller-only", type=Path, help=argparse.SUPPRESS)  # kubeconfig
     args = ap.parse_args()

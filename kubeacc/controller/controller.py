@@ -17,7 +17,8 @@ What a cache may not know yet: an operation can arrive before the Accelerator or
 just before it. So at an operation's first sight its targets are read with GET and the policies
 listed afresh; everything else reads the caches. What the controller writes goes into its
 caches at once (the object the API server returned), so the next pass never acts on the state
-from before its own write.
+from before its own write. Of Accelerators and Nodes the caches keep only the fields a pass
+reads (:mod:`kubeacc.controller.kept`); no write is built from a cached object.
 
 Writes:
 
@@ -60,7 +61,7 @@ from lightkube.resources.core_v1 import Event, Node
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
 from kubeacc.apiclient import prime_decoders
-from kubeacc.controller import taintrules
+from kubeacc.controller import kept, taintrules
 from kubeacc.controller.cordons import CORDONED_BY, Cordons
 from kubeacc.controller.dispatch import DRA_DRIVER, OperationDispatch
 from kubeacc.controller.drainfollow import DrainFollower
@@ -82,6 +83,9 @@ from kubeacc.metrics.controller import ControllerMetrics
 __all__ = ["CORDONED_BY", "Controller"]
 
 log = logging.getLogger(__name__)
+
+#: Objects per page of the Accelerator and Node LISTs (as client-go's reflectors).
+PAGE = 500
 
 #: What the controller's threads decode (primed on one thread before they start).
 WATCHED_KINDS = (
@@ -134,12 +138,13 @@ class Controller:
 
         self.operations = cache(AcceleratorOperation, "acceleratoroperations", namespaced=True)
         self.policies = cache(AcceleratorPolicy, "acceleratorpolicies")
-        # An agent's resync refreshes only lastSeen: no reason for a pass.
+        # Only the fields a pass reads are kept (kept.py), listed a page at a time. An agent's
+        # resync refreshes only lastSeen, which is not kept: no reason for a pass.
         self.accelerators = cache(
-            Accelerator, "accelerators", wake_if=ignoring(("status", "lastSeen"))
+            Accelerator, "accelerators", wake_if=ignoring(), keep=kept.accelerator, page=PAGE
         )
         # Garbage collection needs to know which Nodes exist; their status changes all the time.
-        self.nodes = cache(Node, "nodes", wake_if=membership)
+        self.nodes = cache(Node, "nodes", wake_if=membership, keep=kept.node, page=PAGE)
         # The classes of policies: a pass compares them with the policies (was a LIST a pass).
         self.classes = cache(DeviceClass, "deviceclasses", labels={POLICY_LABEL: None})
         self.caches = (

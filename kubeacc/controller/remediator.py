@@ -158,6 +158,9 @@ class Remediator:
         specs: dict[str, AcceleratorPolicySpec],
         ledger: Ledger,
     ) -> None:
+        status = acc.get("status") or {}
+        if not status.get("lastFault"):
+            return  # most devices: no fault, nothing to parse (a pass sees every device)
         view = TargetView.parse(acc)
         report = view.status.last_fault
         if report is None or _annotations(acc).get(FAULT_ANNOTATION) == report.time:
@@ -277,6 +280,9 @@ class Remediator:
 
     def _lifted(self, acc: dict[str, Any]) -> None:
         """A device remediation left out whose cordon a person lifted (Uncordon): back."""
+        conditions = (acc.get("status") or {}).get("conditions") or []
+        if not any(c.get("type") == CONDITION for c in conditions):
+            return  # never remediated: nothing to parse
         view = TargetView.parse(acc)
         cond = get_condition(view.status.conditions, CONDITION)
         if cond is not None and cond.status.value == "True" and not view.spec.cordoned:

@@ -11,6 +11,9 @@ up at once instead of polling.
   ``synced`` and starts over with a LIST, after a backoff with jitter (0.5 s doubling to
   ``max_backoff``) so that a fleet of agents does not come back in lockstep. A watch the server
   ends normally is resumed by lightkube from the last resourceVersion seen.
+* Big kinds read for a few fields are cut down as they arrive (``keep``, on listed objects,
+  watch events and :meth:`WatchCache.observe` alike) and listed in pages (``page``), so that
+  neither the cache nor its LIST holds whole objects of the whole kind.
 * Writers can put the object a write returned into the cache (:meth:`WatchCache.observe`), so a
   pass that runs before the watch delivers that write does not act on the old state. A watch
   event older than what the cache holds is then skipped: since Kubernetes 1.34 resourceVersions
@@ -114,11 +117,15 @@ class WatchCache:
         name: str = "watch",
         max_backoff: float = 10.0,
         keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        page: int | None = None,
     ) -> None:
         self._config = client.config
         #: What of each object is held (its metadata name, namespace and resourceVersion must
         #: stay); default all. Big objects read for a few fields (ResourceSlices) are cut down.
         self._keep = keep or (lambda obj: obj)
+        #: LIST in pages of this many objects (None: one request). With ``keep``, only one
+        #: page of whole objects is in memory at a time, not the whole kind.
+        self._page = page
         self.resource = resource
         self._namespace = ALL_NS if namespaced else None
         self._labels = labels
@@ -219,7 +226,7 @@ class WatchCache:
         if self._namespace is not None:
             kw["namespace"] = self._namespace
         self._listed_ok = False
-        listing = client.list(self.resource, **kw)
+        listing = client.list(self.resource, chunk_size=self._page, **kw)
         fresh = {object_key(d): d for d in (self._keep(as_dict(o)) for o in listing)}
         version = listing.resourceVersion
         with self._lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Any
 
 from lightkube import Client
 
@@ -49,6 +50,38 @@ def test_cache_follows_creates_changes_and_deletes(
         cache.close()
     # close() ends a watch that is blocked waiting for the next event
     assert cache._thread is not None and not cache._thread.is_alive()
+
+
+def test_a_paged_list_keeps_only_what_keep_returns(
+    testbed: Testbed, kubeacc_crds: None, kubeacc_cleanup: None, kube_client: Client
+) -> None:
+    names = [f"watch-p{i}-{uuid.uuid4().hex[:5]}" for i in range(5)]
+    for name in names:
+        _policy(kube_client, name, ["gpu"])
+
+    def keep(obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return {"metadata": {"name": meta["name"], "resourceVersion": meta["resourceVersion"]}}
+
+    cache = WatchCache(kube_client, AcceleratorPolicy, keep=keep, page=2, name="test-paged")
+    cache.start()
+    try:
+        assert cache.synced.wait(30)
+        listed = cache.by_name()
+        assert set(names) <= set(listed)  # three pages of at most two
+        assert all(set(obj) == {"metadata"} for obj in listed.values())
+        _policy(kube_client, names[0], ["nic"])  # a watch event is cut down too
+        wait_for(
+            "the change in the cache",
+            lambda: (
+                (cache.get(names[0]) or {})["metadata"]["resourceVersion"]
+                != listed[names[0]]["metadata"]["resourceVersion"]
+            ),
+        )
+        assert set(cache.get(names[0]) or {}) == {"metadata"}
+        assert cache.lists == 1
+    finally:
+        cache.close()
 
 
 def test_observe_keeps_the_newer_object(testbed: Testbed, kube_client: Client) -> None:
