@@ -47,8 +47,11 @@ def lifecycle_agent_command(
     ] = 1.0,
     resync_seconds: Annotated[
         float,
-        option(min=1.0, help="Re-list and re-apply Accelerators and operations this often"),
-    ] = 60.0,
+        option(
+            min=1.0,
+            help="Write an unchanged device's Accelerator status (its lastSeen) again this often",
+        ),
+    ] = 600.0,
     simulate_kernel: SimulateKernelOption = False,
     log_level: LogLevelOption = LogLevel.INFO,
     nvml: Annotated[

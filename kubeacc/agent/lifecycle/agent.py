@@ -5,16 +5,18 @@ It does two things:
 1. discovers the node's devices through the host root (every ``interval`` seconds: local and
    cheap) and server-side-applies one ``Accelerator`` per device (``<node>-<device>``): spec
    (node, device name) and the status fields this agent owns (``device``, ``hostDriver``,
-   ``lastSeen``, conditions ``Present`` and ``Healthy``) -- only when they changed, and all of
-   them every ``resync_seconds``. The node's Accelerators are listed at start and at each
-   resync, not on every pass. Devices that disappear keep their object with ``Present=False``;
-   the controller deletes a node's objects when the Node goes.
+   ``lastSeen``, conditions ``Present`` and ``Healthy``) -- only when they changed, when the
+   server's copy of them no longer is what the agent wrote (someone edited or deleted it), and
+   for ``lastSeen`` every ``resync_seconds``. The node's Accelerators come from a watch (label
+   ``kubeacc.io/node``), so an idle node sends nothing between those refreshes. Devices that
+   disappear keep their object with ``Present=False``; the controller deletes a node's objects
+   when the Node goes.
 2. runs the operation targets the controller dispatched to this node (``status.dispatch``
    entries naming it) and reports each in ``status.results`` under its own field manager,
    ``kubeacc-agent-<node>``: Running first, then Succeeded or Failed. Operations come from a
    watch-fed cache (:class:`kubeacc.crds.watch.WatchCache`); a change to any operation wakes
-   the agent at once. Every ``resync_seconds`` the operations are also listed afresh, a safety
-   net that does not depend on the watch.
+   the agent at once. A broken watch lists afresh when it comes back, so no timed re-list is
+   needed.
 
 A ``Running`` result of this node found at start-up means the agent died during that action; it
 is reported Failed (``AgentRestarted``) rather than replayed, because a half-done hardware action
@@ -74,6 +76,9 @@ from kubeacc.model import Device, HealthState
 log = logging.getLogger(__name__)
 
 _AGENT_CONDITIONS = ("Present", "Healthy")
+#: How often an unchanged device's status is written again (its ``lastSeen``). Every write is
+#: one request per device: at 10 minutes an idle 16-device node sends 0.027 requests/s.
+RESYNC_SECONDS = 600.0
 #: What the agent's threads decode (primed on one thread before the watch starts).
 WATCHED_KINDS = (AcceleratorOperation, Accelerator, AcceleratorPolicy, Event)
 
@@ -87,7 +92,7 @@ class LifecycleAgent:
         host: Host,
         bitstream_dir: Path,
         interval: float = 1.0,
-        resync_seconds: float = 60.0,
+        resync_seconds: float = RESYNC_SECONDS,
         nvml: str = "auto",
     ) -> None:
         self.client = client
@@ -99,10 +104,8 @@ class LifecycleAgent:
         self.resync_seconds = resync_seconds
         self.field_manager = f"kubeacc-agent-{node_name}"
         self.executor = Executor(host, BitstreamLibrary(bitstream_dir), self._rediscover)
-        self._applied: dict[str, tuple[dict[str, Any], float]] = {}
-        #: The node's Accelerators as last listed or written (None: list them first).
-        self._known: dict[str, dict[str, Any]] | None = None
-        self._next_resync = 0.0
+        #: Accelerator name -> (status last applied, when, the agent's fields in the answer).
+        self._applied: dict[str, tuple[dict[str, Any], float, _Owned]] = {}
         self._started = False
         #: Why the last discovery pass failed ("" when it did not).
         self.discovery_error = ""
@@ -116,6 +119,13 @@ class LifecycleAgent:
             on_change=self._wake.set,
             name=f"accop-watch-{node_name}",
         )
+        #: The node's Accelerators, as the server has them and as this agent last wrote them.
+        self.accelerators = WatchCache(
+            client,
+            Accelerator,
+            labels={NODE_LABEL: node_name},
+            name=f"accelerator-watch-{node_name}",
+        )
 
     def accelerator_name(self, device_name: str) -> str:
         return f"{self.node}-{device_name}"
@@ -125,6 +135,7 @@ class LifecycleAgent:
         log.info("life-cycle agent for node %s on %s", self.node, self.host.root)
         prime_decoders(WATCHED_KINDS)
         self.operations.start()
+        self.accelerators.start()
         next_discovery = 0.0
         try:
             while not stop.is_set():
@@ -140,15 +151,18 @@ class LifecycleAgent:
                 self._wake.wait(max(0.0, next_discovery - time.monotonic()))
         finally:
             self.operations.close()
+            self.accelerators.close()
 
     def wake(self) -> None:
         self._wake.set()
 
     def not_ready(self) -> list[str]:
-        """``/readyz``: the operations watch is synced and a first pass has run."""
+        """``/readyz``: both watches are synced and a first pass has run."""
         reasons = []
         if not self.operations.synced.is_set():
             reasons.append("operations watch not synced")
+        if not self.accelerators.synced.is_set():
+            reasons.append("Accelerators watch not synced")
         if not self._started:
             reasons.append("no pass over the operations yet")
         if self.discovery_error:
@@ -156,26 +170,21 @@ class LifecycleAgent:
         return reasons
 
     def pass_once(self, *, inventory: bool = True) -> None:
-        """One pass: the inventory (when asked, and at each resync), then the operations."""
-        resync = time.monotonic() >= self._next_resync
-        if resync:
-            self._next_resync = time.monotonic() + self.resync_seconds
+        """One pass: the inventory (when asked), then the operations; each only while its
+        watch is synced (a watch that is (re)starting leaves things as they are)."""
         self._wake.clear()
-        if inventory or resync:
+        if inventory and self.accelerators.synced.is_set():
             try:
-                self.sync_inventory(relist=resync)
+                self.sync_inventory()
                 self.discovery_error = ""
             except HostReadError as err:  # the Accelerators stay as they are
                 if not self.discovery_error:
                     log.warning("%s; the node's Accelerators stay as they are", err)
                 self.discovery_error = str(err)
                 self.metrics.pass_errors.inc()
-        if resync:
-            self.process_operations(list(self.client.list(AcceleratorOperation, namespace="*")))
-        elif self.operations.synced.is_set():
-            self.process_operations(self.operations.items())
-        else:
-            return  # the watch is (re)starting: nothing to act on yet
+        if not self.operations.synced.is_set():
+            return
+        self.process_operations(self.operations.items())
         self._started = True
 
     # -- inventory ---------------------------------------------------------------------------
@@ -186,18 +195,10 @@ class LifecycleAgent:
     def _rediscover(self, device_name: str) -> Device | None:
         return self._discover().get(device_name)
 
-    def sync_inventory(self, *, relist: bool = False) -> dict[str, Device]:
-        """Apply what discovery shows; ``relist`` re-reads the node's Accelerators first."""
+    def sync_inventory(self) -> dict[str, Device]:
+        """Apply what discovery shows to the node's Accelerators as the watch has them."""
         devices = self._discover()
-        if relist or self._known is None:
-            self._known = {
-                a["metadata"]["name"]: a
-                for a in (
-                    as_dict(x)
-                    for x in self.client.list(Accelerator, labels={NODE_LABEL: self.node})
-                )
-            }
-        known = self._known
+        known = self.accelerators.by_name()
         for dev in devices.values():
             name = self.accelerator_name(dev.name)
             self._apply_accelerator(name, dev.name, dev, known.get(name), present=True)
@@ -244,8 +245,13 @@ class LifecycleAgent:
             status["device"] = dev.to_json_dict()
         if host_driver:
             status["hostDriver"] = host_driver
-        last, when = self._applied.get(name, ({}, 0.0))
-        if current is not None and last == status and time.monotonic() - when < self.resync_seconds:
+        last, when, owned = self._applied.get(name, ({}, 0.0, None))
+        if (
+            current is not None
+            and last == status
+            and _owned(current) == owned  # nobody changed what this agent wrote
+            and time.monotonic() - when < self.resync_seconds
+        ):
             return
         have = ((current or {}).get("metadata") or {}).get("labels") or {}
         labels = accelerator_labels(self.node, dev)
@@ -278,12 +284,12 @@ class LifecycleAgent:
                 force=True,
             )
         except ApiError as exc:
-            if is_not_found(exc) and self._known is not None:
-                self._known.pop(name, None)  # deleted meanwhile: created again next pass
+            if is_not_found(exc):
+                self.accelerators.forget(name)  # deleted meanwhile: created again next pass
             raise
-        if self._known is not None:
-            self._known[name] = as_dict(applied)
-        self._applied[name] = (status, time.monotonic())
+        answer = as_dict(applied)
+        self.accelerators.observe(answer)
+        self._applied[name] = (status, time.monotonic(), _owned(answer))
 
     # -- operations --------------------------------------------------------------------------
     def process_operations(self, operations: Iterable[Any]) -> None:
@@ -405,3 +411,23 @@ class LifecycleAgent:
             self.field_manager,
         )
         self.operations.observe(written)
+
+
+#: What of an Accelerator this agent writes, as the server returned it.
+_Owned = tuple[Any, ...]
+
+
+def _owned(obj: dict[str, Any]) -> _Owned:
+    """The fields of ``obj`` this agent owns, but ``lastSeen``: spec, the node, type and model
+    labels, and ``status.device``, ``hostDriver`` and the Present and Healthy conditions. Taken
+    from the server's answer to the agent's write and from the watch's copy alike, so whatever
+    the API server prunes or defaults is the same on both sides."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    status = obj.get("status") or {}
+    return (
+        obj.get("spec"),
+        tuple(labels.get(k) for k in (NODE_LABEL, TYPE_LABEL, MODEL_LABEL)),
+        status.get("device"),
+        status.get("hostDriver"),
+        [c for c in status.get("conditions") or [] if c.get("type") in _AGENT_CONDITIONS],
+    )
