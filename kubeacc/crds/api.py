@@ -69,6 +69,38 @@ class EventClass(StrEnum):
     HEALTH_FAILING = "HealthFailing"
 
 
+# The enumerations of the operations and conditions (no docstrings: they would become the CRD
+# schema's descriptions of the fields of these types).
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Action(StrEnum):
+    PROGRAM = "Program"
+    RESET = "Reset"
+    POWER = "Power"
+    ATTACH = "Attach"
+    DETACH = "Detach"
+    DRAIN = "Drain"
+    UNCORDON = "Uncordon"
+    MIG_MODE = "MigMode"
+
+
+class PowerState(StrEnum):
+    ON = "On"
+    OFF = "Off"
+    CYCLE = "Cycle"
+
+
+class OperationPhase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
 def health_failing_thresholds(policies: Iterable[Mapping[str, Any]]) -> frozenset[int]:
     """The ``failures`` counts of every ``HealthFailing`` rule in ``policies`` (API objects as
     dicts): the counts at which a node agent reports a device whose health check keeps failing

@@ -1,28 +1,12 @@
-"""Helpers shared by the controller and the agents: timestamps, conditions, Events, matching."""
+"""Conditions on the pydantic API types, for the controller; with the helpers on API dicts
+(:mod:`kubeacc.crds.apistatus`, which the node daemons use) named here as well."""
 
 from __future__ import annotations
 
-import datetime as dt
-import logging
-from collections.abc import Mapping
-from typing import Any
-
-from lightkube import Client
-from lightkube.types import PatchType
-
-from kubeacc.crds.api import API_VERSION
-from kubeacc.crds.resources import AcceleratorOperation, as_dict
+from kubeacc.crds.apistatus import apply_operation_status, now, parse_time
 from kubeacc.crds.types import Condition, ConditionStatus
 
-log = logging.getLogger(__name__)
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+__all__ = ["apply_operation_status", "get_condition", "now", "parse_time", "set_condition"]
 
 
 def set_condition(
@@ -51,29 +35,3 @@ def set_condition(
 
 def get_condition(conditions: list[Condition], type_: str) -> Condition | None:
     return next((c for c in conditions if c.type == type_), None)
-
-
-def apply_operation_status(
-    client: Client, op: Mapping[str, Any], status: dict[str, Any], field_manager: str
-) -> dict[str, Any]:
-    """Server-side apply the ``status`` fields this manager owns on an AcceleratorOperation.
-
-    The controller owns phase and conditions, each node agent its results; SSA keeps them apart.
-    Returns the operation as the API server stored it.
-    """
-    meta = op["metadata"]
-    written = client.patch(
-        AcceleratorOperation.Status,
-        meta["name"],
-        {
-            "apiVersion": API_VERSION,
-            "kind": "AcceleratorOperation",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-            "status": status,
-        },
-        namespace=meta["namespace"],
-        patch_type=PatchType.APPLY,
-        field_manager=field_manager,
-        force=True,
-    )
-    return as_dict(written)

@@ -15,10 +15,51 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from kubeacc.crds.api import EventClass, SharingMode, TimeSlice
+from kubeacc.crds.api import (
+    Action,
+    ConditionStatus,
+    EventClass,
+    OperationPhase,
+    PowerState,
+    SharingMode,
+    TimeSlice,
+)
 from kubeacc.crds.remediation import Remediation
 from kubeacc.crds.structfield import StructField
 from kubeacc.model import Device, DeviceType
+
+#: The enumerations of the operations and conditions live in kubeacc.crds.api (the node
+#: daemons use them without pydantic) and are named here as well.
+__all__ = [
+    "CONTROLLER_ACTIONS",
+    "MIG_PROFILE_PATTERN",
+    "AcceleratorOperationSpec",
+    "AcceleratorOperationStatus",
+    "AcceleratorPolicySpec",
+    "AcceleratorPolicyStatus",
+    "AcceleratorSpec",
+    "AcceleratorStatus",
+    "Action",
+    "Bitstream",
+    "Condition",
+    "ConditionStatus",
+    "Consumer",
+    "DetachSpec",
+    "DeviceClassTemplate",
+    "Dispatch",
+    "FaultReport",
+    "MigModeSpec",
+    "OperationPhase",
+    "PolicySelector",
+    "PowerSpec",
+    "PowerState",
+    "ProgramSpec",
+    "Sharing",
+    "TargetResult",
+    "TargetSelector",
+    "UnhealthyAction",
+]
+
 
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -45,12 +86,6 @@ class _Model(BaseModel):
 
     def to_api(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-class ConditionStatus(StrEnum):
-    TRUE = "True"
-    FALSE = "False"
-    UNKNOWN = "Unknown"
 
 
 class Condition(_Model):
@@ -325,17 +360,6 @@ class AcceleratorPolicyStatus(_Model):
 # --------------------------------------------------------------------------------------------
 
 
-class Action(StrEnum):
-    PROGRAM = "Program"
-    RESET = "Reset"
-    POWER = "Power"
-    ATTACH = "Attach"
-    DETACH = "Detach"
-    DRAIN = "Drain"
-    UNCORDON = "Uncordon"
-    MIG_MODE = "MigMode"
-
-
 #: Actions the controller carries out itself, on the Accelerator objects (no hardware touched).
 CONTROLLER_ACTIONS = frozenset({Action.DRAIN, Action.UNCORDON})
 
@@ -347,12 +371,6 @@ class ProgramSpec(_Model):
         description="Bitstream file, relative to the node's bitstream library",
     )
     sha256: str = Field(pattern=_SHA256, description="Expected SHA-256 of the file")
-
-
-class PowerState(StrEnum):
-    ON = "On"
-    OFF = "Off"
-    CYCLE = "Cycle"
 
 
 class PowerSpec(_Model):
@@ -455,13 +473,6 @@ class AcceleratorOperationSpec(_Model):
         if self.evict and not (self.action is Action.DRAIN or self.drain_first):
             raise ValueError("spec.evict is only allowed for action Drain or with spec.drainFirst")
         return self
-
-
-class OperationPhase(StrEnum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
 
 
 class Dispatch(_Model):

@@ -68,6 +68,9 @@ FORBIDDEN_FOR = {
         *_DEVICE_PLUGIN_DEFERRED,
         *_DEVICE_PLUGIN_UNLESS_METRICS,
     ),
+    # The life-cycle agent reads operations, Accelerators and policies through the same
+    # schema Structs (kubeacc/agent/lifecycle/apiread.py), on every node as well.
+    "lifecycle-agent": ("pydantic", "pydantic_core"),
 }
 #: At most this many modules per daemon (what each imported when the budget was set, plus
 #: about 3 %: a new dependency is a decision, not a side effect). Set with the argparse path
@@ -76,11 +79,11 @@ FORBIDDEN_FOR = {
 #: extender's want parsing and the DRA checkpoint out of the device plugin (425), the FPGA
 #: binder, DeviceClasses and telemetry faults out of the agent's start (650); then
 #: prometheus_client and the probe server out of the device plugin without --metrics-address
-#: (373).
+#: (373); then pydantic out of the life-cycle agent (520).
 BUDGET = {
     "agent": 670,
     "device-plugin": 385,
-    "lifecycle-agent": 595,
+    "lifecycle-agent": 536,
     "controller": 570,
     "extender": 520,
 }

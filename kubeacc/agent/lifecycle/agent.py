@@ -38,12 +38,28 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
+from kubeacc.agent.lifecycle.apiread import (
+    OperationSpec,
+    accelerator_device,
+    accelerator_status,
+    operation_spec,
+    operation_status,
+    results_to_api,
+)
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import VFIO, Executor
 from kubeacc.agent.lifecycle.outcome import Outcome
 from kubeacc.agent.nodelabels import accelerator_labels
 from kubeacc.apiclient import prime_decoders
-from kubeacc.crds.api import API_VERSION, MODEL_LABEL, NODE_LABEL, TYPE_LABEL
+from kubeacc.crds.api import (
+    API_VERSION,
+    MODEL_LABEL,
+    NODE_LABEL,
+    TYPE_LABEL,
+    ConditionStatus,
+    OperationPhase,
+)
+from kubeacc.crds.apistatus import apply_operation_status, now, with_condition
 from kubeacc.crds.events import emit_event
 from kubeacc.crds.policyread import allowed_bitstream_digests
 from kubeacc.crds.resources import (
@@ -53,25 +69,13 @@ from kubeacc.crds.resources import (
     as_dict,
     is_not_found,
 )
-from kubeacc.crds.status import (
-    apply_operation_status,
-    now,
-    set_condition,
-)
-from kubeacc.crds.types import (
-    AcceleratorOperationSpec,
-    AcceleratorOperationStatus,
-    AcceleratorStatus,
-    ConditionStatus,
-    OperationPhase,
-    TargetResult,
-)
+from kubeacc.crds.schemastructs import SchemaViolation, to_api
 from kubeacc.crds.watch import WatchCache
 from kubeacc.discovery import discover
 from kubeacc.host import Host
 from kubeacc.host.files import HostReadError
 from kubeacc.metrics.lifecycle import LifecycleMetrics
-from kubeacc.model import Device, HealthState
+from kubeacc.model import Device, HealthState, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +209,7 @@ class LifecycleAgent:
         for name, obj in list(known.items()):
             dev_name = obj["spec"]["deviceName"]
             if dev_name not in devices:
-                old = AcceleratorStatus.model_validate(obj.get("status") or {})
-                self._apply_accelerator(name, dev_name, old.device, obj, present=False)
+                self._apply_accelerator(name, dev_name, accelerator_device(obj), obj, present=False)
         return devices
 
     def _apply_accelerator(
@@ -218,13 +221,13 @@ class LifecycleAgent:
         *,
         present: bool,
     ) -> None:
-        old = AcceleratorStatus.model_validate((current or {}).get("status") or {})
+        old = accelerator_status(current)
         host_driver = old.host_driver
         driver = dev.pci.driver if dev and dev.pci else None
         if driver and driver != VFIO:
             host_driver = driver
-        conds = [c for c in old.conditions if c.type in _AGENT_CONDITIONS]
-        conds = set_condition(
+        conds = [to_api(c) for c in old.conditions if c.type in _AGENT_CONDITIONS]
+        conds = with_condition(
             conds,
             "Present",
             present,
@@ -233,14 +236,14 @@ class LifecycleAgent:
         )
         if dev is not None:
             healthy = dev.health.state is HealthState.HEALTHY
-            conds = set_condition(
+            conds = with_condition(
                 conds,
                 "Healthy",
                 healthy if dev.health.state is not HealthState.UNKNOWN else ConditionStatus.UNKNOWN,
                 dev.health.state.value,
                 dev.health.reason,
             )
-        status: dict[str, Any] = {"conditions": [c.to_api() for c in conds]}
+        status: dict[str, Any] = {"conditions": conds}
         if dev is not None:
             status["device"] = dev.to_json_dict()
         if host_driver:
@@ -305,36 +308,39 @@ class LifecycleAgent:
         self._handled = {k for k in self._handled if k[0] in live}
 
     def _process(self, op: dict[str, Any]) -> None:
-        status = AcceleratorOperationStatus.model_validate(op.get("status") or {})
-        if status.phase is not OperationPhase.RUNNING:
+        status = operation_status(op)
+        if status.phase != OperationPhase.RUNNING:
             return
         mine = [d for d in status.dispatch if d.node == self.node]
         if not mine:
             return
-        results = {r.accelerator: r for r in status.results if r.node == self.node}
+        results = {r.accelerator: to_api(r) for r in status.results if r.node == self.node}
         uid = op["metadata"].get("uid") or ""
+        try:
+            spec: OperationSpec = operation_spec(op)
+        except SchemaViolation as exc:  # an old CRD let it in: refused, never half-read
+            spec = Outcome(False, "InvalidSpec", str(exc))
         for target in mine:
             if (uid, target.accelerator) in self._handled:
                 continue  # reported by this process already; the cache may lag behind
-            res = results.get(target.accelerator)
-            if res is not None and res.phase in (
-                OperationPhase.SUCCEEDED,
-                OperationPhase.FAILED,
-            ):
+            phase = (results.get(target.accelerator) or {}).get("phase")
+            if phase in (OperationPhase.SUCCEEDED, OperationPhase.FAILED):
                 continue
-            if res is not None and res.phase is OperationPhase.RUNNING and not self._started:
+            if phase == OperationPhase.RUNNING and not self._started:
                 outcome = Outcome(
                     False,
                     "AgentRestarted",
                     "the node agent restarted while this action ran; check the device "
                     "and create a new operation",
                 )
+            elif isinstance(spec, Outcome):
+                outcome = spec
             else:
                 self._report(op, results, target.accelerator, None)
                 self._handled.add((uid, target.accelerator))
-                action = str(op["spec"].get("action", ""))
+                action = str(spec.action)
                 with self.metrics.action_seconds.labels(action).time():
-                    outcome = self._execute(op, target.accelerator, target.device_name)
+                    outcome = self._execute(op, spec, target.accelerator, target.device_name)
                 result = OperationPhase.SUCCEEDED if outcome.ok else OperationPhase.FAILED
                 self.metrics.actions.labels(action, result.value).inc()
             self._report(op, results, target.accelerator, outcome)
@@ -349,13 +355,17 @@ class LifecycleAgent:
             )
             self.sync_inventory()
 
-    def _execute(self, op: dict[str, Any], acc_name: str, device_name: str) -> Outcome:
-        spec = AcceleratorOperationSpec.model_validate(op["spec"])
+    def _execute(
+        self, op: dict[str, Any], spec: OperationSpec, acc_name: str, device_name: str
+    ) -> Outcome:
         try:
             acc = as_dict(self.client.get(Accelerator, acc_name))
         except ApiError as exc:
             return Outcome(False, "AcceleratorNotFound", f"{acc_name}: {exc}")
-        acc_status = AcceleratorStatus.model_validate(acc.get("status") or {})
+        try:
+            acc_status = accelerator_status(acc)
+        except SchemaViolation as exc:
+            return Outcome(False, "InvalidObject", str(exc))
         if acc_status.allocated_to:  # taken since the controller checked: never under a user
             users = ", ".join(
                 f"{c.kind} {c.namespace + '/' if c.namespace else ''}{c.name}"
@@ -366,49 +376,49 @@ class LifecycleAgent:
                 "DeviceInUse",
                 f"{acc_name} is used by {users}; drain it first (spec.drainFirst)",
             )
-        device = self._rediscover(device_name) or acc_status.device
-        if device is None:
-            return Outcome(False, "DeviceNotFound", f"{device_name} is not on node {self.node}")
-        allowed = allowed_bitstream_digests(
-            (as_dict(p) for p in self.client.list(AcceleratorPolicy)), device
-        )
-        log.info("%s: %s on %s", op["metadata"]["name"], spec.action.value, device_name)
+        try:  # an object the schema would refuse fails the target, with what is wrong in it
+            device = self._rediscover(device_name) or accelerator_device(acc)
+            if device is None:
+                return Outcome(False, "DeviceNotFound", f"{device_name} is not on node {self.node}")
+            allowed = allowed_bitstream_digests(
+                (as_dict(p) for p in self.client.list(AcceleratorPolicy)), device
+            )
+        except (SchemaViolation, ModelError) as exc:
+            return Outcome(False, "InvalidObject", str(exc))
+        log.info("%s: %s on %s", op["metadata"]["name"], spec.action, device_name)
         try:
             return self.executor.run(
                 spec, device, host_driver=acc_status.host_driver, allowed_digests=allowed
             )
         except Exception as exc:  # a bug must fail the target, not the agent
-            log.exception("executing %s", spec.action.value)
+            log.exception("executing %s", spec.action)
             return Outcome(False, "InternalError", f"{type(exc).__name__}: {exc}")
 
     def _report(
         self,
         op: dict[str, Any],
-        results: dict[str, TargetResult],
+        results: dict[str, dict[str, Any]],
         acc_name: str,
         outcome: Outcome | None,
     ) -> None:
+        """Write this node's result for ``acc_name``: Running (no ``outcome`` yet) or how it
+        ended; ``results`` are this node's results as API dicts, updated in place."""
+        res: dict[str, Any] = {"accelerator": acc_name, "node": self.node}
         if outcome is None:
-            res = TargetResult(
-                accelerator=acc_name, node=self.node, phase=OperationPhase.RUNNING, reason="Running"
-            )
+            res.update(phase=OperationPhase.RUNNING.value, reason="Running")
         else:
-            res = TargetResult(
-                accelerator=acc_name,
-                node=self.node,
-                phase=OperationPhase.SUCCEEDED if outcome.ok else OperationPhase.FAILED,
+            phase = OperationPhase.SUCCEEDED if outcome.ok else OperationPhase.FAILED
+            res.update(
+                phase=phase.value,
                 reason=outcome.reason,
-                message=outcome.message,
-                afu_id=outcome.afu_id,
+                message=outcome.message[:4096],
+                afuId=outcome.afu_id,
                 driver=outcome.driver,
-                finished_at=now(),
+                finishedAt=now(),
             )
         results[acc_name] = res
         written = apply_operation_status(
-            self.client,
-            op,
-            {"results": [r.to_api() for r in results.values()]},
-            self.field_manager,
+            self.client, op, {"results": results_to_api(results.values())}, self.field_manager
         )
         self.operations.observe(written)
 

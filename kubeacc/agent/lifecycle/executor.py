@@ -11,11 +11,13 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from kubeacc.agent.lifecycle.apiread import OperationSpec
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.migmode import set_mig_mode
 from kubeacc.agent.lifecycle.outcome import Outcome
-from kubeacc.crds.types import AcceleratorOperationSpec, Action, PowerState
+from kubeacc.crds.api import Action, PowerState
 from kubeacc.host import Host
 from kubeacc.host.kernel import FpgaPort, HostError, HostKernel, host_path
 from kubeacc.model import Device, DeviceType
@@ -25,6 +27,14 @@ log = logging.getLogger(__name__)
 VFIO = "vfio-pci"
 PCI_DEVICES = "/sys/bus/pci/devices"
 PCI_DRIVERS = "/sys/bus/pci/drivers"
+
+
+def _required(section: Any, name: str, action: str) -> Any:
+    """The spec's section ``name`` that ``action`` needs (the CRD's rules require it; an old
+    CRD does not)."""
+    if section is None:
+        raise HostError("InvalidSpec", f"spec.{name} is required for action {action}")
+    return section
 
 
 class Executor:
@@ -48,7 +58,7 @@ class Executor:
 
     def run(
         self,
-        spec: AcceleratorOperationSpec,
+        spec: OperationSpec,
         device: Device,
         *,
         host_driver: str | None,
@@ -59,21 +69,19 @@ class Executor:
                 case Action.RESET:
                     return self.reset(device)
                 case Action.POWER:
-                    assert spec.power is not None
-                    return self.power(device, spec.power.state)
+                    state = _required(spec.power, "power", spec.action).state
+                    return self.power(device, PowerState(state))
                 case Action.ATTACH:
                     return self.attach(device)
                 case Action.DETACH:
                     want = (spec.detach.driver if spec.detach else None) or host_driver
                     return self.detach(device, want)
                 case Action.PROGRAM:
-                    assert spec.program is not None
-                    return self.program(
-                        device, spec.program.bitstream, spec.program.sha256, allowed_digests
-                    )
+                    image = _required(spec.program, "program", spec.action)
+                    return self.program(device, image.bitstream, image.sha256, allowed_digests)
                 case Action.MIG_MODE:
-                    assert spec.mig_mode is not None
-                    return set_mig_mode(self.host, device, spec.mig_mode.enabled, self.reset)
+                    enabled = _required(spec.mig_mode, "migMode", spec.action).enabled
+                    return set_mig_mode(self.host, device, enabled, self.reset)
                 case Action.DRAIN | Action.UNCORDON:
                     return Outcome(True, "Nothing", "the controller's action; nothing on the node")
         except HostError as exc:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
+from kubeacc.agent.lifecycle.apiread import OperationSpec, operation_spec
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary, make_gbs, parse_gbs
 from kubeacc.agent.lifecycle.executor import Executor
-from kubeacc.crds.types import AcceleratorOperationSpec
 from kubeacc.host.kernel import HostError
 from kubeacc.model import Device
 from kubeacc.synthetic.host import SyntheticHost
@@ -79,8 +80,8 @@ def test_program_checks_digest_allow_list_and_fim(
     dev = _dev(root)
     before = dev.fpga.afu_id if dev.fpga else None
 
-    def op(sha256: str) -> AcceleratorOperationSpec:
-        return AcceleratorOperationSpec.model_validate(
+    def op(sha256: str) -> OperationSpec:
+        return _spec(
             {
                 "action": "Program",
                 "targets": ["x"],
@@ -109,7 +110,7 @@ def test_attach_rolls_back_when_vfio_bind_fails(
     root, kernel, ex, _ = host
     dev = _dev(root)
     kernel.fail_bind.add("vfio-pci")
-    attach = AcceleratorOperationSpec.model_validate({"action": "Attach", "targets": ["x"]})
+    attach = _spec({"action": "Attach", "targets": ["x"]})
     out = ex.run(attach, dev, host_driver=None, allowed_digests=set())
     assert not out.ok and "restored dfl-pci" in out.message
     sysfs = root / "sys/bus/pci/devices/0000:3b:00.0"
@@ -119,7 +120,7 @@ def test_attach_rolls_back_when_vfio_bind_fails(
     kernel.fail_bind.clear()
     assert ex.run(attach, dev, host_driver=None, allowed_digests=set()).ok
     assert (sysfs / "driver").resolve().name == "vfio-pci"
-    detach = AcceleratorOperationSpec.model_validate({"action": "Detach", "targets": ["x"]})
+    detach = _spec({"action": "Detach", "targets": ["x"]})
     out = ex.run(detach, dev, host_driver=None, allowed_digests=set())
     assert (out.ok, out.reason) == (False, "NoHostDriver")
     assert ex.run(detach, dev, host_driver="dfl-pci", allowed_digests=set()).ok
@@ -134,7 +135,7 @@ def test_power_and_reset_write_sysfs(host: tuple[Path, SyntheticKernel, Executor
         {"action": "Power", "targets": ["x"], "power": {"state": "Cycle"}},
     ):
         out = ex.run(
-            AcceleratorOperationSpec.model_validate(spec),
+            _spec(spec),
             dev,
             host_driver=None,
             allowed_digests=set(),
@@ -145,3 +146,26 @@ def test_power_and_reset_write_sysfs(host: tuple[Path, SyntheticKernel, Executor
         ("/sys/bus/pci/devices/0000:3b:00.0/remove", "1"),
         ("/sys/bus/pci/rescan", "1"),
     ]
+
+
+def _spec(spec: Mapping[str, object]) -> OperationSpec:
+    """The spec as the agent reads it (kubeacc.agent.lifecycle.apiread)."""
+    return operation_spec({"spec": spec})
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"action": "Power"}, "spec.power is required for action Power"),
+        ({"action": "Program"}, "spec.program is required for action Program"),
+        ({"action": "MigMode"}, "spec.migMode is required for action MigMode"),
+    ],
+)
+def test_an_action_without_its_section_fails_clearly(
+    host: tuple[Path, SyntheticKernel, Executor, Path], spec: dict[str, object], message: str
+) -> None:
+    """What the CRD's rules require and an old CRD lets through: refused, the host untouched."""
+    root, kernel, ex, _ = host
+    out = ex.run(_spec(spec), _dev(root), host_driver=None, allowed_digests=set())
+    assert (out.ok, out.reason, out.message) == (False, "InvalidSpec", message)
+    assert kernel.writes == []

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pynvml
 import pytest
 
+from kubeacc.agent.lifecycle.apiread import OperationSpec, operation_spec
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import Executor
 from kubeacc.agent.users import accelerator_device
-from kubeacc.crds.types import AcceleratorOperationSpec
 from kubeacc.model import Device
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
@@ -35,10 +36,8 @@ def host(tmp_path: Path) -> tuple[Path, Executor]:
     )
 
 
-def spec(enabled: bool) -> AcceleratorOperationSpec:
-    return AcceleratorOperationSpec.model_validate(
-        {"action": "MigMode", "targets": ["x"], "migMode": {"enabled": enabled}}
-    )
+def spec(enabled: bool) -> OperationSpec:
+    return _spec({"action": "MigMode", "targets": ["x"], "migMode": {"enabled": enabled}})
 
 
 def device(root: Path, name: str) -> Device:
@@ -90,3 +89,8 @@ def test_a_partition_claim_is_a_use_of_its_gpu() -> None:
     assert accelerator_device(f"{H100}-mig-gi2", known) == H100
     assert accelerator_device("nic-0000-05-00-0-vf3", known) == "nic-0000-05-00-0"
     assert accelerator_device("other-mig-1g-10gb-0", known) == "other-mig-1g-10gb-0"
+
+
+def _spec(spec: Mapping[str, object]) -> OperationSpec:
+    """The spec as the agent reads it (kubeacc.agent.lifecycle.apiread)."""
+    return operation_spec({"spec": spec})
