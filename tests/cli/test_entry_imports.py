@@ -93,7 +93,7 @@ FROZEN = "start-up objects frozen"
 STARTED = {
     "agent": FROZEN,
     "device-plugin": FROZEN,
-    "lifecycle-agent": "agent pass failed",
+    "lifecycle-agent": "first discovery",
     "controller": "leader election",
     "extender": None,
 }

@@ -33,7 +33,12 @@ def test_every_policy_shape_prepares_on_the_kubelet(
 ) -> None:
     with node_stack(testbed, tmp_path, "large-mixed") as stack:
         accs = eventually(
-            lambda: (a := stack.accelerators()) and any(d.startswith("fpga-") for d in a) and a,
+            # both kinds written (the agent writes device after device)
+            lambda: (
+                (a := stack.accelerators())
+                and all(any(d.startswith(p) for d in a) for p in ("fpga-", "nic-"))
+                and a
+            ),
             60,
             "Accelerators",
         )

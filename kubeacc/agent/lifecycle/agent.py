@@ -111,6 +111,7 @@ class LifecycleAgent:
         #: Accelerator name -> (status last applied, when, the agent's fields in the answer).
         self._applied: dict[str, tuple[dict[str, Any], float, _Owned]] = {}
         self._started = False
+        self._discovered = False
         #: Why the last discovery pass failed ("" when it did not).
         self.discovery_error = ""
         #: (operation uid, accelerator) this process has started: never started twice.
@@ -174,18 +175,26 @@ class LifecycleAgent:
         return reasons
 
     def pass_once(self, *, inventory: bool = True) -> None:
-        """One pass: the inventory (when asked), then the operations; each only while its
-        watch is synced (a watch that is (re)starting leaves things as they are)."""
+        """One pass: the inventory (when asked), then the operations. Discovery is local and
+        runs whatever the API server does; what it found is applied, and operations are run,
+        only while the watch of each is synced (one that is (re)starting leaves things as they
+        are)."""
         self._wake.clear()
-        if inventory and self.accelerators.synced.is_set():
+        if inventory:
             try:
-                self.sync_inventory()
+                devices = self._discover()
                 self.discovery_error = ""
             except HostReadError as err:  # the Accelerators stay as they are
                 if not self.discovery_error:
                     log.warning("%s; the node's Accelerators stay as they are", err)
                 self.discovery_error = str(err)
                 self.metrics.pass_errors.inc()
+            else:
+                if not self._discovered:
+                    self._discovered = True
+                    log.info("first discovery: %d devices on node %s", len(devices), self.node)
+                if self.accelerators.synced.is_set():
+                    self.sync_inventory(devices)
         if not self.operations.synced.is_set():
             return
         self.process_operations(self.operations.items())
@@ -199,9 +208,11 @@ class LifecycleAgent:
     def _rediscover(self, device_name: str) -> Device | None:
         return self._discover().get(device_name)
 
-    def sync_inventory(self) -> dict[str, Device]:
-        """Apply what discovery shows to the node's Accelerators as the watch has them."""
-        devices = self._discover()
+    def sync_inventory(self, devices: dict[str, Device] | None = None) -> dict[str, Device]:
+        """Apply what discovery shows (``devices``, or a discovery now) to the node's
+        Accelerators as the watch has them."""
+        if devices is None:
+            devices = self._discover()
         known = self.accelerators.by_name()
         for dev in devices.values():
             name = self.accelerator_name(dev.name)
