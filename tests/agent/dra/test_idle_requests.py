@@ -28,6 +28,7 @@ from kubeacc.agent.runner import Agent
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.identities import agent_kubeconfig, install_agent_access
 
+from ...requestlog import httpx_lines
 from ...testbed.helpers import eventually
 from .nodeview import kubeacc_labels, lone_agent_options, published_devices
 
@@ -51,14 +52,8 @@ class _LoopRequests(logging.Handler):
 
 @pytest.fixture
 def loop_requests() -> Iterator[_LoopRequests]:
-    handler = _LoopRequests()
-    httpx_log = logging.getLogger("httpx2")
-    level = httpx_log.level
-    httpx_log.setLevel(logging.INFO)
-    httpx_log.addHandler(handler)
-    yield handler
-    httpx_log.removeHandler(handler)
-    httpx_log.setLevel(level)
+    with httpx_lines(_LoopRequests()) as handler:
+        yield handler
 
 
 def test_an_idle_agent_sends_nothing_and_repairs_at_once(

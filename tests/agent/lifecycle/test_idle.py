@@ -32,6 +32,7 @@ from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed import Testbed
 from tests.crdfixtures import wait_for
+from tests.requestlog import httpx_lines
 
 pytestmark = pytest.mark.cluster
 
@@ -59,14 +60,8 @@ class _AgentRequests(logging.Handler):
 
 @pytest.fixture
 def requests() -> Iterator[_AgentRequests]:
-    handler = _AgentRequests()
-    httpx_log = logging.getLogger("httpx2")
-    level = httpx_log.level
-    httpx_log.setLevel(logging.INFO)
-    httpx_log.addHandler(handler)
-    yield handler
-    httpx_log.removeHandler(handler)
-    httpx_log.setLevel(level)
+    with httpx_lines(_AgentRequests()) as handler:
+        yield handler
 
 
 @contextmanager
