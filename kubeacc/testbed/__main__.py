@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         "containerd" if args.with_kubeacc else "fake"
     )
     signal.signal(signal.SIGTERM, _raise_exit)
+    # Ctrl-C is how `up` is stopped, also when a shell started it in the background: such a
+    # shell ignores SIGINT for its children, and Python then keeps it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     t0 = time.monotonic()
     options = KubeletOptions(
         node_name=args.node_name,
