@@ -62,12 +62,17 @@ def test_without_the_gate_the_bitstream_is_loaded_at_prepare(tmp_path: Path) -> 
         port = start_binding_agent(agent, library)
         agent.wait_log("the API server drops bindingConditions")
         fpga = _card(host).name
-        devices = {
-            d["name"]: d
-            for s in client.list(ResourceSlice, fields={"spec.driver": DRIVER_NAME})
-            for d in as_dict(s)["spec"].get("devices") or []
-        }
-        assert fpga in devices
+
+        def published() -> dict[str, dict[str, object]] | None:
+            found = {
+                d["name"]: d
+                for s in client.list(ResourceSlice, fields={"spec.driver": DRIVER_NAME})
+                for d in as_dict(s)["spec"].get("devices") or []
+            }
+            return found if fpga in found else None
+
+        # the gate's log line comes before the slices are published: wait for them
+        devices = eventually(published, 60, "the FPGA published")
         assert "bindingConditions" not in devices[fpga]
 
         config = [fpga_claim_config("arria.gbs", f"sha256:{digest}")]
