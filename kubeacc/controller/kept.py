@@ -28,7 +28,8 @@ whole (GET), not from the cache. A new reader of another field adds it here
 (tests/controller/test_kept.py runs the passes on whole and on kept objects).
 
 Strings that repeat across objects (node and device names, models, reasons) are interned, and
-every kept dict is built afresh with this module's keys, so the keys are shared too.
+every kept dict is built afresh with this module's keys, so the keys are shared too
+(:mod:`kubeacc.crds.keep`, shared with the extender's :mod:`kubeacc.extender.kept`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from kubeacc.controller.remediator import (
     OPERATION_ANNOTATION,
     RETURNED_ANNOTATION,
 )
+from kubeacc.crds.keep import pick, shared
 from kubeacc.crds.remediation import CONDITION_TYPE
 from kubeacc.model.names import CORDONED_BY_ANNOTATION
 
@@ -54,34 +56,25 @@ DEVICE = ("name", "type", "vendor", "model", "index", "source", "health")
 STATUS = ("allocatedTo", "lastFault")
 
 
-def _shared(value: Any) -> Any:
-    """``value``, interned if it is a string (a value many objects repeat)."""
-    return sys.intern(value) if isinstance(value, str) else value
-
-
-def _pick(obj: dict[str, Any], keys: tuple[str, ...], share: bool = True) -> dict[str, Any]:
-    return {k: _shared(obj[k]) if share else obj[k] for k in keys if k in obj}
-
-
 def accelerator(obj: dict[str, Any]) -> dict[str, Any]:
     """What the controller keeps of an Accelerator (see the module docstring)."""
     meta = obj.get("metadata") or {}
-    out: dict[str, Any] = _pick(obj, ("apiVersion", "kind"))
-    kept_meta = _pick(meta, METADATA, share=False)
+    out: dict[str, Any] = pick(obj, ("apiVersion", "kind"))
+    kept_meta = pick(meta, METADATA, share=False)
     notes = meta.get("annotations") or {}
     if any(k in notes for k in ANNOTATIONS):
-        kept_meta["annotations"] = _pick(notes, ANNOTATIONS)
+        kept_meta["annotations"] = pick(notes, ANNOTATIONS)
     out["metadata"] = kept_meta
     if "spec" in obj:
-        out["spec"] = _pick(obj["spec"] or {}, SPEC)
+        out["spec"] = pick(obj["spec"] or {}, SPEC)
     if "status" in obj:
         status = obj["status"] or {}
-        kept: dict[str, Any] = _pick(status, STATUS, share=False)
+        kept: dict[str, Any] = pick(status, STATUS, share=False)
         device = status.get("device")
         if isinstance(device, dict):
-            kept["device"] = dev = _pick(device, DEVICE)
+            kept["device"] = dev = pick(device, DEVICE)
             if isinstance(dev.get("health"), dict):
-                dev["health"] = {sys.intern(k): _shared(v) for k, v in dev["health"].items()}
+                dev["health"] = {sys.intern(k): shared(v) for k, v in dev["health"].items()}
         conditions = [
             c
             for c in status.get("conditions") or []
@@ -96,4 +89,4 @@ def accelerator(obj: dict[str, Any]) -> dict[str, Any]:
 def node(obj: dict[str, Any]) -> dict[str, Any]:
     """What the controller keeps of a Node: its name (and the version the cache orders by)."""
     meta = obj.get("metadata") or {}
-    return {"metadata": _pick(meta, ("name", "resourceVersion"), share=False)}
+    return {"metadata": pick(meta, ("name", "resourceVersion"), share=False)}

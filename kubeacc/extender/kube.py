@@ -4,7 +4,9 @@
 * Pods (all namespaces): who holds what, from the decision annotation of bound pods.
 
 Both are list-then-watch caches (:class:`kubeacc.crds.watch.WatchCache`); each event updates
-only the node it concerns; a (re)list replaces the whole view.
+only the node it concerns; a (re)list replaces the whole view. The caches hold only the fields
+the extender reads (:mod:`kubeacc.extender.kept`) and list in pages of :data:`PAGE`, so neither
+they nor a LIST hold whole objects of every Accelerator and Pod of the cluster.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -23,6 +26,7 @@ from lightkube.resources.core_v1 import Pod, PodBinding
 from kubeacc.controller.leader import LeaderElector
 from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.crds.watch import WatchCache
+from kubeacc.extender import kept
 from kubeacc.extender.state import Gpu, State, gpu_of
 from kubeacc.extender.wants import Decision
 from kubeacc.model import Device, ModelError
@@ -31,6 +35,9 @@ from kubeacc.model.names import DECISION_ANNOTATION
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "kubeacc-extender"
 LEASE_NAME = "kubeacc-extender"
+#: Objects per LIST request (the API server's continue tokens); as the controller's.
+PAGE = 500
+Keep = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def accelerator_gpu(obj: dict[str, Any]) -> tuple[str, str, Gpu | None]:
@@ -52,7 +59,17 @@ def accelerator_gpu(obj: dict[str, Any]) -> tuple[str, str, Gpu | None]:
 class Inventory:
     """Keeps ``state`` current from the API server."""
 
-    def __init__(self, client: Client, state: State) -> None:
+    def __init__(
+        self,
+        client: Client,
+        state: State,
+        *,
+        keep_accelerator: Keep = kept.accelerator,
+        keep_pod: Keep = kept.pod,
+        page: int | None = PAGE,
+    ) -> None:
+        """``keep_accelerator``/``keep_pod``: what the caches hold of each object
+        (:mod:`.kept`; :func:`.kept.whole` for everything, as tests and benchmarks compare)."""
         self.state = state
         self._gpus: dict[str, dict[str, Gpu]] = {}
         self._lock = threading.Lock()
@@ -62,6 +79,8 @@ class Inventory:
             on_change=self._relist_accelerators,
             wake_if=self._accelerator_event,
             name="extender-accelerators",
+            keep=keep_accelerator,
+            page=page,
         )
         self.pods = WatchCache(
             client,
@@ -70,6 +89,8 @@ class Inventory:
             on_change=self._relist_pods,
             wake_if=self._pod_event,
             name="extender-pods",
+            keep=keep_pod,
+            page=page,
         )
 
     def start(self) -> None:
