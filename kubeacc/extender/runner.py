@@ -65,11 +65,7 @@ class ExtenderRunner:
         return leads and self.inventory.synced()
 
     def not_ready(self) -> list[str]:
-        problems = []
-        if not self.inventory.accelerators.synced.is_set():
-            problems.append("accelerators not synced")
-        if not self.inventory.pods.synced.is_set():
-            problems.append("pods not synced")
+        problems = self.inventory.not_ready()
         if self.leadership is not None and not self.leadership.leading.is_set():
             problems.append("not the leader")
         return problems
