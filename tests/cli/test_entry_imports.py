@@ -69,7 +69,7 @@ FORBIDDEN_FOR = {
         *_DEVICE_PLUGIN_UNLESS_METRICS,
     ),
     # The life-cycle agent reads operations, Accelerators and policies through the same
-    # schema Structs (kubeacc/agent/lifecycle/apiread.py), on every node as well.
+    # schema Structs (kubeacc/crds/apiread.py), on every node as well.
     "lifecycle-agent": ("pydantic", "pydantic_core"),
 }
 #: At most this many modules per daemon (what each imported when the budget was set, plus

@@ -38,14 +38,6 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
-from kubeacc.agent.lifecycle.apiread import (
-    OperationSpec,
-    accelerator_device,
-    accelerator_status,
-    operation_spec,
-    operation_status,
-    results_to_api,
-)
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import VFIO, Executor
 from kubeacc.agent.lifecycle.outcome import Outcome
@@ -58,6 +50,14 @@ from kubeacc.crds.api import (
     TYPE_LABEL,
     ConditionStatus,
     OperationPhase,
+)
+from kubeacc.crds.apiread import (
+    OperationSpec,
+    accelerator_device,
+    accelerator_status,
+    operation_spec,
+    operation_status,
+    results_to_api,
 )
 from kubeacc.crds.apistatus import apply_operation_status, now, with_condition
 from kubeacc.crds.events import emit_event

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.lifecycle.apiread import OperationSpec
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.migmode import set_mig_mode
 from kubeacc.agent.lifecycle.outcome import Outcome
 from kubeacc.crds.api import Action, PowerState
+from kubeacc.crds.apiread import OperationSpec
 from kubeacc.host import Host
 from kubeacc.host.kernel import FpgaPort, HostError, HostKernel, host_path
 from kubeacc.model import Device, DeviceType

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from kubeacc.agent.lifecycle.apiread import OperationSpec, operation_spec
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary, make_gbs, parse_gbs
 from kubeacc.agent.lifecycle.executor import Executor
+from kubeacc.crds.apiread import OperationSpec, operation_spec
 from kubeacc.host.kernel import HostError
 from kubeacc.model import Device
 from kubeacc.synthetic.host import SyntheticHost
@@ -149,7 +149,7 @@ def test_power_and_reset_write_sysfs(host: tuple[Path, SyntheticKernel, Executor
 
 
 def _spec(spec: Mapping[str, object]) -> OperationSpec:
-    """The spec as the agent reads it (kubeacc.agent.lifecycle.apiread)."""
+    """The spec as the agent reads it (kubeacc.crds.apiread)."""
     return operation_spec({"spec": spec})
 
 

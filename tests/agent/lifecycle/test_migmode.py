@@ -8,10 +8,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from kubeacc.agent.lifecycle.apiread import OperationSpec, operation_spec
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import Executor
 from kubeacc.agent.users import accelerator_device
+from kubeacc.crds.apiread import OperationSpec, operation_spec
 from kubeacc.model import Device
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
@@ -92,5 +92,5 @@ def test_a_partition_claim_is_a_use_of_its_gpu() -> None:
 
 
 def _spec(spec: Mapping[str, object]) -> OperationSpec:
-    """The spec as the agent reads it (kubeacc.agent.lifecycle.apiread)."""
+    """The spec as the agent reads it (kubeacc.crds.apiread)."""
     return operation_spec({"spec": spec})

@@ -1,5 +1,5 @@
-"""What the life-cycle agent reads from the API and writes back, checked against the CRDs'
-own schemas without pydantic (:mod:`kubeacc.crds.schemastructs`).
+"""What the life-cycle agent reads of kube-acc objects from the API and writes back, checked
+against the CRDs' own schemas without pydantic (:mod:`kubeacc.crds.schemastructs`).
 
 Each reader returns a Struct whose attributes are the schema's names in snake case
 (``spec.mig_mode.enabled``), its enumerations plain strings equal to the

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from kubeacc.agent.lifecycle.apiread import (
+from kubeacc.crds.api import ConditionStatus
+from kubeacc.crds.apiread import (
     accelerator_device,
     accelerator_status,
     operation_spec,
     operation_status,
     results_to_api,
 )
-from kubeacc.crds.api import ConditionStatus
 from kubeacc.crds.apistatus import with_condition
 from kubeacc.crds.schemastructs import SchemaViolation
 from kubeacc.crds.status import set_condition
