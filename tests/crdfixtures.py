@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from kubeacc.agent.nodelabels import accelerator_labels
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.api import API_VERSION, NODE_LABEL
+from kubeacc.crds.manifests import crds
 from kubeacc.crds.resources import (
     Accelerator,
     AcceleratorOperation,
@@ -123,6 +125,18 @@ def create_operation(client: Client, ns: str, name: str, spec: dict[str, Any]) -
         ),
         namespace=ns,
     )
+
+
+def permissive_operation_crd() -> dict[str, Any]:
+    """The AcceleratorOperation CRD with a spec that takes anything (as a CRD from before the
+    schema and its rules): what an old or hand-edited cluster lets in."""
+    crd = copy.deepcopy(
+        next(c for c in crds() if c["spec"]["names"]["kind"] == "AcceleratorOperation")
+    )
+    for version in crd["spec"]["versions"]:
+        props = version["schema"]["openAPIV3Schema"]["properties"]
+        props["spec"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return crd
 
 
 def operation_finished(client: Client, ns: str, name: str) -> dict[str, Any] | None:

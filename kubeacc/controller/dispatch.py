@@ -18,6 +18,7 @@ from typing import Any
 
 from lightkube import ApiError, Client
 from lightkube.resources.resource_v1 import ResourceClaim
+from pydantic import ValidationError
 
 from kubeacc.controller import taintrules
 from kubeacc.controller.cordons import CORDONED_BY, Cordons
@@ -151,7 +152,12 @@ class OperationDispatch:
         if status.phase in TERMINAL:
             return
         before = status.model_copy(deep=True)
-        spec = AcceleratorOperationSpec.model_validate(op.get("spec") or {})
+        try:
+            spec = AcceleratorOperationSpec.model_validate(op.get("spec") or {})
+        except ValidationError as err:  # let in by a CRD without the schema or its rules
+            status.start_time = status.start_time or now()
+            self._fail(op, before, status, Refusal("InvalidSpec", spec_problems(err)))
+            return
         gen = meta.get("generation")
         status.observed_generation = gen
         if status.phase is None and not status.targets:
@@ -425,3 +431,12 @@ class OperationDispatch:
             return math.inf
         age = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
         return spec.timeout_seconds - age.total_seconds()
+
+
+def spec_problems(err: ValidationError) -> str:
+    """What is wrong with an operation's spec, each problem with its field (at most three)."""
+    problems = [
+        f"spec{''.join(f'.{part}' for part in e['loc'])}: {e['msg']}" for e in err.errors()[:3]
+    ]
+    more = err.error_count() - len(problems)
+    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")

@@ -8,7 +8,6 @@ operation to the agent through the status subresource, as a controller (or a han
 
 from __future__ import annotations
 
-import copy
 import time
 from functools import partial
 from pathlib import Path
@@ -23,13 +22,12 @@ from lightkube.types import PatchType
 
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.crds.api import API_VERSION
-from kubeacc.crds.manifests import crds
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict, install_crds
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed import Testbed
-from tests.crdfixtures import create_operation, running, wait_for
+from tests.crdfixtures import create_operation, permissive_operation_crd, running, wait_for
 
 NODE = "node-m"
 GPU = "gpu-0000-01-00-0"  # on the edge-mixed host
@@ -56,17 +54,6 @@ CASES: dict[str, tuple[Any, tuple[str, str]]] = {
     ),
     "good": ({"action": "Reset", "targets": [TARGET], "unknown": "ignored"}, ("Reset", "reset")),
 }
-
-
-def _old_operation_crd() -> dict[str, Any]:
-    """The AcceleratorOperation CRD with a spec that takes anything."""
-    crd = copy.deepcopy(
-        next(c for c in crds() if c["spec"]["names"]["kind"] == "AcceleratorOperation")
-    )
-    for version in crd["spec"]["versions"]:
-        props = version["schema"]["openAPIV3Schema"]["properties"]
-        props["spec"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    return crd
 
 
 def _dispatch(client: Client, name: str) -> None:
@@ -115,7 +102,7 @@ def test_malformed_operations_are_refused_and_the_others_run(tmp_path: Path) -> 
         client.patch(
             CustomResourceDefinition,
             "acceleratoroperations.kubeacc.io",
-            _old_operation_crd(),
+            permissive_operation_crd(),
             patch_type=PatchType.APPLY,
             field_manager="kubeacc",
             force=True,

@@ -1,0 +1,109 @@
+"""A malformed AcceleratorOperation that an old CRD lets in is failed by the controller with
+``InvalidSpec`` naming the field, once, with a Warning Event; the other operations go on.
+
+Before, the controller's validation raised on every pass (every 0.3 s here) for such an
+operation, which stayed without a phase and filled the controller's log. The test starts its
+own testbed and installs the AcceleratorOperation CRD with a ``spec`` that takes anything.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+import pytest
+from lightkube import ApiError, Client
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Event, Namespace
+from lightkube.types import PatchType
+
+from kubeacc.crds.resources import as_dict, install_crds
+from kubeacc.testbed import Testbed
+from tests.crdfixtures import (
+    create_operation,
+    make_controller,
+    operation_finished,
+    permissive_operation_crd,
+    running,
+    wait_for,
+)
+
+NS = "ops"
+TARGET = "node-m-gpu-0000-01-00-0"  # no such Accelerator
+
+#: Operation name -> (spec, the reason it fails with, a part of its message).
+CASES: dict[str, tuple[Any, str, str]] = {
+    "unknown-action": (
+        {"action": "Explode", "targets": [TARGET]},
+        "InvalidSpec",
+        "spec.action: Input should be 'Program'",
+    ),
+    "wrong-type": (
+        {"action": "Power", "targets": [TARGET], "power": {"state": 1}},
+        "InvalidSpec",
+        "spec.power.state: Input should be 'On', 'Off' or 'Cycle'",
+    ),
+    "missing-action": ({"targets": [TARGET]}, "InvalidSpec", "spec.action: Field required"),
+    "both-targets": (
+        {"action": "Reset", "targets": [TARGET], "targetSelector": {"matchLabels": {"rack": "r7"}}},
+        "InvalidSpec",
+        "exactly one of spec.targets and spec.targetSelector is required",
+    ),
+    # well formed: validated as before, and refused for its own reason
+    "good": ({"action": "Reset", "targets": [TARGET]}, "AcceleratorNotFound", TARGET),
+}
+
+
+def _failed(op: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in op["status"]["conditions"] if c["type"] == "Failed")
+
+
+@pytest.mark.cluster
+def test_malformed_operations_fail_with_the_field_named() -> None:
+    with Testbed.start(with_kubelet=False) as tb:
+        client: Client = tb.client(field_manager="kubeacc-test")
+        install_crds(client)
+        client.patch(
+            CustomResourceDefinition,
+            "acceleratoroperations.kubeacc.io",
+            permissive_operation_crd(),
+            patch_type=PatchType.APPLY,
+            field_manager="kubeacc",
+            force=True,
+        )
+        client.create(Namespace(metadata=ObjectMeta(name=NS)))
+
+        def created(name: str, spec: Any) -> bool:
+            try:  # the API server takes the old schema a moment after the patch
+                create_operation(client, NS, name, spec)
+            except ApiError as exc:
+                assert exc.status.code == 422, exc
+                time.sleep(0.2)
+                return False
+            return True
+
+        for name, (spec, _, _) in CASES.items():
+            wait_for(f"operation {name} created", partial(created, name, spec), 30)
+        with running(make_controller(tb)):
+            got = {
+                name: wait_for(f"{name} finished", partial(operation_finished, client, NS, name))
+                for name in CASES
+            }
+            time.sleep(1)  # a few more passes: nothing more is written or said
+            events = [as_dict(e) for e in client.list(Event, namespace=NS)]
+            again = {name: operation_finished(client, NS, name) for name in CASES}
+    for name, (_, reason, message) in CASES.items():
+        op = got[name]
+        assert op["status"]["phase"] == "Failed", (name, op["status"])
+        failed = _failed(op)
+        assert failed["reason"] == reason and message in failed["message"], (name, failed)
+        assert message in op["status"]["message"], (name, op["status"])
+        mine = [e for e in events if e["involvedObject"]["name"] == name]
+        assert [(e["type"], e["reason"], e.get("count", 1)) for e in mine] == [
+            ("Warning", reason, 1)
+        ], (name, mine)
+        after = again[name]
+        assert after is not None
+        assert after["metadata"]["resourceVersion"] == op["metadata"]["resourceVersion"], name
