@@ -9,6 +9,8 @@ runtime applies whenever it injects any device of the spec.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -158,8 +160,9 @@ def set_aside(cdi_dir: Path, claim_uid: str) -> bool:
     A rename needs no free space, so :func:`put_back` can always undo it (the unprepare failed)
     and :func:`discard` finishes it. True if there was a spec.
     """
+    top = os.fspath(cdi_dir)  # str paths: pathlib's objects cost as much as the rename itself
     try:
-        spec_path(cdi_dir, claim_uid).rename(aside_path(cdi_dir, claim_uid))
+        os.rename(f"{top}/{SPEC_PREFIX}{claim_uid}.json", _aside(top, claim_uid))
     except FileNotFoundError:
         return False
     return True
@@ -170,7 +173,8 @@ def put_back(cdi_dir: Path, claim_uid: str) -> None:
 
 
 def discard(cdi_dir: Path, claim_uid: str) -> None:
-    _remove(aside_path(cdi_dir, claim_uid))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_aside(os.fspath(cdi_dir), claim_uid))
 
 
 def _remove(path: Path) -> bool:
@@ -183,7 +187,11 @@ def _remove(path: Path) -> bool:
 
 
 def aside_path(cdi_dir: Path, claim_uid: str) -> Path:
-    return cdi_dir / f".{SPEC_PREFIX}{claim_uid}.json.removing"
+    return Path(_aside(os.fspath(cdi_dir), claim_uid))
+
+
+def _aside(top: str, claim_uid: str) -> str:
+    return f"{top}/.{SPEC_PREFIX}{claim_uid}.json.removing"
 
 
 def leftovers(cdi_dir: Path) -> list[Path]:

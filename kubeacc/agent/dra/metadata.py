@@ -187,7 +187,7 @@ def remove(state_dir: Path, uid: str) -> None:
     """Remove a claim's files and directories. Each request directory holds its one file, so
     they go by name (a system call each: at unprepare, ``shutil.rmtree``'s walk cost more than
     the rest of the call); anything else found there falls back to the walk."""
-    top = claim_dir(state_dir, uid)
+    top = f"{os.fspath(state_dir)}/{SUB_DIR}/{uid}"  # claim_dir, without pathlib's objects
     try:
         requests = os.listdir(top)
     except FileNotFoundError:

@@ -81,6 +81,8 @@ def test_serves_the_kubelet_while_the_api_server_is_away(
             )
             assert "prepare failed" in prep.claims["u2"].error
         assert not (tmp_path / "cdi" / "kubeacc.io-claim_u1.json").exists()
+        # nor set aside: the unprepare finished removing it (cdi.set_aside, cdi.discard)
+        assert not [p.name for p in (tmp_path / "cdi").iterdir() if "u1" in p.name]
         deadline = time.monotonic() + 10
         while "publishing failed" not in caplog.text and time.monotonic() < deadline:
             time.sleep(0.1)
