@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import pytest
 from lightkube import ApiError, Client
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Namespace
 from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
@@ -137,6 +141,41 @@ def permissive_operation_crd() -> dict[str, Any]:
         props = version["schema"]["openAPIV3Schema"]["properties"]
         props["spec"] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     return crd
+
+
+@contextlib.contextmanager
+def permissive_operations(namespace: str) -> Iterator[tuple[Testbed, Client]]:
+    """A testbed of its own whose AcceleratorOperation CRD takes any spec
+    (:func:`permissive_operation_crd`), with ``namespace`` created; and a client of it."""
+    with Testbed.start(with_kubelet=False) as tb:
+        client = tb.client(field_manager="kubeacc-test")
+        install_crds(client)
+        client.patch(
+            CustomResourceDefinition,
+            "acceleratoroperations.kubeacc.io",
+            permissive_operation_crd(),
+            patch_type=PatchType.APPLY,
+            field_manager="kubeacc",
+            force=True,
+        )
+        client.create(Namespace(metadata=ObjectMeta(name=namespace)))
+        yield tb, client
+
+
+def create_operation_eventually(client: Client, ns: str, name: str, spec: Any) -> None:
+    """:func:`create_operation`, retried while the API server still applies the CRD's schema
+    from before :func:`permissive_operations` replaced it."""
+
+    def created() -> bool:
+        try:
+            create_operation(client, ns, name, spec)
+        except ApiError as exc:
+            assert exc.status.code == 422, exc
+            time.sleep(0.2)
+            return False
+        return True
+
+    wait_for(f"operation {name} created", created, 30)
 
 
 def operation_finished(client: Client, ns: str, name: str) -> dict[str, Any] | None:

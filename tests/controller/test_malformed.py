@@ -13,19 +13,14 @@ from functools import partial
 from typing import Any
 
 import pytest
-from lightkube import ApiError, Client
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Event, Namespace
-from lightkube.types import PatchType
+from lightkube.resources.core_v1 import Event
 
-from kubeacc.crds.resources import as_dict, install_crds
-from kubeacc.testbed import Testbed
+from kubeacc.crds.resources import as_dict
 from tests.crdfixtures import (
-    create_operation,
+    create_operation_eventually,
     make_controller,
     operation_finished,
-    permissive_operation_crd,
+    permissive_operations,
     running,
     wait_for,
 )
@@ -62,30 +57,9 @@ def _failed(op: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.cluster
 def test_malformed_operations_fail_with_the_field_named() -> None:
-    with Testbed.start(with_kubelet=False) as tb:
-        client: Client = tb.client(field_manager="kubeacc-test")
-        install_crds(client)
-        client.patch(
-            CustomResourceDefinition,
-            "acceleratoroperations.kubeacc.io",
-            permissive_operation_crd(),
-            patch_type=PatchType.APPLY,
-            field_manager="kubeacc",
-            force=True,
-        )
-        client.create(Namespace(metadata=ObjectMeta(name=NS)))
-
-        def created(name: str, spec: Any) -> bool:
-            try:  # the API server takes the old schema a moment after the patch
-                create_operation(client, NS, name, spec)
-            except ApiError as exc:
-                assert exc.status.code == 422, exc
-                time.sleep(0.2)
-                return False
-            return True
-
+    with permissive_operations(NS) as (tb, client):
         for name, (spec, _, _) in CASES.items():
-            wait_for(f"operation {name} created", partial(created, name, spec), 30)
+            create_operation_eventually(client, NS, name, spec)
         with running(make_controller(tb)):
             got = {
                 name: wait_for(f"{name} finished", partial(operation_finished, client, NS, name))

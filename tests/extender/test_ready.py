@@ -15,14 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 from lightkube import Client
-from lightkube.types import PatchType
 
-from kubeacc.crds.api import API_VERSION
-from kubeacc.crds.resources import Accelerator
 from kubeacc.extender.kube import Inventory
 from kubeacc.extender.state import Gpu, State
 from kubeacc.model import Device
-from tests.crdfixtures import kubeacc_cleanup, kubeacc_crds, wait_for
+from tests.crdfixtures import kubeacc_cleanup, kubeacc_crds, put_accelerator, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kubeacc_crds", "kubeacc_cleanup")]
 
@@ -45,26 +42,6 @@ class HeldState(State):
         super().set_inventory(inventory)
 
 
-def _put(client: Client, dev: Device) -> None:
-    name = f"{NODE}-{dev.name}"
-    body = {
-        "apiVersion": API_VERSION,
-        "kind": "Accelerator",
-        "metadata": {"name": name, "labels": {"kubeacc.io/node": NODE}},
-        "spec": {"node": NODE, "deviceName": dev.name},
-    }
-    client.patch(Accelerator, name, body, patch_type=PatchType.APPLY, field_manager="test")
-    status = {"device": dev.to_json_dict(), "allocatedTo": [], "conditions": []}
-    client.patch(
-        Accelerator.Status,
-        name,
-        {**body, "status": status},
-        patch_type=PatchType.APPLY,
-        field_manager="kubeacc-node-agent",
-        force=True,
-    )
-
-
 @pytest.fixture
 def held(kube_client: Client) -> Iterator[tuple[Inventory, HeldState]]:
     state = HeldState()
@@ -80,7 +57,7 @@ def test_not_ready_until_the_state_is_built_from_the_lists(
     kube_client: Client, dgx: tuple[Device, ...], held: tuple[Inventory, HeldState]
 ) -> None:
     for dev in dgx[:4]:
-        _put(kube_client, dev)
+        put_accelerator(kube_client, NODE, dev)
     inventory, state = held
     inventory.start()
     assert state.building.wait(60), "the Accelerators' LIST never reached the state"

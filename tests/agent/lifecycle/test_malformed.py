@@ -8,26 +8,22 @@ operation to the agent through the status subresource, as a controller (or a han
 
 from __future__ import annotations
 
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import ApiError, Client
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Event, Namespace
+from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
 from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.crds.api import API_VERSION
-from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict, install_crds
+from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build
-from kubeacc.testbed import Testbed
-from tests.crdfixtures import create_operation, permissive_operation_crd, running, wait_for
+from tests.crdfixtures import create_operation_eventually, permissive_operations, running, wait_for
 
 NODE = "node-m"
 GPU = "gpu-0000-01-00-0"  # on the edge-mixed host
@@ -96,28 +92,7 @@ def test_malformed_operations_are_refused_and_the_others_run(tmp_path: Path) -> 
     root = build("edge-mixed", tmp_path / "host")
     (tmp_path / "lib").mkdir()
     kernel = SyntheticKernel(root)
-    with Testbed.start(with_kubelet=False) as tb:
-        client = tb.client(field_manager="kubeacc-test")
-        install_crds(client)
-        client.patch(
-            CustomResourceDefinition,
-            "acceleratoroperations.kubeacc.io",
-            permissive_operation_crd(),
-            patch_type=PatchType.APPLY,
-            field_manager="kubeacc",
-            force=True,
-        )
-        client.create(Namespace(metadata=ObjectMeta(name=NS)))
-
-        def created(name: str, spec: Any) -> bool:
-            try:  # the API server takes the old schema a moment after the patch
-                create_operation(client, NS, name, spec)
-            except ApiError as exc:
-                assert exc.status.code == 422, exc
-                time.sleep(0.2)
-                return False
-            return True
-
+    with permissive_operations(NS) as (tb, client):
         agent = LifecycleAgent(
             tb.client(field_manager=f"kubeacc-agent-{NODE}"),
             node_name=NODE,
@@ -128,7 +103,7 @@ def test_malformed_operations_are_refused_and_the_others_run(tmp_path: Path) -> 
         with running(agent):
             wait_for("the agent's Accelerator", lambda: _accelerator(client), 60)
             for name, (spec, _) in CASES.items():
-                wait_for(f"operation {name} created", partial(created, name, spec), 30)
+                create_operation_eventually(client, NS, name, spec)
                 _dispatch(client, name)
             got = {
                 name: wait_for(f"result of {name}", partial(_result, client, name), 60)
