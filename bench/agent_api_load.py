@@ -52,7 +52,13 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-from apiload import Counts, RequestCounter, by_verb, total  # bench/, the script's directory
+from apiload import (  # bench/, the script's directory
+    Counts,
+    RequestCounter,
+    by_verb,
+    deep_bytes,
+    total,
+)
 from lightkube import ApiError, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
@@ -366,26 +372,6 @@ def _peak_rss() -> int:
     return 0
 
 
-def _deep_bytes(objs: list[Any]) -> int:
-    """Bytes of the Python objects reachable from ``objs`` through dicts, lists and tuples,
-    each counted once (an interned string many objects share, once)."""
-    seen: set[int] = set()
-    total = 0
-    stack: list[Any] = list(objs)
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        total += sys.getsizeof(obj)
-        if isinstance(obj, dict):
-            stack.extend(obj.keys())
-            stack.extend(obj.values())
-        elif isinstance(obj, (list, tuple)):
-            stack.extend(obj)
-    return total
-
-
 def controller_only(kubeconfig: Path) -> dict[str, Any]:
     """A fresh controller (in this process): time to list everything, three full passes."""
     import kubeacc
@@ -420,7 +406,7 @@ def controller_only(kubeconfig: Path) -> dict[str, Any]:
             "controller_rss_mb_before_lists": round(rss_before / MB, 1),
             "controller_rss_mb": round(rss_bytes(os.getpid()) / MB, 1),
             "controller_peak_rss_mb": round(_peak_rss() / MB, 1),
-            "cache_bytes_per_accelerator": round(_deep_bytes(accelerators) / len(accelerators))
+            "cache_bytes_per_accelerator": round(deep_bytes(accelerators) / len(accelerators))
             if accelerators
             else 0,
         }

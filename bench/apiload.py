@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import collections
 import logging
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable
+from typing import Any
 
 #: (component, verb, resource) -> requests.
 Counts = collections.Counter[tuple[str, str, str]]
@@ -81,3 +83,23 @@ def total(counts: Counts, component: str) -> int:
 def by_verb(counts: Counts, component: str) -> dict[str, int]:
     """``"VERB resource" -> requests`` of one component."""
     return {f"{v} {r}": n for (c, v, r), n in sorted(counts.items()) if c == component}
+
+
+def deep_bytes(objs: list[Any]) -> int:
+    """Bytes of the Python objects reachable from ``objs`` through dicts, lists and tuples,
+    each counted once (an interned string many objects share, once)."""
+    seen: set[int] = set()
+    total = 0
+    stack: list[Any] = list(objs)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+    return total

@@ -34,6 +34,7 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
+from apiload import deep_bytes  # bench/, the script's directory
 from lightkube import Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, Pod
@@ -228,26 +229,6 @@ def populate(
     }
 
 
-def _deep_bytes(objs: list[Any]) -> int:
-    """Bytes of the Python objects reachable from ``objs`` through dicts and lists, each
-    counted once (an interned string many objects share, once)."""
-    seen: set[int] = set()
-    total = 0
-    stack = list(objs)
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        total += sys.getsizeof(obj)
-        if isinstance(obj, dict):
-            stack.extend(obj.keys())
-            stack.extend(obj.values())
-        elif isinstance(obj, (list, tuple)):
-            stack.extend(obj)
-    return total
-
-
 def extender_only(kubeconfig: Path, mode: str, accelerators: int, pods: int) -> dict[str, Any]:
     """One extender (in this process) until synced; its memory."""
     client = Client(KubeConfig.from_file(kubeconfig), field_manager="kubeacc-extender")
@@ -293,8 +274,8 @@ def extender_only(kubeconfig: Path, mode: str, accelerators: int, pods: int) -> 
             "rss_mb_before_lists": round(rss_before / MB, 1),
             "rss_mb": round(rss / MB, 1),
             "peak_rss_mb": round(_peak_rss() / MB, 1),
-            "cache_bytes_per_accelerator": round(_deep_bytes(accs) / max(1, len(accs))),
-            "cache_bytes_per_pod": round(_deep_bytes(cached) / max(1, len(cached))),
+            "cache_bytes_per_accelerator": round(deep_bytes(accs) / max(1, len(accs))),
+            "cache_bytes_per_pod": round(deep_bytes(cached) / max(1, len(cached))),
         }
     finally:
         runner.stop()
