@@ -121,11 +121,13 @@ def test_chart_pods_run_in_real_containers(
     log = tb.kubelet.container_log(NS, agent_name, "agent")
     assert "kubelet registered plugin kubeacc.io" in log, log[-3000:]
 
-    # The life-cycle container reports the inventory as Accelerator objects.
+    # The life-cycle container reports the inventory as Accelerator objects (one write per
+    # device: wait for them all, not for the first).
     def accelerators() -> int | None:
-        return len(list(client.list(Accelerator, labels={NODE_LABEL: NODE}))) or None
+        count = len(list(client.list(Accelerator, labels={NODE_LABEL: NODE})))
+        return count if count >= 8 else None
 
-    assert eventually(accelerators, 120, "Accelerator objects") >= 8
+    eventually(accelerators, 120, "Accelerator objects")
 
     # The controller Deployment's pod runs (non-root, read-only root), leads and does its job:
     # a policy becomes a DeviceClass.
