@@ -98,6 +98,24 @@ def put_accelerator(
     return name
 
 
+#: The time the realistic objects below carry (``lastSeen``, conditions).
+T0 = "2026-01-01T00:00:00Z"
+
+
+def agent_status(device: Device, **more: Any) -> dict[str, Any]:
+    """An Accelerator's status as the life-cycle agent writes it (device, host driver,
+    lastSeen, Present condition), with ``more`` fields over it."""
+    present = {"type": "Present", "status": "True", "reason": "Discovered", "message": ""}
+    return {
+        "device": device.to_json_dict(),
+        "hostDriver": "nvidia",
+        "lastSeen": T0,
+        "allocatedTo": [],
+        "conditions": [{**present, "lastTransitionTime": T0}],
+        **more,
+    }
+
+
 def put_policy(client: Client, name: str, spec: dict[str, Any]) -> None:
     """Create or change an AcceleratorPolicy as an admin would."""
     client.patch(

@@ -39,12 +39,18 @@ from kubeacc.model import Device, DeviceType, Health, HealthState
 from kubeacc.model.names import CORDONED_BY_ANNOTATION
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.testbed import Testbed
-from tests.crdfixtures import make_controller, put_policy, wait_for, wait_until_no_claim_holds
+from tests.crdfixtures import (
+    T0,
+    agent_status,
+    make_controller,
+    put_policy,
+    wait_for,
+    wait_until_no_claim_holds,
+)
 from tests.hosts import discover
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kubeacc_crds", "kubeacc_cleanup")]
 
-T0 = "2026-01-01T00:00:00Z"
 FAULT_TIME = "2026-01-01T00:01:00Z"
 GONE = "kept-gone-node"
 POLICY = "kept-gpus"
@@ -87,15 +93,7 @@ def _put_accelerator(
         "spec": {"node": node, "deviceName": dev.name, "cordoned": cordoned_by is not None},
     }
     client.patch(Accelerator, name, body, patch_type=PatchType.APPLY, field_manager="test")
-    present = {"type": "Present", "status": "True", "reason": "Discovered", "message": ""}
-    full = {
-        "device": device.to_json_dict(),
-        "hostDriver": "nvidia",
-        "lastSeen": T0,
-        "allocatedTo": [],
-        "conditions": [{**present, "lastTransitionTime": T0}],
-        **(status or {}),
-    }
+    full = agent_status(device, **(status or {}))
     client.patch(
         Accelerator.Status,
         name,

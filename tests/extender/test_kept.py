@@ -47,12 +47,11 @@ from kubeacc.extender.wants import (
 )
 from kubeacc.model import Device, Health, HealthState
 from kubeacc.model.names import DECISION_ANNOTATION, PREFER_ANNOTATION
-from tests.crdfixtures import kubeacc_cleanup, kubeacc_crds, wait_for
+from tests.crdfixtures import agent_status, kubeacc_cleanup, kubeacc_crds, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kubeacc_crds", "kubeacc_cleanup")]
 
 NODES = ("kept-ext-a", "kept-ext-b")
-T0 = "2026-01-01T00:00:00Z"
 __all__ = ["kubeacc_cleanup", "kubeacc_crds"]  # the fixtures
 Keep = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -105,14 +104,7 @@ def _put_accelerator(
         "spec": {"node": node, "deviceName": dev.name, "cordoned": cordoned},
     }
     client.patch(Accelerator, name, body, patch_type=PatchType.APPLY, field_manager="test")
-    present = {"type": "Present", "status": "True", "reason": "Discovered", "message": ""}
-    status = {
-        "device": device.to_json_dict(),
-        "hostDriver": "nvidia",
-        "lastSeen": T0,
-        "allocatedTo": [],
-        "conditions": [{**present, "lastTransitionTime": T0}],
-    }
+    status = agent_status(device)
     client.patch(
         Accelerator.Status,
         name,
