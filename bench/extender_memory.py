@@ -244,20 +244,11 @@ def extender_only(kubeconfig: Path, mode: str, accelerators: int, pods: int) -> 
     try:
         inv = runner.inventory
 
-        def built() -> bool:
-            # A cache is synced before its owner's callback has built the state from the
-            # LIST (kubeacc/crds/watch.py sets ``synced``, then calls ``on_change``): wait for
-            # the state too. set_inventory and set_pods hold the state's lock throughout, so
-            # all GPUs and any holder mean both are done.
-            counts = runner.state.summary()
-            return bool(counts["gpus"] >= accelerators and counts["pods"] > 0)
-
         while not (
             inv.synced()
             and len(inv.accelerators.items()) >= accelerators
             and len(inv.pods.items()) >= pods
-            and built()
-        ):
+        ):  # synced: listed and the state built from the LISTs (Inventory.not_ready)
             if time.monotonic() - t0 > 600:
                 raise TimeoutError("the extender's caches did not sync")
             time.sleep(0.05)
