@@ -86,6 +86,16 @@ class NodeStack:
             )
         }
 
+    def gpus(self, count: int = 8, timeout: float = 60) -> list[str]:
+        """The node's GPU Accelerators by device name, sorted, once all ``count`` are written
+        (the agent writes them one by one: the first LIST that finds any may find only some)."""
+
+        def all_written() -> list[str] | None:
+            names = sorted(d for d in self.accelerators() if d.startswith("gpu-"))
+            return names if len(names) == count else None
+
+        return eventually(all_written, timeout, f"the {count} GPUs as Accelerators")
+
     def users(self, device: str) -> list[dict[str, Any]]:
         acc = self.accelerators().get(device) or {}
         return list((acc.get("status") or {}).get("allocatedTo") or [])

@@ -181,7 +181,7 @@ def test_device_plugin_gpus_with_a_fault_are_unhealthy_until_lifted(
             return str(((status.allocatable if status else None) or {}).get("kubeacc.io/gpu"))
 
         eventually(lambda: allocatable() == "8", 60, "8 GPUs advertised")
-        gpus = sorted(d for d in stack.accelerators() if d.startswith("gpu-"))
+        gpus = stack.gpus()
         uuids = [stack.accelerators()[g]["status"]["device"]["uuid"] for g in gpus[:3]]
         _inject(stack, {uuids[0]: [79], uuids[1]: [94], uuids[2]: [92]})
         eventually(lambda: allocatable() == "6", 30, "two GPUs Unhealthy")

@@ -139,11 +139,7 @@ def test_xid_79_on_a_gpu_in_use_is_drained_reset_and_returned(
     ns = namespace
     args = [f"--metrics-address=127.0.0.1:{free_port()}", "--telemetry-interval=1"]
     with node_stack(testbed, tmp_path, "dgx-h100", agent_args=args) as stack:
-        eventually(
-            lambda: len([d for d in stack.accelerators() if d.startswith("gpu-")]) == 8,
-            60,
-            "the eight GPUs as Accelerators",
-        )
+        stack.gpus()
         put_policy(kube_client, POLICY, _section(max_out=1))
         kube_client.create(claim("train", ns, "gpu.kubeacc.io"))
         kube_client.create(claim_pod("trainer", ns, "train"))
@@ -289,11 +285,7 @@ def test_a_health_check_failing_three_times_hands_the_gpu_to_an_admin(
     this policy covers."""
     args = [f"--metrics-address=127.0.0.1:{free_port()}", "--telemetry-interval=1"]
     with node_stack(testbed, tmp_path, "dgx-h100", agent_args=args) as stack:
-        gpus = eventually(
-            lambda: sorted(d for d in stack.accelerators() if d.startswith("gpu-")),
-            60,
-            "the GPUs as Accelerators",
-        )
+        gpus = stack.gpus()
         rules = [{"event": "HealthFailing", "failures": 3, "action": "HandToAdmin"}]
         put_policy(
             kube_client,

@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from kubeacc.crds.api import API_VERSION
-from kubeacc.crds.resources import Accelerator
+from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.extender import kept
 from kubeacc.extender.kube import Inventory
 from kubeacc.extender.placement import place
@@ -250,29 +250,51 @@ def _view(inv: Inventory) -> dict[str, Any]:
     return out
 
 
-def _versions(inv: Inventory) -> tuple[dict[Any, str], dict[Any, str]]:
-    def of(objs: list[dict[str, Any]]) -> dict[Any, str]:
-        return {
-            (o["metadata"].get("namespace"), o["metadata"]["name"]): o["metadata"][
-                "resourceVersion"
-            ]
-            for o in objs
-        }
-
-    return of(inv.accelerators.items()), of(inv.pods.items())
+Versions = tuple[dict[Any, str], dict[Any, str]]
 
 
-def _settled(invs: dict[str, Inventory], ns: str, pods: set[str]) -> None:
-    """Every cache synced, holding the same resourceVersions, with the world's pods in it."""
+def _ours(objs: list[dict[str, Any]], ns: str) -> dict[Any, str]:
+    """This test's objects (its nodes' Accelerators, its namespace's pods) by key: version."""
+    return {
+        (o["metadata"].get("namespace"), o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+        for o in objs
+        if o["metadata"].get("namespace") == ns
+        or o["metadata"]["name"].startswith(tuple(f"{n}-" for n in NODES))
+    }
 
-    def same() -> bool:
+
+def _versions(inv: Inventory, ns: str) -> Versions:
+    return _ours(inv.accelerators.items(), ns), _ours(inv.pods.items(), ns)
+
+
+def _server(client: Client, ns: str) -> Versions:
+    accs = [as_dict(o) for o in client.list(Accelerator)]
+    return _ours(accs, ns), _ours([as_dict(o) for o in client.list(Pod, namespace=ns)], ns)
+
+
+def _settled(
+    client: Client, invs: dict[str, Inventory], ns: str, pods: set[str]
+) -> dict[str, dict[str, Any]]:
+    """The views of every inventory once its caches hold exactly what the API server holds now
+    (every write of the test seen, not only the first) and its state has taken them in."""
+
+    def caught_up() -> bool:
         if not all(i.synced() for i in invs.values()):
             return False
-        seen = [_versions(i) for i in invs.values()]
-        names = {n for (space, n) in seen[0][1] if space == ns}
-        return names == pods and all(s == seen[0] for s in seen)
+        want = _server(client, ns)
+        return {n for (_, n) in want[1]} == pods and all(
+            _versions(i, ns) == want for i in invs.values()
+        )
 
-    wait_for("every inventory saw the same objects", same, timeout=60)
+    wait_for("every inventory saw every write", caught_up, timeout=60)
+
+    # A cache takes an event in before its callback updates the state: read the views until
+    # two rounds agree.
+    def stable() -> dict[str, dict[str, Any]] | None:
+        first = {name: _view(inv) for name, inv in invs.items()}
+        return first if first == {name: _view(inv) for name, inv in invs.items()} else None
+
+    return wait_for("every state took the events in", stable, timeout=30)
 
 
 @pytest.fixture
@@ -306,11 +328,9 @@ def test_whole_and_kept_caches_decide_the_same(
         inv.start()
     try:
         pods = {"share", "whole", "units", "done", "elsewhere", "cpu-only", "pending"}
-        _settled(invs, namespace, pods)
-        listed = {name: _view(inv) for name, inv in invs.items()}
+        listed = _settled(kube_client, invs, namespace, pods)
         _events(kube_client, namespace, dgx)
-        _settled(invs, namespace, pods - {"whole"} | {"new"})
-        watched = {name: _view(inv) for name, inv in invs.items()}
+        watched = _settled(kube_client, invs, namespace, pods - {"whole"} | {"new"})
         for inv in invs.values():
             assert inv.accelerators.lists == 1 and inv.pods.lists == 1  # events, not LISTs
         kept_pod = invs["kept"].pods.get("units", namespace)

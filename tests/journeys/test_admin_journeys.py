@@ -65,15 +65,7 @@ def test_dra_journey(
     ns = multinode_namespace
     with node_stack(cluster, tmp_path, "dgx-h100", node=GPU_NODE) as stack:
         # -- inventory -----------------------------------------------------------------------
-        gpus = eventually(
-            lambda: (
-                sorted(d for d in stack.accelerators() if d.startswith("gpu-"))
-                if len([d for d in stack.accelerators() if d.startswith("gpu-")]) == GPU_COUNT
-                else None
-            ),
-            60,
-            "the eight GPUs as Accelerators",
-        )
+        gpus = stack.gpus(GPU_COUNT)
         # -- a policy with sharing -> its DeviceClass -----------------------------------------
         put_policy(
             kube_client,
@@ -201,8 +193,7 @@ def test_device_plugin_journey(
         kube_client.create(resource_pod("one-more", ns, {per_model: "1"}))
         eventually(lambda: unschedulable(kube_client, "one-more", ns), 60, "no second owner")
         # Users from the kubelet's pod-resources API.
-        gpus = [d for d in stack.accelerators() if d.startswith("gpu-")]
-        assert len(gpus) == 8
+        gpus = stack.gpus()
         for gpu in gpus:
             users = eventually(lambda g=gpu: stack.users(g), 30, f"users of {gpu}")
             assert users == [{"kind": "Pod", "namespace": ns, "name": "all-eight"}]
