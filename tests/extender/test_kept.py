@@ -4,16 +4,17 @@ state and its answers are the same on kept caches as on whole ones (testbed API 
 Realistic objects are created in the testbed's API server: two nodes of a synthetic
 ``dgx-h100``'s 8 H100s as Accelerators with what the life-cycle agent and others write (labels,
 annotations, conditions, ``lastSeen``, ``hostDriver``, managed fields), one GPU cordoned and one
-unhealthy; pods in the shapes a cluster has (a share, whole GPUs, units, a finished pod, a pod
-bound elsewhere than its decision says, a pod without GPUs, sidecars, init containers,
-environment, volumes), holding GPUs through the decision annotation. Inventories with whole
-caches (the code before kept.py), kept caches, and kept caches with one field planted away
-watch them at once; once every cache has seen the same resourceVersions, the states (per-node
-GPUs, use, holders, signatures, holdings) and the answers of filter, prioritize and bind's
-placement for several pods must be the same for whole and kept, and must differ for each
-planted drop (a drop the test could not see would make the comparison prove nothing). Then
-pods finish, go, come, GPUs are cordoned, healed and removed (watch events, not LISTs) and the
-same is checked again.
+unhealthy, the second node's as PCIe cards (no NVLink; two switches per root), so that whole
+GPUs are placed by ``links`` on one node and by ``pciePath``/``pcieRoot`` on the other; pods in
+the shapes a cluster has (a share, whole GPUs, units, a finished pod, a pod bound elsewhere than
+its decision says, a pod without GPUs, sidecars, init containers, environment, volumes), holding
+GPUs through the decision annotation. Inventories with whole caches (the code before kept.py),
+kept caches, and kept caches with one field planted away watch them at once; once every cache
+has seen the API server's current resourceVersions, the states (per-node GPUs, use, holders,
+signatures, holdings) and the answers of filter, prioritize and bind's placement for several
+pods must be the same for whole and kept, and must differ for each planted drop (a drop the test
+could not see would make the comparison prove nothing). Then pods finish, go, come, GPUs are
+cordoned, healed and removed (watch events, not LISTs) and the same is checked again.
 """
 
 from __future__ import annotations
@@ -52,6 +53,17 @@ from tests.crdfixtures import agent_status, kubeacc_cleanup, kubeacc_crds, wait_
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kubeacc_crds", "kubeacc_cleanup")]
 
 NODES = ("kept-ext-a", "kept-ext-b")
+#: The node whose GPUs have no NVLink (PCIe cards, two switches per root): its whole-GPU
+#: placement reads ``pciePath`` and ``pcieRoot``; node a's reads ``links``.
+PCIE_ONLY = NODES[1]
+PCIE_ROOTS = ("pci0000:18", "pci0000:9a")
+#: Per socket, the root port and upstream port of each switch: GPUs 0 and 2 (4 and 6) share
+#: one, so the closest pair is not the first two free GPUs a placement blind to the
+#: switches would take.
+PCIE_SWITCHES = (
+    (("0000:18:02.0", "0000:19:00.0"), ("0000:18:03.0", "0000:29:00.0")),
+    (("0000:9a:02.0", "0000:9b:00.0"), ("0000:9a:03.0", "0000:ab:00.0")),
+)
 __all__ = ["kubeacc_cleanup", "kubeacc_crds"]  # the fixtures
 Keep = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -75,6 +87,10 @@ PLANTED: dict[str, tuple[Keep | None, Keep | None]] = {
     "cordoned": (_without("spec", "cordoned"), None),
     "health": (_without("status", "device", "health"), None),
     "memoryBytes": (_without("status", "device", "memoryBytes"), None),
+    "links": (_without("status", "device", "links"), None),
+    "pciePath": (_without("status", "device", "pciePath"), None),
+    "pcieRoot": (_without("status", "device", "pcieRoot"), None),
+    "numaNode": (_without("status", "device", "numaNode"), None),
     "decision": (None, _without("metadata", "annotations")),
     "nodeName": (None, _without("spec", "nodeName")),
     "phase": (None, _without("status", "phase")),
@@ -93,6 +109,11 @@ def _put_accelerator(
     device = copy.deepcopy(dev)
     if not healthy:
         device.health = Health(state=HealthState.UNHEALTHY, reason="Xid 79")
+    if node == PCIE_ONLY:  # PCIe cards: two switches of two GPUs behind one root per socket
+        device.links = []
+        device.pcie_root = PCIE_ROOTS[device.numa_node]
+        port, switch = PCIE_SWITCHES[device.numa_node][device.index % 2]
+        device.pcie_path = [port, switch, device.pcie_path[-1]]
     body = {
         "apiVersion": API_VERSION,
         "kind": "Accelerator",
