@@ -38,8 +38,14 @@ FORBIDDEN = (
 )
 #: What the device plugin loads only when asked (issue 30): YAML for a config, units table or
 #: admin discovery file it was given, the extender's want parsing at the first shared
-#: allocation; the DRA checkpoint is the agent's (kubeacc.agent.sharelimit names it for types).
-_DEVICE_PLUGIN_DEFERRED = ("yaml", "kubeacc.extender", "kubeacc.agent.dra.checkpoint")
+#: allocation, the topology at the first GetPreferredAllocation; the DRA checkpoint is the
+#: agent's (kubeacc.agent.sharelimit names it for types).
+_DEVICE_PLUGIN_DEFERRED = (
+    "yaml",
+    "kubeacc.extender",
+    "kubeacc.agent.dra.checkpoint",
+    "kubeacc.topology",
+)
 #: What the device plugin loads only with --metrics-address (tests/cli/test_deviceplugin_start.py):
 #: without it no one could read the series, so it keeps none and serves no probes.
 _DEVICE_PLUGIN_UNLESS_METRICS = ("prometheus_client", "kubeacc.metrics", "kubeacc.netserve")

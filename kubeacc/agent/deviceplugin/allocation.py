@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kubeacc.model import Device, DeviceType
-from kubeacc.topology.bestset import preferred_allocation
-from kubeacc.topology.graph import TopologyGraph
+
+if TYPE_CHECKING:  # the topology loads at the first GetPreferredAllocation, not at start
+    from kubeacc.topology.graph import TopologyGraph
 
 REPLICA_SEP = "::"
 UNITS_ENV = "ACCELERATOR_UNITS"
@@ -122,6 +124,8 @@ def prefer(
     least-used devices as possible; ``packed`` fills the most-used devices first. The
     physical devices are chosen by topology either way.
     """
+    from kubeacc.topology.bestset import preferred_allocation
+
     if size <= 0:
         return []
     if not any(REPLICA_SEP in i for i in [*available, *must_include]):

@@ -34,10 +34,13 @@ from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from kubeacc.agent.rpc import Changes, UnixServer, received, rpc_loop
 from kubeacc.agent.sharelimit import Limiter
 from kubeacc.model import Device, Inventory
-from kubeacc.topology.graph import TopologyGraph
 
-if TYPE_CHECKING:  # prometheus_client: only where the series are served (kubeacc.cli.probes)
+if TYPE_CHECKING:
+    # prometheus_client: only where the series are served (kubeacc.cli.probes)
     from kubeacc.metrics.agent import DevicePluginMetrics
+
+    # the topology: at the first GetPreferredAllocation (DeviceState.graph)
+    from kubeacc.topology.graph import TopologyGraph
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,9 @@ class ResourceState:
         return out
 
     def graph(self) -> TopologyGraph:
+        """The devices' topology (loaded here: the plugin registers without it)."""
+        from kubeacc.topology.graph import TopologyGraph
+
         inv = Inventory(devices=list(self.devices.values()))
         return TopologyGraph.from_inventory(inv)
 
