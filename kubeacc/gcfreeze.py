@@ -20,7 +20,8 @@ import gc
 import logging
 import threading
 import time
-from dataclasses import dataclass
+
+import msgspec
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,7 @@ log = logging.getLogger(__name__)
 FREEZE_SECONDS = 10.0
 
 
-@dataclass(frozen=True)
-class Frozen:
+class Frozen(msgspec.Struct, frozen=True):
     """What one start-up freeze did."""
 
     #: Objects now out of the collector's sight.

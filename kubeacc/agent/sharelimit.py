@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from kubeacc.agent.dra.cdi import cdi_name
 from kubeacc.agent.hostcopy import install as install_native
@@ -77,8 +78,7 @@ def install(source: Path | None, state_dir: Path) -> Path | None:
     return install_native(source, IMAGE_LIBRARY, state_dir, "memory shares are advisory")
 
 
-@dataclass(frozen=True)
-class Limiter:
+class Limiter(msgspec.Struct, frozen=True):
     """What a node can enforce shares with: the library's host path (None: not installed)."""
 
     library: Path | None = None

@@ -9,11 +9,10 @@ the full CLI turns each into the ``typer.Option`` it stands for (:mod:`kubeacc.c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(frozen=True, slots=True)
-class Opt:
+class Opt(msgspec.Struct, frozen=True):
     """An option's names and checks: the subset of ``typer.Option`` kube-acc's daemons use."""
 
     #: Its names (``"--type", "-t"``); none: ``--<parameter-name>`` (and ``--no-...`` for bool).

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+
+import msgspec
 
 from kubeacc.discovery.pci import PCIFunction, complete
 from kubeacc.discovery.pciids import PciIds
@@ -12,15 +13,14 @@ from kubeacc.host.interface import Host
 from kubeacc.model import Device, DeviceType, PCIIdentity, device_name
 
 
-@dataclass
-class DiscoveryContext:
+class DiscoveryContext(msgspec.Struct, dict=True):  # dict: the index __post_init__ adds
     #: The node's files, read for this pass (warnings, deadline).
     host: HostRoot
     functions: list[PCIFunction]
     names: PciIds
     #: The node itself: what a backend asks beyond its files (NVML).
     node: Host
-    claimed: set[str] = field(default_factory=set)
+    claimed: set[str] = msgspec.field(default_factory=set)
 
     def __post_init__(self) -> None:
         self._by_bdf = {fn.bdf: fn for fn in self.functions}

@@ -8,7 +8,8 @@ That path is the device's PCIe topology: no lspci, no config-space parsing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+import msgspec
 
 from kubeacc.host.files import HostRoot
 from kubeacc.model import PCIIdentity, is_bdf
@@ -17,8 +18,7 @@ PCI_DEVICES = "/sys/bus/pci/devices"
 _ROOT_RE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
 
 
-@dataclass
-class PCIFunction:
+class PCIFunction(msgspec.Struct):
     """What sysfs says about one PCI function; ``sysfs`` is its resolved host path."""
 
     bdf: str
@@ -34,9 +34,9 @@ class PCIFunction:
     numa_node: int = -1
     local_cpus: str | None = None
     pcie_root: str | None = None
-    bridges: list[str] = field(default_factory=list)
+    bridges: list[str] = msgspec.field(default_factory=list)
     physfn: str | None = None
-    virtfns: list[str] = field(default_factory=list)
+    virtfns: list[str] = msgspec.field(default_factory=list)
     sriov_total: int | None = None
     sriov_num: int | None = None
 

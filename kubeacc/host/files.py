@@ -17,8 +17,9 @@ import errno
 import os
 import stat
 import time
-from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+
+import msgspec
 
 from kubeacc.model import DiscoveryWarning
 
@@ -95,14 +96,13 @@ def read_regular(path: str, limit: int = MAX_READ) -> bytes:
     return b"".join(chunks)
 
 
-@dataclass
-class WarningSink:
+class WarningSink(msgspec.Struct):
     """Collects what could not be read, once per (device, path, message)."""
 
-    items: list[DiscoveryWarning] = field(default_factory=list)
+    items: list[DiscoveryWarning] = msgspec.field(default_factory=list)
     #: Reads the machine failed (see MACHINE_ERRORS) and a pass past its deadline.
-    failures: list[str] = field(default_factory=list)
-    _seen: set[tuple[str | None, str, str]] = field(default_factory=set)
+    failures: list[str] = msgspec.field(default_factory=list)
+    _seen: set[tuple[str | None, str, str]] = msgspec.field(default_factory=set)
 
     def fail(self, path: str, message: str, device: str | None = None) -> None:
         self.add(path, message, device)

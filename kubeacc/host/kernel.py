@@ -12,9 +12,10 @@ import ctypes
 import fcntl
 import os
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+import msgspec
 
 from kubeacc.model import Device, FPGADriver
 
@@ -32,8 +33,7 @@ class HostError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class FpgaPort:
+class FpgaPort(msgspec.Struct, frozen=True):
     """Where an FPGA is reprogrammed: the FME character device and the port's sysfs directory."""
 
     driver: FPGADriver
@@ -59,8 +59,7 @@ class FpgaPort:
         )
 
 
-@dataclass(frozen=True)
-class FpgaImage:
+class FpgaImage(msgspec.Struct, frozen=True):
     """A verified partial bitstream: the AFU it carries, the FIM it needs, the raw payload."""
 
     name: str

@@ -20,8 +20,9 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,7 @@ TOOL_TIMEOUT_S = 30.0
 DRIVER_LIBRARIES = ("libnvidia-*.so*", "libcuda.so*", "libcudadebugger.so*")
 
 
-@dataclass(frozen=True)
-class DriverTools:
+class DriverTools(msgspec.Struct, frozen=True):
     """Where the node's driver tools and libraries are (``None``: not given)."""
 
     bin_dir: Path | None = None
@@ -71,14 +71,13 @@ class ToolError(Exception):
         self.status = status
 
 
-@dataclass(frozen=True)
-class HostTools:
+class HostTools(msgspec.Struct, frozen=True):
     """The driver tools of one host root."""
 
     root: Path
     driver: DriverTools = DriverTools()
     #: Environment variables the host's tools get unless the agent's environment sets them.
-    defaults: Mapping[str, str] = field(default_factory=dict)
+    defaults: Mapping[str, str] = msgspec.field(default_factory=dict)
 
     def find(self, name: str) -> Path | None:
         bin_dir = self.driver.bin_dir

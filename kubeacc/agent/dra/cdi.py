@@ -13,7 +13,6 @@ import contextlib
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +30,13 @@ _SPEC_RE = re.compile(r"^kubeacc\.io-claim_(?P<uid>[A-Za-z0-9-]+)\.json$")
 _SORTED = msgspec.json.Encoder(order="sorted").encode
 
 
-@dataclass(frozen=True)
-class CDIDevice:
+class CDIDevice(msgspec.Struct, frozen=True):
     """One device of a claim as the container should see it."""
 
     name: str  # slice device name
     bus_id: str
     device_nodes: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = msgspec.field(default_factory=dict)
     #: The allocation's shareID when the claim has a share of a memory-shared device.
     share_id: str = ""
     #: Bind mounts, ``(host path, container path)`` (the MPS pipe directory).

@@ -35,9 +35,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import structs
 
 from kubeacc.agent.dra import DRIVER_NAME, cdi, metadata
 from kubeacc.agent.dra.applied import AppliedSharing, GpuWant, SharingError, want_of
@@ -527,7 +529,7 @@ class Driver:
         claim_edits = self._user_space(where) if visible else None
         if uuids := ",".join(dict.fromkeys(u for u in visible.values() if u)):
             cdi_devices = [  # the same list on each: the device injected last sets it
-                replace(d, env={**d.env, NVIDIA_VISIBLE: uuids}) if d.name in visible else d
+                structs.replace(d, env={**d.env, NVIDIA_VISIBLE: uuids}) if d.name in visible else d
                 for d in cdi_devices
             ]
         spec = cdi.build_spec(
@@ -601,7 +603,7 @@ class Driver:
         how = self.limiter.enforcement(vendor, mps, enforce)
         env, mount = self.limiter.edits(how, uid)
         ro = (*dev.read_only_mounts, mount) if mount else dev.read_only_mounts
-        return replace(dev, env={**dev.env, **limits, **env}, read_only_mounts=ro)
+        return structs.replace(dev, env={**dev.env, **limits, **env}, read_only_mounts=ro)
 
     def _partition(
         self, where: str, uid: str, info: DeviceInfo
@@ -769,7 +771,7 @@ def _with_mounts(
     out = list(devices)
     for request, i in first.items():
         mount = metadata.mount(state_dir, claim, request)
-        out[i] = replace(out[i], read_only_mounts=(*out[i].read_only_mounts, mount))
+        out[i] = structs.replace(out[i], read_only_mounts=(*out[i].read_only_mounts, mount))
     return out
 
 

@@ -21,7 +21,8 @@ The control and UVM device nodes come with every GPU's own device nodes (discove
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+import msgspec
 
 from kubeacc.discovery.backends.nvidia import PROC_VERSION
 from kubeacc.host.files import HostRoot
@@ -61,8 +62,7 @@ class DriverRootError(Exception):
     """The driver's user space cannot be found; the message names what and where."""
 
 
-@dataclass(frozen=True)
-class NvidiaUserSpace:
+class NvidiaUserSpace(msgspec.Struct, frozen=True):
     """What a container of an NVIDIA GPU gets from the node; paths are in the driver root
     (and the same in the container)."""
 
@@ -76,7 +76,7 @@ class NvidiaUserSpace:
     icd_files: tuple[str, ...] = ()
     sockets: tuple[str, ...] = ()
     #: Optional pieces not on this node (for the log and the self test).
-    absent: tuple[str, ...] = field(default=())
+    absent: tuple[str, ...] = ()
 
     @property
     def files(self) -> tuple[str, ...]:
