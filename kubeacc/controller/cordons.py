@@ -11,9 +11,9 @@ from lightkube.types import PatchType
 
 from kubeacc.controller.status import FIELD_MANAGER
 from kubeacc.controller.views import AcceleratorFacts
+from kubeacc.crds.api import UnhealthyAction
 from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import Accelerator
-from kubeacc.crds.types import AcceleratorPolicySpec, UnhealthyAction
 from kubeacc.crds.watch import WatchCache
 from kubeacc.model import HealthState
 from kubeacc.model.names import CORDONED_BY_ANNOTATION
@@ -44,7 +44,7 @@ class Cordons:
 
     def reconcile_unhealthy(
         self,
-        specs: dict[str, AcceleratorPolicySpec],
+        specs: dict[str, Any],
         accelerators: dict[str, dict[str, Any]],
         facts: dict[str, AcceleratorFacts],
     ) -> None:

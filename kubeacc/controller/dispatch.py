@@ -11,6 +11,7 @@ operation lifts its own cordons when it ends, however it ends.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import math
 from collections.abc import Callable, Collection
@@ -18,12 +19,14 @@ from typing import Any
 
 from lightkube import ApiError, Client
 from lightkube.resources.resource_v1 import ResourceClaim
-from pydantic import ValidationError
 
 from kubeacc.controller import taintrules
 from kubeacc.controller.cordons import CORDONED_BY, Cordons
 from kubeacc.controller.operations import (
     ANY_NAMESPACE,
+    OperationSpec,
+    OperationStatus,
+    PolicySpec,
     Refusal,
     TargetView,
     attributable_results,
@@ -33,21 +36,12 @@ from kubeacc.controller.operations import (
     validate,
 )
 from kubeacc.controller.policyclasses import policy_specs
-from kubeacc.controller.status import TERMINAL, OperationStatus
-from kubeacc.crds.api import API_VERSION
+from kubeacc.controller.status import TERMINAL, OperationStatusWriter
+from kubeacc.crds.api import API_VERSION, CONTROLLER_ACTIONS, Action, OperationPhase
+from kubeacc.crds.controlread import InvalidSpec, dispatch_entries, operation_spec, operation_status
 from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import Accelerator, AcceleratorPolicy, as_dict, is_not_found
 from kubeacc.crds.status import get_condition, now, parse_time, set_condition
-from kubeacc.crds.types import (
-    CONTROLLER_ACTIONS,
-    AcceleratorOperationSpec,
-    AcceleratorOperationStatus,
-    AcceleratorPolicySpec,
-    Action,
-    Dispatch,
-    OperationPhase,
-    TargetSelector,
-)
 from kubeacc.crds.watch import WatchCache
 from kubeacc.metrics.controller import ControllerMetrics
 
@@ -57,7 +51,7 @@ DRA_DRIVER = "kubeacc.io"
 DRAIN_RECHECK_SECONDS = 2.0
 
 
-def target_names(spec: AcceleratorOperationSpec, status: AcceleratorOperationStatus) -> list[str]:
+def target_names(spec: OperationSpec, status: OperationStatus) -> list[str]:
     """The operation's targets: as recorded at its first sight (``status.targets``), else (an
     operation from before that field, or not yet seen) ``spec.targets``."""
     return list(status.targets or spec.targets or [])
@@ -82,14 +76,12 @@ class OperationDispatch:
         #: default); others need an AcceleratorPolicy grant (operations.validate).
         self.admin_namespaces = tuple(admin_namespaces)
         self.accelerators = accelerators
-        self.status = OperationStatus(client, operations, metrics)
+        self.status = OperationStatusWriter(client, operations, metrics)
         self.metrics = metrics
         self.cordons = cordons
         self.due_in = due_in
 
-    def _fresh(
-        self, names: list[str]
-    ) -> tuple[dict[str, dict[str, Any]], dict[str, AcceleratorPolicySpec]]:
+    def _fresh(self, names: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, PolicySpec]]:
         """A new operation's targets (GET) and the policies (LIST), read from the API server:
         the caches may not have seen what was created just before the operation."""
         found: dict[str, dict[str, Any]] = {}
@@ -103,7 +95,7 @@ class OperationDispatch:
             self.accelerators.observe(found[name])
         return found, policy_specs([as_dict(p) for p in self.client.list(AcceleratorPolicy)])
 
-    def _resolve(self, namespace: str, selector: TargetSelector) -> list[str] | Refusal:
+    def _resolve(self, namespace: str, selector: Any) -> list[str] | Refusal:
         """What ``spec.targetSelector`` names now (LIST with its labels, then
         :func:`choose_targets`), or why it names nothing."""
         wanted = ",".join(f"{k}={v}" for k, v in sorted(selector.match_labels.items()))
@@ -134,8 +126,8 @@ class OperationDispatch:
     def _fail(
         self,
         op: dict[str, Any],
-        before: AcceleratorOperationStatus,
-        status: AcceleratorOperationStatus,
+        before: OperationStatus,
+        status: OperationStatus,
         refusal: Refusal,
     ) -> None:
         self.status.finish(op, status, OperationPhase.FAILED, refusal.reason, refusal.message)
@@ -144,17 +136,17 @@ class OperationDispatch:
     def reconcile(
         self,
         op: dict[str, Any],
-        policies: dict[str, AcceleratorPolicySpec],
+        policies: dict[str, PolicySpec],
         accelerators: dict[str, dict[str, Any]],
     ) -> None:
         meta = op["metadata"]
-        status = AcceleratorOperationStatus.model_validate(op.get("status") or {})
+        status = operation_status(op)
         if status.phase in TERMINAL:
             return
-        before = status.model_copy(deep=True)
+        before = copy.deepcopy(status)
         try:
-            spec = AcceleratorOperationSpec.model_validate(op.get("spec") or {})
-        except ValidationError as err:  # let in by a CRD without the schema or its rules
+            spec = operation_spec(op)
+        except InvalidSpec as err:  # let in by a CRD without the schema or its rules
             status.start_time = status.start_time or now()
             self._fail(op, before, status, Refusal("InvalidSpec", spec_problems(err)))
             return
@@ -173,7 +165,7 @@ class OperationDispatch:
                 # here on acts on exactly these, whatever the selector would match then.
                 status.targets = resolved
                 self.status.apply(op, before, status)
-                before = status.model_copy(deep=True)
+                before = copy.deepcopy(status)
                 emit_event(
                     self.client, op, "TargetsChosen", f"targetSelector chose {', '.join(resolved)}"
                 )
@@ -192,7 +184,7 @@ class OperationDispatch:
                     detail = "; ".join(f"{n} is used by {w}" for n, w in sorted(in_use.items()))
                     refusal = Refusal(
                         "DeviceInUse",
-                        f"refusing {spec.action.value}: {detail} (set spec.drainFirst to wait "
+                        f"refusing {spec.action}: {detail} (set spec.drainFirst to wait "
                         "for them to finish)",
                     )
             if refusal is not None:
@@ -203,15 +195,15 @@ class OperationDispatch:
             status.conditions = set_condition(
                 status.conditions, "Validated", True, "Validated", "targets and policy checked", gen
             )
-            emit_event(self.client, op, "Validated", f"{spec.action.value} on {names}")
-        if status.phase is OperationPhase.PENDING:
+            emit_event(self.client, op, "Validated", f"{spec.action} on {names}")
+        if status.phase == OperationPhase.PENDING:
             self._pending(op, spec, status, targets)
-        elif status.phase is OperationPhase.RUNNING:
+        elif status.phase == OperationPhase.RUNNING:
             self._running(op, spec, status, accelerators)
         if status.phase not in TERMINAL:
             left = self._time_left(spec, status)
             draining = get_condition(status.conditions, "Draining")
-            if left <= 0 and draining is not None and draining.status.value == "True":
+            if left <= 0 and draining is not None and draining.status == "True":
                 self.status.finish(
                     op,
                     status,
@@ -229,25 +221,25 @@ class OperationDispatch:
                 )
             else:
                 self.due_in(left + 0.05)
-        if status.phase in TERMINAL and spec.drain_first and spec.action is not Action.DRAIN:
+        if status.phase in TERMINAL and spec.drain_first and spec.action != Action.DRAIN:
             self._lift_cordons(op, target_names(spec, status), accelerators)
         self.status.apply(op, before, status)
 
     def _pending(
         self,
         op: dict[str, Any],
-        spec: AcceleratorOperationSpec,
-        status: AcceleratorOperationStatus,
+        spec: OperationSpec,
+        status: OperationStatus,
         targets: dict[str, TargetView | None],
     ) -> None:
         gen = op["metadata"].get("generation")
         ref = f"{op['metadata']['namespace']}/{op['metadata']['name']}"
-        if spec.action is Action.UNCORDON:
+        if spec.action == Action.UNCORDON:
             self._uncordon(op, status, targets)
             return
         if spec.evict and not self._evict(op, status, targets, ref):
             return
-        if spec.drain_first or spec.action is Action.DRAIN:
+        if spec.drain_first or spec.action == Action.DRAIN:
             for view in targets.values():
                 if view is not None and not view.spec.cordoned:
                     self.cordons.set({"metadata": {"name": view.name}}, ref, True)
@@ -264,7 +256,7 @@ class OperationDispatch:
             status.conditions = set_condition(
                 status.conditions, "Draining", False, "Drained", "no consumers left", gen
             )
-        if spec.action is Action.DRAIN:
+        if spec.action == Action.DRAIN:
             self.status.finish(
                 op,
                 status,
@@ -273,11 +265,11 @@ class OperationDispatch:
                 "nobody uses the targets; they stay cordoned until an Uncordon operation",
             )
             return
-        status.dispatch = [
-            Dispatch(accelerator=v.name, node=v.spec.node, device_name=v.spec.device_name)
+        status.dispatch = dispatch_entries(
+            {"accelerator": v.name, "node": v.spec.node, "deviceName": v.spec.device_name}
             for v in targets.values()
             if v is not None
-        ]
+        )
         status.phase = OperationPhase.RUNNING
         nodes = sorted({d.node for d in status.dispatch})
         status.message = f"handed to the node agents of {', '.join(nodes)}"
@@ -289,14 +281,14 @@ class OperationDispatch:
     def _running(
         self,
         op: dict[str, Any],
-        spec: AcceleratorOperationSpec,
-        status: AcceleratorOperationStatus,
+        spec: OperationSpec,
+        status: OperationStatus,
         accelerators: dict[str, dict[str, Any]],
     ) -> None:
         results = attributable_results(status)
         done = {n: r for n, r in results.items() if r.phase in TERMINAL}
         wanted = {d.accelerator for d in status.dispatch}
-        failed = {n: r for n, r in done.items() if r.phase is OperationPhase.FAILED}
+        failed = {n: r for n, r in done.items() if r.phase == OperationPhase.FAILED}
         if not wanted <= set(done):
             status.message = f"{len(done)}/{len(wanted)} targets done"
             return
@@ -316,13 +308,13 @@ class OperationDispatch:
                 status,
                 OperationPhase.SUCCEEDED,
                 "Succeeded",
-                f"{spec.action.value} done",
+                f"{spec.action} done",
             )
 
     def _evict(
         self,
         op: dict[str, Any],
-        status: AcceleratorOperationStatus,
+        status: OperationStatus,
         targets: dict[str, TargetView | None],
         ref: str,
     ) -> bool:
@@ -383,7 +375,7 @@ class OperationDispatch:
     def _uncordon(
         self,
         op: dict[str, Any],
-        status: AcceleratorOperationStatus,
+        status: OperationStatus,
         targets: dict[str, TargetView | None],
     ) -> None:
         lifted = []
@@ -423,20 +415,15 @@ class OperationDispatch:
                 self.cordons.set(acc, ref, False)
                 self._remove_rules(name, op)
 
-    def _time_left(
-        self, spec: AcceleratorOperationSpec, status: AcceleratorOperationStatus
-    ) -> float:
+    def _time_left(self, spec: OperationSpec, status: OperationStatus) -> float:
         """Seconds until the operation times out (infinite before it has started)."""
         if not status.start_time:
             return math.inf
         age = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
-        return spec.timeout_seconds - age.total_seconds()
+        return float(spec.timeout_seconds) - age.total_seconds()
 
 
-def spec_problems(err: ValidationError) -> str:
+def spec_problems(err: InvalidSpec) -> str:
     """What is wrong with an operation's spec, each problem with its field (at most three)."""
-    problems = [
-        f"spec{''.join(f'.{part}' for part in e['loc'])}: {e['msg']}" for e in err.errors()[:3]
-    ]
-    more = err.error_count() - len(problems)
-    return "; ".join(problems) + (f" (and {more} more)" if more > 0 else "")
+    more = len(err.problems) - 3
+    return "; ".join(err.problems[:3]) + (f" (and {more} more)" if more > 0 else "")

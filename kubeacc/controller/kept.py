@@ -42,8 +42,8 @@ from kubeacc.controller.remediator import (
     OPERATION_ANNOTATION,
     RETURNED_ANNOTATION,
 )
+from kubeacc.crds.api import REMEDIATION_CONDITION
 from kubeacc.crds.keep import pick, shared
-from kubeacc.crds.remediation import CONDITION_TYPE
 from kubeacc.model.names import CORDONED_BY_ANNOTATION
 
 #: The annotations the controller reads (the rest of ``metadata.annotations`` is not kept).
@@ -78,7 +78,7 @@ def accelerator(obj: dict[str, Any]) -> dict[str, Any]:
         conditions = [
             c
             for c in status.get("conditions") or []
-            if isinstance(c, dict) and c.get("type") == CONDITION_TYPE
+            if isinstance(c, dict) and c.get("type") == REMEDIATION_CONDITION
         ]
         if conditions:
             kept["conditions"] = conditions

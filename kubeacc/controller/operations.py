@@ -6,19 +6,16 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from kubeacc.crds.api import CONTROLLER_ACTIONS, Action
+from kubeacc.crds.controlread import accelerator_device, accelerator_spec, accelerator_status
 from kubeacc.crds.policyread import selector_matches
-from kubeacc.crds.types import (
-    CONTROLLER_ACTIONS,
-    AcceleratorOperationSpec,
-    AcceleratorOperationStatus,
-    AcceleratorPolicySpec,
-    AcceleratorSpec,
-    AcceleratorStatus,
-    Action,
-    Consumer,
-    TargetResult,
-)
 from kubeacc.model import Device, DeviceType
+
+#: The schema Structs the controller reads (kubeacc.crds.controlread): an AcceleratorOperation's
+#: spec and status, an AcceleratorPolicy's spec.
+OperationSpec = Any
+OperationStatus = Any
+PolicySpec = Any
 
 
 @dataclass(frozen=True)
@@ -29,35 +26,34 @@ class Refusal:
 
 @dataclass(frozen=True)
 class TargetView:
-    """One target Accelerator as the controller sees it."""
+    """One target Accelerator as the controller sees it: its spec and status as schema
+    Structs, the device of its status as the model's."""
 
     name: str
-    spec: AcceleratorSpec
-    status: AcceleratorStatus
+    spec: Any
+    status: Any
+    device: Device | None
 
     @classmethod
     def parse(cls, obj: dict[str, Any]) -> TargetView:
         return cls(
             name=obj["metadata"]["name"],
-            spec=AcceleratorSpec.model_validate(obj.get("spec") or {}),
-            status=AcceleratorStatus.model_validate(obj.get("status") or {}),
+            spec=accelerator_spec(obj),
+            status=accelerator_status(obj),
+            device=accelerator_device(obj),
         )
 
     @property
-    def device(self) -> Device | None:
-        return self.status.device
-
-    @property
-    def consumers(self) -> list[Consumer]:
-        return self.status.allocated_to
+    def consumers(self) -> list[Any]:
+        return list(self.status.allocated_to)
 
 
-def covering(policies: dict[str, AcceleratorPolicySpec], device: Device) -> list[str]:
+def covering(policies: dict[str, PolicySpec], device: Device) -> list[str]:
     """Names of the policies whose selector covers ``device``."""
     return sorted(n for n, p in policies.items() if selector_matches(p.selector, device))
 
 
-def _who(consumers: list[Consumer]) -> str:
+def _who(consumers: list[Any]) -> str:
     parts = [f"{c.kind} {c.namespace + '/' if c.namespace else ''}{c.name}" for c in consumers]
     return ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
 
@@ -68,9 +64,9 @@ ANY_NAMESPACE = "*"
 
 def validate(
     namespace: str,
-    spec: AcceleratorOperationSpec,
+    spec: OperationSpec,
     targets: dict[str, TargetView | None],
-    policies: dict[str, AcceleratorPolicySpec],
+    policies: dict[str, PolicySpec],
     admins: Collection[str] = (ANY_NAMESPACE,),
 ) -> Refusal | None:
     """Why the operation must not run (the first reason found), or None.
@@ -101,12 +97,12 @@ def validate(
                 f"{', '.join(sorted(admins))} may",
             )
         if spec.action not in CONTROLLER_ACTIONS and dev.pci is None:
-            return Refusal("NotAPCIDevice", f"{name}: {spec.action.value} needs a PCI device")
-        if spec.action is Action.MIG_MODE and (
+            return Refusal("NotAPCIDevice", f"{name}: {spec.action} needs a PCI device")
+        if spec.action == Action.MIG_MODE and (
             dev.type is not DeviceType.GPU or dev.vendor.lower() != "nvidia"
         ):
             return Refusal("NotAnNvidiaGPU", f"{name}: MigMode needs an NVIDIA GPU")
-        if spec.action is Action.PROGRAM:
+        if spec.action == Action.PROGRAM:
             refusal = _check_program(name, dev, spec, names, policies)
             if refusal:
                 return refusal
@@ -116,7 +112,7 @@ def validate(
 def granted(
     namespace: str,
     dev: Device,
-    policies: dict[str, AcceleratorPolicySpec],
+    policies: dict[str, PolicySpec],
     admins: Collection[str] = (ANY_NAMESPACE,),
 ) -> bool:
     """Whether operations from ``namespace`` may touch ``dev`` (see :func:`validate`)."""
@@ -130,7 +126,7 @@ def choose_targets(
     matched: list[TargetView],
     in_use: Collection[str],
     limit: int,
-    policies: dict[str, AcceleratorPolicySpec],
+    policies: dict[str, PolicySpec],
     admins: Collection[str] = (ANY_NAMESPACE,),
 ) -> list[str]:
     """The names a ``spec.targetSelector`` resolves to among the ``matched`` Accelerators.
@@ -151,9 +147,9 @@ def choose_targets(
 def _check_program(
     name: str,
     dev: Device,
-    spec: AcceleratorOperationSpec,
+    spec: OperationSpec,
     names: list[str],
-    policies: dict[str, AcceleratorPolicySpec],
+    policies: dict[str, PolicySpec],
 ) -> Refusal | None:
     assert spec.program is not None
     if dev.type is not DeviceType.FPGA or dev.fpga is None:
@@ -175,7 +171,7 @@ def busy(targets: dict[str, TargetView | None]) -> dict[str, str]:
     return {n: _who(t.consumers) for n, t in targets.items() if t is not None and t.consumers}
 
 
-def attributable_results(status: AcceleratorOperationStatus) -> dict[str, TargetResult]:
+def attributable_results(status: OperationStatus) -> dict[str, Any]:
     """Results by target, only those that name the node the target was dispatched to.
 
     The admission policy refuses any other result from a node agent; this keeps a forged one

@@ -29,8 +29,8 @@ from kubeacc.crds.api import (
     POLICY_LABEL,
     SharingMode,
 )
+from kubeacc.crds.controlread import policy_spec
 from kubeacc.crds.opaque import policy_gpu_parameters, sharing_parameters
-from kubeacc.crds.types import AcceleratorPolicySpec, PolicySelector
 from kubeacc.model import DeviceType
 from kubeacc.model.names import MIG_PROFILE_ATTR
 
@@ -38,7 +38,8 @@ DRIVER = "kubeacc.io"
 SPEC_HASH_ANNOTATION = "kubeacc.io/spec-hash"
 
 
-def class_name(policy_name: str, spec: AcceleratorPolicySpec) -> str:
+def class_name(policy_name: str, spec: Any) -> str:
+    """``spec``: the policy's schema Struct (kubeacc.crds.controlread)."""
     return spec.device_class.name or f"{policy_name}{POLICY_CLASS_SUFFIX}"
 
 
@@ -46,12 +47,12 @@ def _cel_list(values: list[str]) -> str:
     return "[" + ", ".join(json.dumps(v) for v in values) + "]"
 
 
-def cel_selector(selector: PolicySelector) -> str:
+def cel_selector(selector: Any) -> str:
     """The CEL expression of a policy selector over the kubeacc.io driver's attributes."""
     attrs = f'device.attributes["{DRIVER}"]'
     terms = [f'device.driver == "{DRIVER}"']
     if selector.types:
-        terms.append(f"{attrs}.type in {_cel_list([t.value for t in selector.types])}")
+        terms.append(f"{attrs}.type in {_cel_list([str(t) for t in selector.types])}")
     if selector.vendors:
         terms.append(f"{attrs}.vendor in {_cel_list(selector.vendors)}")
     if selector.models:
@@ -74,13 +75,13 @@ def whole_device_selector() -> str:
 def device_class(policy: dict[str, Any]) -> dict[str, Any]:
     """The DeviceClass manifest a policy object generates (owned by the policy)."""
     meta = policy["metadata"]
-    spec = AcceleratorPolicySpec.model_validate(policy.get("spec") or {})
+    spec = policy_spec(policy)
     expression = cel_selector(spec.selector)
     if spec.sharing.mode in MEMORY_SHARED_MODES:
         # Only devices the agents publish as memory-shared for this policy: a claim of this
         # class gets a share, never a whole device of a node that does not share it (yet).
         expression += " && device.allowMultipleAllocations"
-    elif spec.sharing.mode is SharingMode.MIG:
+    elif spec.sharing.mode == SharingMode.MIG:
         expression += " && " + mig_selector(spec.sharing.mig_profiles)
     else:
         expression += " && " + whole_device_selector()

@@ -15,19 +15,16 @@ from lightkube.types import PatchType
 from kubeacc.controller.policies import SPEC_HASH_ANNOTATION, device_class
 from kubeacc.controller.status import FIELD_MANAGER, apply_policy_status
 from kubeacc.crds.api import POLICY_LABEL
+from kubeacc.crds.controlread import policy_spec
 from kubeacc.crds.events import emit_event
-from kubeacc.crds.types import AcceleratorPolicySpec
 from kubeacc.crds.watch import WatchCache
 
 log = logging.getLogger(__name__)
 
 
-def policy_specs(policies: list[dict[str, Any]]) -> dict[str, AcceleratorPolicySpec]:
-    """Each policy's spec, by policy name."""
-    return {
-        p["metadata"]["name"]: AcceleratorPolicySpec.model_validate(p.get("spec") or {})
-        for p in policies
-    }
+def policy_specs(policies: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each policy's spec (kubeacc.crds.controlread), by policy name."""
+    return {p["metadata"]["name"]: policy_spec(p) for p in policies}
 
 
 def reconcile_policies(

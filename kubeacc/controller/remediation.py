@@ -1,5 +1,7 @@
 """Remediation decisions: which action a device fault gets under its policy's ``remediation``
-section, within the section's limits (kubeacc.crds.remediation, docs/remediation.md).
+section, within the section's limits (kubeacc.crds.remediation, docs/remediation.md). The
+section and its rules are the policy's schema Structs (kubeacc.crds.controlread); the pydantic
+types have the same attributes.
 
 Pure: given the fault, the policy's section and what remediation has done so far (its
 :class:`Ledger`), :func:`decide` answers one :class:`Decision`; the controller carries it out
@@ -14,8 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubeacc.crds.api import API_VERSION, EventClass
-from kubeacc.crds.remediation import RateLimit, Remediation, RemediationAction, RemediationRule
+from kubeacc.crds.api import API_VERSION, REMEDIATION_LIMITS, EventClass, RemediationAction
 
 #: Name prefix of the operations remediation creates.
 OPERATION_PREFIX = "remediate-"
@@ -37,7 +38,7 @@ class Fault:
 class Decision:
     action: RemediationAction
     reason: str
-    rule: RemediationRule | None = None
+    rule: Any = None
     #: True when a limit or the back-off changed the rule's action.
     held: bool = False
 
@@ -59,7 +60,7 @@ class Ledger:
         self.out.discard(device)
         self.returned[device] = now
 
-    def count(self, limit: RateLimit, now: float, *, device: str = "", node: str = "") -> int:
+    def count(self, limit: Limit, now: float, *, device: str = "", node: str = "") -> int:
         since = now - limit.window_seconds
         return sum(
             1
@@ -68,7 +69,25 @@ class Ledger:
         )
 
 
-def rule_for(section: Remediation, fault: Fault) -> RemediationRule | None:
+@dataclass(frozen=True)
+class Limit:
+    """One rate limit of a section: at most ``max`` started within ``window_seconds``."""
+
+    max: int
+    window_seconds: int
+
+
+def limits(section: Any) -> list[tuple[str, Limit]]:
+    """The section's rate limits by their API name, a limit left out at its default."""
+    out = []
+    for name, default in REMEDIATION_LIMITS.items():
+        given = getattr(section, f"per_{name[3:].lower()}")
+        limit = Limit(*default) if given is None else Limit(given.max, given.window_seconds)
+        out.append((name, limit))
+    return out
+
+
+def rule_for(section: Any, fault: Fault) -> Any:
     """The first rule covering ``fault`` (rules in the policy's order)."""
     for rule in section.rules:
         if rule.event != fault.event:
@@ -89,14 +108,15 @@ def _what(fault: Fault) -> str:
     return str(fault.event)
 
 
-def decide(section: Remediation, fault: Fault, ledger: Ledger, now: float) -> Decision | None:
+def decide(section: Any, fault: Fault, ledger: Ledger, now: float) -> Decision | None:
     """The action for ``fault``; None when no rule covers it or the device is already out."""
     rule = rule_for(section, fault)
     if rule is None or fault.device in ledger.out:
         return None
     what = _what(fault)
-    if rule.action in (RemediationAction.TAINT, RemediationAction.HAND_TO_ADMIN):
-        return Decision(rule.action, f"{what}: policy says {rule.action}", rule)
+    action = RemediationAction(rule.action)
+    if action in (RemediationAction.TAINT, RemediationAction.HAND_TO_ADMIN):
+        return Decision(action, f"{what}: policy says {action}", rule)
     back = ledger.returned.get(fault.device)
     if back is not None and now - back < section.backoff_seconds:
         return Decision(
@@ -113,19 +133,16 @@ def decide(section: Remediation, fault: Fault, ledger: Ledger, now: float) -> De
             f"{len(ledger.out)} device(s) out of service already "
             f"(maxDevicesOut {section.max_devices_out})",
         )
-    for name, limit, scope in (
-        ("perDevice", section.per_device, {"device": fault.device}),
-        ("perNode", section.per_node, {"node": fault.node}),
-        ("perFleet", section.per_fleet, {}),
-    ):
-        if ledger.count(limit, now, **scope) >= limit.max:
+    scopes = {"perDevice": {"device": fault.device}, "perNode": {"node": fault.node}}
+    for name, limit in limits(section):
+        if ledger.count(limit, now, **scopes.get(name, {})) >= limit.max:
             return _held(
                 rule, what, f"{name} limit {limit.max} in {limit.window_seconds} s reached"
             )
-    return Decision(rule.action, f"{what}: {rule.action}", rule)
+    return Decision(action, f"{what}: {action}", rule)
 
 
-def _held(rule: RemediationRule, what: str, why: str) -> Decision:
+def _held(rule: Any, what: str, why: str) -> Decision:
     return Decision(RemediationAction.TAINT, f"{what}: {rule.action} held back, {why}", rule, True)
 
 

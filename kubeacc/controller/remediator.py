@@ -45,12 +45,17 @@ from kubeacc.controller.remediation import (
     operation_for,
 )
 from kubeacc.controller.status import FIELD_MANAGER
-from kubeacc.crds.api import API_VERSION
+from kubeacc.crds.api import (
+    API_VERSION,
+    REMEDIATION_CONDITION,
+    EventClass,
+    OperationPhase,
+    RemediationAction,
+)
 from kubeacc.crds.events import emit_event
-from kubeacc.crds.remediation import CONDITION_TYPE, Remediation, RemediationAction
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, is_not_found
+from kubeacc.crds.schemastructs import to_api
 from kubeacc.crds.status import get_condition, parse_time, set_condition
-from kubeacc.crds.types import AcceleratorPolicySpec, Consumer, FaultReport, OperationPhase
 from kubeacc.crds.watch import WatchCache
 from kubeacc.model.names import DOMAIN
 
@@ -63,7 +68,7 @@ REMEDIATION_LABEL = f"{DOMAIN}/remediation"
 #: ``kubeacc.io/cordoned-by`` of a device out for remediation, and of one left for a person.
 OUT = "remediation"
 HOLD = "remediation-hold"
-CONDITION = CONDITION_TYPE
+CONDITION = REMEDIATION_CONDITION
 #: Seconds between looks at a device waiting for its operation or its health.
 RECHECK_SECONDS = 1.0
 
@@ -126,9 +131,7 @@ class Remediator:
         return ledger
 
     # -- the pass ---------------------------------------------------------------------------
-    def reconcile(
-        self, specs: dict[str, AcceleratorPolicySpec], accelerators: dict[str, dict[str, Any]]
-    ) -> None:
+    def reconcile(self, specs: dict[str, Any], accelerators: dict[str, dict[str, Any]]) -> None:
         ledger = self.ledger(accelerators)
         for name in sorted(accelerators):
             acc = accelerators[name]
@@ -141,9 +144,8 @@ class Remediator:
             except Exception:  # one device's trouble must not stop the others
                 log.exception("remediation of %s", name)
 
-    def _section(
-        self, specs: dict[str, AcceleratorPolicySpec], view: TargetView
-    ) -> tuple[str, Remediation] | None:
+    def _section(self, specs: dict[str, Any], view: TargetView) -> tuple[str, Any] | None:
+        """The first covering policy with a ``remediation`` section, and the section."""
         if view.device is None:
             return None
         for policy in covering(specs, view.device):
@@ -155,7 +157,7 @@ class Remediator:
     def _new_fault(
         self,
         acc: dict[str, Any],
-        specs: dict[str, AcceleratorPolicySpec],
+        specs: dict[str, Any],
         ledger: Ledger,
     ) -> None:
         status = acc.get("status") or {}
@@ -172,7 +174,8 @@ class Remediator:
             self._annotate(acc, notes)
             return
         policy, section = found
-        fault = Fault(view.name, view.spec.node, report.event, report.xid, report.failures or 1)
+        event = EventClass(report.event)
+        fault = Fault(view.name, view.spec.node, event, report.xid, report.failures or 1)
         now = self.clock()
         decision = decide(section, fault, ledger, now)
         if decision is None:
@@ -194,7 +197,7 @@ class Remediator:
         view: TargetView,
         policy: str,
         decision: Decision,
-        report: FaultReport,
+        report: Any,
         notes: dict[str, str | None],
     ) -> None:
         suffix = report.time.replace(":", "").replace("-", "").replace(".", "").lower()[:22]
@@ -285,7 +288,7 @@ class Remediator:
             return  # never remediated: nothing to parse
         view = TargetView.parse(acc)
         cond = get_condition(view.status.conditions, CONDITION)
-        if cond is not None and cond.status.value == "True" and not view.spec.cordoned:
+        if cond is not None and cond.status == "True" and not view.spec.cordoned:
             self._step(acc, view, False, "Uncordoned", "cordon lifted: back in service")
 
     def _give_up(self, acc: dict[str, Any], view: TargetView, why: str) -> None:
@@ -356,7 +359,7 @@ class Remediator:
     ) -> None:
         """Condition ``Remediation`` and an Event, when the step changed."""
         old = get_condition(view.status.conditions, CONDITION)
-        if old is not None and old.reason == reason and old.status.value == str(out):
+        if old is not None and old.reason == reason and old.status == str(out):
             return
         conditions = set_condition([c for c in [old] if c], CONDITION, out, reason, message)
         try:
@@ -367,7 +370,7 @@ class Remediator:
                     "apiVersion": API_VERSION,
                     "kind": "Accelerator",
                     "metadata": {"name": view.name},
-                    "status": {"conditions": [c.to_api() for c in conditions]},
+                    "status": {"conditions": to_api(conditions)},
                 },
                 patch_type=PatchType.APPLY,
                 field_manager=FIELD_MANAGER,
@@ -377,15 +380,15 @@ class Remediator:
         except ApiError as exc:
             if not is_not_found(exc):
                 raise
-        acc.setdefault("status", {})["conditions"] = [
-            c.to_api() for c in view.status.conditions if c.type != CONDITION
-        ] + [c.to_api() for c in conditions]
+        acc.setdefault("status", {})["conditions"] = to_api(
+            [c for c in view.status.conditions if c.type != CONDITION] + conditions
+        )
         emit_event(self.client, acc, f"Remediation{reason}", message, warning=out or warn)
         if holders:
             for c in view.consumers:
                 self._tell(c, view.name, reason, message)
 
-    def _tell(self, consumer: Consumer, device: str, reason: str, message: str) -> None:
+    def _tell(self, consumer: Any, device: str, reason: str, message: str) -> None:
         api = _API_VERSIONS.get(consumer.kind)
         if api is None or not consumer.namespace:
             return

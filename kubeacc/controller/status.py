@@ -10,14 +10,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import msgspec
 from lightkube import Client
 from lightkube.types import PatchType
 
-from kubeacc.crds.api import API_VERSION
+from kubeacc.crds.api import API_VERSION, OperationPhase
+from kubeacc.crds.controlread import policy_status
 from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import AcceleratorPolicy
+from kubeacc.crds.schemastructs import to_api
 from kubeacc.crds.status import apply_operation_status, now, parse_time, set_condition
-from kubeacc.crds.types import AcceleratorOperationStatus, AcceleratorPolicyStatus, OperationPhase
 from kubeacc.crds.watch import WatchCache
 from kubeacc.metrics.controller import ControllerMetrics
 
@@ -29,17 +31,20 @@ def apply_policy_status(
     client: Client, cache: WatchCache, policy: dict[str, Any], cname: str, matched: int
 ) -> None:
     """The policy's class and how many Accelerators it selects, when that changed."""
-    old = AcceleratorPolicyStatus.model_validate(policy.get("status") or {})
+    old = policy_status(policy.get("status") or {})
     gen = policy["metadata"].get("generation")
-    new = AcceleratorPolicyStatus(
-        device_class_name=cname,
-        matched_accelerators=matched,
-        observed_generation=gen,
-        conditions=set_condition(
-            old.conditions, "Ready", True, "DeviceClassReady", f"DeviceClass {cname}", gen
-        ),
+    new = to_api(
+        msgspec.structs.replace(
+            old,
+            device_class_name=cname,
+            matched_accelerators=matched,
+            observed_generation=gen,
+            conditions=set_condition(
+                old.conditions, "Ready", True, "DeviceClassReady", f"DeviceClass {cname}", gen
+            ),
+        )
     )
-    if new.to_api() == old.to_api():
+    if new == to_api(old):
         return
     written = client.patch(
         AcceleratorPolicy.Status,
@@ -48,7 +53,7 @@ def apply_policy_status(
             "apiVersion": API_VERSION,
             "kind": "AcceleratorPolicy",
             "metadata": {"name": policy["metadata"]["name"]},
-            "status": new.to_api(),
+            "status": new,
         },
         patch_type=PatchType.APPLY,
         field_manager=FIELD_MANAGER,
@@ -57,7 +62,7 @@ def apply_policy_status(
     cache.observe(written)
 
 
-class OperationStatus:
+class OperationStatusWriter:
     """Writes the operation status fields the controller owns; ``cache``: the operations'."""
 
     def __init__(self, client: Client, cache: WatchCache, metrics: ControllerMetrics) -> None:
@@ -68,7 +73,7 @@ class OperationStatus:
     def finish(
         self,
         op: dict[str, Any],
-        status: AcceleratorOperationStatus,
+        status: Any,
         phase: OperationPhase,
         reason: str,
         message: str,
@@ -83,7 +88,7 @@ class OperationStatus:
         if status.start_time:
             took = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
             self.metrics.duration.labels(action, phase.value).observe(took.total_seconds())
-        ok = phase is OperationPhase.SUCCEEDED
+        ok = phase == OperationPhase.SUCCEEDED
         status.conditions = set_condition(
             status.conditions, "Complete" if ok else "Failed", True, reason, message, gen
         )
@@ -92,13 +97,14 @@ class OperationStatus:
     def apply(
         self,
         op: dict[str, Any],
-        before: AcceleratorOperationStatus,
-        status: AcceleratorOperationStatus,
+        before: Any,
+        status: Any,
     ) -> None:
-        """Write the fields the controller owns, when they changed."""
-        owned = status.to_api()
+        """Write the fields the controller owns, when they changed (``before``, ``status``:
+        schema Structs, kubeacc.crds.controlread)."""
+        owned = to_api(status)
         owned.pop("results", None)  # the node agents' field
-        old = before.to_api()
+        old = to_api(before)
         old.pop("results", None)
         if owned == old:
             return

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubeacc.controller.operations import TargetView, covering
-from kubeacc.crds.types import AcceleratorPolicySpec
+from kubeacc.controller.operations import PolicySpec, TargetView, covering
 from kubeacc.model.accelerator import Health
 
 
@@ -34,10 +33,10 @@ class ParsedAccelerators:
 
     def __init__(self) -> None:
         self._facts: dict[str, tuple[str, AcceleratorFacts]] = {}
-        self._specs: dict[str, AcceleratorPolicySpec] = {}
+        self._specs: dict[str, PolicySpec] = {}
 
     def facts(
-        self, accelerators: dict[str, dict[str, Any]], specs: dict[str, AcceleratorPolicySpec]
+        self, accelerators: dict[str, dict[str, Any]], specs: dict[str, PolicySpec]
     ) -> dict[str, AcceleratorFacts]:
         """The facts of each of ``accelerators`` (by name) under the policies ``specs``;
         forgets the Accelerators not given."""

@@ -88,6 +88,10 @@ class Action(StrEnum):
     MIG_MODE = "MigMode"
 
 
+#: Actions the controller carries out itself, on the Accelerator objects (no hardware touched).
+CONTROLLER_ACTIONS = frozenset({Action.DRAIN, Action.UNCORDON})
+
+
 class PowerState(StrEnum):
     ON = "On"
     OFF = "Off"
@@ -99,6 +103,27 @@ class OperationPhase(StrEnum):
     RUNNING = "Running"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+
+
+#: An AcceleratorPolicy's ``onUnhealthy`` (no docstring: it would be the schema's description).
+class UnhealthyAction(StrEnum):
+    TAINT = "Taint"
+    DRAIN = "Drain"
+
+
+#: A remediation rule's ``action`` (kubeacc.crds.remediation).
+class RemediationAction(StrEnum):
+    TAINT = "Taint"
+    DRAIN_AND_RESET = "DrainAndReset"
+    DRAIN_AND_POWER_CYCLE = "DrainAndPowerCycle"
+    HAND_TO_ADMIN = "HandToAdmin"
+
+
+#: A remediation section's rate limits when the policy leaves them out: (max, windowSeconds).
+REMEDIATION_LIMITS = {"perDevice": (1, 86400), "perNode": (2, 3600), "perFleet": (10, 3600)}
+
+#: The Accelerator condition the remediation loop keeps (True while remediation holds it).
+REMEDIATION_CONDITION = "Remediation"
 
 
 def health_failing_thresholds(policies: Iterable[Mapping[str, Any]]) -> frozenset[int]:

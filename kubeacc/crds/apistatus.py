@@ -1,7 +1,7 @@
 """Status helpers on API dicts: timestamps, a condition set, the operation-status write.
 
 No pydantic here: the life-cycle agent, a daemon on every node, uses them
-(:mod:`kubeacc.crds.status` adds the helpers on the pydantic types for the controller).
+(:mod:`kubeacc.crds.status` adds the helpers on the schema Structs for the controller).
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ def sharing_parameters(policy: str, sharing: Any) -> dict[str, Any]:
     cfg = SharingConfig(
         api_version=_API,
         policy=policy,
-        mode=sharing.mode,
+        mode=SharingMode(sharing.mode),
         max_consumers=sharing.max_consumers,
         memory_per_consumer_bytes=sharing.memory_per_consumer_bytes,
     )
@@ -158,12 +158,12 @@ def policy_gpu_parameters(sharing: Any, gpus_only: bool) -> dict[str, Any] | Non
     """
     if not gpus_only:
         return None
-    if sharing.mode is SharingMode.TIME_SLICED:
+    if sharing.mode == SharingMode.TIME_SLICED:
         gpu = GpuSharing(
             strategy=SharingStrategy.TIME_SLICING,
-            time_slice=sharing.time_slice or TimeSlice.DEFAULT,
+            time_slice=TimeSlice(sharing.time_slice or TimeSlice.DEFAULT),
         )
-    elif sharing.mode is SharingMode.MPS:
+    elif sharing.mode == SharingMode.MPS:
         gpu = GpuSharing(strategy=SharingStrategy.MPS)
     else:
         return None

@@ -12,13 +12,17 @@ fails again within ``backoffSeconds`` of being put back stays tainted for a pers
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from kubeacc.crds.api import EventClass
+from kubeacc.crds.api import (
+    REMEDIATION_CONDITION,
+    REMEDIATION_LIMITS,
+    EventClass,
+    RemediationAction,
+)
 
 
 def _rules(*rules: tuple[str, str]) -> dict[str, Any]:
@@ -31,15 +35,9 @@ class _Model(BaseModel):
     )
 
 
-#: The Accelerator condition the remediation loop keeps (True while remediation holds it).
-CONDITION_TYPE = "Remediation"
-
-
-class RemediationAction(StrEnum):
-    TAINT = "Taint"
-    DRAIN_AND_RESET = "DrainAndReset"
-    DRAIN_AND_POWER_CYCLE = "DrainAndPowerCycle"
-    HAND_TO_ADMIN = "HandToAdmin"
+#: The Accelerator condition the remediation loop keeps (also :mod:`kubeacc.crds.api`'s).
+CONDITION_TYPE = REMEDIATION_CONDITION
+__all__ = ["CONDITION_TYPE", "RateLimit", "Remediation", "RemediationAction", "RemediationRule"]
 
 
 class RemediationRule(_Model):
@@ -77,15 +75,16 @@ class RateLimit(_Model):
     window_seconds: int = Field(default=3600, ge=60, le=30 * 86400)
 
 
-def _limit(n: int, seconds: int = 3600) -> Any:
+def _limit(name: str) -> Any:
+    n, seconds = REMEDIATION_LIMITS[name]
     return Field(default_factory=lambda: RateLimit(max=n, window_seconds=seconds))
 
 
 class Remediation(_Model):
     rules: list[RemediationRule] = Field(min_length=1, max_length=32)
-    per_device: RateLimit = _limit(1, 86400)
-    per_node: RateLimit = _limit(2)
-    per_fleet: RateLimit = _limit(10)
+    per_device: RateLimit = _limit("perDevice")
+    per_node: RateLimit = _limit("perNode")
+    per_fleet: RateLimit = _limit("perFleet")
     max_devices_out: int = Field(
         default=1,
         ge=0,

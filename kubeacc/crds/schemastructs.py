@@ -5,7 +5,8 @@ status. It checks both against the schema the API server enforces — each kind'
 ``openAPIV3Schema``, shipped as ``schemas.json`` (:mod:`kubeacc.crds.schemafile`) — through
 Structs made from that schema when first asked for, so it needs neither pydantic nor a second,
 hand-kept declaration of the same fields. The pydantic types (:mod:`kubeacc.crds.types`) stay
-the one source; the controller and the CLI keep using them.
+the one source, and the CLI keeps using them; the life-cycle agent and the controller read
+through these Structs as well (:mod:`kubeacc.crds.apiread`, :mod:`kubeacc.crds.controlread`).
 
 A Struct's attributes are the schema's property names in snake case (``maxConsumers`` ->
 ``max_consumers``); enumerations are ``Literal`` strings (they compare equal to the
@@ -132,6 +133,33 @@ def validate(kind: str, path: str, data: Any) -> Any:
         return msgspec.convert(data, struct_type(kind, path))
     except msgspec.ValidationError as exc:
         raise SchemaViolation(f"{kind} {_where(path, str(exc))}") from None
+
+
+def problems(kind: str, path: str, data: Any) -> list[str]:
+    """What ``kind``'s ``path`` schema refuses in ``data``, each as ``path.field: why``; empty
+    when it is valid. msgspec stops at the first error: of an object, each field is checked on
+    its own so that every wrong or missing field is named."""
+    try:
+        validate(kind, path, data)
+    except SchemaViolation as exc:
+        first = str(exc).removeprefix(f"{kind} ")
+    else:
+        return []
+    struct = struct_type(kind, path)
+    if not (isinstance(data, dict) and isinstance(struct, type)):
+        return [first]
+    found = []
+    for field in msgspec.structs.fields(struct):
+        name = field.encode_name
+        if name not in data:
+            if field.required:
+                found.append(f"{path}: Object missing required field `{name}`")
+            continue
+        try:
+            msgspec.convert(data[name], field.type)
+        except msgspec.ValidationError as exc:
+            found.append(_where(f"{path}.{name}", str(exc)))
+    return found or [first]
 
 
 def _where(path: str, message: str) -> str:

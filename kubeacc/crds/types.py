@@ -9,13 +9,13 @@ and build objects with the same models, so the wire format cannot drift from the
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from kubeacc.crds.api import (
+    CONTROLLER_ACTIONS,
     Action,
     ConditionStatus,
     EventClass,
@@ -23,8 +23,10 @@ from kubeacc.crds.api import (
     PowerState,
     SharingMode,
     TimeSlice,
+    UnhealthyAction,
 )
 from kubeacc.crds.remediation import Remediation
+from kubeacc.crds.rules import extended_resource_problem, operation_spec_problem
 from kubeacc.crds.structfield import StructField
 from kubeacc.model import Device, DeviceType
 
@@ -254,11 +256,6 @@ class Bitstream(_Model):
     sha256: str = Field(pattern=_SHA256, description="Lower-case hex SHA-256 of the file")
 
 
-class UnhealthyAction(StrEnum):
-    TAINT = "Taint"
-    DRAIN = "Drain"
-
-
 class DeviceClassTemplate(_Model):
     model_config = ConfigDict(
         json_schema_extra=_rules(
@@ -290,8 +287,9 @@ class DeviceClassTemplate(_Model):
     @field_validator("extended_resource_name")
     @classmethod
     def _not_native(cls, v: str | None) -> str | None:
-        if v is not None and "kubernetes.io/" in v:
-            raise ValueError(f"extendedResourceName {v!r} is in a kubernetes.io domain")
+        problem = extended_resource_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
         return v
 
 
@@ -358,10 +356,6 @@ class AcceleratorPolicyStatus(_Model):
 # --------------------------------------------------------------------------------------------
 # AcceleratorOperation (namespaced: who may change hardware is a namespace-level RBAC question)
 # --------------------------------------------------------------------------------------------
-
-
-#: Actions the controller carries out itself, on the Accelerator objects (no hardware touched).
-CONTROLLER_ACTIONS = frozenset({Action.DRAIN, Action.UNCORDON})
 
 
 class ProgramSpec(_Model):
@@ -468,10 +462,9 @@ class AcceleratorOperationSpec(_Model):
 
     @model_validator(mode="after")
     def _one_way_to_name_targets(self) -> AcceleratorOperationSpec:
-        if (self.targets is None) == (self.target_selector is None):
-            raise ValueError("exactly one of spec.targets and spec.targetSelector is required")
-        if self.evict and not (self.action is Action.DRAIN or self.drain_first):
-            raise ValueError("spec.evict is only allowed for action Drain or with spec.drainFirst")
+        problem = operation_spec_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
 

@@ -29,7 +29,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from kubeacc.crds.remediation import CONDITION_TYPE
+from kubeacc.crds.api import REMEDIATION_CONDITION as CONDITION_TYPE
 from kubeacc.metrics.common import component_registry
 
 #: Operations take from a second (a reset) to many minutes (a drain that waits for pods).

@@ -33,18 +33,40 @@ CASES: dict[str, tuple[Any, str, str]] = {
     "unknown-action": (
         {"action": "Explode", "targets": [TARGET]},
         "InvalidSpec",
-        "spec.action: Input should be 'Program'",
+        "spec.action: Invalid enum value 'Explode'",
     ),
     "wrong-type": (
         {"action": "Power", "targets": [TARGET], "power": {"state": 1}},
         "InvalidSpec",
-        "spec.power.state: Input should be 'On', 'Off' or 'Cycle'",
+        "spec.power.state: Expected `str`, got `int`",
     ),
-    "missing-action": ({"targets": [TARGET]}, "InvalidSpec", "spec.action: Field required"),
+    "missing-action": (
+        {"targets": [TARGET]},
+        "InvalidSpec",
+        "spec: Object missing required field `action`",
+    ),
+    # every wrong field is named, up to three
+    "four-wrong": (
+        {"action": "Explode", "targets": [1], "power": {"state": 1}, "timeoutSeconds": 0},
+        "InvalidSpec",
+        "spec.action: Invalid enum value 'Explode'; spec.targets[0]: Expected `str`, got `int`; "
+        "spec.power.state: Expected `str`, got `int` (and 1 more)",
+    ),
+    # the CRD's rules between fields, checked by the controller itself (kubeacc/crds/rules.py)
     "both-targets": (
         {"action": "Reset", "targets": [TARGET], "targetSelector": {"matchLabels": {"rack": "r7"}}},
         "InvalidSpec",
         "exactly one of spec.targets and spec.targetSelector is required",
+    ),
+    "no-targets": (
+        {"action": "Reset"},
+        "InvalidSpec",
+        "exactly one of spec.targets and spec.targetSelector is required",
+    ),
+    "evict-reset": (
+        {"action": "Reset", "targets": [TARGET], "evict": True},
+        "InvalidSpec",
+        "spec.evict is only allowed for action Drain or with spec.drainFirst",
     ),
     # well formed: validated as before, and refused for its own reason
     "good": ({"action": "Reset", "targets": [TARGET]}, "AcceleratorNotFound", TARGET),

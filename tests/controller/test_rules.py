@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from kubeacc.controller.operations import (
@@ -15,12 +16,7 @@ from kubeacc.controller.operations import (
     validate,
 )
 from kubeacc.controller.policies import cel_selector, device_class
-from kubeacc.crds.types import (
-    AcceleratorOperationSpec,
-    AcceleratorOperationStatus,
-    AcceleratorPolicySpec,
-    PolicySelector,
-)
+from kubeacc.crds.controlread import operation_spec, operation_status, policy_spec
 from kubeacc.model import Device
 from kubeacc.synthetic.profiles import build
 from tests.hosts import discover
@@ -55,22 +51,22 @@ def test_a_selector_prefers_granted_reported_idle_devices_then_names(
     assert choose_targets("ns", views, {names[2]}, 4, {}) == [names[1], names[0], *names[2:]]
     assert choose_targets("ns", views, set(), 2, {}) == [names[2], names[1]]
     # a tenant: devices a policy grants its namespace come first
-    grant = AcceleratorPolicySpec.model_validate(
-        {"selector": {"types": ["fpga"]}, "allowedNamespaces": ["team-a"]}
+    grant = policy_spec(
+        {"spec": {"selector": {"types": ["fpga"]}, "allowedNamespaces": ["team-a"]}}
     )
     mixed = [*views, _view(fpga, "z")]
     chosen = choose_targets("team-a", mixed, set(), 1, {"fpgas": grant}, ("kube-system",))
     assert chosen == [f"z-{fpga.name}"]
     # none granted: the choice is made anyway, and validate refuses it as for a named target
     (name,) = choose_targets("team-b", mixed, set(), 1, {"fpgas": grant}, ("kube-system",))
-    reset = AcceleratorOperationSpec.model_validate({"action": "Reset", "targets": [name]})
+    reset = operation_spec({"spec": {"action": "Reset", "targets": [name]}})
     view = next(v for v in mixed if v.name == name)
     refusal = validate("team-b", reset, {name: view}, {"fpgas": grant}, ("kube-system",))
     assert refusal and refusal.reason == "NamespaceNotAllowed"
 
 
 def test_cel_selector_quotes_values() -> None:
-    sel = PolicySelector.model_validate({"types": ["gpu"], "models": ['L4 "v2"']})
+    sel = policy_spec({"spec": {"selector": {"types": ["gpu"], "models": ['L4 "v2"']}}}).selector
     assert cel_selector(sel) == (
         'device.driver == "kubeacc.io" && device.attributes["kubeacc.io"].type in ["gpu"] && '
         'device.attributes["kubeacc.io"].model in ["L4 \\"v2\\""]'
@@ -90,16 +86,24 @@ def test_device_class_name_and_owner() -> None:
 def test_validate(devices: dict[str, Device]) -> None:
     fpga, gpu = devices["fpga"], devices["gpu"]
     pol = {
-        "fpgas": AcceleratorPolicySpec.model_validate(
+        "fpgas": policy_spec(
             {
-                "selector": {"types": ["fpga"]},
-                "allowedNamespaces": ["fpga-team"],
-                "allowedBitstreams": [{"name": "a.gbs", "sha256": SHA}],
+                "spec": {
+                    "selector": {"types": ["fpga"]},
+                    "allowedNamespaces": ["fpga-team"],
+                    "allowedBitstreams": [{"name": "a.gbs", "sha256": SHA}],
+                }
             }
         )
     }
-    prog = AcceleratorOperationSpec.model_validate(
-        {"action": "Program", "targets": ["t"], "program": {"bitstream": "a.gbs", "sha256": SHA}}
+    prog = operation_spec(
+        {
+            "spec": {
+                "action": "Program",
+                "targets": ["t"],
+                "program": {"bitstream": "a.gbs", "sha256": SHA},
+            }
+        }
     )
     assert validate("fpga-team", prog, {"t": _view(fpga)}, pol, ()) is None
     refusal = validate("other", prog, {"t": _view(fpga)}, pol, ())
@@ -108,16 +112,16 @@ def test_validate(devices: dict[str, Device]) -> None:
     assert refusal and refusal.reason == "NotAnFPGA"
     refusal = validate("fpga-team", prog, {"t": None}, pol)
     assert refusal and refusal.reason == "AcceleratorNotFound"
-    other = prog.model_copy(
-        update={"program": prog.program.model_copy(update={"sha256": "b" * 64})}
-    )  # type: ignore[union-attr]
+    other = msgspec.structs.replace(
+        prog, program=msgspec.structs.replace(prog.program, sha256="b" * 64)
+    )
     refusal = validate("fpga-team", other, {"t": _view(fpga)}, pol)
     assert refusal and refusal.reason == "BitstreamNotAllowed"
 
 
 def test_operations_need_a_grant_outside_the_admin_namespaces(devices: dict[str, Device]) -> None:
     gpu = {"t": _view(devices["gpu"])}
-    reset = AcceleratorOperationSpec.model_validate({"action": "Reset", "targets": ["t"]})
+    reset = operation_spec({"spec": {"action": "Reset", "targets": ["t"]}})
     admins = ("kube-system",)
     # no policy: only the admins' namespace
     assert validate("kube-system", reset, gpu, {}, admins) is None
@@ -125,36 +129,36 @@ def test_operations_need_a_grant_outside_the_admin_namespaces(devices: dict[str,
     assert refusal and refusal.reason == "NamespaceNotAllowed"
     assert "no AcceleratorPolicy covering it grants namespace team-a" in refusal.message
     # a policy with no namespaces grants nothing; one listing team-a grants team-a only
-    empty = AcceleratorPolicySpec.model_validate({"selector": {"types": ["gpu"]}})
+    empty = policy_spec({"spec": {"selector": {"types": ["gpu"]}}})
     refusal = validate("team-a", reset, gpu, {"all-gpus": empty}, admins)
     assert refusal and "none of the AcceleratorPolicies covering it (all-gpus)" in refusal.message
-    grant = AcceleratorPolicySpec.model_validate(
-        {"selector": {"types": ["gpu"]}, "allowedNamespaces": ["team-a"]}
-    )
+    grant = policy_spec({"spec": {"selector": {"types": ["gpu"]}, "allowedNamespaces": ["team-a"]}})
     policies = {"all-gpus": empty, "team-a-gpus": grant}
     assert validate("team-a", reset, gpu, policies, admins) is None
     assert validate("team-b", reset, gpu, policies, admins) is not None
     # a grant for FPGAs is no grant for GPUs
-    fpgas = AcceleratorPolicySpec.model_validate(
-        {"selector": {"types": ["fpga"]}, "allowedNamespaces": ["team-b"]}
+    fpgas = policy_spec(
+        {"spec": {"selector": {"types": ["fpga"]}, "allowedNamespaces": ["team-b"]}}
     )
     assert validate("team-b", reset, gpu, {"fpgas": fpgas}, admins) is not None
 
 
 def test_only_results_of_the_dispatched_node_count() -> None:
-    status = AcceleratorOperationStatus.model_validate(
+    status = operation_status(
         {
-            "phase": "Running",
-            "dispatch": [
-                {"accelerator": "b-gpu", "node": "b", "deviceName": "gpu"},
-                {"accelerator": "c-gpu", "node": "c", "deviceName": "gpu"},
-            ],
-            "results": [
-                {"accelerator": "b-gpu", "node": "b", "phase": "Succeeded"},
-                # node b's agent reporting node c's target, and a target never dispatched
-                {"accelerator": "c-gpu", "node": "b", "phase": "Succeeded"},
-                {"accelerator": "d-gpu", "node": "d", "phase": "Failed"},
-            ],
+            "status": {
+                "phase": "Running",
+                "dispatch": [
+                    {"accelerator": "b-gpu", "node": "b", "deviceName": "gpu"},
+                    {"accelerator": "c-gpu", "node": "c", "deviceName": "gpu"},
+                ],
+                "results": [
+                    {"accelerator": "b-gpu", "node": "b", "phase": "Succeeded"},
+                    # node b's agent reporting node c's target, and a target never dispatched
+                    {"accelerator": "c-gpu", "node": "b", "phase": "Succeeded"},
+                    {"accelerator": "d-gpu", "node": "d", "phase": "Failed"},
+                ],
+            }
         }
     )
     assert list(attributable_results(status)) == ["b-gpu"]

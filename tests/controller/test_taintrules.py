@@ -16,6 +16,7 @@ from kubeacc.controller.taintrules import (
     rule_name,
     slice_names,
 )
+from kubeacc.crds.controlread import InvalidSpec, operation_spec
 from kubeacc.crds.types import AcceleratorOperationSpec
 
 
@@ -33,15 +34,24 @@ def test_the_rule_selects_exactly_the_device_of_its_node() -> None:
     assert len(rule_name("x" * 300)) == 253
 
 
-def test_evict_goes_with_a_drain_only() -> None:
-    AcceleratorOperationSpec.model_validate({"action": "Drain", "targets": ["a"], "evict": True})
-    AcceleratorOperationSpec.model_validate(
-        {"action": "Reset", "targets": ["a"], "drainFirst": True, "evict": True}
-    )
-    with pytest.raises(ValidationError, match="evict is only allowed"):
-        AcceleratorOperationSpec.model_validate(
-            {"action": "Reset", "targets": ["a"], "evict": True}
-        )
+def _controller_reads(spec: dict[str, Any]) -> Any:
+    return operation_spec({"spec": spec})
+
+
+def _cli_reads(spec: dict[str, Any]) -> Any:
+    return AcceleratorOperationSpec.model_validate(spec)
+
+
+#: What refuses a spec in each: the controller's schema Structs and rules, the pydantic types.
+READERS = [(_controller_reads, InvalidSpec), (_cli_reads, ValidationError)]
+
+
+@pytest.mark.parametrize(("read", "error"), READERS)
+def test_evict_goes_with_a_drain_only(read: Any, error: type[Exception]) -> None:
+    assert read({"action": "Drain", "targets": ["a"], "evict": True}).evict
+    assert read({"action": "Reset", "targets": ["a"], "drainFirst": True, "evict": True}).evict
+    with pytest.raises(error, match=r"spec\.evict is only allowed for action Drain"):
+        read({"action": "Reset", "targets": ["a"], "evict": True})
 
 
 def test_a_gpus_partitions_and_a_nics_vfs_get_rules_of_their_own() -> None:

@@ -16,13 +16,12 @@ from kubeacc.crds.apiread import (
     results_to_api,
 )
 from kubeacc.crds.apistatus import with_condition
-from kubeacc.crds.schemastructs import SchemaViolation
+from kubeacc.crds.schemastructs import SchemaViolation, to_api
 from kubeacc.crds.status import set_condition
 from kubeacc.crds.types import (
     AcceleratorOperationSpec,
     AcceleratorOperationStatus,
     AcceleratorStatus,
-    Condition,
     TargetResult,
 )
 from kubeacc.model import ModelError
@@ -164,7 +163,7 @@ def test_an_accelerator_status_and_its_device(hosts: HostFactory) -> None:
         accelerator_status({"status": {"allocatedTo": [{"kind": "Pod"}]}})
 
 
-def test_a_condition_is_set_as_the_pydantic_helper_sets_it() -> None:
+def test_a_condition_is_set_as_the_controllers_helper_sets_it() -> None:
     start = [
         {
             "type": "Present",
@@ -175,8 +174,10 @@ def test_a_condition_is_set_as_the_pydantic_helper_sets_it() -> None:
         }
     ]
     ours = with_condition(start, "Present", True, "B", "m")
-    theirs = set_condition([Condition.model_validate(c) for c in start], "Present", True, "B", "m")
-    assert ours == [c.to_api() for c in theirs]
+    theirs = set_condition(
+        operation_status({"status": {"conditions": start}}).conditions, "Present", True, "B", "m"
+    )
+    assert ours == to_api(theirs)
     assert ours[0]["lastTransitionTime"] == "t0"  # same status: the time stays
     moved = with_condition(ours, "Present", False, "Gone")
     assert moved[0]["status"] == "False" and moved[0]["lastTransitionTime"] != "t0"
