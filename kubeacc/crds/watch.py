@@ -132,6 +132,7 @@ class WatchCache:
         self._fields = fields
         self._on_change = on_change or (lambda: None)
         #: Which events call ``on_change``: given (old, new), None for absent; default all.
+        #: Runs under the cache's lock (see :meth:`_apply`).
         self._wake_if = wake_if or (lambda old, new: True)
         self.name = name
         self.max_backoff = max_backoff
@@ -244,7 +245,11 @@ class WatchCache:
         raise ConnectionError("watch stream ended")
 
     def _apply(self, event: str, data: dict[str, Any]) -> bool:
-        """Apply one watch event; returns whether it should wake the owner."""
+        """Apply one watch event; returns whether it should wake the owner.
+
+        ``wake_if`` runs under the cache's lock, so no reader sees the event in the cache
+        before an owner that keeps state in ``wake_if`` (the extender) has taken it in; it must
+        therefore not read the cache itself."""
         key = object_key(data)
         with self._lock:
             old = self._items.get(key)
@@ -254,7 +259,7 @@ class WatchCache:
             if not _newer(data, old):
                 return False
             self._items[key] = data
-        return self._wake_if(old, data)
+            return self._wake_if(old, data)
 
 
 def _without(obj: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:

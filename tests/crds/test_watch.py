@@ -84,6 +84,43 @@ def test_a_paged_list_keeps_only_what_keep_returns(
         cache.close()
 
 
+def test_no_reader_sees_an_event_before_wake_if_has_taken_it_in(
+    testbed: Testbed, kubeacc_crds: None, kubeacc_cleanup: None, kube_client: Client
+) -> None:
+    """An owner that keeps state in ``wake_if`` (the extender) must never be read behind its
+    cache: a reader that finds the changed object must find the owner's state changed too."""
+    name = f"watch-w-{uuid.uuid4().hex[:5]}"
+    _policy(kube_client, name, ["gpu"])
+    state: dict[str, Any] = {}
+    seen: list[tuple[list[str], list[str] | None]] = []
+    readers: list[threading.Thread] = []
+    cache: WatchCache
+
+    def read() -> None:
+        obj = cache.get(name) or {}
+        seen.append((obj["spec"]["selector"]["types"], state.get("types")))
+
+    def wake_if(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+        if old is not None and new is not None:
+            reader = threading.Thread(target=read)  # reads while the owner is mid-update
+            readers.append(reader)
+            reader.start()
+            reader.join(0.3)
+            state["types"] = new["spec"]["selector"]["types"]
+        return True
+
+    cache = WatchCache(kube_client, AcceleratorPolicy, wake_if=wake_if, name="test-wake-order")
+    cache.start()
+    try:
+        assert cache.synced.wait(30)
+        _policy(kube_client, name, ["nic"])
+        wait_for("the reader ran", lambda: readers and not readers[0].is_alive())
+    finally:
+        cache.close()
+    # the reader waited for the owner, or saw neither: never the new object with old state
+    assert seen == [(["nic"], ["nic"])]
+
+
 def test_observe_keeps_the_newer_object(testbed: Testbed, kube_client: Client) -> None:
     cache = WatchCache(kube_client, AcceleratorPolicy)
 

@@ -297,7 +297,7 @@ def _settled(
     client: Client, invs: dict[str, Inventory], ns: str, pods: set[str]
 ) -> dict[str, dict[str, Any]]:
     """The views of every inventory once its caches hold exactly what the API server holds now
-    (every write of the test seen, not only the first) and its state has taken them in."""
+    (every write of the test seen, not only the first)."""
 
     def caught_up() -> bool:
         if not all(i.synced() for i in invs.values()):
@@ -308,14 +308,9 @@ def _settled(
         )
 
     wait_for("every inventory saw every write", caught_up, timeout=60)
-
-    # A cache takes an event in before its callback updates the state: read the views until
-    # two rounds agree.
-    def stable() -> dict[str, dict[str, Any]] | None:
-        first = {name: _view(inv) for name, inv in invs.items()}
-        return first if first == {name: _view(inv) for name, inv in invs.items()} else None
-
-    return wait_for("every state took the events in", stable, timeout=30)
+    # A cache shows an event only once its wake_if has updated the state (WatchCache._apply),
+    # so the views are read once.
+    return {name: _view(inv) for name, inv in invs.items()}
 
 
 @pytest.fixture
