@@ -21,6 +21,10 @@ than the wall time) and the median RSS ``--settle`` seconds after it was ready; 
 run's log, what its start-up freeze did (objects frozen, the time of one full garbage collection
 before and after it: kubeacc/gcfreeze.py).
 
+``--floor``: per daemon also the floor its libraries set, in the same run: a fresh
+interpreter that imports only the modules the daemon imported that are not kube-acc's, and
+one that imports nothing (wall time and RSS).
+
 ``--peers``: the device plugin and the agent beside their Go peers (bench/go_peers.py), starts
 alternating in one run: the device plugin beside upstream's sample device plugin against the
 same kubelet stand-in (both in the mount namespace the sample plugin needs), the agent beside
@@ -200,14 +204,73 @@ def imports(log: Path) -> dict[str, object]:
     return {"modules": len(own), "import_ms": round(sum(own) / 1000, 1)}
 
 
+#: Imports ``MODULES`` (a JSON list, in order) in a fresh interpreter and prints its RSS.
+_FLOOR = """
+import importlib, json, sys
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+    except Exception:  # a module only importable as a side effect of another (or on Windows)
+        pass
+for line in open("/proc/self/status"):
+    if line.startswith("VmRSS:"):
+        print(int(line.split()[1]) / 1024)
+"""
+
+
+def library_floor(log: Path, runs: int) -> dict[str, object]:
+    """What the daemon's libraries cost before any kube-acc code: a fresh interpreter that
+    imports exactly the modules the daemon imported that are not kube-acc's (from its
+    ``-X importtime`` log, in the same order), and one that imports nothing; wall time from
+    ``Popen`` to exit and the RSS at the end, ``runs`` times alternating."""
+    names = [m[2] for line in log.read_text().splitlines() if (m := _IMPORT.match(line))]
+    libraries = [n for n in names if n != "kubeacc" and not n.startswith("kubeacc.")]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    cases = {"interpreter": "[]", "libraries": json.dumps(libraries)}
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    rss: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(runs):
+        for case, arg in cases.items():
+            t0 = time.monotonic()
+            out = subprocess.run(
+                [INSTALL.python, "-c", _FLOOR, arg],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=env,
+                cwd="/",
+            )
+            times[case].append((time.monotonic() - t0) * 1000)
+            rss[case].append(float(out.stdout.split()[-1]))
+    return {
+        "library_modules": len(libraries),
+        **{
+            f"{case}_{what}": round(f(v), 1)
+            for case in cases
+            for what, f, v in (
+                ("min_ms", min, times[case]),
+                ("median_ms", statistics.median, times[case]),
+                ("rss_mb", statistics.median, rss[case]),
+            )
+        },
+    }
+
+
 def measure(
-    daemon: Daemon, work: Path, runs: int, settle: float, launcher: str = "entry"
+    daemon: Daemon,
+    work: Path,
+    runs: int,
+    settle: float,
+    launcher: str = "entry",
+    floor: bool = False,
 ) -> dict[str, object]:
     work = work / launcher
     proc, _, cleanup, log = _start(daemon, work / "importtime", True, launcher)
     terminate(proc)
     cleanup()
     result: dict[str, object] = {**imports(log), "ready_means": daemon.what}
+    if floor:
+        result["floor"] = library_floor(log, runs)
     runs_of = _Runs()
     for n in range(runs):
         runs_of.run(daemon, work / f"run{n}", settle, launcher)
@@ -447,6 +510,12 @@ def main() -> None:
         help=f"only {' and '.join(PEERED)}, each beside its Go peer, starts alternating",
     )
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time a fresh interpreter importing only the daemon's libraries (the "
+        "modules it imports that are not kube-acc's), and one importing nothing",
+    )
+    parser.add_argument(
         "--venv",
         type=Path,
         help="start the kube-acc installed in this virtual environment (made as the image makes "
@@ -483,7 +552,9 @@ def main() -> None:
                     )
             for d in [] if args.peers else daemons(host, kubeconfig or Path()):
                 if d.name in chosen:
-                    result[d.name] = measure(d, work / d.name, args.runs, args.settle)
+                    result[d.name] = measure(
+                        d, work / d.name, args.runs, args.settle, floor=args.floor
+                    )
                     if args.full_cli:
                         result[f"{d.name} (full_cli)"] = measure(
                             d, work / d.name, args.runs, args.settle, "full_cli"
