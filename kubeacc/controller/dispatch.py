@@ -24,9 +24,6 @@ from kubeacc.controller import taintrules
 from kubeacc.controller.cordons import CORDONED_BY, Cordons
 from kubeacc.controller.operations import (
     ANY_NAMESPACE,
-    OperationSpec,
-    OperationStatus,
-    PolicySpec,
     Refusal,
     TargetView,
     attributable_results,
@@ -42,6 +39,12 @@ from kubeacc.crds.controlread import InvalidSpec, dispatch_entries, operation_sp
 from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import Accelerator, AcceleratorPolicy, as_dict, is_not_found
 from kubeacc.crds.status import get_condition, now, parse_time, set_condition
+from kubeacc.crds.views import (
+    OperationSpecView,
+    OperationStatusView,
+    PolicySpecView,
+    TargetSelectorView,
+)
 from kubeacc.crds.watch import WatchCache
 from kubeacc.metrics.controller import ControllerMetrics
 
@@ -51,7 +54,7 @@ DRA_DRIVER = "kubeacc.io"
 DRAIN_RECHECK_SECONDS = 2.0
 
 
-def target_names(spec: OperationSpec, status: OperationStatus) -> list[str]:
+def target_names(spec: OperationSpecView, status: OperationStatusView) -> list[str]:
     """The operation's targets: as recorded at its first sight (``status.targets``), else (an
     operation from before that field, or not yet seen) ``spec.targets``."""
     return list(status.targets or spec.targets or [])
@@ -81,7 +84,9 @@ class OperationDispatch:
         self.cordons = cordons
         self.due_in = due_in
 
-    def _fresh(self, names: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, PolicySpec]]:
+    def _fresh(
+        self, names: list[str]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, PolicySpecView]]:
         """A new operation's targets (GET) and the policies (LIST), read from the API server:
         the caches may not have seen what was created just before the operation."""
         found: dict[str, dict[str, Any]] = {}
@@ -95,7 +100,7 @@ class OperationDispatch:
             self.accelerators.observe(found[name])
         return found, policy_specs([as_dict(p) for p in self.client.list(AcceleratorPolicy)])
 
-    def _resolve(self, namespace: str, selector: Any) -> list[str] | Refusal:
+    def _resolve(self, namespace: str, selector: TargetSelectorView) -> list[str] | Refusal:
         """What ``spec.targetSelector`` names now (LIST with its labels, then
         :func:`choose_targets`), or why it names nothing."""
         wanted = ",".join(f"{k}={v}" for k, v in sorted(selector.match_labels.items()))
@@ -126,8 +131,8 @@ class OperationDispatch:
     def _fail(
         self,
         op: dict[str, Any],
-        before: OperationStatus,
-        status: OperationStatus,
+        before: OperationStatusView,
+        status: OperationStatusView,
         refusal: Refusal,
     ) -> None:
         self.status.finish(op, status, OperationPhase.FAILED, refusal.reason, refusal.message)
@@ -136,7 +141,7 @@ class OperationDispatch:
     def reconcile(
         self,
         op: dict[str, Any],
-        policies: dict[str, PolicySpec],
+        policies: dict[str, PolicySpecView],
         accelerators: dict[str, dict[str, Any]],
     ) -> None:
         meta = op["metadata"]
@@ -228,8 +233,8 @@ class OperationDispatch:
     def _pending(
         self,
         op: dict[str, Any],
-        spec: OperationSpec,
-        status: OperationStatus,
+        spec: OperationSpecView,
+        status: OperationStatusView,
         targets: dict[str, TargetView | None],
     ) -> None:
         gen = op["metadata"].get("generation")
@@ -281,8 +286,8 @@ class OperationDispatch:
     def _running(
         self,
         op: dict[str, Any],
-        spec: OperationSpec,
-        status: OperationStatus,
+        spec: OperationSpecView,
+        status: OperationStatusView,
         accelerators: dict[str, dict[str, Any]],
     ) -> None:
         results = attributable_results(status)
@@ -314,7 +319,7 @@ class OperationDispatch:
     def _evict(
         self,
         op: dict[str, Any],
-        status: OperationStatus,
+        status: OperationStatusView,
         targets: dict[str, TargetView | None],
         ref: str,
     ) -> bool:
@@ -375,7 +380,7 @@ class OperationDispatch:
     def _uncordon(
         self,
         op: dict[str, Any],
-        status: OperationStatus,
+        status: OperationStatusView,
         targets: dict[str, TargetView | None],
     ) -> None:
         lifted = []
@@ -415,7 +420,7 @@ class OperationDispatch:
                 self.cordons.set(acc, ref, False)
                 self._remove_rules(name, op)
 
-    def _time_left(self, spec: OperationSpec, status: OperationStatus) -> float:
+    def _time_left(self, spec: OperationSpecView, status: OperationStatusView) -> float:
         """Seconds until the operation times out (infinite before it has started)."""
         if not status.start_time:
             return math.inf

@@ -9,13 +9,15 @@ from typing import Any
 from kubeacc.crds.api import CONTROLLER_ACTIONS, Action
 from kubeacc.crds.controlread import accelerator_device, accelerator_spec, accelerator_status
 from kubeacc.crds.policyread import selector_matches
+from kubeacc.crds.views import (
+    AcceleratorSpecView,
+    AcceleratorStatusView,
+    ConsumerView,
+    OperationSpecView,
+    OperationStatusView,
+    PolicySpecView,
+)
 from kubeacc.model import Device, DeviceType
-
-#: The schema Structs the controller reads (kubeacc.crds.controlread): an AcceleratorOperation's
-#: spec and status, an AcceleratorPolicy's spec.
-OperationSpec = Any
-OperationStatus = Any
-PolicySpec = Any
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,8 @@ class TargetView:
     Structs, the device of its status as the model's."""
 
     name: str
-    spec: Any
-    status: Any
+    spec: AcceleratorSpecView
+    status: AcceleratorStatusView
     device: Device | None
 
     @classmethod
@@ -44,16 +46,16 @@ class TargetView:
         )
 
     @property
-    def consumers(self) -> list[Any]:
+    def consumers(self) -> list[ConsumerView]:
         return list(self.status.allocated_to)
 
 
-def covering(policies: dict[str, PolicySpec], device: Device) -> list[str]:
+def covering(policies: dict[str, PolicySpecView], device: Device) -> list[str]:
     """Names of the policies whose selector covers ``device``."""
     return sorted(n for n, p in policies.items() if selector_matches(p.selector, device))
 
 
-def _who(consumers: list[Any]) -> str:
+def _who(consumers: list[ConsumerView]) -> str:
     parts = [f"{c.kind} {c.namespace + '/' if c.namespace else ''}{c.name}" for c in consumers]
     return ", ".join(parts[:3]) + (f" and {len(parts) - 3} more" if len(parts) > 3 else "")
 
@@ -64,9 +66,9 @@ ANY_NAMESPACE = "*"
 
 def validate(
     namespace: str,
-    spec: OperationSpec,
+    spec: OperationSpecView,
     targets: dict[str, TargetView | None],
-    policies: dict[str, PolicySpec],
+    policies: dict[str, PolicySpecView],
     admins: Collection[str] = (ANY_NAMESPACE,),
 ) -> Refusal | None:
     """Why the operation must not run (the first reason found), or None.
@@ -112,7 +114,7 @@ def validate(
 def granted(
     namespace: str,
     dev: Device,
-    policies: dict[str, PolicySpec],
+    policies: dict[str, PolicySpecView],
     admins: Collection[str] = (ANY_NAMESPACE,),
 ) -> bool:
     """Whether operations from ``namespace`` may touch ``dev`` (see :func:`validate`)."""
@@ -126,7 +128,7 @@ def choose_targets(
     matched: list[TargetView],
     in_use: Collection[str],
     limit: int,
-    policies: dict[str, PolicySpec],
+    policies: dict[str, PolicySpecView],
     admins: Collection[str] = (ANY_NAMESPACE,),
 ) -> list[str]:
     """The names a ``spec.targetSelector`` resolves to among the ``matched`` Accelerators.
@@ -147,9 +149,9 @@ def choose_targets(
 def _check_program(
     name: str,
     dev: Device,
-    spec: OperationSpec,
+    spec: OperationSpecView,
     names: list[str],
-    policies: dict[str, PolicySpec],
+    policies: dict[str, PolicySpecView],
 ) -> Refusal | None:
     assert spec.program is not None
     if dev.type is not DeviceType.FPGA or dev.fpga is None:
@@ -171,7 +173,7 @@ def busy(targets: dict[str, TargetView | None]) -> dict[str, str]:
     return {n: _who(t.consumers) for n, t in targets.items() if t is not None and t.consumers}
 
 
-def attributable_results(status: OperationStatus) -> dict[str, Any]:
+def attributable_results(status: OperationStatusView) -> dict[str, Any]:
     """Results by target, only those that name the node the target was dispatched to.
 
     The admission policy refuses any other result from a node agent; this keeps a forged one

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from kubeacc.crds.api import (
@@ -31,6 +32,7 @@ from kubeacc.crds.api import (
 )
 from kubeacc.crds.controlread import policy_spec
 from kubeacc.crds.opaque import policy_gpu_parameters, sharing_parameters
+from kubeacc.crds.views import PolicySpecView, SelectorView
 from kubeacc.model import DeviceType
 from kubeacc.model.names import MIG_PROFILE_ATTR
 
@@ -38,16 +40,16 @@ DRIVER = "kubeacc.io"
 SPEC_HASH_ANNOTATION = "kubeacc.io/spec-hash"
 
 
-def class_name(policy_name: str, spec: Any) -> str:
+def class_name(policy_name: str, spec: PolicySpecView) -> str:
     """``spec``: the policy's schema Struct (kubeacc.crds.controlread)."""
     return spec.device_class.name or f"{policy_name}{POLICY_CLASS_SUFFIX}"
 
 
-def _cel_list(values: list[str]) -> str:
+def _cel_list(values: Sequence[str]) -> str:
     return "[" + ", ".join(json.dumps(v) for v in values) + "]"
 
 
-def cel_selector(selector: Any) -> str:
+def cel_selector(selector: SelectorView) -> str:
     """The CEL expression of a policy selector over the kubeacc.io driver's attributes."""
     attrs = f'device.attributes["{DRIVER}"]'
     terms = [f'device.driver == "{DRIVER}"']
@@ -60,7 +62,7 @@ def cel_selector(selector: Any) -> str:
     return " && ".join(terms)
 
 
-def mig_selector(profiles: list[str]) -> str:
+def mig_selector(profiles: Sequence[str]) -> str:
     """CEL for the MIG partitions of ``profiles``: ``has()`` first, since a device without the
     attribute (a whole GPU) would otherwise fail the claim's scheduling with *no such key*."""
     attr = f'device.attributes["{DRIVER}"].{MIG_PROFILE_ATTR}'

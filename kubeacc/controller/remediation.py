@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeacc.crds.api import API_VERSION, REMEDIATION_LIMITS, EventClass, RemediationAction
+from kubeacc.crds.views import RemediationRuleView, RemediationView
 
 #: Name prefix of the operations remediation creates.
 OPERATION_PREFIX = "remediate-"
@@ -38,7 +39,7 @@ class Fault:
 class Decision:
     action: RemediationAction
     reason: str
-    rule: Any = None
+    rule: RemediationRuleView | None = None
     #: True when a limit or the back-off changed the rule's action.
     held: bool = False
 
@@ -77,7 +78,7 @@ class Limit:
     window_seconds: int
 
 
-def limits(section: Any) -> list[tuple[str, Limit]]:
+def limits(section: RemediationView) -> list[tuple[str, Limit]]:
     """The section's rate limits by their API name, a limit left out at its default."""
     out = []
     for name, default in REMEDIATION_LIMITS.items():
@@ -87,7 +88,7 @@ def limits(section: Any) -> list[tuple[str, Limit]]:
     return out
 
 
-def rule_for(section: Any, fault: Fault) -> Any:
+def rule_for(section: RemediationView, fault: Fault) -> RemediationRuleView | None:
     """The first rule covering ``fault`` (rules in the policy's order)."""
     for rule in section.rules:
         if rule.event != fault.event:
@@ -108,7 +109,7 @@ def _what(fault: Fault) -> str:
     return str(fault.event)
 
 
-def decide(section: Any, fault: Fault, ledger: Ledger, now: float) -> Decision | None:
+def decide(section: RemediationView, fault: Fault, ledger: Ledger, now: float) -> Decision | None:
     """The action for ``fault``; None when no rule covers it or the device is already out."""
     rule = rule_for(section, fault)
     if rule is None or fault.device in ledger.out:
@@ -142,7 +143,7 @@ def decide(section: Any, fault: Fault, ledger: Ledger, now: float) -> Decision |
     return Decision(action, f"{what}: {action}", rule)
 
 
-def _held(rule: Any, what: str, why: str) -> Decision:
+def _held(rule: RemediationRuleView, what: str, why: str) -> Decision:
     return Decision(RemediationAction.TAINT, f"{what}: {rule.action} held back, {why}", rule, True)
 
 

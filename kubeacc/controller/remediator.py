@@ -56,6 +56,7 @@ from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, is_not_found
 from kubeacc.crds.schemastructs import to_api
 from kubeacc.crds.status import get_condition, parse_time, set_condition
+from kubeacc.crds.views import ConsumerView, FaultView
 from kubeacc.crds.watch import WatchCache
 from kubeacc.model.names import DOMAIN
 
@@ -197,7 +198,7 @@ class Remediator:
         view: TargetView,
         policy: str,
         decision: Decision,
-        report: Any,
+        report: FaultView,
         notes: dict[str, str | None],
     ) -> None:
         suffix = report.time.replace(":", "").replace("-", "").replace(".", "").lower()[:22]
@@ -388,7 +389,7 @@ class Remediator:
             for c in view.consumers:
                 self._tell(c, view.name, reason, message)
 
-    def _tell(self, consumer: Any, device: str, reason: str, message: str) -> None:
+    def _tell(self, consumer: ConsumerView, device: str, reason: str, message: str) -> None:
         api = _API_VERSIONS.get(consumer.kind)
         if api is None or not consumer.namespace:
             return

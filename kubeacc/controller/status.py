@@ -8,7 +8,7 @@ API server returns goes into the controller's cache at once.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from lightkube import Client
@@ -20,6 +20,7 @@ from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import AcceleratorPolicy
 from kubeacc.crds.schemastructs import to_api
 from kubeacc.crds.status import apply_operation_status, now, parse_time, set_condition
+from kubeacc.crds.views import OperationStatusView
 from kubeacc.crds.watch import WatchCache
 from kubeacc.metrics.controller import ControllerMetrics
 
@@ -35,7 +36,7 @@ def apply_policy_status(
     gen = policy["metadata"].get("generation")
     new = to_api(
         msgspec.structs.replace(
-            old,
+            cast(msgspec.Struct, old),
             device_class_name=cname,
             matched_accelerators=matched,
             observed_generation=gen,
@@ -73,7 +74,7 @@ class OperationStatusWriter:
     def finish(
         self,
         op: dict[str, Any],
-        status: Any,
+        status: OperationStatusView,
         phase: OperationPhase,
         reason: str,
         message: str,
@@ -97,8 +98,8 @@ class OperationStatusWriter:
     def apply(
         self,
         op: dict[str, Any],
-        before: Any,
-        status: Any,
+        before: OperationStatusView,
+        status: OperationStatusView,
     ) -> None:
         """Write the fields the controller owns, when they changed (``before``, ``status``:
         schema Structs, kubeacc.crds.controlread)."""

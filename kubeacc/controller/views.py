@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubeacc.controller.operations import PolicySpec, TargetView, covering
+from kubeacc.controller.operations import TargetView, covering
+from kubeacc.crds.views import PolicySpecView
 from kubeacc.model.accelerator import Health
 
 
@@ -33,10 +34,10 @@ class ParsedAccelerators:
 
     def __init__(self) -> None:
         self._facts: dict[str, tuple[str, AcceleratorFacts]] = {}
-        self._specs: dict[str, PolicySpec] = {}
+        self._specs: dict[str, PolicySpecView] = {}
 
     def facts(
-        self, accelerators: dict[str, dict[str, Any]], specs: dict[str, PolicySpec]
+        self, accelerators: dict[str, dict[str, Any]], specs: dict[str, PolicySpecView]
     ) -> dict[str, AcceleratorFacts]:
         """The facts of each of ``accelerators`` (by name) under the policies ``specs``;
         forgets the Accelerators not given."""

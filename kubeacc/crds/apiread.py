@@ -11,29 +11,28 @@ hand-edited status). The CEL rules between fields are the API server's and the c
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from kubeacc.crds.schemastructs import to_api, validate
+from kubeacc.crds.views import AcceleratorStatusView, OperationSpecView, OperationStatusView
 from kubeacc.model import Device
 
-#: The Struct of an AcceleratorOperation's ``spec``.
-OperationSpec = Any
+
+def operation_spec(op: Mapping[str, Any]) -> OperationSpecView:
+    return cast(OperationSpecView, validate("AcceleratorOperation", "spec", op.get("spec")))
 
 
-def operation_spec(op: Mapping[str, Any]) -> OperationSpec:
-    return validate("AcceleratorOperation", "spec", op.get("spec"))
+def operation_status(op: Mapping[str, Any]) -> OperationStatusView:
+    status = validate("AcceleratorOperation", "status", op.get("status") or {})
+    return cast(OperationStatusView, status)
 
 
-def operation_status(op: Mapping[str, Any]) -> Any:
-    return validate("AcceleratorOperation", "status", op.get("status") or {})
-
-
-def accelerator_status(acc: Mapping[str, Any] | None) -> Any:
+def accelerator_status(acc: Mapping[str, Any] | None) -> AcceleratorStatusView:
     """An Accelerator's status, but for ``device`` (:func:`accelerator_device` reads it)."""
     status = (acc or {}).get("status") or {}
     if isinstance(status, Mapping):
         status = {k: v for k, v in status.items() if k != "device"}
-    return validate("Accelerator", "status", status)
+    return cast(AcceleratorStatusView, validate("Accelerator", "status", status))
 
 
 def accelerator_device(acc: Mapping[str, Any] | None) -> Device | None:

@@ -10,12 +10,19 @@ Attributes are the schema's names in snake case, enumerations plain strings equa
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from kubeacc.crds.apiread import accelerator_device, accelerator_status, operation_status
 from kubeacc.crds.policyread import policy_spec as schema_policy_spec
 from kubeacc.crds.rules import extended_resource_problem, operation_spec_problem
 from kubeacc.crds.schemastructs import SchemaViolation, problems, validate
+from kubeacc.crds.views import (
+    AcceleratorSpecView,
+    DispatchView,
+    OperationSpecView,
+    PolicySpecView,
+    PolicyStatusView,
+)
 
 __all__ = [
     "InvalidSpec",
@@ -38,12 +45,12 @@ class InvalidSpec(SchemaViolation):
         self.problems = found
 
 
-def operation_spec(op: Mapping[str, Any]) -> Any:
+def operation_spec(op: Mapping[str, Any]) -> OperationSpecView:
     """An AcceleratorOperation's ``spec``; raises :class:`InvalidSpec` naming every field the
     schema refuses or, for a spec the schema takes, the first rule between fields it breaks."""
     data = op.get("spec") or {}
     try:
-        spec = validate("AcceleratorOperation", "spec", data)
+        spec = cast(OperationSpecView, validate("AcceleratorOperation", "spec", data))
     except SchemaViolation:
         raise InvalidSpec(problems("AcceleratorOperation", "spec", data)) from None
     rule = operation_spec_problem(spec)
@@ -52,11 +59,11 @@ def operation_spec(op: Mapping[str, Any]) -> Any:
     return spec
 
 
-def accelerator_spec(acc: Mapping[str, Any]) -> Any:
-    return validate("Accelerator", "spec", acc.get("spec") or {})
+def accelerator_spec(acc: Mapping[str, Any]) -> AcceleratorSpecView:
+    return cast(AcceleratorSpecView, validate("Accelerator", "spec", acc.get("spec") or {}))
 
 
-def policy_spec(policy: Mapping[str, Any]) -> Any:
+def policy_spec(policy: Mapping[str, Any]) -> PolicySpecView:
     """An AcceleratorPolicy's ``spec``; raises :class:`SchemaViolation` naming the field."""
     spec = schema_policy_spec(policy)
     problem = extended_resource_problem(spec.device_class.extended_resource_name)
@@ -66,13 +73,13 @@ def policy_spec(policy: Mapping[str, Any]) -> Any:
     return spec
 
 
-def policy_status(data: Mapping[str, Any]) -> Any:
+def policy_status(data: Mapping[str, Any]) -> PolicyStatusView:
     """An AcceleratorPolicy's ``status`` from its API form (``{}``: an empty one)."""
-    return validate("AcceleratorPolicy", "status", dict(data))
+    return cast(PolicyStatusView, validate("AcceleratorPolicy", "status", dict(data)))
 
 
-def dispatch_entries(entries: Iterable[Mapping[str, Any]]) -> list[Any]:
+def dispatch_entries(entries: Iterable[Mapping[str, Any]]) -> list[DispatchView]:
     """``status.dispatch`` of an operation from its API form, checked."""
     out = validate("AcceleratorOperation", "status.dispatch", [dict(e) for e in entries])
     assert isinstance(out, list)
-    return out
+    return cast(list[DispatchView], out)

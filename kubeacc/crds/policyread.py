@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from kubeacc.crds.schemastructs import SchemaViolation, validate
+from kubeacc.crds.views import PolicySpecView, SelectorView
 from kubeacc.model import Device
 
 log = logging.getLogger(__name__)
 
 
-def policy_spec(obj: Mapping[str, Any]) -> Any:
+def policy_spec(obj: Mapping[str, Any]) -> PolicySpecView:
     """The ``spec`` of an AcceleratorPolicy object as a validated Struct (attributes in snake
     case: ``spec.sharing.max_consumers``); raises :class:`SchemaViolation`."""
-    return validate("AcceleratorPolicy", "spec", obj.get("spec") or {})
+    return cast(PolicySpecView, validate("AcceleratorPolicy", "spec", obj.get("spec") or {}))
 
 
-def valid_specs(policies: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, str, Any]]:
+def valid_specs(policies: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, str, PolicySpecView]]:
     """(name, uid, spec) of each policy whose spec is valid; each invalid one is skipped with
     a warning naming the policy and the field."""
     for obj in policies:
@@ -33,7 +34,7 @@ def valid_specs(policies: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, st
         yield name, str(meta.get("uid", "")), spec
 
 
-def selector_matches(selector: Any, device: Device) -> bool:
+def selector_matches(selector: SelectorView, device: Device) -> bool:
     """True when a policy selector covers ``device`` (empty lists match everything); the
     selector of a Struct from :func:`policy_spec` or of the pydantic ``PolicySelector``."""
     if selector.types and device.type not in selector.types:

@@ -52,7 +52,6 @@ from kubeacc.crds.api import (
     OperationPhase,
 )
 from kubeacc.crds.apiread import (
-    OperationSpec,
     accelerator_device,
     accelerator_status,
     operation_spec,
@@ -70,6 +69,7 @@ from kubeacc.crds.resources import (
     is_not_found,
 )
 from kubeacc.crds.schemastructs import SchemaViolation, to_api
+from kubeacc.crds.views import OperationSpecView
 from kubeacc.crds.watch import WatchCache
 from kubeacc.discovery import discover
 from kubeacc.host import Host
@@ -328,7 +328,7 @@ class LifecycleAgent:
         results = {r.accelerator: to_api(r) for r in status.results if r.node == self.node}
         uid = op["metadata"].get("uid") or ""
         try:
-            spec: OperationSpec = operation_spec(op)
+            spec: OperationSpecView | Outcome = operation_spec(op)
         except SchemaViolation as exc:  # an old CRD let it in: refused, never half-read
             spec = Outcome(False, "InvalidSpec", str(exc))
         for target in mine:
@@ -367,7 +367,7 @@ class LifecycleAgent:
             self.sync_inventory()
 
     def _execute(
-        self, op: dict[str, Any], spec: OperationSpec, acc_name: str, device_name: str
+        self, op: dict[str, Any], spec: OperationSpecView, acc_name: str, device_name: str
     ) -> Outcome:
         try:
             acc = as_dict(self.client.get(Accelerator, acc_name))

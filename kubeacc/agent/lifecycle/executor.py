@@ -11,13 +11,13 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.migmode import set_mig_mode
 from kubeacc.agent.lifecycle.outcome import Outcome
 from kubeacc.crds.api import Action, PowerState
-from kubeacc.crds.apiread import OperationSpec
+from kubeacc.crds.views import OperationSpecView
 from kubeacc.host import Host
 from kubeacc.host.kernel import FpgaPort, HostError, HostKernel, host_path
 from kubeacc.model import Device, DeviceType
@@ -25,11 +25,13 @@ from kubeacc.model import Device, DeviceType
 log = logging.getLogger(__name__)
 
 VFIO = "vfio-pci"
+T = TypeVar("T")
+
 PCI_DEVICES = "/sys/bus/pci/devices"
 PCI_DRIVERS = "/sys/bus/pci/drivers"
 
 
-def _required(section: Any, name: str, action: str) -> Any:
+def _required(section: T | None, name: str, action: str) -> T:
     """The spec's section ``name`` that ``action`` needs (the CRD's rules require it; an old
     CRD does not)."""
     if section is None:
@@ -58,7 +60,7 @@ class Executor:
 
     def run(
         self,
-        spec: OperationSpec,
+        spec: OperationSpecView,
         device: Device,
         *,
         host_driver: str | None,

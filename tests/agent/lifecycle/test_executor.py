@@ -10,7 +10,8 @@ import pytest
 
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary, make_gbs, parse_gbs
 from kubeacc.agent.lifecycle.executor import Executor
-from kubeacc.crds.apiread import OperationSpec, operation_spec
+from kubeacc.crds.apiread import operation_spec
+from kubeacc.crds.views import OperationSpecView
 from kubeacc.host.kernel import HostError
 from kubeacc.model import Device
 from kubeacc.synthetic.host import SyntheticHost
@@ -80,7 +81,7 @@ def test_program_checks_digest_allow_list_and_fim(
     dev = _dev(root)
     before = dev.fpga.afu_id if dev.fpga else None
 
-    def op(sha256: str) -> OperationSpec:
+    def op(sha256: str) -> OperationSpecView:
         return _spec(
             {
                 "action": "Program",
@@ -148,7 +149,7 @@ def test_power_and_reset_write_sysfs(host: tuple[Path, SyntheticKernel, Executor
     ]
 
 
-def _spec(spec: Mapping[str, object]) -> OperationSpec:
+def _spec(spec: Mapping[str, object]) -> OperationSpecView:
     """The spec as the agent reads it (kubeacc.crds.apiread)."""
     return operation_spec({"spec": spec})
 

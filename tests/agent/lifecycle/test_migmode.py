@@ -11,7 +11,8 @@ import pytest
 from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
 from kubeacc.agent.lifecycle.executor import Executor
 from kubeacc.agent.users import accelerator_device
-from kubeacc.crds.apiread import OperationSpec, operation_spec
+from kubeacc.crds.apiread import operation_spec
+from kubeacc.crds.views import OperationSpecView
 from kubeacc.model import Device
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
@@ -36,7 +37,7 @@ def host(tmp_path: Path) -> tuple[Path, Executor]:
     )
 
 
-def spec(enabled: bool) -> OperationSpec:
+def spec(enabled: bool) -> OperationSpecView:
     return _spec({"action": "MigMode", "targets": ["x"], "migMode": {"enabled": enabled}})
 
 
@@ -91,6 +92,6 @@ def test_a_partition_claim_is_a_use_of_its_gpu() -> None:
     assert accelerator_device("other-mig-1g-10gb-0", known) == "other-mig-1g-10gb-0"
 
 
-def _spec(spec: Mapping[str, object]) -> OperationSpec:
+def _spec(spec: Mapping[str, object]) -> OperationSpecView:
     """The spec as the agent reads it (kubeacc.crds.apiread)."""
     return operation_spec({"spec": spec})
