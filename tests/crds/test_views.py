@@ -11,8 +11,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
+import pydantic
 import pytest
 
+from kubeacc.crds import types as models
 from kubeacc.crds import views
 from kubeacc.crds.schemastructs import struct_type
 
@@ -98,6 +100,45 @@ def test_every_view_member_is_a_field_of_its_schema() -> None:
     assert declared == reached, (
         f"views no root reaches: {sorted(v.__name__ for v in declared - reached)}"
     )
+
+
+MODELS = {
+    views.OperationSpecView: models.AcceleratorOperationSpec,
+    views.OperationStatusView: models.AcceleratorOperationStatus,
+    views.AcceleratorSpecView: models.AcceleratorSpec,
+    views.AcceleratorStatusView: models.AcceleratorStatus,
+    views.PolicySpecView: models.AcceleratorPolicySpec,
+    views.PolicyStatusView: models.AcceleratorPolicyStatus,
+}
+
+
+def _check_model(view: type, model: type[pydantic.BaseModel], where: str) -> list[str]:
+    wrong = []
+    for name, hint in _members(view).items():
+        field = model.model_fields.get(name)
+        if field is None:
+            wrong.append(f"{where}: {view.__name__}.{name} is not a field of {model.__name__}")
+            continue
+        field_type, may_be_none = _bare(field.annotation)
+        hint_type, allows_none = _bare(hint)
+        if may_be_none and not allows_none:
+            wrong.append(f"{where}.{name}: the model may hold None, the view says never")
+        inner_hint, inner_model = _items(hint_type), _items(field_type)
+        if _is_view(inner_hint):
+            if not (inspect.isclass(inner_model) and issubclass(inner_model, pydantic.BaseModel)):
+                wrong.append(f"{where}.{name}: {inner_hint.__name__} over a non-model field")
+                continue
+            wrong += _check_model(inner_hint, inner_model, f"{where}.{name}")
+    return wrong
+
+
+def test_the_pydantic_models_fit_the_views_too() -> None:
+    """The CLI, the docs' examples and the tests build the same objects with the pydantic
+    models; code typed with a view takes either."""
+    wrong = []
+    for view, model in MODELS.items():
+        wrong += _check_model(view, model, model.__name__)
+    assert not wrong, "\n".join(wrong)
 
 
 class _Misspelt(typing.Protocol):
