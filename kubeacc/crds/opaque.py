@@ -16,6 +16,7 @@ from typing import Annotated, Any, ClassVar, Literal
 import msgspec
 
 from kubeacc.crds.api import API_VERSION, SharingMode, TimeSlice
+from kubeacc.crds.views import SharingView
 from kubeacc.model.names import DOMAIN
 
 #: ``apiVersion`` of every kind, typed for the field that checks it.
@@ -137,7 +138,7 @@ def _parameters(cfg: AnyConfig) -> dict[str, Any]:
 KINDS: tuple[str, ...] = ("GpuConfig", "FpgaConfig", "NicConfig", "SharingConfig")
 
 
-def sharing_parameters(policy: str, sharing: Any) -> dict[str, Any]:
+def sharing_parameters(policy: str, sharing: SharingView) -> dict[str, Any]:
     """The ``opaque.parameters`` of the SharingConfig a policy's DeviceClass carries."""
     cfg = SharingConfig(
         api_version=_API,
@@ -149,7 +150,7 @@ def sharing_parameters(policy: str, sharing: Any) -> dict[str, Any]:
     return _parameters(cfg)
 
 
-def policy_gpu_parameters(sharing: Any, gpus_only: bool) -> dict[str, Any] | None:
+def policy_gpu_parameters(sharing: SharingView, gpus_only: bool) -> dict[str, Any] | None:
     """The ``opaque.parameters`` of the GpuConfig a policy's DeviceClass carries so that the
     agent applies the policy's strategy on the GPU, or None when the mode changes no device.
 

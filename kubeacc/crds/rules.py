@@ -9,12 +9,11 @@ function takes either (the attribute names are the same) and returns what is wro
 
 from __future__ import annotations
 
-from typing import Any
-
 from kubeacc.crds.api import Action
+from kubeacc.crds.views import OperationSpecView
 
 
-def operation_spec_problem(spec: Any) -> str | None:
+def operation_spec_problem(spec: OperationSpecView) -> str | None:
     """An AcceleratorOperation spec: exactly one way to name targets, and ``evict`` only with
     Drain or ``drainFirst``."""
     # An absent spec.targets is None in the pydantic type and [] in the Struct; a present one

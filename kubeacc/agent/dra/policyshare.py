@@ -22,6 +22,7 @@ from typing import Any
 
 from kubeacc.crds.api import MEMORY_SHARED_MODES, SharingMode
 from kubeacc.crds.policyread import valid_specs
+from kubeacc.crds.views import PolicySpecView
 from kubeacc.model import Device, DeviceType
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class PolicyMig(PolicyShare):
     uid: str = ""
 
 
-def _selector(spec: Any) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+def _selector(spec: PolicySpecView) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """The policy selector's types, vendors and models (the fields of :class:`PolicyShare`)."""
     sel = spec.selector
     return frozenset(sel.types), frozenset(sel.vendors), frozenset(sel.models)
