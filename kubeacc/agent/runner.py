@@ -66,7 +66,7 @@ from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
 from kubeacc.agent.sharelimit import Limiter, install
 from kubeacc.agent.supervise import supervised
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
-from kubeacc.agent.userspace.hook import install_hook
+from kubeacc.agent.userspace.hook import install_hook, install_ldconfig
 from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
 from kubeacc.clientconfig import make_client
 from kubeacc.crds.api import API_VERSION, health_failing_thresholds
@@ -901,6 +901,7 @@ def _user_space(options: AgentOptions) -> DriverUserSpace:
         install_hook(options.cdi_hook, options.state_dir) if cdi else None,
         options.runtime_driver_root,
         options.driver_user_space,
+        install_ldconfig(options.state_dir) if cdi else None,
     )
     found.check()
     return found

@@ -89,6 +89,7 @@ def selftest_command(
     ] = ReportFormat.TEXT,
 ) -> None:
     """Check this node's GPUs, driver user space and CDI specs; print a report."""
+    from kubeacc.agent.userspace.hook import IMAGE_LDCONFIG
     from kubeacc.agent.userspace.nvidia import DriverRootError, module_version
     from kubeacc.agent.userspace.provider import DriverUserSpace
     from kubeacc.selftest.discovery import discovery_checks, nvidia_gpus
@@ -105,7 +106,14 @@ def selftest_command(
     except DriverRootError:
         driver = None
     hook = cdi_hook if cdi_hook.is_file() else None
-    us = DriverUserSpace(host, driver_root, hook, runtime_root=runtime_driver_root)
+    ldconfig = cdi_hook.parent / IMAGE_LDCONFIG.name
+    us = DriverUserSpace(
+        host,
+        driver_root,
+        hook,
+        runtime_root=runtime_driver_root,
+        ldconfig=ldconfig if hook and ldconfig.is_file() else None,
+    )
     gpus = nvidia_gpus(host, "off")
     report = Report(node_facts(host, driver))
     report.checks += discovery_checks(host, gpus)  # the files view, discovered once

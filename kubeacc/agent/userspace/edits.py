@@ -4,7 +4,8 @@ Every file is bind-mounted read-only at its own path (``hostPath``: the file und
 root as the container runtime sees it). A ``createContainer`` hook (kube-acc's
 ``kubeacc-cdi-hook``, :mod:`kubeacc.agent.userspace.hook`) then makes the dynamic loader find
 the libraries: it adds the library directory to the container's ``/etc/ld.so.conf.d``, makes
-the links (``libcuda.so.1``, ``libcuda.so``, ...) and runs the container's own ``ldconfig``.
+the links (``libcuda.so.1``, ``libcuda.so``, ...) and runs kube-acc's own ``ldconfig`` (never the
+image's) confined to the container's root.
 """
 
 from __future__ import annotations
@@ -20,17 +21,23 @@ READ_ONLY = ["ro", "nosuid", "nodev", "bind"]
 SOCKET = ["nosuid", "nodev", "noexec", "bind"]
 
 
-def hook_args(us: NvidiaUserSpace) -> list[str]:
-    """The hook's command line (argv[0] included)."""
-    args = ["kubeacc-cdi-hook", "update-ldcache", "--folder", us.library_dir]
+def hook_args(us: NvidiaUserSpace, ldconfig: Path | None = None) -> list[str]:
+    """The hook's command line (argv[0] included); ``ldconfig``: the host path of the
+    ldconfig it runs (None: the host's own)."""
+    args = ["kubeacc-cdi-hook", "update-ldcache"]
+    if ldconfig is not None:
+        args += ["--ldconfig", str(ldconfig)]
+    args += ["--folder", us.library_dir]
     for link, target in us.links:
         args += ["--link", f"{target}::{link}"]
     return args
 
 
-def container_edits(us: NvidiaUserSpace, driver_root: Path, hook: Path) -> dict[str, Any]:
+def container_edits(
+    us: NvidiaUserSpace, driver_root: Path, hook: Path, ldconfig: Path | None = None
+) -> dict[str, Any]:
     """``containerEdits`` of the user space ``us``; ``driver_root``: the driver root as the
-    runtime sees it, ``hook``: the hook program's host path."""
+    runtime sees it, ``hook``: the hook program's host path, ``ldconfig``: the ldconfig's."""
 
     def mount(path: str, options: list[str]) -> dict[str, Any]:
         host = driver_root / path.lstrip("/")
@@ -41,5 +48,5 @@ def container_edits(us: NvidiaUserSpace, driver_root: Path, hook: Path) -> dict[
     return {
         "env": [f"KUBEACC_NVIDIA_DRIVER_VERSION={us.version}"],
         "mounts": mounts,
-        "hooks": [{"hookName": HOOK_NAME, "path": str(hook), "args": hook_args(us)}],
+        "hooks": [{"hookName": HOOK_NAME, "path": str(hook), "args": hook_args(us, ldconfig)}],
     }

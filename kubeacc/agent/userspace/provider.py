@@ -39,6 +39,8 @@ class DriverUserSpace:
     #: The driver root as the container runtime sees it (default: the agent's own view).
     runtime_root: Path | None = None
     mode: UserSpaceMode = UserSpaceMode.CDI
+    #: The host path of the ldconfig the hook runs (None: the host's own).
+    ldconfig: Path | None = None
     _found: NvidiaUserSpace | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
@@ -63,7 +65,7 @@ class DriverUserSpace:
             return {}
         if self.hook is None:
             raise DriverRootError("the kube-acc CDI hook (kubeacc-cdi-hook) is not installed")
-        return container_edits(self.find(), self.where, self.hook)
+        return container_edits(self.find(), self.where, self.hook, self.ldconfig)
 
     def check(self) -> None:
         """Log, once at start, what was found or why nothing was."""
