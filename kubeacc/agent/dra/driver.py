@@ -412,6 +412,10 @@ class Driver:
         ]
         if not results:
             raise ClaimError(f"{where} has no devices of driver {DRIVER_NAME}")
+        try:
+            metadata.pod_claim_name(claim)
+        except ValueError as exc:
+            raise ClaimError(f"{where}: {exc}") from None
         known = self.devices()
         configs = _configs(alloc.get("devices", {}).get("config", []))
         cdi_devices: list[cdi.CDIDevice] = []

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ VERSIONS = ("v1beta1", "v1alpha1")
 CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
 POD_CLAIM_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 SUB_DIR = "dra-device-metadata"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 FILE_NAME = "metadata.json"
 #: ``data`` keys of a device's status entry and the attribute each is in the metadata file.
 _ATTRIBUTES = {
@@ -79,9 +81,28 @@ def metadata_device(pool: str, device: str, entry: Mapping[str, Any]) -> dict[st
     return out
 
 
+def pod_claim_name(claim: Mapping[str, Any]) -> str | None:
+    """The pod's name for a claim made from a template (None for any other claim).
+
+    The annotation is the claim's, and a namespace user may create a claim with any annotation:
+    it names a directory of the container's path, so anything but a DNS label (what a pod's
+    claim name is) is refused (ValueError), never joined into a path (``../..`` would lead the
+    mount anywhere in the container, over its programs)."""
+    meta = claim.get("metadata") or {}
+    name = (meta.get("annotations") or {}).get(POD_CLAIM_ANNOTATION)
+    if name is None or name == "":
+        return None
+    if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name):
+        raise ValueError(
+            f"annotation {POD_CLAIM_ANNOTATION}={str(name)[:80]!r} is not a pod claim name "
+            "(a DNS label: at most 63 of a-z, 0-9 and -)"
+        )
+    return name
+
+
 def container_path(claim: Mapping[str, Any], request: str) -> str:
     meta = claim.get("metadata") or {}
-    pod_name = (meta.get("annotations") or {}).get(POD_CLAIM_ANNOTATION)
+    pod_name = pod_claim_name(claim)
     if pod_name:
         where = f"resourceclaimtemplates/{pod_name}"
     else:
@@ -109,7 +130,7 @@ def stream(claim: Mapping[str, Any], request: RequestMetadata) -> bytes:
             "generation": 1,
         },
     }
-    if pod_name := (meta.get("annotations") or {}).get(POD_CLAIM_ANNOTATION):
+    if pod_name := pod_claim_name(claim):
         body["podClaimName"] = pod_name
     body["requests"] = [{"name": request.name, "devices": request.devices}]
     docs = [

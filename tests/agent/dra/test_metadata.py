@@ -100,6 +100,28 @@ def test_template_claim_is_found_by_its_pod_claim_name(tmp_path: Path, dgx: Inve
     assert _docs(path)[0]["podClaimName"] == "gpu"
 
 
+def test_a_hostile_pod_claim_name_is_refused_before_anything_is_written(
+    tmp_path: Path, dgx: Inventory
+) -> None:
+    """A namespace user creates a claim with the annotation themselves: ``../..`` in it would
+    lead the metadata mount anywhere in the container (over its programs); the claim is refused
+    with the reason, nothing written, nothing prepared."""
+    for bad in ("../../../../usr/local/lib", "gpu/../..", "GPU", "a" * 64, "x\n", "-gpu"):
+        claims = Claims()
+        claims.add("evil", "u9", [GPU])
+        claims.objs[("ns", "evil")]["metadata"]["annotations"] = {
+            metadata.POD_CLAIM_ANNOTATION: bad
+        }
+        driver = _driver(tmp_path / bad.replace("/", "_"), claims, dgx)
+        (res,) = driver.prepare([ClaimRef("ns", "evil", "u9")]).values()
+        assert res.error.startswith("ResourceClaim ns/evil: annotation "), res.error
+        assert "is not a pod claim name" in res.error
+        assert driver.prepared() == {}
+        top = tmp_path / bad.replace("/", "_")
+        assert not cdi.spec_path(top / "cdi", "u9").exists()
+        assert not (top / "state" / "dra-device-metadata" / "u9").exists()
+
+
 def test_start_removes_files_of_claims_no_longer_prepared(tmp_path: Path, dgx: Inventory) -> None:
     claims = Claims()
     claims.add("c", "u1", [GPU])
