@@ -35,7 +35,8 @@ Loading tolerates exactly what a crash can leave: a torn last journal line (its 
 acknowledged), journal lines already folded into the snapshot (replaying them again gives the
 same state), and after a power loss unflushed unprepare lines read back with NUL bytes where a
 block never reached the disk (skipped: the claim stays prepared until the start-up check above
-finds it unused). Anything else unreadable (a snapshot failing its checksum, a damaged line before
+finds it unused), possibly followed by the one prepare line whose flush was under way (applied:
+:func:`replay`). Anything else unreadable (a snapshot failing its checksum, a damaged line before
 good ones) is :class:`StateError`: the agent refuses to start rather than forget claims.
 """
 
@@ -133,13 +134,17 @@ def replay(data: bytes, claims: dict[str, PreparedClaim]) -> tuple[int, int]:
     """Apply journal ``data`` to ``claims``; (calls replayed, length of the intact part).
 
     Only the last line may be damaged (a torn append), or lines holding NUL bytes where a power
-    loss kept blocks of unflushed lines from the disk: only unprepare lines are unflushed, so
-    such a hole followed by a prepare line (whose flush would have written it) is damage too.
-    ValueError for a damaged line followed by intact ones.
+    loss kept blocks of unflushed lines from the disk. Only unprepare lines go unflushed, and a
+    prepare's flush writes every line before it, so after such a hole one prepare line can
+    still be there: the last one, whose flush never returned (the call was never acknowledged).
+    It is applied (the claim stays recorded, the safe side: the kubelet retries the call, or
+    :mod:`kubeacc.agent.dra.stale` finds it unused at start). ValueError for a damaged line
+    followed by intact ones, and for intact lines after a hole and such a prepare.
     """
     n = good = pos = 0
     damaged_at: int | None = None
     hole_at: int | None = None
+    unacknowledged_at: int | None = None  # a prepare after a hole: the last call written
     for line in data.splitlines(keepends=True):
         start, pos = pos, pos + len(line)
         if b"\0" in line and line.endswith(b"\n"):
@@ -153,15 +158,18 @@ def replay(data: bytes, claims: dict[str, PreparedClaim]) -> tuple[int, int]:
                 raise ValueError("checksum")
             body = entry["body"]
             flushed = body["op"] != "unprepare"
-            if hole_at is None or not flushed:
-                _apply(body, claims)
+            _apply(body, claims)
         except (ValueError, KeyError, TypeError, AttributeError, msgspec.EncodeError):
             damaged_at = start if damaged_at is None else damaged_at
             continue
         if damaged_at is not None:
             raise ValueError(f"damaged line at byte {damaged_at} before intact ones")
+        if unacknowledged_at is not None:
+            raise ValueError(
+                f"damaged line at byte {hole_at} before a flushed one (byte {unacknowledged_at})"
+            )
         if hole_at is not None and flushed:
-            raise ValueError(f"damaged line at byte {hole_at} before a flushed one")
+            unacknowledged_at = start
         n, good = n + 1, pos
     return n, good
 

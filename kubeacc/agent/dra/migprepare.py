@@ -72,10 +72,10 @@ class MigPartitions:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StateError(f"MIG instance records {self.path} unreadable: {exc}") from None
 
-    def _save(self, durable: bool = True) -> None:
+    def _save(self) -> None:
         doc = {"records": [asdict(r) for r in self.records]}
         data = json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n"
-        write_atomic(self.path, data, durable=durable)
+        write_atomic(self.path, data)
 
     def nvml(self) -> Any:
         lib = self._nvml()
@@ -171,9 +171,10 @@ class MigPartitions:
                 if not uuid:
                     raise MigError(f"no MIG device for GPU instance {rec.gi}")
                 rec.uuid = uuid
-                # Ids and UUID only spare a search: the durable intent is what recovery needs
-                # (an instance at the recorded placement and profile is the claim's).
-                self._save(durable=False)
+                # Flushed too: a rename whose bytes were not flushed can reach the disk
+                # first (a directory fsync, or the file system's own journal commit), and a
+                # power loss would then leave an empty file the agent cannot start from.
+                self._save()
                 return self._nodes(part.gpu_minor, rec.gi, rec.ci), uuid
             except pynvml.NVMLError as exc:
                 raise MigError(

@@ -218,12 +218,33 @@ def test_a_power_loss_hole_in_unprepare_lines_keeps_those_claims_prepared(
     assert set(cp.claims) == ({"u1", "u3"} if keep == 1 else {"u1", "u2", "u3"})
 
 
+def test_a_hole_then_the_prepare_whose_flush_was_under_way_loads(tmp_path: Path) -> None:
+    """Issue 46's power-loss layout: synced lines, an unprepare never flushed whose first block
+    reads back as NUL (its newline kept), then a prepare written whose fsync never returned (so
+    never acknowledged). Every acknowledged claim is kept, the unacknowledged one recorded (the
+    safe side), and the agent starts."""
+    cp = Checkpoint(tmp_path)
+    cp.load()
+    cp.record_prepare({f"u{i}": claim(i) for i in (1, 2, 3)})  # synced
+    cp.record_unprepare(["u1"])  # never flushed
+    cp.record_prepare({"u4": claim(4)})  # written; its flush did not return
+    lines = (tmp_path / JOURNAL_NAME).read_bytes().splitlines(keepends=True)
+    lines[1] = b"\0" * (len(lines[1]) - 1) + b"\n"
+    (tmp_path / JOURNAL_NAME).write_bytes(b"".join(lines))
+    again = Checkpoint(tmp_path)
+    again.load()
+    assert set(again.claims) == {"u1", "u2", "u3", "u4"}
+
+
 def test_a_hole_before_a_flushed_prepare_line_refuses_to_start(tmp_path: Path) -> None:
-    """A prepare's flush writes every line before it: a hole there is damage, not power loss."""
+    """A prepare's flush writes every line before it: a hole, a prepare and a line after that
+    prepare means the prepare was acknowledged with the hole still there: damage, not power
+    loss."""
     _, lines = _power_loss(tmp_path, 1)
     cp = Checkpoint(tmp_path)
     cp.load()  # folds the journal into the snapshot; now write the damaged journal over it
     cp.record_prepare({"u4": claim(4)})
+    cp.record_unprepare(["u4"])
     flushed = (tmp_path / JOURNAL_NAME).read_bytes()
     (tmp_path / JOURNAL_NAME).write_bytes(lines[-2] + flushed)
     with pytest.raises(StateError, match="damaged line at byte 0 before a flushed one"):

@@ -5,6 +5,7 @@ NVML's call log shows the calls); the slices pass the API server's validation.""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,7 +13,7 @@ import pytest
 from lightkube import Client
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import cdi
+from kubeacc.agent.dra import atomic, cdi
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index, slice_devices
 from kubeacc.agent.dra.driver import ClaimRef, Driver
@@ -25,6 +26,7 @@ from kubeacc.agent.dra.slices import build_slices, chunk_devices
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.mig_state import read_calls
+from tests.agent.dra.powerloss import PowerLossOS
 from tests.hosts import discover
 
 NODE = "n1"
@@ -190,6 +192,27 @@ def test_prepare_creates_the_instance_and_unprepare_destroys_it(host: Host) -> N
     assert driver.unprepare([ClaimRef("ns", "a", "u1")]) == {"u1": ""}
     assert host.calls()[2:] == [("nvmlComputeInstanceDestroy", 1), ("nvmlGpuInstanceDestroy", 1)]
     assert host.parts.records == [] and read_claims(host.state) == {}
+
+
+def test_no_power_loss_leaves_the_mig_records_empty(
+    host: Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46: the records were rewritten with the instance ids without an fsync, and the
+    rename could reach the disk before the bytes (a directory fsync, or the file system's own
+    journal commit): after a power loss ``mig.json`` could be empty and the agent refused to
+    start. Every rename of the records or the checkpoint is now of a flushed file (CDI specs and
+    metadata files are derived and made again at start: docs/dra.md)."""
+    fs = PowerLossOS(os)
+    monkeypatch.setattr(atomic, "os", fs)
+    claims = Claims()
+    driver = make_driver(host, claims)
+    for i, start in enumerate((0, 4)):
+        claims.add(f"c{i}", f"u{i}", [partition_name(H100, "3g.40gb", start)])
+        (res,) = driver.prepare([ClaimRef("ns", f"c{i}", f"u{i}")]).values()
+        assert not res.error, res.error
+    driver.unprepare([ClaimRef("ns", "c0", "u0")])
+    assert fs.torn, "the model sees the derived files' renames"
+    assert not fs.torn_names() & {"mig.json", "dra-checkpoint.json"}, fs.torn
 
 
 def test_a_failing_claim_leaves_no_instance(host: Host) -> None:
