@@ -34,6 +34,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <poll.h>
 #include <linux/magic.h>
 #include <linux/openat2.h>
 #include <sched.h>
@@ -51,7 +52,6 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #ifndef MFD_EXEC
@@ -554,18 +554,23 @@ static int ldconfig_child(const char *rootfs, int ldfd, int out, char **folders,
     if (pid < 0) return say("cannot fork for ldconfig: %s", strerror(errno));
     if (pid == 0) run_ldconfig(ldfd, folders, nf);
     int status = 0;
-    struct timespec tick = {0, 5000000};
-    for (int waited = 0;; waited++) {
-        pid_t r = waitpid(pid, &status, WNOHANG);
-        if (r == pid) break;
-        if (r < 0 && errno != EINTR) return say("cannot wait for ldconfig: %s", strerror(errno));
-        if (waited == LDCONFIG_SECONDS * 200) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return say("ldconfig did not finish in %d s", LDCONFIG_SECONDS);
-        }
-        nanosleep(&tick, NULL);
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    struct pollfd ready = {pidfd, POLLIN, 0};
+    int r = 0;
+    while (pidfd >= 0 && (r = poll(&ready, 1, LDCONFIG_SECONDS * 1000)) < 0 && errno == EINTR) {
     }
+    if (pidfd < 0 || r < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return say("cannot wait for ldconfig: %s", strerror(errno));
+    }
+    if (r == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return say("ldconfig did not finish in %d s", LDCONFIG_SECONDS);
+    }
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return say("cannot wait for ldconfig: %s", strerror(errno));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return say("ldconfig in %s failed (status %d)", rootfs, status);
     int fd = open(OUT_CACHE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
