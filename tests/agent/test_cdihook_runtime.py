@@ -114,7 +114,11 @@ def hostile_image(
 
 
 def hostile_pod(name: str, ns: str, image: str, glibc: Path, **spec: Any) -> Any:
-    script = f"{PROBE_LDCONFIG} -p | grep -E 'libcuda|libnvidia'; echo ===; {GLIBC}/dlprobe 64 2>&1"
+    script = (
+        f"{PROBE_LDCONFIG} -p | grep -E 'libcuda|libnvidia'; echo ===; "
+        "env | grep -E '^LD_' | sort; echo ===; "
+        f"{GLIBC}/dlprobe 64 2>&1"
+    )
     mounts = {
         "glibc": (GLIBC, {"hostPath": {"path": str(glibc)}}),
         "ldconfig": (PROBE_LDCONFIG, {"hostPath": {"path": "/sbin/ldconfig", "type": "File"}}),
@@ -139,13 +143,15 @@ def refusal(client: Client, name: str, ns: str) -> str:
     return eventually(waiting, 120, f"{name} refused by the hook")
 
 
-def check_started(tb: Testbed, ns: str, pod: str) -> None:
-    cache, probe = probe_log(tb, ns, pod).split("===\n")
+def check_started(tb: Testbed, ns: str, pod: str) -> dict[str, str]:
+    """The container's ld cache lists the driver and the probe loads it; its LD_ variables."""
+    cache, env_part, probe = probe_log(tb, ns, pod).split("===\n")
     lib = f"/{LIB_DIR}"
     assert f"libcuda.so.1 (libc6,x86-64) => {lib}/libcuda.so.1" in cache, cache
     assert f"libnvidia-ml.so.1 (libc6,x86-64) => {lib}/libnvidia-ml.so.1" in cache, cache
     rows = [line.split() for line in probe.splitlines()]
     assert ["alloc", "0"] in rows, probe
+    return dict(line.split("=", 1) for line in env_part.splitlines() if "=" in line)
 
 
 @pytest.fixture
@@ -196,11 +202,14 @@ def test_hostile_images_reach_nothing_of_the_host_through_dra(
     before = snapshot(host_dir)
     client.create(gpu_claim("whole", ns, "!device.allowMultipleAllocations"))
     client.create(share_claim("share", ns))
+    client.create(share_claim("share2", ns))
     client.create(gpu_claim("whole2", ns, "!device.allowMultipleAllocations"))
     client.create(hostile_pod("links", ns, images["links"], userland[0], **claimed("whole")))
+    client.create(hostile_pod("slinks", ns, images["links"], userland[0], **claimed("share2")))
     client.create(hostile_pod("confabs", ns, images["confabs"], userland[0], **claimed("share")))
     client.create(hostile_pod("confrel", ns, images["confrel"], userland[0], **claimed("whole2")))
     wait_running(client, "links", ns)
+    wait_running(client, "slinks", ns)
     for pod in ("confabs", "confrel"):
         message = refusal(client, pod, ns)
         assert snapshot(host_dir) == before
@@ -209,8 +218,12 @@ def test_hostile_images_reach_nothing_of_the_host_through_dra(
             in message
         )
     check_started(tb, ns, "links")
+    env = check_started(tb, ns, "slinks")
+    # The pod's and the image's LD_PRELOAD give way to the share's (containerd applies the CDI
+    # spec's variables over the process's); neither reaches the hook.
+    assert env["LD_PRELOAD"].endswith("libkubeacc-sharelimit.so"), env
     assert snapshot(host_dir) == before
-    for pod in ("links", "confabs", "confrel"):
+    for pod in ("links", "slinks", "confabs", "confrel"):
         client.delete(Pod, pod, namespace=ns, grace_period=0)
 
 
