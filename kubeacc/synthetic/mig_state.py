@@ -9,6 +9,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -121,6 +122,26 @@ def reset_gpu(synthetic_dir: Path, gpus: list[dict[str, Any]], index: int) -> No
             if not entry["mode"]:
                 entry["instances"] = []
     state.record("reset", index, migMode=s[str(index)]["mode"])
+
+
+def reboot(root: Path) -> None:
+    """A node reboot of the synthetic host: every GPU's pending MIG mode becomes its mode, and
+    every MIG instance is gone with its capability files (``/proc`` is made anew at boot)."""
+    desc = root / ".synthetic" / "nvml.json"
+    if not desc.exists():
+        return
+    gpus = list(json.loads(desc.read_text()).get("gpus", []))
+    state = MigState(root / ".synthetic", gpus)
+    with state.locked() as s:
+        for i in range(len(gpus)):
+            entry = s[str(i)]
+            entry["mode"] = entry["pending"]
+            entry["instances"] = []
+    caps = root / "proc/driver/nvidia/capabilities"
+    for gi_dir in caps.glob("gpu*/mig/gi*"):
+        shutil.rmtree(gi_dir)
+    for i in range(len(gpus)):
+        state.record("reboot", i)
 
 
 def reset_gpu_at(root: Path, bus_id: str) -> bool:

@@ -52,7 +52,8 @@ from kubeacc.agent.dra.devicestatus import DeviceStatusWriter, NetworkReader, de
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
 from kubeacc.agent.dra.migmodel import MigError
-from kubeacc.agent.dra.migprepare import MigPartitions
+from kubeacc.agent.dra.migprepare import MigPartitions, Restored
+from kubeacc.agent.dra.migrestore import rewritten
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
 from kubeacc.agent.dra.strategy import claim_strategy_problem, join_problem
@@ -172,6 +173,8 @@ class Driver:
 
         Returns (removed, rewritten) claim UIDs; StateError if the CDI directory is not usable.
         """
+        if self.partitions is not None:
+            self._restore_partitions()
         try:
             with self.lock:
                 removed, rewritten = self._reconcile()
@@ -187,12 +190,37 @@ class Driver:
         if self.sharing is not None:
             with self.lock:
                 self.sharing.reconcile(set(self.checkpoint.claims))
-        if self.partitions is not None:
-            try:
-                self.partitions.reconcile(set(self.checkpoint.claims))
-            except MigError as exc:  # NVML away: the next start (or unprepare) tries again
-                log.error("MIG instances not reconciled: %s", exc)
         return removed, rewritten
+
+    def _restore_partitions(self) -> None:
+        """Destroy the MIG instances of claims not prepared, then make again those of prepared
+        claims that are gone (a node reboot, a GPU reset), their specs, checkpoint and metadata
+        naming the new instances; before the specs are written and the socket served."""
+        assert self.partitions is not None
+        try:
+            self.partitions.reconcile(set(self.checkpoint.claims))
+            minors = {i.mig.gpu_bus_id: i.mig.gpu_minor for i in self.devices().values() if i.mig}
+            made = self.partitions.restore(set(self.checkpoint.claims), minors)
+        except MigError as exc:  # NVML away: the next start (or unprepare) tries again
+            log.error("MIG instances not reconciled: %s", exc)
+            return
+        by_claim: dict[str, list[Restored]] = {}
+        for r in made:
+            by_claim.setdefault(r.claim, []).append(r)
+        with self.lock:
+            changed = {
+                uid: rewritten(self.checkpoint.claims[uid], uid, rs, self.device_root)
+                for uid, rs in by_claim.items()
+            }
+            if not changed:
+                return
+            try:
+                self.checkpoint.record_prepare(changed)
+            except OSError as exc:  # the old specs stay; the next start tries again
+                log.error("MIG instances made again, checkpoint not updated: %s", exc)
+                return
+            for uid in changed:
+                metadata.remove(self.state_dir, uid)  # made again with the new UUIDs
 
     def _reconcile(self) -> tuple[list[str], list[str]]:
         self.cdi_dir.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,18 @@ _CAP_MINOR = re.compile(r"DeviceFileMinor:\s*(\d+)")
 _CI_PROFILES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4}  # compute slices -> NVML_COMPUTE_INSTANCE_PROFILE_*
 
 
+@dataclass(frozen=True)
+class Restored:
+    """A prepared claim's instance made again: what its CDI spec must say instead."""
+
+    claim: str
+    device: str
+    old_uuid: str
+    uuid: str
+    #: The capability device nodes now (GPU instance, compute instance).
+    nodes: tuple[str, ...]
+
+
 @dataclass
 class Record:
     """One partition of a prepared (or being prepared) claim, as ``mig.json`` keeps it."""
@@ -156,31 +168,35 @@ class MigPartitions:
                 handle = gpu_handles(nvml).get(nvml_bus(part.gpu_bus_id))
                 if handle is None:
                     raise MigError(f"GPU {part.gpu_bus_id} not found by NVML")
-                if rec.gi is None:
-                    placement = pynvml.c_nvmlGpuInstancePlacement_t()
-                    placement.start, placement.size = part.start, part.size
-                    gi = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(
-                        handle, part.profile_id, placement
-                    )
-                    rec.gi = int(nvml.nvmlGpuInstanceGetInfo(gi).id)
-                gi = nvml.nvmlDeviceGetGpuInstanceById(handle, rec.gi)
-                if rec.ci is None:
-                    ci = nvml.nvmlGpuInstanceCreateComputeInstance(gi, _CI_PROFILES[part.slices])
-                    rec.ci = int(nvml.nvmlComputeInstanceGetInfo(ci).id)
-                uuid = mig_uuids(nvml, handle).get(rec.gi, "")
-                if not uuid:
-                    raise MigError(f"no MIG device for GPU instance {rec.gi}")
-                rec.uuid = uuid
+                nodes, uuid = self._make(nvml, handle, rec, part)
                 # Flushed too: a rename whose bytes were not flushed can reach the disk
                 # first (a directory fsync, or the file system's own journal commit), and a
                 # power loss would then leave an empty file the agent cannot start from.
                 self._save()
-                return self._nodes(part.gpu_minor, rec.gi, rec.ci), uuid
+                return nodes, uuid
             except pynvml.NVMLError as exc:
                 raise MigError(
                     f"creating MIG {part.profile} at memory slice {part.start} on GPU "
                     f"{part.gpu_bus_id} failed: {exc}"
                 ) from None
+
+    def _make(self, nvml: Any, handle: Any, rec: Record, part: Partition) -> tuple[list[str], str]:
+        """The GPU and compute instance of ``rec`` at its placement, made where missing; its
+        device nodes and MIG UUID (``rec`` updated, not saved)."""
+        if rec.gi is None:
+            placement = pynvml.c_nvmlGpuInstancePlacement_t()
+            placement.start, placement.size = part.start, part.size
+            gi = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, part.profile_id, placement)
+            rec.gi = int(nvml.nvmlGpuInstanceGetInfo(gi).id)
+        gi = nvml.nvmlDeviceGetGpuInstanceById(handle, rec.gi)
+        if rec.ci is None:
+            ci = nvml.nvmlGpuInstanceCreateComputeInstance(gi, _CI_PROFILES[part.slices])
+            rec.ci = int(nvml.nvmlComputeInstanceGetInfo(ci).id)
+        uuid = mig_uuids(nvml, handle).get(rec.gi, "")
+        if not uuid:
+            raise MigError(f"no MIG device for GPU instance {rec.gi}")
+        rec.uuid = uuid
+        return self._nodes(part.gpu_minor, rec.gi, rec.ci), uuid
 
     def _nodes(self, minor: int, gi: int, ci: int) -> list[str]:
         base = f"/proc/driver/nvidia/capabilities/gpu{minor}/mig/gi{gi}"
@@ -264,6 +280,64 @@ class MigPartitions:
                 f"destroying MIG instance gi{rec.gi} of {rec.gpu_bus_id}: {exc}"
             ) from None
         log.info("destroyed MIG instance gi%d on %s (claim %s)", rec.gi, rec.gpu_bus_id, rec.claim)
+
+    def restore(self, prepared: Collection[str], gpu_minors: dict[str, int]) -> list[Restored]:
+        """Make again, at their recorded placements, the instances of ``prepared`` claims that
+        are gone (a node reboot or a GPU reset destroys every MIG instance; MIG mode stays).
+
+        The claim's allocation names that partition device, so the same placement is the only
+        consistent answer (the scheduler never reallocates an allocated claim); the placement is
+        still reserved for the claim (its device is published as the claim's). New instances
+        have new ids and a new MIG UUID: what changed is returned, for the claim's CDI spec.
+        ``gpu_minors``: the ``/dev/nvidiaN`` minor of each GPU by bus id. A placement that can no
+        longer be had (another instance there, NVML refusing) is logged and left: the claim's
+        containers then fail on its device, as they would on a broken GPU."""
+        out: list[Restored] = []
+        with self.lock:
+            mine = [r for r in self.records if r.claim in prepared and r.uuid]
+            if not mine:
+                return out
+            nvml = self.nvml()
+            handles = gpu_handles(nvml)
+            for rec in mine:
+                handle = handles.get(nvml_bus(rec.gpu_bus_id))
+                minor = gpu_minors.get(rec.gpu_bus_id)
+                if handle is None or minor is None:
+                    log.error(
+                        "MIG instance of claim %s: GPU %s not found", rec.claim, rec.gpu_bus_id
+                    )
+                    continue
+                if rec.uuid in mig_uuids(nvml, handle).values():
+                    continue  # still there
+                old_uuid = rec.uuid
+                rec.gi = rec.ci = None
+                rec.uuid = ""
+                try:
+                    part = Partition(
+                        profile=f"profile {rec.profile_id}",
+                        profile_id=rec.profile_id,
+                        slices=rec.slices,
+                        start=rec.start,
+                        size=rec.size,
+                        gpu_uuid=rec.gpu_uuid,
+                        gpu_bus_id=rec.gpu_bus_id,
+                        gpu_minor=minor,
+                    )
+                    nodes, uuid = self._make(nvml, handle, rec, part)
+                except (MigError, pynvml.NVMLError) as exc:
+                    log.error(
+                        "MIG instance of claim %s at memory slice %d on %s not made again: %s",
+                        rec.claim, rec.start, rec.gpu_bus_id, exc,
+                    )  # fmt: skip
+                    continue
+                finally:
+                    self._save()
+                out.append(Restored(rec.claim, rec.device, old_uuid, uuid, tuple(nodes[1:])))
+                log.info(
+                    "MIG instance of claim %s made again at memory slice %d on %s (%s -> %s)",
+                    rec.claim, rec.start, rec.gpu_bus_id, old_uuid, uuid,
+                )  # fmt: skip
+        return out
 
     def reconcile(self, prepared: Collection[str]) -> list[str]:
         """Destroy the instances of claims not in ``prepared``; their claim UIDs."""

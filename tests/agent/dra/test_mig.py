@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, cast
 
+import pynvml
 import pytest
 from lightkube import Client
 from lightkube.resources.resource_v1 import ResourceSlice
@@ -25,7 +26,8 @@ from kubeacc.agent.dra.policyshare import MigFilter
 from kubeacc.agent.dra.slices import build_slices, chunk_devices
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
-from kubeacc.synthetic.mig_state import read_calls
+from kubeacc.synthetic.mig_hw import cap_minor
+from kubeacc.synthetic.mig_state import read_calls, reboot
 from tests.agent.dra.powerloss import PowerLossOS
 from tests.hosts import discover
 
@@ -229,7 +231,6 @@ def test_a_failing_claim_leaves_no_instance(host: Host) -> None:
     ]
     # an instance someone else made where the claim's placement is: a clear error, no change
     lib = host.parts.nvml()
-    import pynvml
 
     h = lib.nvmlDeviceGetHandleByIndex(0)
     lib.nvmlDeviceCreateGpuInstanceWithPlacement(h, 0, pynvml.c_nvmlGpuInstancePlacement_t(0, 8))
@@ -237,6 +238,60 @@ def test_a_failing_claim_leaves_no_instance(host: Host) -> None:
     (res,) = driver.prepare([ClaimRef("ns", "b", "u2")]).values()
     assert "creating MIG 1g.10gb at memory slice 3" in res.error
     assert host.parts.records == []
+
+
+def test_a_reboot_makes_the_prepared_claims_instances_again(host: Host) -> None:
+    """Issue 46: a node reboot destroys every MIG instance (MIG mode stays) while the checkpoint
+    in /var/lib keeps the claim prepared; the kubelet then prepares it again for the pod it
+    restarts. The agent's start makes the instance again at the claim's placement and its spec,
+    checkpoint and metadata name the new instance (new MIG UUID, new capability nodes); a claim
+    no longer prepared gets nothing back."""
+    claims = Claims()
+    driver = make_driver(host, claims)
+    driver.device_metadata = True
+    kept = partition_name(H100, "3g.40gb", 4)
+    claims.add("a", "u1", [kept])
+    assert not driver.prepare([ClaimRef("ns", "a", "u1")])["u1"].error
+    old_env = dict(kv.split("=", 1) for kv in spec_edits(host, "u1")["env"])
+    old_uuid = old_env["NVIDIA_VISIBLE_DEVICES"]
+    # another instance is made and destroyed first, so the new ids cannot be the old ones
+    driver.checkpoint.close()
+    reboot(host.root)
+    assert host.parts.nvml() is not None
+    lib = host.parts.nvml()
+    h = lib.nvmlDeviceGetHandleByIndex(0)
+    lib.nvmlDeviceCreateGpuInstanceWithPlacement(h, 19, pynvml.c_nvmlGpuInstancePlacement_t(0, 1))
+    again = Host.__new__(Host)
+    again.__dict__.update(host.__dict__)
+    again.parts = MigPartitions(
+        nvml_for(SyntheticHost(host.root), "auto"), host.state, SyntheticHost(host.root)
+    )
+    restarted = make_driver(again, claims)
+    restarted.device_metadata = True
+    restarted.reconcile()
+    (rec,) = again.parts.records
+    assert (rec.claim, rec.start) == ("u1", 4) and rec.uuid and rec.uuid != old_uuid
+    edits = spec_edits(host, "u1")
+    env = dict(kv.split("=", 1) for kv in edits["env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == rec.uuid
+    caps = [n["path"] for n in edits["deviceNodes"] if "nvidia-caps" in n["path"]]
+    assert caps == [
+        f"/dev/nvidia-caps/nvidia-cap{cap_minor(0, rec.gi)}",
+        f"/dev/nvidia-caps/nvidia-cap{cap_minor(0, rec.gi, rec.ci)}",
+    ]
+    assert edits["deviceNodes"][0]["path"] == "/dev/nvidia0"
+    # the durable record says the same: a second restart changes nothing
+    assert read_claims(host.state)["u1"]["cdi_spec"] == json.loads(
+        cdi.spec_path(host.state.parent / "cdi", "u1").read_text()
+    )
+    meta = (host.state / "dra-device-metadata" / "u1").rglob("metadata.json")
+    assert any(rec.uuid in p.read_text() for p in meta)
+    # the kubelet's repeated prepare answers from the checkpoint with the new instance
+    (res,) = restarted.prepare([ClaimRef("ns", "a", "u1")]).values()
+    assert not res.error
+    # and unprepare destroys the new instance
+    assert restarted.unprepare([ClaimRef("ns", "a", "u1")]) == {"u1": ""}
+    assert again.parts.records == []
 
 
 @pytest.mark.parametrize("learnt_id", [True, False])
