@@ -19,9 +19,10 @@ What is applied is recorded in ``<state-dir>/gpu-sharing.json`` (per GPU: strate
 the compute mode and time slice found before, the claims using it), durably and *before* the
 device is changed, so an agent killed at any point finds it: :meth:`AppliedSharing.reconcile`
 at start drops the claims the checkpoint does not hold (killed between apply and checkpoint),
-undoes GPUs left without claims, restarts a missing MPS daemon of a GPU still in use and stops
-daemons nobody records. Every undo step can be repeated, so a crash halfway through one is
-finished by the next start.
+undoes GPUs left without claims, applies again the compute mode and time slice of a GPU still
+in use that a node reboot or GPU reset put back to defaults, restarts a missing MPS daemon of a
+GPU still in use and stops daemons nobody records. Every undo step can be repeated, so a crash
+halfway through one is finished by the next start.
 
 The order at unprepare is the product's guarantee: the GPU is put back *before* the claim is
 forgotten. :meth:`AppliedSharing.release` undoes the GPUs whose last claim goes and raises
@@ -311,12 +312,14 @@ class AppliedSharing:
             if not entry["claims"]:
                 if self._undo(bus_id, entry) is None:
                     done.append(f"GPU {bus_id}: {describe_entry(entry)} undone")
-            elif entry["strategy"] == SharingStrategy.MPS and self.daemons.pid(bus_id) is None:
-                try:
-                    self.daemons.start(bus_id, entry["uuid"])
-                    done.append(f"GPU {bus_id}: MPS control daemon restarted")
-                except MpsError as exc:
-                    log.error("%s", exc)
+            else:
+                done += self._reapply(bus_id, entry)
+                if entry["strategy"] == SharingStrategy.MPS and self.daemons.pid(bus_id) is None:
+                    try:
+                        self.daemons.start(bus_id, entry["uuid"])
+                        done.append(f"GPU {bus_id}: MPS control daemon restarted")
+                    except MpsError as exc:
+                        log.error("%s", exc)
         mps_gpus = {b for b, e in self.gpus.items() if e["strategy"] == SharingStrategy.MPS}
         for bus_id in self.daemons.running():
             if bus_id not in mps_gpus:
@@ -329,6 +332,24 @@ class AppliedSharing:
             self._save()
         for line in done:
             log.info("reconciled GPU settings: %s", line)
+        return done
+
+    def _reapply(self, bus_id: str, entry: dict[str, Any]) -> list[str]:
+        """A GPU still in use whose settings a node reboot or a GPU reset put back to the
+        driver's defaults (compute mode, time slice): applied again; what was done."""
+        strategy = SharingStrategy(entry["strategy"])
+        done: list[str] = []
+        try:
+            if self.control.compute_mode(bus_id) != MODES[strategy]:
+                self.control.set_compute_mode(bus_id, MODES[strategy])
+                done.append(f"GPU {bus_id}: compute mode of {describe_entry(entry)} applied again")
+            slice_ = TIMESLICES[TimeSlice(entry["timeSlice"])]
+            sliced = strategy is SharingStrategy.TIME_SLICING and slice_ != 0
+            if sliced and self.control.timeslice(bus_id, entry["uuid"]) != slice_:
+                self.control.set_timeslice(bus_id, entry["uuid"], slice_)
+                done.append(f"GPU {bus_id}: time slice {entry['timeSlice']} applied again")
+        except ControlError as exc:
+            log.error("GPU %s: %s not applied again: %s", bus_id, describe_entry(entry), exc)
         return done
 
 

@@ -376,6 +376,40 @@ def test_a_restart_keeps_daemons_in_use_and_restarts_dead_ones(host: Host) -> No
     assert host.daemons.pid(BUS0) is None
 
 
+@pytest.mark.parametrize("strategy", ["MPS", "TimeSlicing"])
+def test_a_reboot_gets_the_settings_of_gpus_in_use_back(host: Host, strategy: str) -> None:
+    """Issue 46: a node reboot puts compute modes and time slices back to the driver's defaults
+    and kills MPS daemons, while the checkpoint keeps the claims prepared: the agent's start
+    applies the GPU's settings again (compute mode before the daemon) for the pods the kubelet
+    restarts, and still puts back what was found before when the last claim goes."""
+    host.describe(0, computeMode=2)
+    extra = {"timeSlice": "Long"} if strategy == "TimeSlicing" else {}
+    a = host.claim("a", "u1", [share(GPU0, "s1")], strategy=strategy, **extra)
+    driver = host.driver()
+    assert driver.prepare([a])["u1"].error == ""
+    applied = host.compute_mode(0)
+    pid = host.daemons.pid(BUS0)
+    driver.checkpoint.close()
+    # the reboot: the description's defaults, no time slice set, no daemon
+    with locked_state(host.root) as state:
+        gpu_state(state, host.gpu(0)["uuid"]).clear()
+    if pid is not None:
+        os.kill(pid, signal.SIGKILL)
+    assert host.compute_mode(0) == 2
+    before = len(host.calls())
+    again = host.driver()
+    again.reconcile()
+    assert host.compute_mode(0) == applied
+    calls = [(c[1], c[2]) for c in host.calls()[before:]]
+    if strategy == "TimeSlicing":
+        assert ("set-timeslice", [3]) in calls, calls
+    else:
+        assert calls.index(("nvmlDeviceSetComputeMode", [3])) < calls.index(("start", calls[-1][1]))
+        assert host.daemons.pid(BUS0) not in (None, pid)
+    assert again.unprepare([a]) == {"u1": ""}
+    assert host.compute_mode(0) == 2
+
+
 def test_a_stray_daemon_nobody_records_is_stopped(host: Host) -> None:
     host.daemons.start("0000:02:00.0", host.gpu(1)["uuid"])
     host.driver().reconcile()
