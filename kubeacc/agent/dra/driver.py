@@ -187,6 +187,9 @@ class Driver:
         with self.lock:
             if restored := self._restore_metadata():
                 log.info("device metadata made again for claims %s", restored)
+            claims = dict(self.checkpoint.claims)
+        for uid, done in claims.items():  # a reboot may have cleared the cards; best effort
+            self._bitstreams_back(ClaimRef(done.namespace, done.name, uid), done)
         if self.sharing is not None:
             with self.lock:
                 self.sharing.reconcile(set(self.checkpoint.claims))
@@ -294,6 +297,7 @@ class Driver:
         todo = self._checked(refs, errors)
         out = {uid: PrepareResult(error=e) for uid, e in errors.items()}
         deadline = time.monotonic() + self.api_budget
+        again: dict[str, PreparedClaim] = {}  # prepared already: the kubelet asks again
         with self.guard.hold(set(todo)):
             with self.lock:
                 fresh = []
@@ -305,6 +309,10 @@ class Driver:
                         out[uid] = PrepareResult(error=err)
                     else:
                         out[uid] = PrepareResult(devices=done.devices)
+                        again[uid] = done
+            for uid, done in again.items():  # FPGA programming: not under the driver lock
+                if err := self._bitstreams_back(todo[uid], done):
+                    out[uid] = PrepareResult(error=err)
             built: dict[str, PreparedClaim] = {}
             wants: dict[str, list[GpuWant]] = {}
             metas: dict[str, dict[str, bytes]] = {}  # claim: its device metadata files
@@ -324,6 +332,26 @@ class Driver:
                 with self.lock:
                     self._commit(built, out, wants, metas)
         return out
+
+    def _bitstreams_back(self, ref: ClaimRef, done: PreparedClaim) -> str:
+        """A prepared claim's FPGAs still carry their bitstreams, or are programmed again (a
+        node reboot or power cycle can clear a card): the kubelet asks again for the pods it
+        restarts, and a container must not start on an empty card. The error, or ""."""
+        if self.fpga_verify is None:
+            return ""
+        where = f"ResourceClaim {ref.namespace}/{ref.name}"
+        for device, params in done.config.items():
+            try:
+                cfg = parse_config(params)
+            except ConfigError:
+                continue  # recorded by this agent: never happens
+            if isinstance(cfg, FpgaConfig) and cfg.bitstream is not None:
+                try:
+                    self._verify(where, device, cfg.bitstream.name, cfg.bitstream.digest)
+                except ClaimError as exc:
+                    log.warning("prepare %s (%s): %s", where, ref.uid, exc)
+                    return str(exc)
+        return ""
 
     def _release(self, uid: str) -> None:
         """Destroy the MIG instances a failed prepare of ``uid`` made (reconcile retries)."""
