@@ -4,12 +4,19 @@ The protocol is the one client-go's leaderelection package uses: a replica holds
 it renews ``renewTime`` within ``leaseDurationSeconds``; anyone may take an expired Lease.
 Every write carries the resourceVersion that was read, so two candidates racing for the same
 Lease cannot both win: the API server refuses the second write with a 409 Conflict.
+
+"Expired" is judged as client-go does, on the candidate's own monotonic clock: the Lease has not
+changed (holder, ``renewTime``) for ``leaseDurationSeconds`` since this replica last saw it
+change. Comparing the holder's ``renewTime`` with this replica's wall clock instead would let a
+replica whose clock is ahead (skew between nodes, or an NTP step forward) take a Lease its
+holder is still renewing: two active controllers.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 
 from lightkube import ApiError, Client
 from lightkube.models.coordination_v1 import LeaseSpec
@@ -35,6 +42,10 @@ class LeaderElector:
         self.identity = identity
         self.lease_duration = lease_duration
         self.is_leader = False
+        #: Another holder's record as last seen (holder, renewTime), and when it was first seen
+        #: so (time.monotonic()).
+        self._observed: tuple[str, str] | None = None
+        self._observed_at = 0.0
 
     def _stamp(self) -> dt.datetime:
         return dt.datetime.now(dt.UTC)
@@ -73,12 +84,13 @@ class LeaderElector:
         spec = lease.spec or LeaseSpec()
         holder = spec.holderIdentity
         if holder and holder != self.identity:
-            renewed = spec.renewTime
             duration = spec.leaseDurationSeconds or self.lease_duration
-            if renewed is not None:
-                age = (dt.datetime.now(dt.UTC) - renewed).total_seconds()
-                if age < duration:
-                    return False
+            record = (holder, str(spec.renewTime))
+            mono = time.monotonic()
+            if record != self._observed:
+                self._observed, self._observed_at = record, mono
+            if mono - self._observed_at < duration:
+                return False
             spec.leaseTransitions = (spec.leaseTransitions or 0) + 1
             spec.acquireTime = now
             log.info("leader election: %s takes over the lease from %s", self.identity, holder)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from lightkube import ApiError, Client
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event
 from lightkube.resources.resource_v1 import DeviceClass
 
+from kubeacc.controller import leader
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.leader import LeaderElector
 from kubeacc.crds.api import NODE_LABEL, TYPE_LABEL
@@ -190,6 +194,35 @@ def test_one_leader_at_a_time(kube_client: Client, kubeacc_crds: None) -> None:
     a.release()
     assert b.try_acquire_or_renew()
     assert not a.try_acquire_or_renew()
+
+
+class _Ahead(dt.datetime):
+    """The candidate's clock, an hour ahead (skew between nodes, or an NTP step forward)."""
+
+    @classmethod
+    def now(cls, tz: dt.tzinfo | None = None) -> dt.datetime:  # type: ignore[override]
+        return dt.datetime.now(tz) + dt.timedelta(hours=1)
+
+
+def test_a_clock_ahead_takes_no_lease_its_holder_renews(
+    kube_client: Client, kubeacc_crds: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 46: expiry is judged on the candidate's monotonic clock since it saw the Lease
+    change, never by comparing its wall clock with the holder's renewTime."""
+    lease = f"kubeacc-skew-{uuid.uuid4().hex[:5]}"
+    a = LeaderElector(kube_client, name=lease, namespace="default", identity="a", lease_duration=2)
+    b = LeaderElector(kube_client, name=lease, namespace="default", identity="b", lease_duration=2)
+    assert a.try_acquire_or_renew()
+    monkeypatch.setattr(leader, "dt", SimpleNamespace(datetime=_Ahead, UTC=dt.UTC))
+    assert not b.try_acquire_or_renew()  # a renewed a moment ago: b's clock says an hour
+    for _ in range(3):  # a keeps renewing past the lease's duration: b never takes it
+        time.sleep(1)
+        assert a.try_acquire_or_renew()
+        assert not b.try_acquire_or_renew()
+    time.sleep(2.2)  # a is gone: b takes the Lease once it stayed unchanged for 2 s
+    assert b.try_acquire_or_renew()
+    assert not a.try_acquire_or_renew()
+    kube_client.delete(Lease, lease, namespace="default")
 
 
 def test_operation_without_an_agent_times_out(
