@@ -12,7 +12,6 @@ operation lifts its own cordons when it ends, however it ends.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import math
 from collections.abc import Callable, Collection
 from typing import Any
@@ -22,6 +21,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 
 from kubeacc.controller import taintrules
 from kubeacc.controller.cordons import CORDONED_BY, Cordons
+from kubeacc.controller.elapsed import Elapsed
 from kubeacc.controller.operations import (
     ANY_NAMESPACE,
     Refusal,
@@ -83,6 +83,7 @@ class OperationDispatch:
         self.metrics = metrics
         self.cordons = cordons
         self.due_in = due_in
+        self.elapsed = Elapsed()
 
     def _fresh(
         self, names: list[str]
@@ -206,7 +207,7 @@ class OperationDispatch:
         elif status.phase == OperationPhase.RUNNING:
             self._running(op, spec, status, accelerators)
         if status.phase not in TERMINAL:
-            left = self._time_left(spec, status)
+            left = self._time_left(op, spec, status)
             draining = get_condition(status.conditions, "Draining")
             if left <= 0 and draining is not None and draining.status == "True":
                 self.status.finish(
@@ -420,12 +421,16 @@ class OperationDispatch:
                 self.cordons.set(acc, ref, False)
                 self._remove_rules(name, op)
 
-    def _time_left(self, spec: OperationSpecView, status: OperationStatusView) -> float:
-        """Seconds until the operation times out (infinite before it has started)."""
+    def _time_left(
+        self, op: dict[str, Any], spec: OperationSpecView, status: OperationStatusView
+    ) -> float:
+        """Seconds until the operation times out (infinite before it has started); a clock
+        step of this process after the start was seen changes nothing (elapsed.py)."""
         if not status.start_time:
             return math.inf
-        age = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
-        return float(spec.timeout_seconds) - age.total_seconds()
+        key = (op["metadata"].get("uid"), status.start_time)
+        age = self.elapsed.age(key, parse_time(status.start_time))
+        return float(spec.timeout_seconds) - age
 
 
 def spec_problems(err: InvalidSpec) -> str:
