@@ -4,12 +4,14 @@ A type configured ``shared: true`` is served as three resources whose device IDs
 meaning of their own: ``kubeacc.io/gpu-memory`` (one ID per MiB of each healthy GPU),
 ``kubeacc.io/gpu-cores`` (100 per GPU) and the whole-GPU resource (``kubeacc.io/gpu`` or
 ``kubeacc.io/gpu-<model>``, one per GPU). The kubelet only counts them; ``kubeacc extender``
-decides which GPU each container gets and records it on the pod (annotation
-``kubeacc.io/devices``). Allocate carries no pod identity, so :class:`DecisionLookup` finds the
-container being admitted: among the pods bound to this node with a decision, the first, in the
-order the extender decided (and bound) them, whose request of that resource equals the number
-of IDs asked and whose decision was not handed out yet. A container without a decision gets an
-Allocate error, never a GPU picked at random.
+decides which GPU each container gets and records it on the pod (condition
+``kubeacc.io/Decided``, which a namespace user cannot write, and annotation
+``kubeacc.io/devices``; where they disagree the condition counts: kubeacc/extender/trusted.py).
+Allocate carries no pod identity, so :class:`DecisionLookup` finds the container being admitted:
+among the pods bound to this node with a decision, the first, in the order the extender decided
+(and bound) them, whose request of that resource equals the number of IDs asked and whose
+decision was not handed out yet. A container without a decision gets an Allocate error, never a
+GPU picked at random.
 
 The kubelet reads a plugin's device list as one gRPC message of at most 4 MiB: about 200,000
 IDs. A node's GPU memory is advertised up to :data:`MAX_MEMORY_UNITS` MiB; GPUs beyond it are
@@ -144,7 +146,8 @@ class DecisionLookup:
     ``list_pods`` returns the node's pods as dicts; ``allocated`` the (pod, container,
     resource) triples the kubelet already allocated (its PodResources API). Each decision is
     handed out once per resource; a restarted agent first counts what the kubelet allocated
-    before it as handed out.
+    before it as handed out. What a container was handed stays what it holds, for the room
+    left next to it, even when its pod's decision is later removed or changed.
 
     Order: decisions in the order the extender made them (``at``; it binds the pods of one node
     in that order, so the kubelet learns of them in that order and admits them so). The
@@ -163,6 +166,8 @@ class DecisionLookup:
         self.list_pods = list_pods
         self.allocated = allocated
         self._handed: set[tuple[str, str, str]] = set()
+        #: What each (pod, container) served was handed, as decided then.
+        self._gave: dict[tuple[str, str], Assigned] = {}
         self._seeded = allocated is None
         self._last: tuple[str, str] | None = None
         self._lock = threading.Lock()
@@ -195,6 +200,7 @@ class DecisionLookup:
         with self._lock:
             self._seed()
             candidates: list[tuple[bool, float, str, str, Found]] = []
+            deciding: dict[tuple[str, str], Assigned] = {}
             undecided = 0
             refused: list[str] = []
             served: list[tuple[str, Assigned]] = []
@@ -205,14 +211,17 @@ class DecisionLookup:
                     continue
                 key_pod = f"{meta.get('namespace')}/{meta.get('name')}"
                 decision, why = trusted_decision(pod)
+                if decision is not None and why:
+                    log.warning("pod %s: %s", key_pod, why)
                 if decision is not None and decision.node != self.node:
                     why = f"decided for node {decision.node}"
                     decision = None
                 for c in (pod.get("spec") or {}).get("containers") or []:
                     name = str(c.get("name", ""))
                     got = decision.container(name) if decision else None
-                    if got is not None and (key_pod, name) in handed:
-                        served.append((key_pod, got))
+                    gave = self._gave.get((key_pod, name), got)
+                    if gave is not None and (key_pod, name) in handed:
+                        served.append((key_pod, gave))
                     try:
                         want = container_want(name, c.get("resources"))
                     except WantError:
@@ -240,6 +249,7 @@ class DecisionLookup:
                     candidates.append(
                         (latest, decision.at if decision else 0.0, key_pod, name, found)
                     )
+                    deciding[key_pod, name] = got
             if not candidates:
                 hint = f" ({undecided} container(s) ask for it without one)" if undecided else ""
                 if refused:
@@ -261,6 +271,9 @@ class DecisionLookup:
             if devices is not None and all(b in devices for b in chosen.devices):
                 _check_room(kind, chosen, devices)
             self._handed.add((chosen.pod, chosen.container, resource))
+            self._gave.setdefault(
+                (chosen.pod, chosen.container), deciding[chosen.pod, chosen.container]
+            )
             self._last = (chosen.pod, chosen.container)
         return chosen
 
