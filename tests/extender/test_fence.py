@@ -167,3 +167,25 @@ def test_the_device_plugin_counts_what_it_handed_out(
     pods.append(_dp_pod("victim", _decided(held, at=2.0), True))
     with pytest.raises(AllocationError, match="do not fit next to the 20000 MiB held"):
         lookup.find(MEMORY, Kind.MEMORY, 20000, gpus)
+
+
+def test_a_pod_recreated_under_its_name_gets_its_own_decision(hosts: HostFactory) -> None:
+    """What was handed out is forgotten with the pod: a new pod of the same name (a
+    StatefulSet's, or a tenant's) is served, and the GPU's room is its own again."""
+    gpus = _l4s(hosts)
+    held, _ = sorted(gpus)
+    first = _dp_pod("mine", _decided(held), record=True)
+    pods = [first]
+    lookup = DecisionLookup("node-a", lambda: pods)
+    shared_allocate(Kind.MEMORY, lookup.find(MEMORY, Kind.MEMORY, 20000, gpus), gpus, None)
+    again = _dp_pod("mine", _decided(held, at=2.0), record=True)
+    again["metadata"]["uid"] = "uid-mine-2"
+    pods[0] = again
+    found = lookup.find(MEMORY, Kind.MEMORY, 20000, gpus)
+    assert (found.pod, found.devices) == ("default/mine", (held,))
+    # gone, then back: the same
+    pods.clear()
+    with pytest.raises(AllocationError, match="no kubeacc extender decision"):
+        lookup.find(MEMORY, Kind.MEMORY, 20000, gpus)
+    pods.append(first)
+    assert lookup.find(MEMORY, Kind.MEMORY, 20000, gpus).devices == (held,)

@@ -147,7 +147,9 @@ class DecisionLookup:
     resource) triples the kubelet already allocated (its PodResources API). Each decision is
     handed out once per resource; a restarted agent first counts what the kubelet allocated
     before it as handed out. What a container was handed stays what it holds, for the room
-    left next to it, even when its pod's decision is later removed or changed.
+    left next to it, even when its pod's decision is later removed or changed. All of it is
+    forgotten when the pod finishes or goes, or comes back under its name as a new pod (a
+    StatefulSet's), whose decision is its own.
 
     Order: decisions in the order the extender made them (``at``; it binds the pods of one node
     in that order, so the kubelet learns of them in that order and admits them so). The
@@ -168,6 +170,8 @@ class DecisionLookup:
         self._handed: set[tuple[str, str, str]] = set()
         #: What each (pod, container) served was handed, as decided then.
         self._gave: dict[tuple[str, str], Assigned] = {}
+        #: The uid of each listed, unfinished pod (namespace/name) the last call saw.
+        self._uids: dict[str, str] = {}
         self._seeded = allocated is None
         self._last: tuple[str, str] | None = None
         self._lock = threading.Lock()
@@ -180,6 +184,24 @@ class DecisionLookup:
             self._seeded = True
         except Exception as err:  # the kubelet's pod-resources API is optional here
             log.debug("pod resources: %s", err)
+
+    def _forget(self, pods: list[dict[str, Any]]) -> None:
+        """Drop what was handed out to pods gone, finished or recreated since the last call.
+
+        The kubelet's pod-resources API names pods, not their uids: a pod recreated under the
+        same name would otherwise find its containers "handed out" already and be refused.
+        """
+        live: dict[str, str] = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                key = f"{meta.get('namespace')}/{meta.get('name')}"
+                live[key] = str(meta.get("uid") or "")
+        stale = {k for k, uid in self._uids.items() if live.get(k, uid) != uid}
+        keep = live.keys() - stale
+        self._handed = {h for h in self._handed if h[0] in keep}
+        self._gave = {k: v for k, v in self._gave.items() if k[0] in keep}
+        self._uids = live
 
     def find(
         self,
@@ -199,6 +221,7 @@ class DecisionLookup:
             raise AllocationError(f"cannot read the pods of node {self.node}: {err}") from err
         with self._lock:
             self._seed()
+            self._forget(pods)
             candidates: list[tuple[bool, float, str, str, Found]] = []
             deciding: dict[tuple[str, str], Assigned] = {}
             undecided = 0
