@@ -6,7 +6,7 @@ record of the decision, the pod condition ``kubeacc.io/Decided`` (``pods/status`
 tenant's to write), counts instead; a decision once counted for a bound pod keeps counting
 until the pod finishes or goes; the device plugin hands out the record and counts what it
 handed out. The same on the real testbed: tests/extender/test_tenancy.py
-(``test_without_the_policy_a_decision_the_tenant_edits_still_counts``).
+(``test_without_the_policy_a_decision_the_tenant_removes_still_counts``, ``..._changes_...``).
 """
 
 from __future__ import annotations
