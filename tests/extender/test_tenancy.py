@@ -373,8 +373,9 @@ def test_without_the_policy_a_decision_the_tenant_removes_still_counts(
     cluster: Cluster, tenant: Client, victim: str
 ) -> None:
     """The second fence for a decision a tenant removes from its own running pod (issue 43):
-    the extender keeps counting the GPU share, so another namespace's share goes to the other
-    GPU and a second one is refused, never put on top of the tenant's."""
+    the extender keeps counting the GPU share, also after a restart, so another namespace's
+    share goes to the other GPU and a second one is refused, never put on top of the
+    tenant's."""
     client = cluster.client
     mine = "removes"
     with _tenant_share(cluster, tenant, mine) as (_, held, other):
@@ -382,6 +383,9 @@ def test_without_the_policy_a_decision_the_tenant_removes_still_counts(
         eventually(lambda: _edited(tenant, mine, removal), 30, "policy gone")
         assert _decision(tenant, mine, TENANT) is None
         time.sleep(3)  # the extender's watch has seen the edit
+        # ... and a new extender (restarted, or a replica taking over) knows only the API server
+        cluster.extender.kill()
+        cluster.extender.start()
         for name in SHARES:
             client.create(_pod(name, VICTIM, {MEMORY: "20000"}))
         fate = eventually(lambda: _settled(client, SHARES), 120, "victim's shares settled")
