@@ -28,17 +28,20 @@ Who reads what of a cached Pod (:meth:`.state.State.set_pods`, :meth:`.state.Sta
 * ``metadata.name``/``namespace``/``resourceVersion``: the cache's key and ordering, and the
   log line about a refused decision; ``metadata.uid``: whose holding it is;
 * ``metadata.annotations``, only :data:`DECISION_ANNOTATION` (the decision);
+* ``status.conditions``, only the one of type :data:`DECISION_CONDITION` (the extender's
+  record of the decision), its ``type``, ``status`` and ``message``;
 * ``spec.nodeName``: a decision counts only on the node the pod is bound to;
 * ``status.phase``: a finished pod holds nothing;
-* with a decision only, ``spec.containers``: each container's ``name`` and the
-  ``kubeacc.io/gpu*`` entries of ``resources.requests``/``limits`` (the decision must be
-  what the container asks for, :func:`.trusted.decision_problem`); containers that ask no GPU
-  cannot be named by a consistent decision and are left out. Init containers, other
-  resources, images, environment, volumes, conditions, ...: not read.
+* with a decision (annotation or record) only, ``spec.containers``: each container's ``name`` and
+  the ``kubeacc.io/gpu*`` entries of ``resources.requests``/``limits`` (the decision must be what
+  the container asks for, :func:`.trusted.decision_problem`); containers that ask no GPU cannot be
+  named by a consistent decision and are left out. Init containers, other resources, images,
+  environment, volumes, conditions, ...: not read.
 
 A kept object is for reading only: no write is built from one. The extender's writes to pods
-are a merge patch of the decision annotation (with the uid from the scheduler's bind call) and
-a ``pods/binding`` (:class:`.kube.KubeBinder`); bind reads the pod it binds with a GET
+are a patch of the decision condition (``pods/status``) and one of the decision annotation
+(both with the uid from the scheduler's bind call) and a ``pods/binding``
+(:class:`.kube.KubeBinder`); bind reads the pod it binds with a GET
 (``KubeBinder.get_pod``), whole, not from the cache. A new reader of another field adds it here
 (tests/extender/test_kept.py answers the same pods on whole and on kept caches).
 """
@@ -49,7 +52,7 @@ from typing import Any
 
 from kubeacc.crds.keep import identity, pick, shared
 from kubeacc.extender.wants import GPU
-from kubeacc.model.names import DECISION_ANNOTATION
+from kubeacc.model.names import DECISION_ANNOTATION, DECISION_CONDITION
 
 SPEC = ("node", "deviceName", "cordoned")
 #: Of ``status.device`` (see the module docstring); ``pci``, ``health`` and ``links`` are cut
@@ -117,23 +120,33 @@ def pod(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}
     kept_meta = identity(obj)
     spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
     kept_spec: dict[str, Any] = pick(spec, ("nodeName",))
     notes = meta.get("annotations") or {}
+    record = [
+        pick(c, ("type", "status", "message"), share=False)
+        for c in status.get("conditions") or []
+        if isinstance(c, dict) and c.get("type") == DECISION_CONDITION
+    ]
     if DECISION_ANNOTATION in notes:
         kept_meta["annotations"] = {DECISION_ANNOTATION: notes[DECISION_ANNOTATION]}
-        if notes[DECISION_ANNOTATION]:
-            containers = []
-            for c in spec.get("containers") or []:
-                if not isinstance(c, dict):
-                    continue
-                resources = _resources(c.get("resources"))
-                if resources:
-                    containers.append({"name": shared(c.get("name", "")), "resources": resources})
-            kept_spec["containers"] = containers
+    if notes.get(DECISION_ANNOTATION) or record:
+        containers = []
+        for c in spec.get("containers") or []:
+            if not isinstance(c, dict):
+                continue
+            resources = _resources(c.get("resources"))
+            if resources:
+                containers.append({"name": shared(c.get("name", "")), "resources": resources})
+        kept_spec["containers"] = containers
     out: dict[str, Any] = {"metadata": kept_meta, "spec": kept_spec}
-    phase = (obj.get("status") or {}).get("phase")
-    if phase is not None:
-        out["status"] = {"phase": shared(phase)}
+    kept_status: dict[str, Any] = {}
+    if status.get("phase") is not None:
+        kept_status["phase"] = shared(status["phase"])
+    if record:
+        kept_status["conditions"] = record
+    if kept_status:
+        out["status"] = kept_status
     return out
 
 

@@ -1,7 +1,7 @@
 """The extender's Kubernetes side: watches that feed :class:`State`, the binder, the Lease.
 
 * Accelerators (``kubeacc.io/v1alpha1``, written by the node agents): the GPUs of each node.
-* Pods (all namespaces): who holds what, from the decision annotation of bound pods.
+* Pods (all namespaces): who holds what, from the decision recorded on bound pods.
 
 Both are list-then-watch caches (:class:`kubeacc.crds.watch.WatchCache`); each event updates
 only the node it concerns; a (re)list replaces the whole view. The caches hold only the fields
@@ -28,6 +28,7 @@ from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.crds.watch import WatchCache
 from kubeacc.extender import kept
 from kubeacc.extender.state import Gpu, State, gpu_of
+from kubeacc.extender.trusted import decision_condition
 from kubeacc.extender.wants import Decision
 from kubeacc.model import Device, ModelError
 from kubeacc.model.names import DECISION_ANNOTATION
@@ -181,7 +182,17 @@ class KubeBinder:
         return as_dict(self.client.get(Pod, name, namespace=namespace))
 
     def record(self, namespace: str, name: str, uid: str, decision: Decision) -> None:
-        # The uid makes the patch fail on a pod recreated under the same name.
+        """The decision as the pod's condition (the record that counts: a namespace user
+        cannot write ``pods/status``), then as its annotation (docs/security.md)."""
+        # The uid makes the patches fail on a pod recreated under the same name; a strategic
+        # merge patch replaces only the condition of its type.
+        status = {
+            "metadata": {"uid": uid},
+            "status": {"conditions": [decision_condition(decision)]},
+        }
+        self.client.patch(
+            Pod.Status, name, status, namespace=namespace, field_manager=FIELD_MANAGER
+        )
         patch = {"metadata": {"uid": uid, "annotations": {DECISION_ANNOTATION: decision.to_json()}}}
         self.client.patch(Pod, name, patch, namespace=namespace, field_manager=FIELD_MANAGER)
 

@@ -1,9 +1,11 @@
 """The extender's view of the cluster: GPUs per node and who holds what.
 
 Inventory comes from the Accelerators the node agents publish (``status.device``); holdings
-are the decisions recorded on pods (annotation ``kubeacc.io/devices``) of pods bound to the
-node and not finished, plus the reservations of binds in flight. Nothing else is kept, so a
-restarted extender rebuilds exactly the same state from the API server.
+are the decisions recorded on pods (condition ``kubeacc.io/Decided``, else the annotation
+``kubeacc.io/devices``: :mod:`.trusted`) of pods bound to the node and not finished, plus the
+reservations of binds in flight. A pod keeps the decision counted for it while it is bound and
+not finished, whatever later happens to its annotation. Nothing else is kept, so a restarted
+extender rebuilds the same state from the API server.
 
 Each node keeps a small summary (largest free memory of one GPU, free whole GPUs, ...) that is
 refreshed when its holdings change, so Filter and Prioritize answer most pods with one lookup
@@ -347,6 +349,31 @@ class State:
             return None
         return decision
 
+    def _kept(self, pod: Mapping[str, Any], held: Decision | None) -> Decision | None:
+        """What ``pod`` holds, given ``held`` from the pod as it is now: the decision already
+        counted for it while it stays bound to that node and unfinished.
+
+        The extender writes a decision before it binds and never changes it afterwards, so a
+        bound pod whose decision went away or changed was edited by someone else (a tenant,
+        on a cluster without the admission policy): forgetting it would let the next bind
+        put another pod's share on top of the GPU it still uses.
+        """
+        old = self.allocs.get(_uid(pod))
+        if old is None or held == old or _phase(pod) in TERMINAL:
+            return held
+        if (pod.get("spec") or {}).get("nodeName") != old.node:
+            return held
+        meta = pod.get("metadata") or {}
+        log.warning(
+            "pod %s/%s: its decision was %s after it was bound to %s; it still holds %s",
+            meta.get("namespace"),
+            meta.get("name"),
+            "removed" if held is None else "changed",
+            old.node,
+            old.to_json(),
+        )
+        return old
+
     def pod_event(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
         """One watch event of a pod (None: absent)."""
         with self.lock:
@@ -361,6 +388,7 @@ class State:
             held = self._held(new)
             if held is None and uid in self.pending and _phase(new) not in TERMINAL:
                 return  # our bind is in flight: the reservation stands
+            held = self._kept(new, held)
             self.pending.pop(uid, None)
             self._set(uid, held)
             self.sweep()
@@ -370,7 +398,7 @@ class State:
         with self.lock:
             fresh: dict[str, Decision] = {}
             for pod in pods:
-                held = self._held(pod)
+                held = self._kept(pod, self._held(pod))
                 if held is not None:
                     fresh[_uid(pod)] = held
             for uid in self.pending:

@@ -11,11 +11,20 @@ lists is a container of the pod that asks for GPUs, and gets what it asks: as ma
 as it asks for whole GPUs (no memory, no cores), at least one whole GPU for a units request,
 or a share of exactly one GPU with exactly the MiB and percent it asks for. Whether a share
 fits its GPU is checked where the GPU is known (the extender's inventory, the device plugin).
+
+The annotation is on the pod's metadata, which the pod's owner may edit: without the policy, a
+tenant could remove it from its running pod (the extender forgot the GPU share it holds and
+placed another namespace's share on top of it) or point it at another GPU. So the extender
+also records the decision as a pod condition (:data:`DECISION_CONDITION`, written through
+``pods/status``, which a namespace user cannot write), and where the pod has that record it is
+the decision, whatever the annotation says. A pod without the record (decided by an extender
+before this one) falls back to its annotation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from kubeacc.extender.wants import (
@@ -27,7 +36,7 @@ from kubeacc.extender.wants import (
     container_want,
     decision_of,
 )
-from kubeacc.model.names import DECISION_ANNOTATION
+from kubeacc.model.names import DECISION_ANNOTATION, DECISION_CONDITION
 
 
 def decision_problem(pod: Mapping[str, Any], decision: Decision) -> str | None:
@@ -85,15 +94,55 @@ def _assigned_problem(want: ContainerWant, got: Assigned) -> str | None:
     return None
 
 
+def decision_condition(decision: Decision) -> dict[str, str]:
+    """The pod condition recording ``decision`` (the extender's, written at bind)."""
+    return {
+        "type": DECISION_CONDITION,
+        "status": "True",
+        "reason": "Decided",
+        "message": decision.to_json(),
+        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def recorded_text(pod: Mapping[str, Any]) -> str | None:
+    """The decision the extender recorded in the pod's status (its JSON); None: no record."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == DECISION_CONDITION:
+            return str(c.get("message") or "") if c.get("status") == "True" else None
+    return None
+
+
 def trusted_decision(pod: Mapping[str, Any]) -> tuple[Decision | None, str | None]:
-    """(the pod's decision when it counts, why it does not); (None, None): there is none."""
+    """(the pod's decision when it counts, a note); (None, None): there is none.
+
+    The note says why the decision does not count, or, beside a decision that counts, that
+    the pod's annotation disagrees with the extender's record (which is what counts).
+    """
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    if not annotations.get(DECISION_ANNOTATION):
+    annotated = annotations.get(DECISION_ANNOTATION)
+    recorded = recorded_text(pod)
+    if recorded is not None:
+        try:
+            decision = Decision.from_json(recorded)
+        except WantError:
+            return None, f"condition {DECISION_CONDITION} is not a kubeacc decision"
+        problem = decision_problem(pod, decision)
+        if problem:
+            return None, f"{DECISION_CONDITION} refused: {problem}"
+        if annotated != recorded and decision_of(pod) != decision:
+            edit = "removed" if not annotated else "changed"
+            return decision, (
+                f"{DECISION_ANNOTATION} {edit} after the extender decided: its record "
+                f"(condition {DECISION_CONDITION}) counts"
+            )
+        return decision, None
+    if not annotated:
         return None, None
-    decision = decision_of(pod)
-    if decision is None:
+    legacy = decision_of(pod)
+    if legacy is None:
         return None, f"{DECISION_ANNOTATION} is not a kubeacc decision"
-    problem = decision_problem(pod, decision)
+    problem = decision_problem(pod, legacy)
     if problem:
         return None, f"{DECISION_ANNOTATION} refused: {problem}"
-    return decision, None
+    return legacy, None

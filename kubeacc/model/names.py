@@ -25,6 +25,10 @@ PREFER_ANNOTATION = f"{DOMAIN}/prefer-models"
 MIX_ANNOTATION = f"{DOMAIN}/mix-models"
 #: The extender's decision, written on the pod at bind (JSON; kubeacc.extender.wants.Decision).
 DECISION_ANNOTATION = f"{DOMAIN}/devices"
+#: The same decision as the extender's record: a pod condition of this type (message: the
+#: JSON), written through ``pods/status``, which a namespace user cannot write. Where the
+#: annotation disagrees with it (a tenant removed or changed it), the condition counts.
+DECISION_CONDITION = f"{DOMAIN}/Decided"
 
 # -- Accelerator annotation: written by the controller's Cordon, honoured by the agent ----------
 CORDONED_BY_ANNOTATION = f"{DOMAIN}/cordoned-by"

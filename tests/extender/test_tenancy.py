@@ -10,6 +10,7 @@ victim's pods run in namespace ``victim``. See docs/security.md, "Placement deci
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -26,6 +27,7 @@ from kubeacc.controller.controller import Controller
 from kubeacc.crds.deploy import apply_manifest
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
 from kubeacc.extender.wants import DECISION_ANNOTATION, GPU, MEMORY, Assigned, Decision
+from kubeacc.model.names import DECISION_CONDITION
 from kubeacc.testbed.identities import cert_client
 from tests.crdfixtures import create_operation, operation_finished, running, wait_for
 from tests.extender.clusterlib import Cluster, extender_cluster, limits_pod
@@ -280,3 +282,141 @@ def test_without_the_policy_forged_decisions_get_no_gpu(
         for i in range(3):
             with contextlib.suppress(ApiError):
                 client.delete(Pod, f"share-{i}", namespace=VICTIM, grace_period=0)
+
+
+def _edited(tenant: Client, name: str, patch: dict[str, Any]) -> bool:
+    """The tenant's patch of its own pod, False while the policy is still loaded."""
+    try:
+        tenant.patch(Pod, name, patch, namespace=TENANT)
+    except ApiError as err:
+        assert err.status.code == 403, err.status
+        return False
+    return True
+
+
+def _unschedulable(client: Client, name: str, namespace: str) -> str | None:
+    for c in (_get(client, name, namespace).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return str(c.get("message") or "unschedulable")
+    return None
+
+
+def _settled(client: Client, names: tuple[str, ...]) -> dict[str, str] | None:
+    """Each pod's fate once every one is running or refused by the scheduler."""
+    out = {}
+    for name in names:
+        if _phase(client, name, VICTIM) == "Running":
+            out[name] = "Running"
+        elif _unschedulable(client, name, VICTIM):
+            out[name] = "Unschedulable"
+        else:
+            return None
+    return out
+
+
+def _gone(client: Client, namespace: str, but: tuple[str, ...] = ()) -> bool:
+    """No pod of ``namespace`` is left but those named ``but``."""
+    pods = [p.metadata.name for p in client.list(Pod, namespace=namespace) if p.metadata]
+    return not [n for n in pods if n not in but]
+
+
+SHARES = ("v-1", "v-2")
+
+
+@contextlib.contextmanager
+def _tenant_share(
+    cluster: Cluster, tenant: Client, mine: str
+) -> Iterator[tuple[Decision, str, str]]:
+    """Policy off, the tenant's 20,000 MiB share (pod ``mine``) running on one L4 of gpu-a:
+    yields its decision, that GPU and gpu-a's other L4; then the policy back, the pods gone."""
+    client = cluster.client
+    eventually(lambda: _gone(client, TENANT) and _gone(client, VICTIM, ("holder",)), 60, "gone")
+    # Allocate names no pod: one of an earlier test that the kubelet admits as it is deleted
+    # would take the decision of the tenant's pod (the same amount) in its place
+    time.sleep(2)
+    client.delete(ValidatingAdmissionPolicyBinding, POLICY)
+    try:
+        tenant.create(_pod(mine, TENANT, {MEMORY: "20000"}))
+        eventually(lambda: _phase(tenant, mine, TENANT) == "Running", 120, "tenant's share")
+        decided = _decision(tenant, mine, TENANT)
+        assert decided is not None and decided.node == "gpu-a"
+        (held,) = decided.containers[0].devices
+        (record,) = cluster.testbed.node("gpu-a").container_records(namespace=TENANT, pod=mine)
+        assert record.envs["ACCELERATOR_UNITS"] == held
+        (other,) = [b for b in _gpu_use(cluster, "gpu-a") if b != held]
+        yield decided, held, other
+        # what counted: the extender's record, kept through the kubelet's status updates
+        conditions = _get(tenant, mine, TENANT)["status"]["conditions"]
+        (kept,) = [c for c in conditions if c["type"] == DECISION_CONDITION]
+        assert Decision.from_json(kept["message"]) == decided
+    finally:
+        apply_manifest(client, "admission/extender-decisions.yaml")
+        with contextlib.suppress(ApiError):
+            client.delete(Pod, mine, namespace=TENANT, grace_period=0)
+        for name in SHARES:
+            with contextlib.suppress(ApiError):
+                client.delete(Pod, name, namespace=VICTIM, grace_period=0)
+
+
+def _placed(cluster: Cluster, name: str) -> str:
+    """The GPU a victim's running share was decided, checked against what its container got."""
+    got = _decision(cluster.client, name, VICTIM)
+    assert got is not None
+    (bdf,) = got.containers[0].devices
+    # the newest: a pod of that name may have run before (the device plugin forgets it)
+    record = cluster.testbed.node("gpu-a").container_records(namespace=VICTIM, pod=name)[-1]
+    assert record.envs["ACCELERATOR_UNITS"] == bdf
+    return bdf
+
+
+def test_without_the_policy_a_decision_the_tenant_removes_still_counts(
+    cluster: Cluster, tenant: Client, victim: str
+) -> None:
+    """The second fence for a decision a tenant removes from its own running pod (issue 43):
+    the extender keeps counting the GPU share, also after a restart, so another namespace's
+    share goes to the other GPU and a second one is refused, never put on top of the
+    tenant's."""
+    client = cluster.client
+    mine = "removes"
+    with _tenant_share(cluster, tenant, mine) as (_, held, other):
+        removal: dict[str, Any] = {"metadata": {"annotations": {DECISION_ANNOTATION: None}}}
+        eventually(lambda: _edited(tenant, mine, removal), 30, "policy gone")
+        assert _decision(tenant, mine, TENANT) is None
+        time.sleep(3)  # the extender's watch has seen the edit
+        # ... and a new extender (restarted, or a replica taking over) knows only the API server
+        cluster.extender.kill()
+        cluster.extender.start()
+        for name in SHARES:
+            client.create(_pod(name, VICTIM, {MEMORY: "20000"}))
+        fate = eventually(lambda: _settled(client, SHARES), 120, "victim's shares settled")
+        # (a third 20,000 MiB on gpu-a is over the node's 46,068 advertised MiB: the kubelet's
+        # own count refuses it whatever the extender decides)
+        assert sorted(fate.values()) == ["Running", "Unschedulable"], fate
+        (placed,) = [n for n, f in fate.items() if f == "Running"]
+        bdf = _placed(cluster, placed)
+        assert bdf == other, f"the victim's 20,000 MiB share was put on the tenant's GPU {bdf}"
+        use = _gpu_use(cluster, "gpu-a")
+        assert use[held]["used"]["memory"] == use[other]["used"]["memory"] == 20000, use
+        _victim_unharmed(cluster, victim)
+
+
+def test_without_the_policy_a_decision_the_tenant_changes_still_counts(
+    cluster: Cluster, tenant: Client, victim: str
+) -> None:
+    """The same for a decision the tenant points at the node's other GPU: the extender keeps
+    the GPU it decided, so another namespace's share goes to the GPU the tenant named."""
+    client = cluster.client
+    mine = "changes"
+    with _tenant_share(cluster, tenant, mine) as (decided, held, other):
+        moved = Decision("gpu-a", (Assigned("main", (other,), memory=20000),), at=decided.at)
+        change = {"metadata": {"annotations": {DECISION_ANNOTATION: moved.to_json()}}}
+        eventually(lambda: _edited(tenant, mine, change), 30, "policy gone")
+        assert _decision(tenant, mine, TENANT) == moved
+        time.sleep(3)
+        client.create(_pod(SHARES[0], VICTIM, {MEMORY: "20000"}))
+        eventually(lambda: _phase(client, SHARES[0], VICTIM) == "Running", 120, "victim's share")
+        bdf = _placed(cluster, SHARES[0])
+        assert bdf == other, f"the victim's 20,000 MiB share was put on the tenant's GPU {bdf}"
+        use = _gpu_use(cluster, "gpu-a")
+        assert use[held]["used"]["memory"] == use[other]["used"]["memory"] == 20000, use
+        _victim_unharmed(cluster, victim)

@@ -4,12 +4,14 @@ A type configured ``shared: true`` is served as three resources whose device IDs
 meaning of their own: ``kubeacc.io/gpu-memory`` (one ID per MiB of each healthy GPU),
 ``kubeacc.io/gpu-cores`` (100 per GPU) and the whole-GPU resource (``kubeacc.io/gpu`` or
 ``kubeacc.io/gpu-<model>``, one per GPU). The kubelet only counts them; ``kubeacc extender``
-decides which GPU each container gets and records it on the pod (annotation
-``kubeacc.io/devices``). Allocate carries no pod identity, so :class:`DecisionLookup` finds the
-container being admitted: among the pods bound to this node with a decision, the first, in the
-order the extender decided (and bound) them, whose request of that resource equals the number
-of IDs asked and whose decision was not handed out yet. A container without a decision gets an
-Allocate error, never a GPU picked at random.
+decides which GPU each container gets and records it on the pod (condition
+``kubeacc.io/Decided``, which a namespace user cannot write, and annotation
+``kubeacc.io/devices``; where they disagree the condition counts: kubeacc/extender/trusted.py).
+Allocate carries no pod identity, so :class:`DecisionLookup` finds the container being admitted:
+among the pods bound to this node with a decision, the first, in the order the extender decided
+(and bound) them, whose request of that resource equals the number of IDs asked and whose
+decision was not handed out yet. A container without a decision gets an Allocate error, never a
+GPU picked at random.
 
 The kubelet reads a plugin's device list as one gRPC message of at most 4 MiB: about 200,000
 IDs. A node's GPU memory is advertised up to :data:`MAX_MEMORY_UNITS` MiB; GPUs beyond it are
@@ -144,7 +146,10 @@ class DecisionLookup:
     ``list_pods`` returns the node's pods as dicts; ``allocated`` the (pod, container,
     resource) triples the kubelet already allocated (its PodResources API). Each decision is
     handed out once per resource; a restarted agent first counts what the kubelet allocated
-    before it as handed out.
+    before it as handed out. What a container was handed stays what it holds, for the room
+    left next to it, even when its pod's decision is later removed or changed. All of it is
+    forgotten when the pod finishes or goes, or comes back under its name as a new pod (a
+    StatefulSet's), whose decision is its own.
 
     Order: decisions in the order the extender made them (``at``; it binds the pods of one node
     in that order, so the kubelet learns of them in that order and admits them so). The
@@ -163,6 +168,10 @@ class DecisionLookup:
         self.list_pods = list_pods
         self.allocated = allocated
         self._handed: set[tuple[str, str, str]] = set()
+        #: What each (pod, container) served was handed, as decided then.
+        self._gave: dict[tuple[str, str], Assigned] = {}
+        #: The uid of each listed, unfinished pod (namespace/name) the last call saw.
+        self._uids: dict[str, str] = {}
         self._seeded = allocated is None
         self._last: tuple[str, str] | None = None
         self._lock = threading.Lock()
@@ -175,6 +184,24 @@ class DecisionLookup:
             self._seeded = True
         except Exception as err:  # the kubelet's pod-resources API is optional here
             log.debug("pod resources: %s", err)
+
+    def _forget(self, pods: list[dict[str, Any]]) -> None:
+        """Drop what was handed out to pods gone, finished or recreated since the last call.
+
+        The kubelet's pod-resources API names pods, not their uids: a pod recreated under the
+        same name would otherwise find its containers "handed out" already and be refused.
+        """
+        live: dict[str, str] = {}
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                key = f"{meta.get('namespace')}/{meta.get('name')}"
+                live[key] = str(meta.get("uid") or "")
+        stale = {k for k, uid in self._uids.items() if live.get(k, uid) != uid}
+        keep = live.keys() - stale
+        self._handed = {h for h in self._handed if h[0] in keep}
+        self._gave = {k: v for k, v in self._gave.items() if k[0] in keep}
+        self._uids = live
 
     def find(
         self,
@@ -194,7 +221,9 @@ class DecisionLookup:
             raise AllocationError(f"cannot read the pods of node {self.node}: {err}") from err
         with self._lock:
             self._seed()
+            self._forget(pods)
             candidates: list[tuple[bool, float, str, str, Found]] = []
+            deciding: dict[tuple[str, str], Assigned] = {}
             undecided = 0
             refused: list[str] = []
             served: list[tuple[str, Assigned]] = []
@@ -205,14 +234,17 @@ class DecisionLookup:
                     continue
                 key_pod = f"{meta.get('namespace')}/{meta.get('name')}"
                 decision, why = trusted_decision(pod)
+                if decision is not None and why:
+                    log.warning("pod %s: %s", key_pod, why)
                 if decision is not None and decision.node != self.node:
                     why = f"decided for node {decision.node}"
                     decision = None
                 for c in (pod.get("spec") or {}).get("containers") or []:
                     name = str(c.get("name", ""))
                     got = decision.container(name) if decision else None
-                    if got is not None and (key_pod, name) in handed:
-                        served.append((key_pod, got))
+                    gave = self._gave.get((key_pod, name), got)
+                    if gave is not None and (key_pod, name) in handed:
+                        served.append((key_pod, gave))
                     try:
                         want = container_want(name, c.get("resources"))
                     except WantError:
@@ -240,6 +272,7 @@ class DecisionLookup:
                     candidates.append(
                         (latest, decision.at if decision else 0.0, key_pod, name, found)
                     )
+                    deciding[key_pod, name] = got
             if not candidates:
                 hint = f" ({undecided} container(s) ask for it without one)" if undecided else ""
                 if refused:
@@ -261,6 +294,9 @@ class DecisionLookup:
             if devices is not None and all(b in devices for b in chosen.devices):
                 _check_room(kind, chosen, devices)
             self._handed.add((chosen.pod, chosen.container, resource))
+            self._gave.setdefault(
+                (chosen.pod, chosen.container), deciding[chosen.pod, chosen.container]
+            )
             self._last = (chosen.pod, chosen.container)
         return chosen
 
