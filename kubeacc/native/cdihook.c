@@ -1,6 +1,7 @@
 /* kubeacc-cdi-hook: kube-acc's CDI createContainer hook.
  *
- *   kubeacc-cdi-hook update-ldcache [--ldconfig PATH] --folder DIR... [--link TARGET::/LINK...]
+ *   kubeacc-cdi-hook update-ldcache [--ldconfig PATH] [--ldconfig-timeout SECONDS] --folder DIR...
+ *                   [--link TARGET::/LINK...]
  *
  * runc runs it as root with every capability, in the container's mount namespace after the
  * mounts and before the switch to the container's root, with the container's state (JSON) on
@@ -22,7 +23,7 @@
  * - ldconfig runs in a mount namespace of its own whose root is the container's root (the host
  *   is unmounted from it; its /proc, /sys and /dev are covered by empty tmpfs), as nobody
  *   (65534) with no capability, no_new_privs, no environment, no descriptor of the runtime and
- *   limits on CPU, file size and time. It writes the cache only to its own tmpfs; the hook
+ *   limits on CPU, file size and time (--ldconfig-timeout, 30 s by default). It writes the cache only to its own tmpfs; the hook
  *   copies the cache into <root>/etc/ld.so.cache as above. It does not make links (-X): the
  *   links the driver needs are the hook's --link arguments.
  *
@@ -65,7 +66,8 @@
 #define MAX_ARGS 64
 #define MAX_DEPTH 64
 #define NOBODY 65534
-#define LDCONFIG_SECONDS 30
+/* How long ldconfig may take (--ldconfig-timeout; CPU and wall clock). */
+static int ldconfig_seconds = 30;
 #define CONF_DIR "/etc/ld.so.conf.d"
 #define CONF_NAME "00-kubeacc-driver.conf"
 #define CACHE_DIR "/etc"
@@ -520,7 +522,7 @@ static void run_ldconfig(int ldfd, char **folders, int nf) {
     argv[argc] = NULL;
     char *envp[] = {NULL};
     int null[2];
-    struct rlimit cpu = {LDCONFIG_SECONDS, LDCONFIG_SECONDS}, fsize = {MAX_CACHE, MAX_CACHE};
+    struct rlimit cpu = {(rlim_t)ldconfig_seconds, (rlim_t)ldconfig_seconds}, fsize = {MAX_CACHE, MAX_CACHE};
     struct rlimit nofile = {256, 256}, core = {0, 0};
     if (pipe(null) != 0 || dup2(null[0], 0) < 0 || dup2(2, 1) < 0) _exit(say("ldconfig: cannot set up its descriptors"));
     int keep = ldfd < 3 ? 3 : ldfd;
@@ -557,7 +559,7 @@ static int ldconfig_child(const char *rootfs, int ldfd, int out, char **folders,
     int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     struct pollfd ready = {pidfd, POLLIN, 0};
     int r = 0;
-    while (pidfd >= 0 && (r = poll(&ready, 1, LDCONFIG_SECONDS * 1000)) < 0 && errno == EINTR) {
+    while (pidfd >= 0 && (r = poll(&ready, 1, ldconfig_seconds * 1000)) < 0 && errno == EINTR) {
     }
     if (pidfd < 0 || r < 0) {
         kill(pid, SIGKILL);
@@ -567,7 +569,7 @@ static int ldconfig_child(const char *rootfs, int ldfd, int out, char **folders,
     if (r == 0) {
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
-        return say("ldconfig did not finish in %d s", LDCONFIG_SECONDS);
+        return say("ldconfig did not finish in %d s", ldconfig_seconds);
     }
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) return say("cannot wait for ldconfig: %s", strerror(errno));
@@ -624,7 +626,7 @@ int main(int argc, char **argv) {
     int nf = 0, nl = 0, nld = 2;
     clearenv();
     if (argc < 2 || strcmp(argv[1], "update-ldcache") != 0) {
-        fputs("usage: kubeacc-cdi-hook update-ldcache [--ldconfig PATH] --folder DIR... "
+        fputs("usage: kubeacc-cdi-hook update-ldcache [--ldconfig PATH] [--ldconfig-timeout S] --folder DIR... "
               "[--link TARGET::/LINK...]\n",
               stderr);
         return 2;
@@ -634,6 +636,12 @@ int main(int argc, char **argv) {
         if (more && strcmp(argv[i], "--folder") == 0 && nf < MAX_ARGS) folders[nf++] = argv[++i];
         else if (more && strcmp(argv[i], "--link") == 0 && nl < MAX_ARGS) links[nl++] = argv[++i];
         else if (more && strcmp(argv[i], "--ldconfig") == 0) ldpaths[0] = argv[++i], nld = 1;
+        else if (more && strcmp(argv[i], "--ldconfig-timeout") == 0) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > 600) return say("--ldconfig-timeout %s: expected 1-600 seconds", argv[i]), 2;
+            ldconfig_seconds = (int)v;
+        }
         else {
             say("unexpected argument %s", argv[i]);
             return 2;
