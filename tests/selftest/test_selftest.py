@@ -11,6 +11,7 @@ import pytest
 
 from kubeacc.agent.userspace.provider import DriverUserSpace
 from kubeacc.selftest import prepare
+from kubeacc.selftest import report as selftest_report
 from kubeacc.synthetic.host import SyntheticHost
 from tests.cli.clirun import kubeacc
 from tests.driverroot import LIB_DIR, driver_version, stand_in_driver
@@ -185,3 +186,12 @@ def test_a_node_without_nvidia_gpus_skips_the_nvidia_checks(
     assert rc == 0
     assert {c["status"] for c in report["checks"]} == {"skip"}, report
     assert report["node"]["driver"] == "none loaded"
+
+
+def test_a_containers_output_cannot_drive_the_terminal_or_forge_a_line() -> None:
+    """Issue 43: a detail may quote the smoke image's output; the text report escapes it."""
+    shown = "exit 1: \x1b[2J\x1b[HPASS  all\nok"
+    report = selftest_report.Report({"host": "n1"}, [selftest_report.failed("CUDA smoke", shown)])
+    lines = report.text().splitlines()
+    assert lines[2] == "FAIL  CUDA smoke: exit 1: \\x1b[2J\\x1b[HPASS  all\\nok"
+    assert len(lines) == 4 and "\x1b" not in report.text()
