@@ -25,6 +25,27 @@ from kubeacc.agent.userspace.provider import DriverUserSpace
 from kubeacc.model import Device
 from kubeacc.selftest.report import Check, failed, passed, skipped
 
+#: containerd's default capabilities of a container (``ctr run``'s spec), every one dropped:
+#: the smoke programs need none (the CDI hook runs in the runtime's context, not theirs).
+DEFAULT_CAPS = (
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+)
+#: The image is treated as hostile (docs/security.md): its containers get the runtime's
+#: default seccomp profile, which ``ctr`` applies only when asked, and no capabilities.
+CONFINED = ("--seccomp", *(a for cap in DEFAULT_CAPS for a in ("--cap-drop", cap)))
 NAME = "CUDA smoke in a container"
 KIND = "kubeacc.io/selftest"
 CONTAINER_PROGRAM = "/kubeacc-cuda-smoke"
@@ -60,8 +81,9 @@ class Runtime:
         return ""
 
     def run_args(self) -> list[str]:
-        """``ctr run``'s options for what every smoke container gets."""
-        return [a for e in self.env for a in ("--env", e)]
+        """``ctr run``'s options for what every smoke container gets: confined, with the
+        extra environment."""
+        return [*CONFINED, *(a for e in self.env for a in ("--env", e))]
 
 
 def smoke_check(rt: Runtime, us: DriverUserSpace, gpu: Device | None) -> Check:
