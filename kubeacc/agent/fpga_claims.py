@@ -57,23 +57,35 @@ class ClaimProgrammer:
 
     def _card_and_image(
         self, device_name: str, bitstream: str, digest: str
-    ) -> tuple[Device, FPGAState, FpgaImage]:
-        """The FPGA ``device_name`` of this node (device and its FPGA facts) and the library's
-        image of the bitstream; raises :class:`ProgrammingRefused` for either missing."""
+    ) -> tuple[Device, FPGAState, FpgaImage, set[str]]:
+        """The FPGA ``device_name`` of this node (device and its FPGA facts), the library's
+        image of the bitstream and the digests the policies of the device allow; raises
+        :class:`ProgrammingRefused` for either missing or a digest no policy allows.
+
+        The allow-list comes first: the claim's name and digest are a namespace user's, and
+        the library is read (whole, up to its size limit) only for a bitstream an admin
+        allowed; a name of any large library file would otherwise make the agent read it."""
         device = self._device(device_name)
         if device is None or device.fpga is None:
             raise ProgrammingRefused(f"{device_name} is not an FPGA on this node")
+        sha256 = digest.removeprefix("sha256:")
+        allowed = allowed_bitstream_digests(self.policies(), device)
+        if sha256 not in allowed:
+            raise ProgrammingRefused(
+                f"BitstreamNotAllowed: {bitstream} (sha256 {sha256[:12]}…) is not allowed "
+                f"by the AcceleratorPolicies that select {device_name}"
+            )
         try:
-            image = self.library.load(bitstream, digest.removeprefix("sha256:"))
+            image = self.library.load(bitstream, sha256)
         except HostError as err:
             raise ProgrammingRefused(f"{err.reason}: {err}") from None
-        return device, device.fpga, image
+        return device, device.fpga, image, allowed
 
     def verify(self, device_name: str, bitstream: str, digest: str) -> str:
         """Check that ``device_name`` carries the bitstream (loaded before binding,
         kubeacc.agent.dra.binding); raises :class:`NotProgrammed` when it does not."""
         with self._lock:
-            _, fpga, image = self._card_and_image(device_name, bitstream, digest)
+            _, fpga, image, _ = self._card_and_image(device_name, bitstream, digest)
             if fpga.afu_id != image.afu_id:
                 raise NotProgrammed(
                     f"NotProgrammed: {device_name} carries AFU {fpga.afu_id or 'none'}, "
@@ -88,13 +100,7 @@ class ClaimProgrammer:
         """
         sha256 = digest.removeprefix("sha256:")
         with self._lock:  # one reconfiguration at a time on this node
-            device, fpga, image = self._card_and_image(device_name, bitstream, digest)
-            allowed = allowed_bitstream_digests(self.policies(), device)
-            if sha256 not in allowed:
-                raise ProgrammingRefused(
-                    f"BitstreamNotAllowed: {bitstream} (sha256 {sha256[:12]}…) is not allowed "
-                    f"by the AcceleratorPolicies that select {device_name}"
-                )
+            device, fpga, image, allowed = self._card_and_image(device_name, bitstream, digest)
             if fpga.afu_id == image.afu_id:
                 return f"{device_name} already carries AFU {image.afu_id}"
             try:

@@ -184,7 +184,15 @@ def parse_config(parameters: Any) -> AnyConfig:
         return cfg
     except msgspec.ValidationError as exc:
         kind = parameters.get("kind", "?")
-        raise ConfigError(f"invalid {kind}: {_problem(str(exc))}") from None
+        kind = kind if kind in KINDS else repr(str(kind)[:80])
+        raise ConfigError(one_line(f"invalid {kind}: {_problem(str(exc))}")) from None
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped (``\\n``). A claim's config is a
+    namespace user's: its kind or an unknown field's name, quoted in the error, goes to the
+    agent's log and the pod's events, and must not start a line there."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _problem(message: str) -> str:

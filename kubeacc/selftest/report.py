@@ -28,7 +28,10 @@ class Check:
         return self.status is not Status.FAIL
 
     def line(self) -> str:
-        return f"{self.status.upper()}  {self.name}" + (f": {self.detail}" if self.detail else "")
+        """One terminal line; control characters escaped: a detail may quote what a container
+        of the smoke image printed (an escape sequence, a newline and a forged ``PASS``)."""
+        text = f"{self.status.upper()}  {self.name}" + (f": {self.detail}" if self.detail else "")
+        return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def passed(name: str, detail: str = "") -> Check:

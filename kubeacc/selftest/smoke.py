@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from kubeacc.agent.dra.cdi import CDI_VERSION, device_node
 from kubeacc.agent.userspace.nvidia import DriverRootError
@@ -25,6 +27,29 @@ from kubeacc.agent.userspace.provider import DriverUserSpace
 from kubeacc.model import Device
 from kubeacc.selftest.report import Check, failed, passed, skipped
 
+#: containerd's default capabilities of a container (``ctr run``'s spec), every one dropped:
+#: the smoke programs need none (the CDI hook runs in the runtime's context, not theirs).
+DEFAULT_CAPS = (
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FSETID",
+    "CAP_FOWNER",
+    "CAP_MKNOD",
+    "CAP_NET_RAW",
+    "CAP_SETGID",
+    "CAP_SETUID",
+    "CAP_SETFCAP",
+    "CAP_SETPCAP",
+    "CAP_NET_BIND_SERVICE",
+    "CAP_SYS_CHROOT",
+    "CAP_KILL",
+    "CAP_AUDIT_WRITE",
+)
+#: The image is treated as hostile (docs/security.md): its containers get the runtime's
+#: default seccomp profile, which ``ctr`` applies only when asked, and no capabilities.
+CONFINED = ("--seccomp", *(a for cap in DEFAULT_CAPS for a in ("--cap-drop", cap)))
+#: What the self test keeps of each output stream of a container (its report quotes it).
+OUTPUT_MAX = 1 << 20
 NAME = "CUDA smoke in a container"
 KIND = "kubeacc.io/selftest"
 CONTAINER_PROGRAM = "/kubeacc-cuda-smoke"
@@ -60,8 +85,9 @@ class Runtime:
         return ""
 
     def run_args(self) -> list[str]:
-        """``ctr run``'s options for what every smoke container gets."""
-        return [a for e in self.env for a in ("--env", e)]
+        """``ctr run``'s options for what every smoke container gets: confined, with the
+        extra environment."""
+        return [*CONFINED, *(a for e in self.env for a in ("--env", e))]
 
 
 def smoke_check(rt: Runtime, us: DriverUserSpace, gpu: Device | None) -> Check:
@@ -127,8 +153,50 @@ def smoke_check(rt: Runtime, us: DriverUserSpace, gpu: Device | None) -> Check:
 def ctr(rt: Runtime, *args: str, check_timeout: bool = True) -> subprocess.CompletedProcess[str]:
     argv = [str(rt.ctr), f"--address={rt.address}", f"--namespace={rt.namespace}", *args]
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=rt.timeout, check=False)
+        return bounded_run(argv, rt.timeout)
     except subprocess.TimeoutExpired:
         if check_timeout:
             raise
         return subprocess.CompletedProcess(argv, -1, "", "timed out")
+
+
+def bounded_run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run`` for a command that prints what a container prints: the image is
+    treated as hostile, so at most :data:`OUTPUT_MAX` bytes of each stream are kept (the rest
+    is read and dropped) and bytes that are not UTF-8 are replaced, never an exception.
+    TimeoutExpired, with the command killed, after ``timeout`` seconds."""
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    kept: dict[int, bytes] = {}
+
+    def drain(key: int, stream: IO[bytes]) -> None:
+        buf = bytearray()
+        while chunk := stream.read(1 << 16):
+            buf += chunk[: max(0, OUTPUT_MAX - len(buf))]
+        kept[key] = bytes(buf)
+
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [
+        threading.Thread(target=drain, args=(i, s), daemon=True)
+        for i, s in enumerate((proc.stdout, proc.stderr))
+    ]
+    for r in readers:
+        r.start()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for r in readers:
+            r.join(5)
+        proc.stdout.close()
+        proc.stderr.close()
+
+    def text(key: int) -> str:
+        raw = kept.get(key, b"").decode(errors="replace")
+        return raw.replace("\r\n", "\n").replace("\r", "\n")
+
+    return subprocess.CompletedProcess(argv, proc.returncode, text(0), text(1))

@@ -76,6 +76,11 @@ MALFORMED = [
         {"action": "MigMode", "targets": ["a"], "migMode": {"enabled": 1.5}},
         "spec.migMode.enabled: Expected `bool`, got `float`",
     ),
+    # the node joins it into /sys/bus/pci/drivers/<driver>/bind (issue 43)
+    (
+        {"action": "Detach", "targets": ["a"], "detach": {"driver": "../../../x"}},
+        "spec.detach.driver: Expected `str` matching regex",
+    ),
 ]
 #: What pydantic coerced ("60" for 60, "yes" for true) and the API server's schema refuses:
 #: refused here too, as the API server would.

@@ -70,6 +70,25 @@ def test_bad_configs_are_clear_errors(params: object, message: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "params",
+    [
+        {"apiVersion": V, "kind": "GpuConfig\nINFO forged line"},
+        {"apiVersion": V, "kind": "GpuConfig", "x\rINFO forged line": 1},
+        {"apiVersion": V, "kind": "GpuConfig", "sharing": {"strategy": "MPS\u2028forged"}},
+        {"apiVersion": "v1\nforged", "kind": "GpuConfig"},
+    ],
+)
+def test_a_claims_strings_never_start_a_line_of_the_error(params: object) -> None:
+    """Issue 43: the error goes to the agent's log and the pod's events; a namespace user
+    writes the claim's config, so nothing of it may break the line."""
+    with pytest.raises(ConfigError) as err:
+        parse_config(params)
+    message = str(err.value)
+    assert message.isprintable(), message
+    assert "forged" in message
+
+
+@pytest.mark.parametrize(
     "sharing",
     [
         {},

@@ -4,13 +4,15 @@ expects it, and each check failing, by name and with its reason, when one thing 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kubeacc.agent.userspace.provider import DriverUserSpace
-from kubeacc.selftest import prepare
+from kubeacc.selftest import prepare, smoke
+from kubeacc.selftest import report as selftest_report
 from kubeacc.synthetic.host import SyntheticHost
 from tests.cli.clirun import kubeacc
 from tests.driverroot import LIB_DIR, driver_version, stand_in_driver
@@ -185,3 +187,33 @@ def test_a_node_without_nvidia_gpus_skips_the_nvidia_checks(
     assert rc == 0
     assert {c["status"] for c in report["checks"]} == {"skip"}, report
     assert report["node"]["driver"] == "none loaded"
+
+
+def test_a_containers_output_cannot_drive_the_terminal_or_forge_a_line() -> None:
+    """Issue 43: a detail may quote the smoke image's output; the text report escapes it."""
+    shown = "exit 1: \x1b[2J\x1b[HPASS  all\nok"
+    report = selftest_report.Report({"host": "n1"}, [selftest_report.failed("CUDA smoke", shown)])
+    lines = report.text().splitlines()
+    assert lines[2] == "FAIL  CUDA smoke: exit 1: \\x1b[2J\\x1b[HPASS  all\\nok"
+    assert len(lines) == 4 and "\x1b" not in report.text()
+
+
+def test_a_containers_output_is_kept_bounded_and_never_fails_to_decode(tmp_path: Path) -> None:
+    """Issue 43: what a smoke container prints is the image's. 3 MiB on stdout keep 1 MiB;
+    bytes that are not UTF-8 on stderr are replaced; a run past the timeout is killed."""
+    fake = tmp_path / "ctr"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'if [ "$3" = sleep ]; then exec sleep 30; fi\n'
+        "head -c 3145728 /dev/zero | tr '\\0' x\n"
+        "printf 'bad \\377\\376 bytes\\r\\n' >&2\n"
+    )
+    fake.chmod(0o755)
+    rt = smoke.Runtime(fake, tmp_path / "sock", "img", tmp_path / "prog", timeout=2)
+    done = smoke.ctr(rt, "run")
+    assert done.returncode == 0
+    assert len(done.stdout) == smoke.OUTPUT_MAX and set(done.stdout) == {"x"}
+    assert done.stderr == "bad \ufffd\ufffd bytes\n"
+    with pytest.raises(subprocess.TimeoutExpired):
+        smoke.ctr(rt, "sleep")
+    assert smoke.ctr(rt, "sleep", check_timeout=False).returncode == -1

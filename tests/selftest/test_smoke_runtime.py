@@ -18,7 +18,7 @@ import pytest
 
 from kubeacc.model import Device
 from kubeacc.native import build
-from kubeacc.selftest import prepare
+from kubeacc.selftest import prepare, smoke
 from kubeacc.testbed.images import busybox_layer, write_image
 from kubeacc.testbed.kubelet import make_device_nodes
 from kubeacc.testbed.runtime import Containerd, ensure_runtime
@@ -197,3 +197,25 @@ def test_an_image_the_runtime_lacks_fails_with_its_message(
     assert rc == 1 and smoke["status"] == "fail"
     assert "image kubeacc.local/absent:1: exit 1:" in smoke["detail"]
     assert "not found" in smoke["detail"]
+
+
+def test_the_self_tests_containers_are_confined(containerd: Containerd, tmp_path: Path) -> None:
+    """Issue 43: the smoke image is treated as hostile. Its containers run under the runtime's
+    default seccomp profile (ctr applies none unless asked) and without capabilities."""
+    rt = smoke.Runtime(
+        containerd.bin_dir / "ctr", containerd.socket, IMAGE, tmp_path / "none", namespace="k8s.io"
+    )
+    done = smoke.ctr(
+        rt,
+        "run",
+        "--rm",
+        *rt.run_args(),
+        IMAGE,
+        "kubeacc-selftest-confined",
+        "sh",
+        "-c",
+        "grep -E '^(CapEff|CapBnd|Seccomp):' /proc/self/status",
+    )
+    assert done.returncode == 0, done.stderr
+    status = dict(line.split(":\t", 1) for line in done.stdout.splitlines())
+    assert status == {"CapEff": "0000000000000000", "CapBnd": "0000000000000000", "Seccomp": "2"}

@@ -9,12 +9,19 @@ pipe directory (``nvidia-cuda-mps-control.pid``), so a restarted agent finds the
 predecessor started.
 
 A container of a claim that uses MPS gets the pipe directory mounted at MPS's default place,
-``/tmp/nvidia-mps``, and ``CUDA_MPS_PIPE_DIRECTORY`` pointing there.
+``/tmp/nvidia-mps``, and ``CUDA_MPS_PIPE_DIRECTORY`` pointing there. The mount is writable, so
+whatever is in the pipe directory may be a container's (docs/security.md, "Node-side threat
+model"): the pid file is read without following a link, opening anything but a regular file or
+reading more than a line, and a daemon starts in an emptied directory, so that nothing a
+container left there (a link to a host file where the daemon makes its files) is used by the
+daemon, which runs as root.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 from pathlib import Path
 
 from kubeacc.host import Host
@@ -26,6 +33,8 @@ PID_FILE = "nvidia-cuda-mps-control.pid"
 #: Where a container finds the pipes (MPS clients look there when the variable is unset, too).
 CONTAINER_PIPE_DIR = "/tmp/nvidia-mps"
 ENV_PIPE = "CUDA_MPS_PIPE_DIRECTORY"
+#: More than any pid file holds (a pid and a newline).
+PID_FILE_MAX = 32
 
 
 class MpsError(Exception):
@@ -45,6 +54,55 @@ def alive(pid: int) -> bool:
     except OSError:
         return True
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def read_pid_file(path: Path) -> int | None:
+    """The pid in ``path``, or None. The file is in a directory containers write to: a link
+    is not followed, nothing but a regular file is opened (a FIFO would block the agent, a
+    device node of a container's ``mknod`` would be opened by root: ``/dev/watchdog`` arms a
+    reboot), and a file longer than :data:`PID_FILE_MAX` bytes holds no pid (``/dev/zero``
+    behind a link would never end)."""
+    try:
+        where = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(where).st_mode):
+            return None
+        fd = os.open(f"/proc/self/fd/{where}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+        try:
+            data = os.read(fd, PID_FILE_MAX + 1)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(where)
+    if len(data) > PID_FILE_MAX:
+        return None
+    try:
+        pid = int(data.strip())
+    except ValueError:
+        return None
+    return pid if pid > 0 else None
+
+
+def empty(directory: Path) -> None:
+    """Remove everything in ``directory`` without following a link (``shutil.rmtree`` walks
+    by descriptor); the directory itself stays (containers may mount it)."""
+    with os.scandir(directory) as entries:
+        names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+    for name, is_dir in names:
+        path = directory / name
+        if is_dir:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except IsADirectoryError:  # replaced by a directory since the scan
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def is_mps_control(pid: int) -> bool:
@@ -83,10 +141,10 @@ class MpsDaemons:
         process of the new container, so it counts only when that process is an MPS control
         daemon."""
         try:
-            pid = int((self.pipe_dir(bus_id) / PID_FILE).read_text().strip())
-        except (OSError, ValueError, MpsError):
+            pid = read_pid_file(self.pipe_dir(bus_id) / PID_FILE)
+        except MpsError:
             return None
-        return pid if alive(pid) and is_mps_control(pid) else None
+        return pid if pid is not None and alive(pid) and is_mps_control(pid) else None
 
     def running(self) -> dict[str, int]:
         """Bus id -> pid of every daemon that runs under ``base``."""
@@ -110,12 +168,17 @@ class MpsDaemons:
             raise MpsError(f"GPU {bus_id}: {what} the MPS control daemon: {exc}") from None
 
     def start(self, bus_id: str, uuid: str) -> int:
-        """Start the GPU's daemon unless it runs; its pid."""
+        """Start the GPU's daemon unless it runs; its pid. It starts in an emptied pipe
+        directory: what a container of an earlier claim left there is gone."""
         pid = self.pid(bus_id)
         if pid is not None:
             return pid
-        self.pipe_dir(bus_id).mkdir(parents=True, exist_ok=True)
-        self.log_dir(bus_id).mkdir(parents=True, exist_ok=True)
+        try:
+            self.pipe_dir(bus_id).mkdir(parents=True, exist_ok=True)
+            empty(self.pipe_dir(bus_id))
+            self.log_dir(bus_id).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise MpsError(f"GPU {bus_id}: the MPS pipe directory: {exc}") from None
         self._run("starting", bus_id, uuid, ["-d"], "")
         pid = self.pid(bus_id)
         if pid is None:

@@ -17,8 +17,9 @@ from kubeacc.agent.userspace.nvidia import NvidiaUserSpace
 
 HOOK_NAME = "createContainer"
 READ_ONLY = ["ro", "nosuid", "nodev", "bind"]
-#: A socket is connected to, never written as a file; read-only would refuse nothing.
-SOCKET = ["nosuid", "nodev", "noexec", "bind"]
+#: A socket is connected to, which a read-only mount allows; without ``ro`` the container's
+#: root could change the host's socket file itself (``chmod``, ``chown``, times, attributes).
+SOCKET = ["ro", "nosuid", "nodev", "noexec", "bind"]
 
 
 def hook_args(us: NvidiaUserSpace, ldconfig: Path | None = None) -> list[str]:

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -501,3 +502,69 @@ def test_no_mps_daemon_for_a_name_that_is_not_a_bus_id(host: Host) -> None:
     with pytest.raises(MpsError, match="not a PCI bus id"):
         host.daemons.start("../x", "GPU-x")
     assert not (host.state / "x").exists() and host.daemons.pid("../x") is None
+
+
+# -- the pipe directory is the containers' (issue 43) ------------------------------------------
+BUS1 = "0000:02:00.0"
+
+
+def _pid_within(host: Host, bus_id: str, seconds: float = 5.0) -> tuple[bool, int | None]:
+    """(answered in time, the answer) of ``daemons.pid``, asked on a thread."""
+    answer: list[int | None] = []
+    asker = threading.Thread(target=lambda: answer.append(host.daemons.pid(bus_id)), daemon=True)
+    asker.start()
+    asker.join(seconds)
+    return bool(answer), answer[0] if answer else None
+
+
+def test_the_pid_file_a_container_replaced_is_not_believed_nor_waited_on(host: Host) -> None:
+    """The containers of MPS claims mount the pipe directory read-write, the pid file with it:
+    a container's root may replace it. A FIFO there never blocks the agent, a link to another
+    daemon's pid file is not followed, a file of junk is no pid."""
+    other = host.daemons.start(BUS1, host.gpu(1)["uuid"])
+    pipe = host.daemons.pipe_dir(BUS0)
+    pipe.mkdir(parents=True)
+    pid_file = pipe / "nvidia-cuda-mps-control.pid"
+
+    os.mkfifo(pid_file)
+    answered, pid = _pid_within(host, BUS0)
+    if not answered:  # unblock the agent's read before failing
+        os.close(os.open(pid_file, os.O_WRONLY | os.O_NONBLOCK))
+    pid_file.unlink()  # (the fixture's clean-up reads it too)
+    assert answered and pid is None
+
+    pid_file.symlink_to(host.daemons.pipe_dir(BUS1) / "nvidia-cuda-mps-control.pid")
+    assert host.daemons.pid(BUS1) == other
+    assert host.daemons.pid(BUS0) is None  # the link is not followed
+
+    pid_file.unlink()
+    pid_file.write_bytes(f"{other}".encode() + b" " * 100)  # more than a pid file holds
+    assert host.daemons.pid(BUS0) is None
+    pid_file.write_text("-1\n")  # kill(-1, 0) would ask about every process
+    assert host.daemons.pid(BUS0) is None
+    pid_file.unlink()
+
+
+def test_a_daemon_starts_in_a_pipe_directory_emptied_of_what_containers_left(
+    host: Host, tmp_path: Path
+) -> None:
+    """A container of an earlier claim planted links where the daemon (root) makes its files
+    and left a directory and files behind: the next daemon of the GPU starts in an empty
+    directory and writes nothing outside it."""
+    outside = tmp_path / "host-dir"
+    outside.mkdir()
+    (outside / "kept").write_text("host file\n")
+    pipe = host.daemons.pipe_dir(BUS0)
+    pipe.mkdir(parents=True)
+    (pipe / "control_lock").symlink_to(outside / "created-by-the-daemon")
+    (pipe / "nvidia-cuda-mps-control.pid.tmp").symlink_to(outside / "kept")
+    (pipe / "left").mkdir()
+    (pipe / "left" / "to-host").symlink_to(outside)
+    (pipe / "junk").write_text("x\n")
+
+    pid = host.daemons.start(BUS0, host.gpu(0)["uuid"])
+    assert host.daemons.pid(BUS0) == pid
+    assert sorted(p.name for p in outside.iterdir()) == ["kept"]
+    assert (outside / "kept").read_text() == "host file\n"
+    assert not (pipe / "control_lock").is_symlink()
+    assert not (pipe / "left").exists() and not (pipe / "junk").exists()

@@ -291,8 +291,33 @@ def test_verify_checks_the_card_carries_the_bitstream(
         programmer.verify(device, "a.gbs", digest)
     programmer.ensure(device, "a.gbs", digest)
     assert AFU in programmer.verify(device, "a.gbs", digest)
+    with pytest.raises(ProgrammingRefused, match="BitstreamNotAllowed"):
+        programmer.verify(device, "a.gbs", "ff" * 32)
+    allow_also = {"spec": {"allowedBitstreams": [{"name": "a.gbs", "sha256": "ff" * 32}]}}
+    policies = programmer.policies
+    programmer.policies = lambda: [*policies(), allow_also]
     with pytest.raises(ProgrammingRefused, match="DigestMismatch"):
         programmer.verify(device, "a.gbs", "ff" * 32)
+
+
+def test_a_claim_makes_the_agent_read_only_a_bitstream_a_policy_allows(
+    fpga_host: tuple[ClaimProgrammer, Path, str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 43: a claim's bitstream name and digest are a namespace user's. A library file no
+    policy allows (here: any large file of the library, named with a made-up digest) is never
+    read, on either path; the agent reads only what an admin allowed."""
+    programmer, _root, device, digest = fpga_host
+    (programmer.library.root / "huge.gbs").write_bytes(b"\0" * (1 << 20))
+    read: list[str] = []
+    load = programmer.library.load
+    monkeypatch.setattr(programmer.library, "load", lambda n, d: (read.append(n), load(n, d))[1])
+    for call in (programmer.ensure, programmer.verify):
+        with pytest.raises(ProgrammingRefused, match="BitstreamNotAllowed"):
+            call(device, "huge.gbs", "sha256:" + "00" * 32)
+    assert read == []
+    programmer.ensure(device, "a.gbs", digest)
+    assert set(read) == {"a.gbs"}
 
 
 def test_the_synthetic_pr_takes_the_time_the_host_says(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -59,6 +60,29 @@ def test_library_refuses_names_that_leave_it(tmp_path: Path) -> None:
         assert err.value.reason in ("InvalidBitstreamName", "BitstreamNotFound"), bad
     assert library.resolve("sub/ok.gbs").name == "ok.gbs"
     assert library.resolve("inner.gbs").name == "ok.gbs"  # a link inside the library is fine
+
+
+def test_a_claims_name_cannot_leave_the_library_through_a_directory_link_or_a_special_file(
+    tmp_path: Path,
+) -> None:
+    """Issue 43: the name is a namespace user's (a claim's FpgaConfig). A directory link in the
+    library leading out, a link chain leading out, a FIFO and a directory are all refused by
+    name before anything is read."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "host.gbs").write_bytes(b"x")
+    (lib / "dirlink").symlink_to(outside)
+    (lib / "relative").symlink_to("../outside")
+    (lib / "hop").symlink_to("dirlink/host.gbs")
+    os.mkfifo(lib / "fifo.gbs")
+    (lib / "dir.gbs").mkdir()
+    library = BitstreamLibrary(lib)
+    for bad in ("dirlink/host.gbs", "relative/host.gbs", "hop", "fifo.gbs", "dir.gbs"):
+        with pytest.raises(HostError) as err:
+            library.resolve(bad)
+        assert err.value.reason in ("InvalidBitstreamName", "BitstreamNotFound"), bad
 
 
 def test_gbs_round_trip_and_damage() -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -102,6 +106,87 @@ def test_the_cdi_edits_mount_read_only_and_run_the_hook(host: Path) -> None:
     assert f"libcuda.so.{version}::/usr/lib/x86_64-linux-gnu/libcuda.so.1" in h["args"]
     assert container_edits(us.find(), us.where, hook) == edits
     assert DriverUserSpace(SyntheticHost(host), mode=UserSpaceMode.TOOLKIT).nvidia_edits() == {}
+
+
+def _socket_at(path: Path) -> socket.socket:
+    """A listening unix socket at ``path`` (bound under a short name: sun_path is 108 bytes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    short = Path(f"/tmp/kubeacc-sock-{os.getpid()}")
+    short.unlink(missing_ok=True)
+    srv.bind(str(short))
+    srv.listen(1)
+    os.rename(short, path)
+    return srv
+
+
+def test_every_user_space_mount_is_read_only(host: Path) -> None:
+    """Issue 43, a container's root against the host's files: no mount of the driver's user
+    space, the persistenced and fabric manager sockets included, is writable."""
+    root = stand_in_driver(host / "driver", driver_version(host))
+    srv = _socket_at(root / "run/nvidia-persistenced/socket")
+    try:
+        us = DriverUserSpace(SyntheticHost(host), "/driver", Path("/hook"))
+        mounts = us.nvidia_edits()["mounts"]
+    finally:
+        srv.close()
+    assert any(m["containerPath"] == "/run/nvidia-persistenced/socket" for m in mounts)
+    for m in mounts:
+        assert {"ro", "nosuid", "nodev", "bind"} <= set(m["options"]), m
+        assert "rw" not in m["options"], m
+
+
+#: What the container's root tries on the mounted socket (its path relative: sun_path is short).
+CONTAINER_PROGRAM = """
+import os, socket
+try:
+    os.chmod("container-socket", 0o666)
+    print("chmod changed the host file")
+except OSError as e:
+    print("chmod refused:", e.strerror)
+c = socket.socket(socket.AF_UNIX)
+c.connect("container-socket")
+print("connected")
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
+)
+def test_a_container_cannot_change_the_hosts_socket_through_its_mount(
+    host: Path, tmp_path: Path
+) -> None:
+    """The socket mounted with the spec's own options, in a private mount namespace as the
+    runtime would: the container's root cannot chmod the host's socket (it could through a
+    mount without ``ro``: the host's file is the same inode) and still connects to it."""
+    root = stand_in_driver(host / "driver", driver_version(host))
+    sock = root / "run/nvidia-persistenced/socket"
+    srv = _socket_at(sock)
+    try:
+        sock.chmod(0o600)
+        us = DriverUserSpace(SyntheticHost(host), "/driver", Path("/hook"))
+        (m,) = [m for m in us.nvidia_edits()["mounts"] if m["hostPath"] == str(sock)]
+        seen = tmp_path / "container-socket"
+        seen.touch()
+        opts = ",".join(o for o in m["options"] if o != "bind")
+        (tmp_path / "container.py").write_text(CONTAINER_PROGRAM)
+        script = (
+            f"mount --bind {sock} {seen} && mount -o remount,bind,{opts} {seen} && "
+            f"cd {tmp_path} && python3 container.py"
+        )
+        done = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        mode = stat.S_IMODE(sock.stat().st_mode)
+    finally:
+        srv.close()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["chmod refused: Read-only file system", "connected"]
+    assert mode == 0o600
 
 
 def test_without_the_hook_nothing_half_is_handed_out(host: Path) -> None:
