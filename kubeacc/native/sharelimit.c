@@ -129,24 +129,29 @@ static int find_libc_dlvsym(struct dl_phdr_info *info, size_t size, void *out) {
         if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
             dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
     if (!dyn) return 0;
-    ElfW(Addr) symtab = 0, strtab = 0, gnuhash = 0, versym = 0;
+    ElfW(Addr) symtab = 0, strtab = 0, gnuhash = 0, hash = 0, versym = 0;
     for (; dyn->d_tag != DT_NULL; dyn++) {
         ElfW(Addr) a = dyn->d_un.d_ptr;
         if (a && a < info->dlpi_addr) a += info->dlpi_addr; /* not relocated by the loader */
         if (dyn->d_tag == DT_SYMTAB) symtab = a;
         else if (dyn->d_tag == DT_STRTAB) strtab = a;
         else if (dyn->d_tag == DT_GNU_HASH) gnuhash = a;
+        else if (dyn->d_tag == DT_HASH) hash = a;
         else if (dyn->d_tag == DT_VERSYM) versym = a;
     }
-    if (!symtab || !strtab || !gnuhash) return 0;
-    /* The number of symbols: past the last chain that a GNU hash bucket starts. */
-    const uint32_t *h = (const uint32_t *)gnuhash;
-    uint32_t nbuckets = h[0], symoffset = h[1], bloom = h[2], last = 0;
-    const uint32_t *buckets = h + 4 + bloom * (sizeof(ElfW(Addr)) / 4), *chain = buckets + nbuckets;
-    for (uint32_t b = 0; b < nbuckets; b++)
-        if (buckets[b] > last) last = buckets[b];
-    if (last >= symoffset)
-        while (!(chain[last - symoffset] & 1)) last++;
+    if (!symtab || !strtab || (!gnuhash && !hash)) return 0;
+    uint32_t last = 0;
+    if (gnuhash) { /* the number of symbols: past the last chain a GNU hash bucket starts */
+        const uint32_t *h = (const uint32_t *)gnuhash;
+        uint32_t nbuckets = h[0], symoffset = h[1], bloom = h[2];
+        const uint32_t *buckets = h + 4 + bloom * (sizeof(ElfW(Addr)) / 4), *chain = buckets + nbuckets;
+        for (uint32_t b = 0; b < nbuckets; b++)
+            if (buckets[b] > last) last = buckets[b];
+        if (last >= symoffset)
+            while (!(chain[last - symoffset] & 1)) last++;
+    } else { /* the SysV hash table's chain count is the number of symbols */
+        last = ((const uint32_t *)hash)[1] - 1;
+    }
     const ElfW(Sym) *sym = (const ElfW(Sym) *)symtab;
     const ElfW(Half) *ver = (const ElfW(Half) *)versym;
     for (uint32_t i = 0; i <= last; i++)

@@ -413,6 +413,7 @@ def test_a_second_copy_of_the_driver_in_a_new_namespace_gets_nothing(native: Nat
     proc = native.run("ctx", 0, "alloc", 1000, "dlmopen", 1000, KUBEACC_DEVICE_MEMORY_LIMIT="1024")
     assert codes(proc)[:2] == [0, 0], proc.stdout
     assert codes(proc)[2] != 0, proc.stdout  # refused: no memory from the other copy
+    assert "dlmopen of libcuda.so.1 into another link-map namespace refused" in proc.stderr
     # Without a share the program runs as it would.
     assert codes(native.run("ctx", 0, "alloc", 1000, "dlmopen", 1000, preload=False)) == [0, 0, 0]
 
