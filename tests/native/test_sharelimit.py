@@ -429,3 +429,47 @@ def test_a_second_copy_of_the_driver_by_path_is_held_to_the_share(
     )
     assert codes(proc)[:2] == [0, 0], proc.stdout
     assert codes(proc)[2] != 0, proc.stdout
+
+
+def test_a_killed_process_of_another_pid_namespace_gives_its_share_back(
+    native: Native, tmp_path: Path
+) -> None:
+    """Containers of one pod that share a claim share its account from their own PID
+    namespaces: a pid says nothing there, the slot's lock does."""
+    if (
+        not shutil.which("unshare")
+        or subprocess.run(["unshare", "--pid", "--fork", "true"], check=False).returncode != 0
+    ):
+        pytest.skip("unshare --pid is not permitted here")
+    env = account(native, tmp_path, "claim-4")
+    victim = subprocess.Popen(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            native.probe,
+            "ctx",
+            "0",
+            "alloc",
+            "900",
+            "pause",
+        ],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert victim.stdout is not None
+    try:
+        assert victim.stdout.readline().split() == ["ctx", "0"]
+        assert victim.stdout.readline().split() == ["alloc", "0"]
+        assert codes(native.run("ctx", 0, "alloc", 200, **env)) == [0, OOM]
+        victim.send_signal(signal.SIGKILL)  # its child, the probe, gets SIGKILL too
+        victim.wait(10)
+    finally:
+        victim.kill()
+    deadline = time.monotonic() + 10
+    while codes(native.run("ctx", 0, "alloc", 1000, **env)) != [0, 0]:
+        assert time.monotonic() < deadline, "the killed process's 900 MiB never came back"
+        time.sleep(0.1)
