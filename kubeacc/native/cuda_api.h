@@ -18,6 +18,9 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef int CUdriverProcAddressQueryResult;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
@@ -73,6 +76,37 @@ typedef struct {
     } allocFlags;
 } CUmemAllocationProp;
 
+typedef struct {
+    CUmemLocation location;
+    int flags; /* CUmemAccess_flags */
+} CUmemAccessDesc;
+
+typedef struct {
+    int allocType;   /* CUmemAllocationType */
+    int handleTypes; /* CUmemAllocationHandleType */
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;       /* CUDA 12.2; reserved before */
+    unsigned short usage; /* CUDA 12.3; reserved before */
+    unsigned char reserved[54];
+} CUmemPoolProps;
+
+/* cuGraphAddMemAllocNode's parameters (CUDA 11.4): dptr is set by the call. */
+typedef struct {
+    CUmemPoolProps poolProps;
+    const CUmemAccessDesc *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+
+typedef struct {
+    cuuint64_t flags;
+    CUstream hUploadStream;
+    CUgraphNode hErrNode_out;
+    int result_out; /* CUgraphInstantiateResult */
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
 /* NVML */
 typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st *nvmlDevice_t;
@@ -124,6 +158,25 @@ typedef struct {
     X(cuMemCreate, (CUmemGenericAllocationHandle * h, size_t size,                            \
                     const CUmemAllocationProp *prop, unsigned long long flags))               \
     X(cuMemRelease, (CUmemGenericAllocationHandle h))                                          \
+    X(cuMemMap, (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h, \
+                 unsigned long long flags))                                                    \
+    X(cuMemUnmap, (CUdeviceptr ptr, size_t size))                                              \
+    X(cuMemRetainAllocationHandle, (CUmemGenericAllocationHandle * h, void *addr))           \
+    X(cuGraphAddMemAllocNode, (CUgraphNode * node, CUgraph g, const CUgraphNode *deps,        \
+                               size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *params))             \
+    X(cuGraphAddMemFreeNode, (CUgraphNode * node, CUgraph g, const CUgraphNode *deps,         \
+                              size_t ndeps, CUdeviceptr dptr))                                 \
+    X(cuGraphDestroy, (CUgraph g))                                                             \
+    X(cuGraphInstantiate, (CUgraphExec * e, CUgraph g, CUgraphNode * err, char *log,          \
+                           size_t loglen))                                                     \
+    X(cuGraphInstantiate_v2, (CUgraphExec * e, CUgraph g, CUgraphNode * err, char *log,       \
+                              size_t loglen))                                                  \
+    X(cuGraphInstantiateWithFlags, (CUgraphExec * e, CUgraph g, unsigned long long flags))    \
+    X(cuGraphInstantiateWithParams, (CUgraphExec * e, CUgraph g,                              \
+                                     CUDA_GRAPH_INSTANTIATE_PARAMS * params))                  \
+    X(cuGraphInstantiateWithParams_ptsz, (CUgraphExec * e, CUgraph g,                         \
+                                          CUDA_GRAPH_INSTANTIATE_PARAMS * params))             \
+    X(cuGraphExecDestroy, (CUgraphExec e))                                                     \
     X(cuMemGetInfo, (unsigned int *free, unsigned int *total))                                 \
     X(cuMemGetInfo_v2, (size_t * free, size_t *total))                                         \
     X(cuDeviceTotalMem, (unsigned int *bytes, CUdevice dev))                                   \
@@ -140,6 +193,10 @@ typedef struct {
 CUresult cuCtxGetDevice(CUdevice *dev);
 CUresult cuDeviceGetPCIBusId(char *busid, int len, CUdevice dev);
 nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t *pci);
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
+CUresult cuGraphCreate(CUgraph *g, unsigned int flags);
 
 #define KUBEACC_DECLARE(name, args) CUresult name args;
 KUBEACC_CU_FUNCS(KUBEACC_DECLARE)

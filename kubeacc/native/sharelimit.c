@@ -19,7 +19,9 @@
 #include "cuda_api.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <link.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -33,13 +35,14 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_DEV 16
 #define MAX_SLOTS 512
 #define MAX_ORDINAL 64
-#define MAGIC 0x6b75626561636331ULL /* "kubeacc1" */
+#define MAGIC 0x6b75626561636332ULL /* "kubeacc2": slots held by open-file-description locks */
 #define PITCH_ALIGN 512
 
 /* ---- configuration (read once) ---- */
@@ -112,6 +115,65 @@ static void *_Atomic real_fn[IDX_N];
 static char missing_mark;
 #define MISSING ((void *)&missing_mark)
 
+/* The C library's dlvsym. This library defines its own dlvsym (below), and the linker binds the
+ * library's every reference to that name to it, whatever version it asks for: the C library's
+ * is found in its dynamic symbol table (the default version's definition), once. */
+typedef void *(*dlvsym_fn)(void *, const char *, const char *);
+static int find_libc_dlvsym(struct dl_phdr_info *info, size_t size, void *out) {
+    (void)size;
+    const char *base = strrchr(info->dlpi_name, '/');
+    base = base ? base + 1 : info->dlpi_name;
+    if (strncmp(base, "libc.so.", 8) != 0) return 0;
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!dyn) return 0;
+    ElfW(Addr) symtab = 0, strtab = 0, gnuhash = 0, hash = 0, versym = 0;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        ElfW(Addr) a = dyn->d_un.d_ptr;
+        if (a && a < info->dlpi_addr) a += info->dlpi_addr; /* not relocated by the loader */
+        if (dyn->d_tag == DT_SYMTAB) symtab = a;
+        else if (dyn->d_tag == DT_STRTAB) strtab = a;
+        else if (dyn->d_tag == DT_GNU_HASH) gnuhash = a;
+        else if (dyn->d_tag == DT_HASH) hash = a;
+        else if (dyn->d_tag == DT_VERSYM) versym = a;
+    }
+    if (!symtab || !strtab || (!gnuhash && !hash)) return 0;
+    uint32_t last = 0;
+    if (gnuhash) { /* the number of symbols: past the last chain a GNU hash bucket starts */
+        const uint32_t *h = (const uint32_t *)gnuhash;
+        uint32_t nbuckets = h[0], symoffset = h[1], bloom = h[2];
+        const uint32_t *buckets = h + 4 + bloom * (sizeof(ElfW(Addr)) / 4), *chain = buckets + nbuckets;
+        for (uint32_t b = 0; b < nbuckets; b++)
+            if (buckets[b] > last) last = buckets[b];
+        if (last >= symoffset)
+            while (!(chain[last - symoffset] & 1)) last++;
+    } else { /* the SysV hash table's chain count is the number of symbols */
+        last = ((const uint32_t *)hash)[1] - 1;
+    }
+    const ElfW(Sym) *sym = (const ElfW(Sym) *)symtab;
+    const ElfW(Half) *ver = (const ElfW(Half) *)versym;
+    for (uint32_t i = 0; i <= last; i++)
+        if (sym[i].st_shndx != SHN_UNDEF && (sym[i].st_info & 0xf) == STT_FUNC &&
+            !strcmp((const char *)strtab + sym[i].st_name, "dlvsym") && !(ver && (ver[i] & 0x8000))) {
+            *(void **)out = (void *)(info->dlpi_addr + sym[i].st_value);
+            return 1;
+        }
+    return 0;
+}
+static void *kubeacc_libc_dlvsym(void *handle, const char *name, const char *version) {
+    static dlvsym_fn real;
+    dlvsym_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!f) {
+        void *found = NULL;
+        dl_iterate_phdr(find_libc_dlvsym, &found);
+        f = (dlvsym_fn)found;
+        __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    }
+    return f ? f(handle, name, version) : NULL;
+}
+
 /* The C library's dlsym (this library defines its own, below). glibc versions it GLIBC_2.34
  * (x86_64 also GLIBC_2.2.5, aarch64 GLIBC_2.17). */
 typedef void *(*dlsym_fn)(void *, const char *);
@@ -121,7 +183,7 @@ static dlsym_fn libc_dlsym(void) {
     if (f) return f;
     static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
     for (size_t i = 0; i < sizeof versions / sizeof *versions && !f; i++)
-        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+        f = (dlsym_fn)kubeacc_libc_dlvsym(RTLD_NEXT, "dlsym", versions[i]);
     __atomic_store_n(&real, f, __ATOMIC_RELEASE);
     return f;
 }
@@ -217,11 +279,21 @@ static void read_config(void) {
     }
 }
 
-/* ---- the container's accounting file ---- */
-static int alive(int pid, unsigned pidns) {
-    if (pidns != my_pidns) return 1; /* another PID namespace: cannot tell, keep it */
-    return kill(pid, 0) == 0 || errno == EPERM;
+/* ---- the container's accounting file ----
+ * A slot is held by its process with an open-file-description lock on one byte of the file
+ * (byte LOCK_BASE + slot): the kernel drops it when the process's last descriptor of its open
+ * file is closed, which is at its exit (with its other files, the GPU's among them) or its
+ * exec. So a slot is given back only once its process is gone, whatever the process did on
+ * its way out, in any PID namespace, and a reused pid cannot keep a slot alive. */
+#define LOCK_BASE ((off_t)sizeof(struct shared))
+static int slot_lock(int s, int cmd, short type) {
+    struct flock l;
+    memset(&l, 0, sizeof l);
+    l.l_type = type, l.l_whence = SEEK_SET, l.l_start = LOCK_BASE + s, l.l_len = 1;
+    if (fcntl(shr_fd, cmd, &l) != 0) return -1;
+    return cmd == F_OFD_GETLK ? l.l_type != F_UNLCK : 0;
 }
+static int alive(int s) { return slot_lock(s, F_OFD_GETLK, F_WRLCK) != 0; /* error: keep it */ }
 
 /* Return the capacity of processes that ended without giving it back. Under the file lock. */
 static int reclaim_locked(void) {
@@ -229,7 +301,7 @@ static int reclaim_locked(void) {
     for (int s = 0; s < MAX_SLOTS; s++) {
         struct slot *sl = &shr->slot[s];
         int pid = atomic_load(&sl->pid);
-        if (!pid || sl == mine || alive(pid, sl->pidns)) continue;
+        if (!pid || sl == mine || alive(s)) continue;
         for (int d = 0; d < MAX_DEV; d++) {
             unsigned long long u = atomic_exchange(&sl->used[d], 0);
             if (u) {
@@ -260,11 +332,12 @@ static void claim_slot(void) {
     reclaim_locked();
     mine = NULL;
     for (int s = 0; s < MAX_SLOTS && !mine; s++)
-        if (atomic_load(&shr->slot[s].pid) == 0) mine = &shr->slot[s];
+        if (atomic_load(&shr->slot[s].pid) == 0 && slot_lock(s, F_OFD_SETLK, F_WRLCK) == 0)
+            mine = &shr->slot[s];
     if (mine) {
         for (int d = 0; d < MAX_DEV; d++) atomic_store(&mine->used[d], 0);
         mine->pidns = my_pidns;
-        atomic_store(&mine->pid, (int)getpid());
+        atomic_store(&mine->pid, (int)syscall(SYS_getpid));
     }
     flock(shr_fd, LOCK_UN);
     if (!mine) {
@@ -280,7 +353,7 @@ static int open_file(void) {
 
 static void open_accounting(void) {
     struct stat st;
-    if (stat("/proc/self/ns/pid", &st) == 0) my_pidns = (unsigned)st.st_ino;
+    if (stat("/proc/self/ns/pid", &st) == 0) my_pidns = (unsigned)st.st_ino; /* for a reader */
     if (!open_file()) return fail_closed("%s: %s", shr_path, strerror(errno));
     fchmod(shr_fd, 0666); /* every user of the container shares it (the umask may narrow it) */
     if (!lock_file(LOCK_EX)) return fail_closed("%s: lock: %s", shr_path, strerror(errno));
@@ -307,10 +380,15 @@ static void open_accounting(void) {
 }
 
 /* ---- the allocation table: what each handle took, so its free gives it back ---- */
-enum { K_PTR = 1, K_ARRAY, K_MIPMAP, K_VMM };
+/* K_VMM: a cuMemCreate handle (refs: its references, maps: its mappings); K_MAP: a mapping
+ * (key its address, size its length, aux the handle); K_GRAPHMEM: a graph allocation node's
+ * memory (aux the graph, maps 1 once freed); K_GRAPH: a graph with allocation nodes (refs: 1
+ * while it lives, plus its live executable graphs); K_EXEC: an executable graph (aux its graph).
+ * Only K_PTR .. K_VMM and K_GRAPHMEM hold capacity. */
+enum { K_PTR = 1, K_ARRAY, K_MIPMAP, K_VMM, K_MAP, K_GRAPHMEM, K_GRAPH, K_EXEC };
 struct entry {
-    unsigned long long key, size;
-    int kind, dev;
+    unsigned long long key, size, aux;
+    int kind, dev, refs, maps;
 };
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct entry *table;
@@ -337,47 +415,72 @@ static int table_put_locked(struct entry e) {
     return 1;
 }
 
+/* Under the lock: the handle's entry, or NULL. */
+static struct entry *table_find_locked(unsigned long long key, int kind) {
+    if (!table_cap) return NULL;
+    size_t mask = table_cap - 1, i = slot_of(key, kind);
+    for (; table[i].kind; i = (i + 1) & mask)
+        if (table[i].key == key && table[i].kind == kind) return &table[i];
+    return NULL;
+}
+
+/* Under the lock: remove an entry table_find_locked returned. */
+static void table_del_locked(struct entry *e) {
+    size_t mask = table_cap - 1, i = (size_t)(e - table);
+    table_len--;
+    for (size_t j = (i + 1) & mask; table[j].kind; j = (j + 1) & mask) {
+        size_t k = slot_of(table[j].key, table[j].kind);
+        if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j)) table[i] = table[j], i = j;
+    }
+    table[i].kind = 0;
+}
+
 /* Remove the handle's entry; 1 and *out if it was there. */
 static int table_take(unsigned long long key, int kind, struct entry *out) {
     pthread_mutex_lock(&table_lock);
-    int found = 0;
-    if (table_cap) {
-        size_t mask = table_cap - 1, i = slot_of(key, kind);
-        for (; table[i].kind; i = (i + 1) & mask)
-            if (table[i].key == key && table[i].kind == kind) break;
-        if (table[i].kind) {
-            *out = table[i];
-            found = 1;
-            table_len--;
-            for (size_t j = (i + 1) & mask; table[j].kind; j = (j + 1) & mask) {
-                size_t k = slot_of(table[j].key, table[j].kind);
-                if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j))
-                    table[i] = table[j], i = j;
-            }
-            table[i].kind = 0;
-        }
-    }
+    struct entry *e = table_find_locked(key, kind);
+    if (e) *out = *e, table_del_locked(e);
     pthread_mutex_unlock(&table_lock);
-    return found;
+    return e != NULL;
 }
 
-/* ---- fork: the child keeps the accounting (its own slot, the container's total) ---- */
-static void before_fork(void) { pthread_mutex_lock(&table_lock); }
-static void after_fork_parent(void) { pthread_mutex_unlock(&table_lock); }
-static void after_fork_child(void) {
+/* ---- fork: the child keeps the accounting (its own slot, the container's total) ----
+ * A child made by fork() runs the fork handlers; one made by syscall(SYS_fork) or clone runs
+ * none, so the library also notices a new process by itself: a page of its own marked
+ * MADV_WIPEONFORK reads zero in any child that does not share its memory (vfork shares it: a
+ * vfork child is its parent's until it execs). Nothing is given back at exit: a slot comes back
+ * when its process is gone (the locks above), never from a destructor, which may run in a vfork
+ * child or before the process's memory is released (exit blocked flushing stdout). */
+static struct mark {
+    int pid; /* 0 in a child not yet set up */
+} fallback_mark, *mark = &fallback_mark;
+static int mark_wipes; /* 0: no MADV_WIPEONFORK (before Linux 4.14): compare the pid each call */
+
+static void new_process(void) {
+    /* Another thread of the parent may have held the table's lock at the fork. */
+    table_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     if (shr_fd >= 0) {
-        /* The parent's allocations stay the parent's; the child gets a slot and a lock of
-         * its own (flock belongs to the open file, which the child shares until it reopens). */
+        /* The parent's allocations stay the parent's; the child gets a slot and locks of its
+         * own (the locks belong to the open file, which the child shares until it reopens). */
         table_len = 0;
         if (table) memset(table, 0, table_cap * sizeof *table);
         close(shr_fd);
         if (open_file()) claim_slot();
         else fail_closed("%s: %s", shr_path, strerror(errno));
     }
-    pthread_mutex_unlock(&table_lock);
+    mark->pid = (int)syscall(SYS_getpid);
 }
+static void before_fork(void) { pthread_mutex_lock(&table_lock); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&table_lock); }
+static void after_fork_child(void) { new_process(); }
 
 static void init(void) {
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) {
+        if (madvise(m, 4096, MADV_WIPEONFORK) == 0) mark = m, mark_wipes = 1;
+        else munmap(m, 4096);
+    }
+    mark->pid = (int)syscall(SYS_getpid);
     read_config();
     if (ndev && !broken[0] && shr_path[0]) open_accounting();
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
@@ -385,16 +488,9 @@ static void init(void) {
 
 static inline int enforcing(void) {
     pthread_once(&once, init);
+    if (__builtin_expect(mark_wipes ? mark->pid == 0 : mark->pid != (int)syscall(SYS_getpid), 0))
+        new_process();
     return ndev > 0 || broken[0];
-}
-
-__attribute__((destructor)) static void give_back_at_exit(void) {
-    if (shr_fd < 0 || !mine || mine == &local_shr.slot[0]) return;
-    for (int d = 0; d < MAX_DEV; d++) {
-        unsigned long long u = atomic_exchange(&mine->used[d], 0);
-        if (u) atomic_fetch_sub(&shr->used[d], u);
-    }
-    atomic_store(&mine->pid, 0);
 }
 
 /* ---- devices: CUDA ordinal -> unit index ---- */
@@ -421,10 +517,13 @@ static int index_of_ordinal(CUdevice ord) {
     return idx;
 }
 
+/* The current context's unit; -2: no context (the driver will say so); -3: the driver that
+ * would tell is not reachable (an allocator of a copy of the driver nothing else is known of). */
 static int current_index(void) {
     CUdevice d;
     cuCtxGetDevice_fn get = REAL(cuCtxGetDevice);
-    if (!get || get(&d) != CUDA_SUCCESS) return -2; /* no context: let the driver say so */
+    if (!get) return -3;
+    if (get(&d) != CUDA_SUCCESS) return -2;
     return index_of_ordinal(d);
 }
 
@@ -439,6 +538,10 @@ static void denied(int idx, unsigned long long size, const char *why) {
 static CUresult reserve(int idx, unsigned long long size) {
     char why[200];
     if (broken[0]) return denied(idx, size, broken), CUDA_ERROR_OUT_OF_MEMORY;
+    if (idx == -3) {
+        denied(idx, size, "the driver's cuCtxGetDevice is not reachable: the device is unknown");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (idx < 0) {
         denied(idx, size, "the device is not one of the share's units (ACCELERATOR_UNITS)");
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -470,15 +573,17 @@ static void unreserve(int idx, unsigned long long size) {
 /* After a successful real allocation: remember it (or undo it if the table is out of memory). */
 static int remember(unsigned long long key, int kind, int idx, unsigned long long size) {
     pthread_mutex_lock(&table_lock);
-    int ok = table_put_locked((struct entry){key, size, kind, idx});
+    int ok = table_put_locked((struct entry){key, size, 0, kind, idx, 1, 0});
     pthread_mutex_unlock(&table_lock);
     if (!ok) unreserve(idx, size);
     return ok;
 }
 
+static void graph_mem_freed(unsigned long long dptr);
 static void forget(unsigned long long key, int kind) {
     struct entry e;
     if (table_take(key, kind, &e)) unreserve(e.dev, e.size);
+    else if (kind == K_PTR) graph_mem_freed(key); /* a graph allocation freed outside a graph */
 }
 
 /* The common path of an allocation: reserve, call the driver, remember the handle. */
@@ -646,14 +751,190 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n,
         CALL(cuMemCreate, h, n, prop, flags);
     GUARDED(cuMemCreate, index_of_ordinal(prop->location.id), n, (h, n, prop, flags), *h, K_VMM, UNDO(cuMemRelease, *h));
 }
+/* The driver frees a handle's memory once every reference to it is released and its last
+ * mapping unmapped (cuMemRelease, cuMemUnmap); so does the account. */
+static void vmm_settle_locked(struct entry *e) {
+    if (e->refs > 0 || e->maps > 0) return;
+    unreserve(e->dev, e->size);
+    table_del_locked(e);
+}
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
-    if (enforcing()) forget(h, K_VMM);
+    if (enforcing()) {
+        pthread_mutex_lock(&table_lock);
+        struct entry *e = table_find_locked(h, K_VMM);
+        if (e && e->refs > 0) e->refs--, vmm_settle_locked(e);
+        pthread_mutex_unlock(&table_lock);
+    }
     CALL(cuMemRelease, h);
+}
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr) {
+    cuMemRetainAllocationHandle_fn f = REAL(cuMemRetainAllocationHandle);
+    if (!f) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = f(h, addr);
+    if (r == CUDA_SUCCESS && h && enforcing()) {
+        pthread_mutex_lock(&table_lock);
+        struct entry *e = table_find_locked(*h, K_VMM);
+        if (e) e->refs++;
+        pthread_mutex_unlock(&table_lock);
+    }
+    return r;
+}
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                         unsigned long long flags) {
+    cuMemMap_fn f = REAL(cuMemMap);
+    if (!f) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = f(ptr, size, offset, h, flags);
+    if (r != CUDA_SUCCESS || !enforcing()) return r;
+    pthread_mutex_lock(&table_lock);
+    struct entry *e = table_find_locked(h, K_VMM);
+    int ok = 1;
+    if (e) {
+        e->maps++;
+        ok = table_put_locked((struct entry){ptr, size, h, K_MAP, -1, 0, 0});
+        if (!ok && (e = table_find_locked(h, K_VMM))) e->maps--; /* (the table may have moved) */
+    }
+    pthread_mutex_unlock(&table_lock);
+    if (ok) return CUDA_SUCCESS;
+    cuMemUnmap_fn u = REAL(cuMemUnmap);
+    if (u) u(ptr, size);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+/* The range is whole mappings, one after the other (the driver refuses anything else). */
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    if (enforcing() && size) {
+        pthread_mutex_lock(&table_lock);
+        unsigned long long at = ptr, end = ptr + size;
+        struct entry *m;
+        while (at < end && (m = table_find_locked(at, K_MAP)) && m->size <= end - at) at += m->size;
+        if (at == end) /* else the driver refuses it: nothing changes */
+            for (at = ptr; at < end && (m = table_find_locked(at, K_MAP));) {
+                unsigned long long h = m->aux;
+                at += m->size;
+                table_del_locked(m);
+                struct entry *e = table_find_locked(h, K_VMM);
+                if (e && e->maps > 0) e->maps--, vmm_settle_locked(e);
+            }
+        pthread_mutex_unlock(&table_lock);
+    }
+    CALL(cuMemUnmap, ptr, size);
+}
+
+/* Graph memory nodes: an allocation node's memory counts against the device its pool names from
+ * the node's creation until it is freed (a free node in any graph, cuMemFree, cuMemFreeAsync)
+ * and its graph and every executable graph instantiated from it are destroyed (while they
+ * live, a launch can allocate it again). */
+static void graph_settle_locked(unsigned long long g) {
+    struct entry *gr = table_find_locked(g, K_GRAPH);
+    if (gr && gr->refs > 0) return;
+    for (int again = 1; again;) /* (a deletion moves entries: look again until none is left) */
+        for (size_t i = again = 0; i < table_cap; i++)
+            if (table[i].kind == K_GRAPHMEM && table[i].aux == g && table[i].maps) {
+                unreserve(table[i].dev, table[i].size);
+                table_del_locked(&table[i]);
+                again = 1;
+            }
+}
+static void graph_mem_freed(unsigned long long dptr) {
+    pthread_mutex_lock(&table_lock);
+    struct entry *e = table_find_locked(dptr, K_GRAPHMEM);
+    if (e && !e->maps) e->maps = 1, graph_settle_locked(e->aux);
+    pthread_mutex_unlock(&table_lock);
+}
+/* A graph reference more (its creation or an instantiation); 0 if the table is out of memory. */
+static int graph_ref_locked(unsigned long long g, int create) {
+    struct entry *gr = table_find_locked(g, K_GRAPH);
+    if (gr) return gr->refs++, 1;
+    return !create || table_put_locked((struct entry){g, 0, 0, K_GRAPH, -1, 1, 0});
+}
+static void graph_unref(unsigned long long g) {
+    pthread_mutex_lock(&table_lock);
+    struct entry *gr = table_find_locked(g, K_GRAPH);
+    if (gr && --gr->refs <= 0) table_del_locked(gr), graph_settle_locked(g);
+    pthread_mutex_unlock(&table_lock);
+}
+EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                       size_t ndeps, CUDA_MEM_ALLOC_NODE_PARAMS *p) {
+    cuGraphAddMemAllocNode_fn f = REAL(cuGraphAddMemAllocNode);
+    if (!f) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!enforcing() || !p || p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return f(node, g, deps, ndeps, p);
+    int idx = index_of_ordinal(p->poolProps.location.id);
+    unsigned long long size = p->bytesize;
+    CUresult r = reserve(idx, size);
+    if (r != CUDA_SUCCESS) return r;
+    r = f(node, g, deps, ndeps, p);
+    if (r != CUDA_SUCCESS) return unreserve(idx, size), r;
+    pthread_mutex_lock(&table_lock);
+    unsigned long long gk = (uintptr_t)g;
+    /* The graph's own reference, once however many nodes it has. Out of memory for the table:
+     * the node stays and its memory counts as the process's for good (never less than held). */
+    if (table_find_locked(gk, K_GRAPH) || graph_ref_locked(gk, 1))
+        table_put_locked((struct entry){p->dptr, size, gk, K_GRAPHMEM, idx, 0, 0});
+    pthread_mutex_unlock(&table_lock);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
+                                      size_t ndeps, CUdeviceptr dptr) {
+    cuGraphAddMemFreeNode_fn f = REAL(cuGraphAddMemFreeNode);
+    if (!f) return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult r = f(node, g, deps, ndeps, dptr);
+    if (r == CUDA_SUCCESS && enforcing()) graph_mem_freed(dptr);
+    return r;
+}
+EXPORT CUresult cuGraphDestroy(CUgraph g) {
+    if (enforcing()) {
+        pthread_mutex_lock(&table_lock);
+        int known = table_find_locked((uintptr_t)g, K_GRAPH) != NULL;
+        pthread_mutex_unlock(&table_lock);
+        if (known) graph_unref((uintptr_t)g);
+    }
+    CALL(cuGraphDestroy, g);
+}
+/* An executable graph of a graph with allocation nodes holds the graph's allocations. */
+static CUresult instantiated(CUresult r, CUgraphExec *e, CUgraph g) {
+    if (r != CUDA_SUCCESS || !e || !enforcing()) return r;
+    pthread_mutex_lock(&table_lock);
+    if (table_find_locked((uintptr_t)g, K_GRAPH) &&
+        table_put_locked((struct entry){(uintptr_t)*e, 0, (uintptr_t)g, K_EXEC, -1, 0, 0}))
+        graph_ref_locked((uintptr_t)g, 0);
+    pthread_mutex_unlock(&table_lock);
+    return r;
+}
+EXPORT CUresult cuGraphInstantiate(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log, size_t n) {
+    cuGraphInstantiate_fn f = REAL(cuGraphInstantiate);
+    return f ? instantiated(f(e, g, err, log, n), e, g) : CUDA_ERROR_NOT_INITIALIZED;
+}
+EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log,
+                                      size_t n) {
+    cuGraphInstantiate_v2_fn f = REAL(cuGraphInstantiate_v2);
+    return f ? instantiated(f(e, g, err, log, n), e, g) : CUDA_ERROR_NOT_INITIALIZED;
+}
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long flags) {
+    cuGraphInstantiateWithFlags_fn f = REAL(cuGraphInstantiateWithFlags);
+    return f ? instantiated(f(e, g, flags), e, g) : CUDA_ERROR_NOT_INITIALIZED;
+}
+EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g,
+                                             CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+    cuGraphInstantiateWithParams_fn f = REAL(cuGraphInstantiateWithParams);
+    return f ? instantiated(f(e, g, p), e, g) : CUDA_ERROR_NOT_INITIALIZED;
+}
+EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g,
+                                                  CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+    cuGraphInstantiateWithParams_ptsz_fn f = REAL(cuGraphInstantiateWithParams_ptsz);
+    return f ? instantiated(f(e, g, p), e, g) : CUDA_ERROR_NOT_INITIALIZED;
+}
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) {
+    if (enforcing()) {
+        struct entry x;
+        if (table_take((uintptr_t)e, K_EXEC, &x)) graph_unref(x.aux);
+    }
+    CALL(cuGraphExecDestroy, e);
 }
 
 /* ---- memory queries: the share is the device's memory ---- */
 static void as_share(int idx, unsigned long long *total, unsigned long long *free_) {
     if (idx < 0 || idx >= ndev) return;
+    reclaim(); /* what ended processes held is free */
     unsigned long long used = atomic_load(&shr->used[idx]);
     if (limit[idx] < *total) *total = limit[idx];
     unsigned long long left = *total > used ? *total - used : 0;
@@ -750,7 +1031,7 @@ static void *hook_for(const char *sym, void *got, int version, cuuint64_t flags)
     static const char *const v2[] = {"cuMemAlloc", "cuMemAllocPitch", "cuMemFree", "cuMemGetInfo",
                                      "cuDeviceTotalMem", "cuArrayCreate", "cuArray3DCreate"};
     static const char *const ptsz[] = {"cuMemAllocAsync", "cuMemAllocFromPoolAsync",
-                                       "cuMemFreeAsync"};
+                                       "cuMemFreeAsync", "cuGraphInstantiateWithParams"};
     snprintf(want, sizeof want, "%s", sym);
     for (size_t i = 0; i < sizeof v2 / sizeof v2[0]; i++)
         if (!strcmp(sym, v2[i]) && version >= 3020) snprintf(want, sizeof want, "%s_v2", sym);
@@ -759,6 +1040,9 @@ static void *hook_for(const char *sym, void *got, int version, cuuint64_t flags)
             snprintf(want, sizeof want, "%s_ptsz", sym);
     if (!strcmp(sym, "cuGetProcAddress") && version >= 12000)
         snprintf(want, sizeof want, "cuGetProcAddress_v2");
+    if (!strcmp(sym, "cuGraphInstantiate") && version >= 11000)
+        snprintf(want, sizeof want, "%s",
+                 version >= 12000 ? "cuGraphInstantiateWithFlags" : "cuGraphInstantiate_v2");
     for (int i = 0; i < n; i++)
         if (!strcmp(real_name[i], want)) {
             void *expected = MISSING; /* not found by the loader: the driver's answer is it */
@@ -785,19 +1069,60 @@ EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int version, cuuin
 }
 
 /* ---- dlsym: a program (the CUDA runtime) that opens libcuda.so.1 itself and looks its symbols
- * up on that handle gets this library's entry points for the covered ones, too ---- */
-EXPORT void *dlsym(void *handle, const char *name) {
-    dlsym_fn next = libc_dlsym();
-    if (!next) return NULL;
-    void *got = next(handle, name);
-    if (!got || !((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v')))
+ * up on that handle gets this library's entry points for the covered ones, too; so does one
+ * that uses dlvsym, or a handle of another copy of the driver (opened by another path): the
+ * entry points call the driver this library found first. The dynamic-linking functions
+ * themselves (dlsym, dlvsym, dlmopen), looked up on the C library's handle, are this
+ * library's, so that the C library's own are not reached that way. ---- */
+EXPORT void *dlvsym(void *handle, const char *name, const char *version);
+EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode);
+static void *hooked_symbol(const char *name, void *got) {
+    if (!got || !name) return got;
+    if (name[0] == 'd' && name[1] == 'l') {
+        if (!strcmp(name, "dlsym")) return (void *)dlsym;
+        if (!strcmp(name, "dlvsym")) return (void *)dlvsym;
+        if (!strcmp(name, "dlmopen")) return (void *)dlmopen;
         return got;
+    }
+    if (!((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v'))) return got;
     for (int i = 0; i < (int)(sizeof hook_fn / sizeof hook_fn[0]); i++)
         if (!strcmp(real_name[i], name)) {
             if (got == hook_fn[i]) return got;
-            void *known = atomic_load(&real_fn[i]);
-            if (!known || known == MISSING) atomic_compare_exchange_strong(&real_fn[i], &known, got);
-            return atomic_load(&real_fn[i]) == got ? hook_fn[i] : got;
+            if (!resolve(i)) { /* no driver found yet: this one is it */
+                void *expected = MISSING;
+                atomic_compare_exchange_strong(&real_fn[i], &expected, got);
+            }
+            return hook_fn[i];
         }
     return got;
+}
+EXPORT void *dlsym(void *handle, const char *name) {
+    dlsym_fn next = libc_dlsym();
+    return next ? hooked_symbol(name, next(handle, name)) : NULL;
+}
+EXPORT void *dlvsym(void *handle, const char *name, const char *version) {
+    return hooked_symbol(name, kubeacc_libc_dlvsym(handle, name, version));
+}
+/* A new link-map namespace is one the preloaded library is not in: a driver (or a library that
+ * opens one) loaded there would not be held. Refused while a share is enforced. */
+EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode) {
+    if (lmid != LM_ID_BASE && enforcing()) {
+        if (atomic_fetch_add(&denials, 1) < 8)
+            say("kubeacc-sharelimit: dlmopen of %.200s into another link-map namespace refused: "
+                "the GPU memory share is not enforced there", file ? file : "(null)");
+        /* dlerror() says so too: a path that cannot be opened, named for the reason. */
+        dlopen("/dev/null/kubeacc-sharelimit: dlmopen into another namespace is refused",
+               RTLD_LAZY);
+        return NULL;
+    }
+    typedef void *(*dlmopen_fn)(Lmid_t, const char *, int);
+    static dlmopen_fn real;
+    dlmopen_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!f) {
+        static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.3.4", "GLIBC_2.17"};
+        for (size_t i = 0; i < sizeof versions / sizeof *versions && !f; i++)
+            f = (dlmopen_fn)kubeacc_libc_dlvsym(RTLD_NEXT, "dlmopen", versions[i]);
+        __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    }
+    return f ? f(lmid, file, mode) : NULL;
 }

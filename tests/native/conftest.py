@@ -49,7 +49,10 @@ class Native:
 @pytest.fixture(scope="session")
 def native(tmp_path_factory: pytest.TempPathFactory) -> Native:
     out = tmp_path_factory.mktemp("native")
-    library = build.build_library(out)
+    # KUBEACC_TEST_SHARELIMIT: run the tests against another build of the library (a previous
+    # revision's, to show what a test catches); the stand-in driver and probes are this tree's.
+    other = os.environ.get("KUBEACC_TEST_SHARELIMIT")
+    library = Path(other) if other else build.build_library(out)
     build.build_stub(out)
     probe = build.build_program(HERE / "shareprobe.c", out / "shareprobe", out)
     dlprobe = build.build_program(HERE / "dlprobe.c", out / "dlprobe", None)

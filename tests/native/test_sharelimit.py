@@ -4,8 +4,10 @@ cannot exceed it, several devices keep their own, and a malformed limit fails cl
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -280,3 +282,194 @@ def test_a_program_that_opens_the_driver_itself_is_held_too(native: Native) -> N
         ["info", "0", "15284", "16384"],
         ["nvml", "0", "16384"],
     ]
+
+
+# ---- issue 44: paths by which a container's processes got memory beyond the share ----
+
+
+def held(proc: subprocess.CompletedProcess[str]) -> int:
+    """The MiB the stand-in driver holds for the probe (its last ``held`` line)."""
+    return [int(r[1]) for r in results(proc) if r[0] == "held"][-1]
+
+
+def test_vmm_memory_counts_until_its_handle_is_released_and_its_last_mapping_unmapped(
+    native: Native,
+) -> None:
+    """cuMemCreate -> cuMemMap -> cuMemRelease: the mapping keeps the memory alive (the driver
+    frees it at the last unmap), so the share must too."""
+    limit = {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024"}
+    # handles: 0 the allocation, 1 its mapping; released first, then unmapped.
+    proc = native.run(
+        "ctx", 0, "vmm", 0, 1000, "map", 0, "free", 0, "alloc", 1000, "held", 0,
+        "free", 1, "held", 0, "alloc", 1000, **limit,
+    )  # fmt: skip
+    assert codes(proc) == [0, 0, 0, 0, OOM, 1000, 0, 0, 0], proc.stdout
+    # Unmapped first, then released; and a retained reference (cuMemRetainAllocationHandle)
+    # keeps it too until that reference is released.
+    proc = native.run(
+        "ctx", 0, "vmm", 0, 600, "map", 0, "retain", 1, "free", 1, "free", 0, "alloc", 500,
+        "free", 2, "alloc", 500, "held", 0, **limit,
+    )  # fmt: skip
+    assert codes(proc) == [0, 0, 0, 0, 0, 0, OOM, 0, 0, 500], proc.stdout
+
+
+def test_vmm_create_map_release_rounds_get_nothing_beyond_the_share(native: Native) -> None:
+    """The issue's pattern: 16 rounds of a 1024 MiB cuMemCreate, mapped, then released."""
+    args: list[object] = ["ctx", 0]
+    for k in range(16):
+        args += ["vmm", 0, 1024, "map", 2 * k, "free", 2 * k]
+    proc = native.run(*args, "held", 0, KUBEACC_DEVICE_MEMORY_LIMIT="1024")
+    assert held(proc) <= 1024, proc.stdout
+
+
+def test_graph_memory_nodes_are_held_to_the_share(native: Native) -> None:
+    limit = {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024"}
+    proc = native.run("ctx", 0, "graph", *["galloc", 0, 1024] * 4, "held", 0, **limit)
+    assert codes(proc) == [0, 0, 0, OOM, OOM, OOM, 1024], proc.stdout
+    # Freed by a free node: counted while the graph or an executable graph made from it lives.
+    proc = native.run(
+        "ctx", 0, "graph", "galloc", 0, 600, "gfree", 0, "ginst", "alloc", 600, "gdestroy",
+        "alloc", 600, "free", 1, "alloc", 600, "held", 0, **limit,
+    )  # fmt: skip
+    assert codes(proc) == [0, 0, 0, 0, 0, OOM, 0, OOM, 0, 0, 600], proc.stdout
+    # Not freed in a graph: counted until cuMemFree, also after the graph is gone.
+    proc = native.run(
+        "ctx", 0, "graph", "galloc", 0, 600, "gdestroy", "alloc", 600, "free", 0, "alloc", 600,
+        "held", 0, **limit,
+    )  # fmt: skip
+    assert codes(proc) == [0, 0, 0, 0, OOM, 0, 0, 600], proc.stdout
+
+
+@pytest.mark.parametrize("how", ["rawforkexit", "vforkexit", "forkexit"])
+def test_a_child_that_exits_does_not_return_its_parents_share(
+    native: Native, tmp_path: Path, how: str
+) -> None:
+    """A child made by syscall(SYS_fork) or vfork runs no fork handlers; its exit must not give
+    back the parent's slot (3 rounds of the issue: +3,072 MiB)."""
+    env = {"KUBEACC_SHARELIMIT_ID": "f", "KUBEACC_SHARELIMIT_DIR": str(tmp_path)}
+    proc = native.run(
+        "ctx", 0, "alloc", 1000, *[how, "alloc", 1000] * 3, "held", 0,
+        KUBEACC_DEVICE_MEMORY_LIMIT="1024", **env,
+    )  # fmt: skip
+    assert codes(proc) == [0, 0, 0, OOM, 0, OOM, 0, OOM, 1000], proc.stdout
+
+
+@pytest.mark.parametrize("how", ["rawforkalloc", "forkalloc"])
+def test_a_child_made_by_any_means_gets_its_own_slot(
+    native: Native, tmp_path: Path, how: str
+) -> None:
+    """The child's allocations are its own: gone with it, and the parent's stay counted."""
+    env = {"KUBEACC_SHARELIMIT_ID": "g", "KUBEACC_SHARELIMIT_DIR": str(tmp_path)}
+    proc = native.run(
+        "ctx", 0, "alloc", 600, how, 300, "info", how, 500, "alloc", 400, "info",
+        KUBEACC_DEVICE_MEMORY_LIMIT="1000", **env,
+    )  # fmt: skip
+    rows = results(proc)
+    assert rows[1:] == [
+        ["alloc", "0"],
+        [how, "0"],
+        ["info", "0", "400", "1000"],  # the child's 300 went with it, the parent's 600 stay
+        [how, str(OOM)],
+        ["alloc", "0"],
+        ["info", "0", "0", "1000"],
+    ], proc.stdout
+
+
+def test_a_process_whose_exit_blocks_keeps_its_share_until_it_is_gone(
+    native: Native, tmp_path: Path
+) -> None:
+    """exit() runs the destructors, then blocks flushing stdout into a full pipe while the
+    process still holds its memory: the share comes back only when the process is gone."""
+    env = account(native, tmp_path, "claim-3")
+    first = subprocess.Popen(
+        [str(native.probe), "ctx", "0", "alloc", "1000", "blockexit", "512"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert first.stderr is not None and first.stdout is not None
+    try:
+        assert first.stderr.readline() == b"exiting\n"
+        time.sleep(0.5)  # into exit(): destructors run, then the flush blocks
+        assert first.poll() is None
+        second = native.run("ctx", 0, "alloc", 1000, **env)
+        assert codes(second) == [0, OOM], second.stdout
+        first.stdout.read()
+        assert first.wait(10) == 0
+    finally:
+        first.kill()
+    assert codes(native.run("ctx", 0, "alloc", 1000, **env)) == [0, 0]
+
+
+def test_dlvsym_does_not_reach_the_c_librarys_own_dlsym(native: Native) -> None:
+    proc = native.run(
+        "ctx", 0, "alloc", 1000, "dlvsym", 1000, "held", 0, KUBEACC_DEVICE_MEMORY_LIMIT="1024"
+    )
+    assert codes(proc) == [0, 0, OOM, 1000], proc.stdout
+
+
+def test_a_second_copy_of_the_driver_in_a_new_namespace_gets_nothing(native: Native) -> None:
+    """dlmopen(LM_ID_NEWLM, "libcuda.so.1"): a copy the preloaded library is not in."""
+    proc = native.run("ctx", 0, "alloc", 1000, "dlmopen", 1000, KUBEACC_DEVICE_MEMORY_LIMIT="1024")
+    assert codes(proc)[:2] == [0, 0], proc.stdout
+    assert codes(proc)[2] != 0, proc.stdout  # refused: no memory from the other copy
+    assert "dlmopen of libcuda.so.1 into another link-map namespace refused" in proc.stderr
+    # Without a share the program runs as it would.
+    assert codes(native.run("ctx", 0, "alloc", 1000, "dlmopen", 1000, preload=False)) == [0, 0, 0]
+
+
+def test_a_second_copy_of_the_driver_by_path_is_held_to_the_share(
+    native: Native, tmp_path: Path
+) -> None:
+    copy = tmp_path / "copy" / "libcuda.so.1"
+    copy.parent.mkdir()
+    shutil.copy(native.dir / "libcuda.so.1", copy)
+    proc = native.run(
+        "ctx", 0, "alloc", 1000, "dlcopy", copy, 1000, KUBEACC_DEVICE_MEMORY_LIMIT="1024"
+    )
+    assert codes(proc)[:2] == [0, 0], proc.stdout
+    assert codes(proc)[2] != 0, proc.stdout
+
+
+def test_a_killed_process_of_another_pid_namespace_gives_its_share_back(
+    native: Native, tmp_path: Path
+) -> None:
+    """Containers of one pod that share a claim share its account from their own PID
+    namespaces: a pid says nothing there, the slot's lock does."""
+    if (
+        not shutil.which("unshare")
+        or subprocess.run(["unshare", "--pid", "--fork", "true"], check=False).returncode != 0
+    ):
+        pytest.skip("unshare --pid is not permitted here")
+    env = account(native, tmp_path, "claim-4")
+    victim = subprocess.Popen(
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            native.probe,
+            "ctx",
+            "0",
+            "alloc",
+            "900",
+            "pause",
+        ],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert victim.stdout is not None
+    try:
+        assert victim.stdout.readline().split() == ["ctx", "0"]
+        assert victim.stdout.readline().split() == ["alloc", "0"]
+        assert codes(native.run("ctx", 0, "alloc", 200, **env)) == [0, OOM]
+        victim.send_signal(signal.SIGKILL)  # its child, the probe, gets SIGKILL too
+        victim.wait(10)
+    finally:
+        victim.kill()
+    deadline = time.monotonic() + 10
+    while codes(native.run("ctx", 0, "alloc", 1000, **env)) != [0, 0]:
+        assert time.monotonic() < deadline, "the killed process's 900 MiB never came back"
+        time.sleep(0.1)
