@@ -33,7 +33,14 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from kubeacc.engine import celcount, celformatcheck, celformatlib, celrewrite, k8scel
+from kubeacc.engine import (
+    celcount,
+    celformatcheck,
+    celformatlib,
+    celquantity,
+    celrewrite,
+    k8scel,
+)
 from kubeacc.engine.celcheck import LiteralTypeError, check_homogeneous
 from kubeacc.engine.celcost import CostLimitError, check_cost
 from kubeacc.engine.celformatcheck import FormatCheckError, check_format_calls
@@ -43,7 +50,17 @@ from kubeacc.engine.release import RELEASES
 qvalue = k8scel.qvalue
 svalue = k8scel.svalue
 
-_DOMAIN_RE = re.compile(r"device\s*\.\s*(attributes|capacity)\s*\[\s*(['\"])([^'\"]+)\2\s*\]")
+#: a domain an expression names: ``device.attributes["d"]`` (``[?"d"]``) or ``device.attributes.d``
+#: (``.?d``, ``has(device.attributes.d)``). kube-scheduler's map of domains answers every key
+#: (an unknown domain is an empty map, and ``has()`` of one is true), so each domain named is
+#: present in the expression's activation (a name followed by ``(`` is a call, not a domain)
+_DOMAIN_RE = re.compile(
+    r"device\s*\.\s*(attributes|capacity)\s*"
+    r"(?:\[\s*\??\s*(['\"])([^'\"]+)\2\s*\]|\.\s*\??\s*([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\())"
+)
+#: an expression that may compare quantities with ``==``/``!=`` (by value, whatever form Go
+#: holds them in: :mod:`kubeacc.engine.celquantity`)
+_QUANTITY_EQ_RE = re.compile(r"(?=.*(?:==|!=))(?=.*(?:quantity|capacity))", re.S)
 #: a ``[`` that opens a list literal rather than an index (the walk over the checked
 #: expression is skipped when there is none)
 _LIST_LITERAL_RE = re.compile(r"(?:^|[(,=!<>&|+\-*/%?:\[{]|\bin)\s*\[")
@@ -81,7 +98,12 @@ def environment() -> Any:
     return cel.NewEnv(
         descriptor_pool=k8scel.pool(),
         config=cel.NewEnvConfigFromYaml(_EXTENSIONS + celrewrite.ORDERING_YAML),
-        functions=[*k8scel.declarations(), celformatcheck.declaration(), *celcount.declarations()],
+        functions=[
+            *k8scel.declarations(),
+            celformatcheck.declaration(),
+            *celcount.declarations(),
+            *celquantity.declarations(),
+        ],
         variables={"device": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)},
     )
 
@@ -145,13 +167,16 @@ def compile_cached(expression: str, format_static_types: bool) -> Selector:
     rtype = program.return_type()
     if rtype not in (cel.Type.BOOL, cel.Type.DYN):
         raise CelError(f"compile {expression!r}: must evaluate to bool, not {rtype.name()}")
-    if "transformMap" in expression or "format" in expression:
+    quantities = _QUANTITY_EQ_RE.search(expression) is not None
+    if "transformMap" in expression or "format" in expression or quantities:
         serialized = program.serialize()
         rewritten = serialized
         if celrewrite.MAP_INSERT in rewritten:
             rewritten = celrewrite.own_map_insert(rewritten)
         if "format" in expression:
             rewritten = celformatcheck.rename_format_calls(rewritten)
+        if quantities:
+            rewritten = celquantity.rename_quantity_equality(rewritten)
         if rewritten != serialized:
             program = environment().deserialize(rewritten)
     base_cost = None
@@ -161,7 +186,10 @@ def compile_cached(expression: str, format_static_types: bool) -> Selector:
             program = environment().deserialize(rewritten)
         else:
             base_cost = None
-    domains = frozenset((m.group(1), m.group(3)) for m in _DOMAIN_RE.finditer(expression))
+    domains = frozenset(
+        (m.group(1), m.group(3) if m.group(3) is not None else m.group(4))
+        for m in _DOMAIN_RE.finditer(expression)
+    )
     return Selector(expression, program, domains, base_cost)
 
 
