@@ -139,6 +139,31 @@ DISTINCT_ATTRS = (f"{DRIVER}/index", f"{DRIVER}/numa")
 BIG = f'{C}.memory.compareTo(quantity("20Gi")) >= 0'
 VERSIONS = ("1.2.3", "1.2.3+build.5", "1.10.0", "2.0.0-rc.1", "1.2.4")
 
+#: selectors of the edges kube-scheduler's CEL environment has (issue 49), by feature
+EDGE_SELECTORS: tuple[tuple[str, str], ...] = (
+    ("cel-has-domain", "has(device.attributes.x)"),
+    ("cel-has-domain", "has(device.capacity.other)"),
+    ("cel-has-domain", f'has(device.attributes.x) && {A}.model == "a100"'),
+    ("cel-has-domain", f"!has(device.attributes.x.y) && {A}.numa >= 0"),
+    ("cel-has-domain", "device.attributes.?other.hasValue()"),
+    ("quantity-representation", f"{C}.memory.isInteger()"),
+    ("quantity-representation", f"{C}.memory.asInteger() > 0"),
+    ("quantity-representation", f'{C}.memory == quantity("20Gi")'),
+    ("quantity-representation", f'{C}.memory != quantity("40Gi")'),
+    ("quantity-representation", f'{C}.memory.add(quantity("500m")).isInteger()'),
+    ("quantity-representation", f'{C}.memory.sub(quantity("1.5")).add(1).isInteger()'),
+    ("quantity-representation", 'quantity("0.5Ti").isInteger() || quantity("1000m").isInteger()'),
+    ("cel-compile-member", f"{C}.memory.sign() == 1"),
+    ("cel-compile-member", f"sign({C}.memory) == 1"),
+)
+#: spellings of the generator's memory sizes in Go's other forms (same values): a decimal
+#: (a binary suffix with a fraction), an integer with a negative scale, a plain integer
+SPELLINGS = {
+    "16Gi": ("0.015625Ti", "17179869184000m", "16384Mi"),
+    "20Gi": ("0.01953125Ti", "21474836480000m", "20480Mi"),
+    "40Gi": ("0.0390625Ti", "42949672960000m", "40960Mi"),
+}
+
 
 class _Gen:
     def __init__(self, seed: int) -> None:
@@ -156,6 +181,9 @@ class _Gen:
         self.groups = random.Random(seed ^ 0xC0_6B0)
         #: the shapes of compatibility groups for an allocator that enforces them
         self.shapes = random.Random(seed ^ 0xC0_6B1)
+        #: the shapes of issue 49: has() on a domain, quantity forms, library calls that do not
+        #: compile, firstAvailable with distinct versions, older pool generations
+        self.edges49 = random.Random(seed ^ 0x49_ED6E)
         self.features: set[str] = set()
         self.devices: list[tuple[str, str, str, dict[str, Any]]] = []  # driver, pool, name, raw
 
@@ -467,6 +495,211 @@ class _Gen:
             dev["bindingConditions"] = ["example.com/ready"]
             dev["bindingFailureConditions"] = ["example.com/failed"]
 
+    # -- issue 49's shapes --------------------------------------------------------------
+    def scheduler_edges(
+        self,
+        slices: list[dict[str, Any]],
+        claims: list[dict[str, Any]],
+        pods: list[list[int]],
+        allocated: list[dict[str, Any]],
+    ) -> None:
+        """Issue 49's shapes, from a stream of their own (the other draws stay the same)."""
+        e = self.edges49
+        if e.random() < 0.3:
+            self.features.add("quantity-representation")
+            for s in slices:
+                for dev in s["spec"].get("devices") or []:
+                    for cap in (dev.get("capacity") or {}).values():
+                        if cap.get("value") in SPELLINGS and e.random() < 0.6:
+                            cap["value"] = e.choice(SPELLINGS[cap["value"]])
+        requests = [
+            sub
+            for c in claims
+            for req in c["spec"]["devices"]["requests"]
+            for sub in ([req["exactly"]] if "exactly" in req else req["firstAvailable"])
+        ]
+        for _ in range(e.choice((0, 0, 1, 2))):
+            if not requests:
+                break
+            feature, expr = e.choice(EDGE_SELECTORS)
+            self.features.add(feature)
+            e.choice(requests).setdefault("selectors", []).append({"cel": {"expression": expr}})
+        if e.random() < 0.25:
+            self.features.add("distinct-versions")
+            n = len(claims)
+            subs = [
+                {
+                    "name": "s0",
+                    "deviceClassName": "gpu",
+                    "allocationMode": "ExactCount",
+                    "count": e.choice((2, 3)),
+                },
+                {
+                    "name": "s1",
+                    "deviceClassName": "gpu",
+                    "allocationMode": "ExactCount",
+                    "count": 1,
+                },
+            ]
+            claims.append(
+                {
+                    "metadata": {"name": f"c{n}", "namespace": "default", "uid": f"uid-c{n}"},
+                    "spec": {
+                        "devices": {
+                            "requests": [{"name": "r0", "firstAvailable": subs}],
+                            "constraints": [{"distinctAttribute": f"{DRIVER}/driverVersion"}],
+                        }
+                    },
+                }
+            )
+            pods.append([n])
+        if e.random() < 0.3:
+            self.older_generations(slices, allocated)
+
+    def older_generations(
+        self, slices: list[dict[str, Any]], allocated: list[dict[str, Any]]
+    ) -> None:
+        """A pool whose newest generation targets only one node while an older one, complete
+        or not, targets the other: the scheduler uses the older generation there (v0.37.2's
+        pool gathering). Devices of both generations share names; some are allocated."""
+        e = self.edges49
+        self.features.add("generations-older")
+        pool = "gens"
+        old_node, new_node = e.choice((("n0", "n1"), ("n1", "n0")))
+        old_slices = e.choice((1, 2))
+        old_count = old_slices + (1 if e.random() < 0.25 else 0)  # sometimes incomplete
+        counters = e.random() < 0.4
+        k = 0
+        out: list[dict[str, Any]] = []
+        for si in range(old_slices):
+            # an older slice on the newest generation's node makes the pool look incomplete
+            node = new_node if si == 1 and e.random() < 0.3 else old_node
+            devs = []
+            for _ in range(e.randint(1, 3)):
+                dev = self.device(f"dev-{k}", k, "cs0" if counters else None)
+                devs.append(dev)
+                k += 1
+            out.append(
+                {
+                    "metadata": {"name": f"{pool}-a{si}"},
+                    "spec": {
+                        "driver": DRIVER,
+                        "pool": {"name": pool, "generation": 1, "resourceSliceCount": old_count},
+                        "nodeName": node,
+                        "devices": devs,
+                    },
+                }
+            )
+        if counters:
+            for s in out:
+                s["spec"]["pool"]["resourceSliceCount"] += 1
+            out.append(
+                {
+                    "metadata": {"name": f"{pool}-counters"},
+                    "spec": {
+                        "driver": DRIVER,
+                        "pool": {
+                            "name": pool,
+                            "generation": 1,
+                            "resourceSliceCount": old_count + 1,
+                        },
+                        "nodeName": old_node,
+                        "sharedCounters": [
+                            {
+                                "name": "cs0",
+                                "counters": {"mem": {"value": e.choice(("20Gi", "40Gi"))}},
+                            }
+                        ],
+                    },
+                }
+            )
+        target = e.choice(
+            (
+                {"nodeName": new_node},
+                {
+                    "nodeSelector": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "kubernetes.io/hostname",
+                                        "operator": "In",
+                                        "values": [new_node],
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                },
+            )
+        )
+        new_slices = e.choice((1, 2))
+        for si in range(new_slices):
+            devs = [self.device(f"dev-{e.randint(0, 4)}", si, None)]
+            out.append(
+                {
+                    "metadata": {"name": f"{pool}-b{si}"},
+                    "spec": {
+                        "driver": DRIVER,
+                        "pool": {
+                            "name": pool,
+                            "generation": e.choice((2, 3)) if si == 0 else 2,
+                            "resourceSliceCount": new_slices,
+                        },
+                        **target,
+                        "devices": devs,
+                    },
+                }
+            )
+        for s in out:  # shares of one device name in both generations, capacity spelled apart
+            for d in s["spec"].get("devices") or []:
+                if "allowMultipleAllocations" not in d and e.random() < 0.4:
+                    d["allowMultipleAllocations"] = True
+                    cap = d.setdefault("capacity", {})
+                    if cap and e.random() < 0.5:
+                        (name, value), *_ = cap.items()
+                        other = f"{DRIVER}/memory" if name == "memory" else "memory"
+                        d["capacity"] = {other: value}
+        # names must be unique within a generation's slices
+        seen: set[tuple[int, str]] = set()
+        for s in out:
+            gen = s["spec"]["pool"]["generation"]
+            for d in s["spec"].get("devices") or []:
+                while (gen, d["name"]) in seen:
+                    d["name"] += "x"
+                seen.add((gen, d["name"]))
+        slices += out
+        if e.random() < 0.6:
+            # allocated devices of the pool by name: a share consumes capacity by the name one
+            # generation's device wrote, which the other generation's device may not have
+            by_name: dict[str, list[dict[str, Any]]] = {}
+            for s in out:
+                for d in s["spec"].get("devices") or []:
+                    by_name.setdefault(d["name"], []).append(d)
+            results = []
+            for i, name in enumerate(e.sample(sorted(by_name), min(len(by_name), e.randint(1, 2)))):
+                res: dict[str, Any] = {
+                    "request": f"r{i}",
+                    "driver": DRIVER,
+                    "pool": pool,
+                    "device": name,
+                }
+                shared = [d for d in by_name[name] if d.get("allowMultipleAllocations")]
+                if shared or e.random() < 0.2:
+                    res["shareID"] = f"00000000-0000-0000-0000-00000000004{i}"
+                    written = [w for d in by_name[name] for w in d.get("capacity") or {}]
+                    res["consumedCapacity"] = {
+                        e.choice(written or ["memory"]): e.choice(("4Gi", "8Gi", "16Gi", "40Gi"))
+                    }
+                results.append(res)
+            allocated.append(
+                {
+                    "metadata": {"name": "gens-alloc", "namespace": "default", "uid": "uid-gens"},
+                    "spec": {"devices": {"requests": []}},
+                    "status": {"allocation": {"devices": {"results": results}}},
+                }
+            )
+
     # -- claims ------------------------------------------------------------------------
     def selectors(self) -> list[dict[str, Any]]:
         out = []
@@ -681,6 +914,7 @@ def scenario(
         g.capacity_edges(slices, claims)
     g.compatibility_groups(slices)
     pods = g.pods(len(claims))
+    g.scheduler_edges(slices, claims, pods, allocated)
     if group_shapes:
         g.group_shapes(slices, allocated)
         if g.shapes.random() < 0.6:  # a pod that takes several plain devices: groups decide

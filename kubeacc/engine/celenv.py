@@ -33,17 +33,35 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from kubeacc.engine import celcount, celformatcheck, celformatlib, celrewrite, k8scel
+from kubeacc.engine import (
+    celcount,
+    celformatcheck,
+    celformatlib,
+    celquantity,
+    celrewrite,
+    k8scel,
+)
 from kubeacc.engine.celcheck import LiteralTypeError, check_homogeneous
 from kubeacc.engine.celcost import CostLimitError, check_cost
 from kubeacc.engine.celformatcheck import FormatCheckError, check_format_calls
+from kubeacc.engine.quantity import is_quantity
 from kubeacc.engine.release import DEFAULT as DEFAULT_RELEASE
 from kubeacc.engine.release import RELEASES
 
 qvalue = k8scel.qvalue
 svalue = k8scel.svalue
 
-_DOMAIN_RE = re.compile(r"device\s*\.\s*(attributes|capacity)\s*\[\s*(['\"])([^'\"]+)\2\s*\]")
+#: a domain an expression names: ``device.attributes["d"]`` (``[?"d"]``) or ``device.attributes.d``
+#: (``.?d``, ``has(device.attributes.d)``). kube-scheduler's map of domains answers every key
+#: (an unknown domain is an empty map, and ``has()`` of one is true), so each domain named is
+#: present in the expression's activation (a name followed by ``(`` is a call, not a domain)
+_DOMAIN_RE = re.compile(
+    r"device\s*\.\s*(attributes|capacity)\s*"
+    r"(?:\[\s*\??\s*(['\"])([^'\"]+)\2\s*\]|\.\s*\??\s*([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\())"
+)
+#: an expression that may compare quantities with ``==``/``!=`` (by value, whatever form Go
+#: holds them in: :mod:`kubeacc.engine.celquantity`)
+_QUANTITY_EQ_RE = re.compile(r"(?=.*(?:==|!=))(?=.*(?:quantity|capacity))", re.S)
 #: a ``[`` that opens a list literal rather than an index (the walk over the checked
 #: expression is skipped when there is none)
 _LIST_LITERAL_RE = re.compile(r"(?:^|[(,=!<>&|+\-*/%?:\[{]|\bin)\s*\[")
@@ -81,7 +99,12 @@ def environment() -> Any:
     return cel.NewEnv(
         descriptor_pool=k8scel.pool(),
         config=cel.NewEnvConfigFromYaml(_EXTENSIONS + celrewrite.ORDERING_YAML),
-        functions=[*k8scel.declarations(), celformatcheck.declaration(), *celcount.declarations()],
+        functions=[
+            *k8scel.declarations(),
+            celformatcheck.declaration(),
+            *celcount.declarations(),
+            *celquantity.declarations(),
+        ],
         variables={"device": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)},
     )
 
@@ -94,6 +117,12 @@ class Selector:
     #: the static cost of the root region when the program counts its cost as it runs
     #: (:mod:`kubeacc.engine.celcount`), else None
     base_cost: int | None = None
+    #: the expression may compare quantities with ``==``/``!=``, and this program compares
+    #: their messages (value and form): on a device with a capacity in an unusual form,
+    #: :meth:`DeviceEnv.matches` runs the variant that compares values instead
+    #: (:mod:`kubeacc.engine.celquantity`), compiled then
+    lazy_equality: bool = False
+    format_static_types: bool = False
 
     def short(self, width: int = 60) -> str:
         e = " ".join(self.expression.split())
@@ -123,8 +152,13 @@ def compile_selector(expression: str, release: str = DEFAULT_RELEASE) -> Selecto
 
 
 @lru_cache(maxsize=4096)
-def compile_cached(expression: str, format_static_types: bool) -> Selector:
-    """:func:`compile_selector` by what tells releases apart (``__wrapped__``: uncached)."""
+def compile_cached(
+    expression: str, format_static_types: bool, value_equality: bool = False
+) -> Selector:
+    """:func:`compile_selector` by what tells releases apart (``__wrapped__``: uncached);
+    ``value_equality``: ``==``/``!=`` between quantities compare values whatever their form
+    (done anyway when a ``quantity(...)`` of the expression may have an unusual form; else
+    only for a device whose capacity has one, as renaming costs about 0.3 ms a compile)."""
     unsupported = _unsupported(expression)
     if unsupported:
         raise CelError(f"compile {expression!r}: {unsupported}")
@@ -145,13 +179,17 @@ def compile_cached(expression: str, format_static_types: bool) -> Selector:
     rtype = program.return_type()
     if rtype not in (cel.Type.BOOL, cel.Type.DYN):
         raise CelError(f"compile {expression!r}: must evaluate to bool, not {rtype.name()}")
-    if "transformMap" in expression or "format" in expression:
+    quantities = _QUANTITY_EQ_RE.search(expression) is not None
+    eager = quantities and (value_equality or _unusual_quantity_literal(expression))
+    if "transformMap" in expression or "format" in expression or eager:
         serialized = program.serialize()
         rewritten = serialized
         if celrewrite.MAP_INSERT in rewritten:
             rewritten = celrewrite.own_map_insert(rewritten)
         if "format" in expression:
             rewritten = celformatcheck.rename_format_calls(rewritten)
+        if eager:
+            rewritten = celquantity.rename_quantity_equality(rewritten)
         if rewritten != serialized:
             program = environment().deserialize(rewritten)
     base_cost = None
@@ -161,8 +199,33 @@ def compile_cached(expression: str, format_static_types: bool) -> Selector:
             program = environment().deserialize(rewritten)
         else:
             base_cost = None
-    domains = frozenset((m.group(1), m.group(3)) for m in _DOMAIN_RE.finditer(expression))
-    return Selector(expression, program, domains, base_cost)
+    domains = frozenset(
+        (m.group(1), m.group(3) if m.group(3) is not None else m.group(4))
+        for m in _DOMAIN_RE.finditer(expression)
+    )
+    return Selector(
+        expression,
+        program,
+        domains,
+        base_cost,
+        lazy_equality=quantities and not eager,
+        format_static_types=format_static_types,
+    )
+
+
+_QUANTITY_CALL_RE = re.compile(r"\bquantity\s*\(\s*(?:\"([^\"\\]*)\"|'([^'\\]*)')?\s*(\))?")
+
+
+def _unusual_quantity_literal(expression: str) -> bool:
+    """A ``quantity(...)`` call whose value may be held in a form other than the usual
+    integer: an argument that is not a plain string literal, or a literal such as ``1000m``."""
+    for m in _QUANTITY_CALL_RE.finditer(expression):
+        text = m.group(1) if m.group(1) is not None else m.group(2)
+        if text is None or m.group(3) is None:
+            return True
+        if is_quantity(text) and celquantity.go_rep(text) != celquantity.INT:
+            return True
+    return False
 
 
 def _check(expression: str) -> Any:
@@ -187,11 +250,17 @@ def _check(expression: str) -> Any:
 class DeviceEnv:
     """The reusable CEL activations of one device."""
 
-    __slots__ = ("_acts", "variable")
+    __slots__ = ("_acts", "unusual_forms", "variable")
 
     def __init__(self, variable: dict[str, Any]) -> None:
         self.variable = variable
         self._acts: dict[frozenset[tuple[str, str]], Any] = {}
+        #: a capacity is held in a form other than the usual integer (``0.5Ti``, ``1000m``)
+        self.unusual_forms = any(
+            getattr(q, "rep", "")
+            for caps in variable.get("capacity", {}).values()
+            for q in caps.values()
+        )
 
     def _activation(self, selector: Selector) -> Any:
         """One activation per set of domains indexed: domains an expression indexes but the
@@ -207,6 +276,8 @@ class DeviceEnv:
         return act
 
     def matches(self, selector: Selector) -> bool:
+        if selector.lazy_equality and self.unusual_forms:
+            selector = compile_cached(selector.expression, selector.format_static_types, True)
         try:
             if selector.base_cost is None:
                 result = selector.program.eval(self._activation(selector))

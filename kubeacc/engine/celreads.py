@@ -82,5 +82,6 @@ def _hashable(value: Any) -> Hashable | None:
         return None if any(i is None for i in items) else ("list", tuple(items))
     desc = getattr(value, "DESCRIPTOR", None)
     if desc is not None and hasattr(value, "value"):
-        return (str(desc.name), str(value.value))
+        # a quantity's form too (kubeacc.engine.celquantity: isInteger() reads it)
+        return (str(desc.name), str(value.value), str(getattr(value, "rep", "")))
     return None

@@ -276,6 +276,9 @@ class FirstFit:
             and not d.capacity_policy
             and not d.allow_multiple
             and not (strict and d.negative_capacity)
+            # shares of a device of this name (another generation's, which may allow them)
+            # consume its capacity too: the allocator checks every device against them
+            and d.key not in self.ledger.capacity_used
         ):
             return True
         try:
@@ -288,7 +291,7 @@ class FirstFit:
         if cons is None:
             return False
         none: dict[str, Fraction] = {}
-        used = none if static else self.ledger.capacity_used.get(d.key, {})
+        used = none if static else self.ledger.capacity_of(d)
         pend = none if static else self.cap_pending.get(d.key, {})
         for c, v in cons.items():
             if violates(v, d.capacity_policy.get(c, {})):

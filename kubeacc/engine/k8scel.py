@@ -34,6 +34,7 @@ from cel_expr_python import cel
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from kubeacc.engine import celformatlib, celrewrite
+from kubeacc.engine.celquantity import INT, add_rep, as_int64, go_rep
 from kubeacc.engine.quantity import QuantityError, is_quantity, parse_quantity
 from kubeacc.engine.semver import Semver, SemverError, is_semver, parse_semver
 
@@ -59,12 +60,14 @@ def pool() -> descriptor_pool.DescriptorPool:
     )
     for name in MESSAGES:
         msg = fdp.message_type.add(name=name)
-        msg.field.add(
-            name="value",
-            number=1,
-            type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
-            label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
-        )
+        # a quantity also carries the form Go holds it in (kubeacc.engine.celquantity)
+        for number, field_name in enumerate(("value", "rep") if name == "Quantity" else ("value",)):
+            msg.field.add(
+                name=field_name,
+                number=number + 1,
+                type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+                label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+            )
     p = descriptor_pool.DescriptorPool()
     p.Add(fdp)
     return p
@@ -79,8 +82,10 @@ def opaque(name: str, value: str) -> Any:
     return message_class(name)(value=value)
 
 
-def qvalue(q: Fraction) -> Any:
-    return opaque("Quantity", str(q))
+def qvalue(q: Fraction, rep: str = INT) -> Any:
+    """A quantity's message: its value, and the form Go holds it in (``rep``, from
+    :func:`kubeacc.engine.celquantity.go_rep` of the text it was read from)."""
+    return message_class("Quantity")(value=str(q), rep=rep)
 
 
 def svalue(v: Semver) -> Any:
@@ -110,16 +115,30 @@ def _fraction(canonical: str) -> Fraction:
 @lru_cache(maxsize=4096)
 def _quantity(s: str) -> Any:
     try:
-        return qvalue(parse_quantity(s))
+        return qvalue(parse_quantity(s), go_rep(s))
     except QuantityError as e:
         raise _fail(str(e)) from None
 
 
 def _as_integer(q: Any) -> int:
-    v = _q(q)
-    if v.denominator != 1 or not -(2**63) <= v < 2**63:
+    v = as_int64(_q(q), q.rep)
+    if v is None:
         raise _fail("cannot convert value to integer")
-    return int(v)
+    return v
+
+
+def _is_integer(q: Any) -> bool:
+    return as_int64(_q(q), q.rep) is not None
+
+
+def _add(a: Any, b: Any, sign: int = 1) -> Any:
+    """``add``/``sub`` (``sign`` -1) of a quantity and a quantity or an int, in Go's form."""
+    x = _q(a)
+    if isinstance(b, int):
+        y, b_rep = Fraction(b), INT
+    else:
+        y, b_rep = _q(b), b.rep
+    return qvalue(x + sign * y, add_rep(x, a.rep, sign * y, b_rep))
 
 
 def _cmp(a: Fraction | Semver, b: Fraction | Semver) -> int:
@@ -306,8 +325,16 @@ def _nonempty(name: str, xs: list[Any]) -> list[Any]:
 
 
 def _equal(a: Any, b: Any) -> bool:
-    """CEL equality of two element values: a bool never equals a number."""
+    """CEL equality of two element values: a bool never equals a number; quantities compare
+    by value, whatever form Go holds them in (kubeacc.engine.celquantity)."""
+    if _is_quantity(a) and _is_quantity(b):
+        return _q(a) == _q(b)
     return isinstance(a, bool) == isinstance(b, bool) and bool(a == b)
+
+
+def _is_quantity(x: Any) -> bool:
+    desc = getattr(x, "DESCRIPTOR", None)
+    return desc is not None and desc.name == "Quantity"
 
 
 def _index_of(xs: list[Any], x: Any) -> int:
@@ -420,28 +447,21 @@ def declarations() -> list[Any]:
         *celformatlib.declarations(lambda name: opaque(celformatlib.MESSAGE, name), fmt),
         _fn("quantity", ("k_quantity", q, [s], False, _quantity)),
         _fn("isQuantity", ("k_is_quantity", b, [s], False, is_quantity)),
-        _fn("sign", ("k_q_sign", i, [q], True, lambda a: (_q(a) > 0) - (_q(a) < 0))),
-        _fn(
-            "isInteger",
-            (
-                "k_q_is_integer",
-                b,
-                [q],
-                True,
-                lambda a: _q(a).denominator == 1 and -(2**63) <= _q(a) < 2**63,
-            ),
-        ),
+        # a global function in kube-scheduler's library (``sign(q)``): ``q.sign()`` does not
+        # compile there
+        _fn("sign", ("k_q_sign", i, [q], False, lambda a: (_q(a) > 0) - (_q(a) < 0))),
+        _fn("isInteger", ("k_q_is_integer", b, [q], True, _is_integer)),
         _fn("asInteger", ("k_q_as_integer", i, [q], True, _as_integer)),
         _fn("asApproximateFloat", ("k_q_as_float", d, [q], True, lambda a: float(_q(a)))),
         _fn(
             "add",
-            ("k_q_add_q", q, [q, q], True, lambda a, c: qvalue(_q(a) + _q(c))),
-            ("k_q_add_int", q, [q, i], True, lambda a, c: qvalue(_q(a) + c)),
+            ("k_q_add_q", q, [q, q], True, _add),
+            ("k_q_add_int", q, [q, i], True, _add),
         ),
         _fn(
             "sub",
-            ("k_q_sub_q", q, [q, q], True, lambda a, c: qvalue(_q(a) - _q(c))),
-            ("k_q_sub_int", q, [q, i], True, lambda a, c: qvalue(_q(a) - c)),
+            ("k_q_sub_q", q, [q, q], True, lambda a, c: _add(a, c, -1)),
+            ("k_q_sub_int", q, [q, i], True, lambda a, c: _add(a, c, -1)),
         ),
         _fn(
             "isLessThan",

@@ -23,6 +23,7 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 from kubeacc.engine.celenv import DeviceEnv, qvalue, svalue
+from kubeacc.engine.celquantity import INT, go_rep
 from kubeacc.engine.quantity import QuantityError, parse_quantity
 from kubeacc.engine.semver import SemverError, parse_semver
 
@@ -209,11 +210,24 @@ class Device:
                     self.attributes,
                     {k: str(v) for k, v in self.capacity.items()},
                     self.capacity_names,
+                    self.capacity_reps,
                 ],
                 sort_keys=True,
                 default=str,
             )
         return self._fp
+
+    @cached_property
+    def capacity_reps(self) -> dict[str, str]:
+        """The form Go holds each capacity in, where it is not the usual integer
+        (:mod:`kubeacc.engine.celquantity`: ``0.5Ti`` is a decimal, ``1000m`` has scale -3)."""
+        out: dict[str, str] = {}
+        for written, q in self.capacity_names.items():
+            raw = get(get(self.raw, "capacity", {}) or {}, written, {}) or {}
+            rep = go_rep(str(get(raw, "value", "0")))
+            if rep != INT:
+                out[q] = rep
+        return out
 
     @property
     def env(self) -> DeviceEnv:
@@ -227,9 +241,10 @@ class Device:
                 domain, _, ident = q.rpartition("/")
                 attrs.setdefault(domain, {})[ident] = _cel_attr(v)
             caps: dict[str, dict[str, Any]] = {}
+            reps = self.capacity_reps
             for q, c in self.capacity.items():
                 domain, _, ident = q.rpartition("/")
-                caps.setdefault(domain, {})[ident] = qvalue(c)
+                caps.setdefault(domain, {})[ident] = qvalue(c, reps.get(q, INT))
             self._env = DeviceEnv(
                 {
                     "driver": self.driver,

@@ -36,6 +36,8 @@ NUMA_ATTRS = ("resource.kubernetes.io/numaNode", "kubeacc.io/numaNode")
 SelectorCache = dict[tuple[str, Hashable], bool | str]
 
 #: per node and (class, selectors): devices passing them and the funnel so far
+#: an attribute as a constraint compares it: (kind, value as written)
+TypedValue = tuple[str, Any]
 StaticCache = dict[tuple[str, str, tuple[str, ...]], tuple[list[Device], list[tuple[str, int]]]]
 
 
@@ -308,7 +310,7 @@ class NodeSearch:
         # Only the named capacity, so that each funnel step names the capacity that ran out;
         # _consumption_fits then checks all of them.
         c = found[0]
-        used = self.ledger.capacity_used.get(d.key, {})
+        used = self.ledger.capacity_of(d)
         return d.capacity[c] - used.get(c, Fraction(0)) >= cons[c]
 
     def _consumption_fits(self, alt: Alternative, d: Device) -> bool:
@@ -317,7 +319,7 @@ class NodeSearch:
         cons = consumption(alt, d)
         if cons is None:
             return False
-        used = self.ledger.capacity_used.get(d.key, {})
+        used = self.ledger.capacity_of(d)
         return all(d.capacity[c] - used.get(c, Fraction(0)) >= v for c, v in cons.items())
 
     def _topology_order(self, devs: list[Device], count: int) -> list[Device]:
@@ -353,8 +355,8 @@ class NodeSearch:
                 return NodeResult(self.node.name, None, static, self.steps)
             self.picks: list[Pick] = []
             self.used: set[DeviceKey] = set()
-            self.values: dict[int, AttrValue | dict[str, str]] = {}
-            self.distinct: dict[int, list[AttrValue | dict[str, str]]] = {}
+            self.values: dict[int, TypedValue] = {}
+            self.distinct: dict[int, list[TypedValue]] = {}
             self.counters: dict[CounterKey, dict[str, Fraction]] = {}
             self.capacity: dict[DeviceKey, dict[str, Fraction]] = {}
             self.shares: Counter[DeviceKey] = Counter()
@@ -424,9 +426,9 @@ class NodeSearch:
                 if not con.applies(alt):
                     continue
                 vals = Counter(
-                    repr(d.attribute(attr))
+                    _shown(d.typed_attribute(attr))
                     for d in self.candidates(alt)
-                    if d.attribute(attr) is not None
+                    if d.typed_attribute(attr) is not None
                 )
                 seen.update(vals)
                 need = alt.count if alt.mode != ALL else len(self.candidates(alt))
@@ -480,11 +482,12 @@ class NodeSearch:
         for i in range(start, len(cands) - need + 1):
             if (
                 fixed
-                and sum(1 for d in cands[i:] if all(d.attribute(a) == v for a, v in fixed)) < need
+                and sum(1 for d in cands[i:] if all(d.typed_attribute(a) == v for a, v in fixed))
+                < need
             ):
                 self.failures[
                     f"{fixed[0][0]}: not enough devices with value "
-                    f"{fixed[0][1]!r} for request {alt.name}"
+                    f"{fixed[0][1][1]!r} for request {alt.name}"
                 ] += 1
                 return False
             d = cands[i]
@@ -494,7 +497,7 @@ class NodeSearch:
                 self._undo()
         return False
 
-    def _fixed_values(self, alt: Alternative) -> list[tuple[str, AttrValue | dict[str, str]]]:
+    def _fixed_values(self, alt: Alternative) -> list[tuple[str, TypedValue]]:
         out = []
         for ci, con in enumerate(self.claim.constraints):
             if con.match_attribute and con.applies(alt) and ci in self.values:
@@ -513,7 +516,9 @@ class NodeSearch:
         for ci, con in enumerate(self.claim.constraints):
             if not con.applies(alt):
                 continue
-            av = d.attribute(con.attribute)
+            # typed and as written, as the scheduler compares them (``1.2.3+build.5`` is not
+            # ``1.2.3``, ``true`` is not ``1``): the first-fit search's values
+            av = d.typed_attribute(con.attribute)
             if av is None:
                 fail[f"{con.label()}: device {d.name} lacks the attribute"] += 1
                 return self._rollback(undo)
@@ -532,11 +537,11 @@ class NodeSearch:
             else:
                 lst = self.distinct.setdefault(ci, [])
                 if av in lst:
-                    fail[f"{con.label()}: value {av!r} already used"] += 1
+                    fail[f"{con.label()}: value {av[1]!r} already used"] += 1
                     return self._rollback(undo)
                 lst.append(av)
 
-                def _unappend(lst: list[AttrValue | dict[str, str]] = lst) -> None:
+                def _unappend(lst: list[TypedValue] = lst) -> None:
                     lst.pop()
 
                 undo.append(_unappend)
@@ -576,7 +581,7 @@ class NodeSearch:
             if consumed is None:
                 fail[f"device {d.name}: capacity request outside its request policy"] += 1
                 return self._rollback(undo)
-            used = self.ledger.capacity_used.get(d.key, {})
+            used = self.ledger.capacity_of(d)
             pend = self.capacity.setdefault(d.key, {})
             for c, v in consumed.items():
                 if d.capacity[c] - used.get(c, Fraction(0)) - pend.get(c, Fraction(0)) < v:
@@ -664,3 +669,9 @@ def _compiled(expr: str) -> Selector | str:
 def _short(expr: str, width: int = 50) -> str:
     e = " ".join(expr.split())
     return e if len(e) <= width else e[: width - 3] + "..."
+
+
+def _shown(v: TypedValue | None) -> str:
+    """A constraint value for an explanation (the kind is part of it: ``true`` is not ``1``)."""
+    assert v is not None
+    return repr(v[1]) if v[0] == "string" else str(v[1])

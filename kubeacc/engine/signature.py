@@ -112,7 +112,7 @@ class Signatures:
                 for d in devs:
                     if d.key in ledger.in_use:
                         taken.append(i)
-                    elif d.allow_multiple and d.key in ledger.capacity_used:
-                        taken.append((i, tuple(sorted(ledger.capacity_used[d.key].items()))))
+                    elif d.key in ledger.capacity_used:
+                        taken.append((i, tuple(sorted(ledger.capacity_of(d).items()))))
                     i += 1
         return (self._static_part(node, pools), tuple(taken))

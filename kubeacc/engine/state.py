@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from kubeacc.engine.pools import Device, DeviceKey, Pool, get, qualify
+from kubeacc.engine.pools import Device, DeviceKey, Pool, get
 from kubeacc.engine.quantity import parse_quantity
 
 CounterKey = tuple[str, str, str]  # driver, pool, counter set
@@ -21,6 +21,8 @@ CounterKey = tuple[str, str, str]  # driver, pool, counter set
 class Ledger:
     in_use: set[DeviceKey] = field(default_factory=set)
     counters_used: dict[CounterKey, dict[str, Fraction]] = field(default_factory=dict)
+    #: shared devices with capacity consumed; what they consume, by the names the results
+    #: wrote (:meth:`capacity_of` reads it for one device as a node sees it)
     capacity_used: dict[DeviceKey, dict[str, Fraction]] = field(default_factory=dict)
     counted: set[DeviceKey] = field(default_factory=set)  # devices whose counters are taken
 
@@ -33,6 +35,19 @@ class Ledger:
         used = self.counters_used.get(key, {})
         return {n: v - used.get(n, Fraction(0)) for n, v in pool.counters[key[2]].items()}
 
+    def capacity_of(self, d: Device) -> dict[str, Fraction]:
+        """The capacity of ``d`` that allocated shares consume, by ``d``'s capacity keys: a
+        name ``d`` did not write counts against nothing, as in the allocator."""
+        written = self.capacity_used.get(d.key)
+        if not written:
+            return {}
+        out: dict[str, Fraction] = {}
+        for name, q in written.items():
+            cap = d.capacity_key(name)
+            if cap is not None:
+                out[cap] = out.get(cap, Fraction(0)) + q
+        return out
+
     def record(
         self, results: Iterable[Mapping[str, Any]], by_key: Mapping[DeviceKey, Device]
     ) -> None:
@@ -44,17 +59,12 @@ class Ledger:
             dev = by_key.get(key)
             consumed = get(r, "consumedCapacity")
             if get(r, "shareID") is not None:
+                # The result names the capacity as the slice wrote it, and the allocator looks
+                # that name up on the device each node sees (which may be another generation's
+                # device of the same name): resolved per device by capacity_of.
                 used = self.capacity_used.setdefault(key, {})
                 for name, q in (consumed or {}).items():
-                    # The result names the capacity as the slice wrote it; a name the device
-                    # does not have (an older slice) counts against nothing, as in the allocator.
-                    if dev is None:
-                        cap: str | None = qualify(str(name), key[0])
-                    else:
-                        cap = dev.capacity_key(str(name))
-                    if cap is None:
-                        continue
-                    used[cap] = used.get(cap, Fraction(0)) + parse_quantity(str(q))
+                    used[str(name)] = used.get(str(name), Fraction(0)) + parse_quantity(str(q))
             else:
                 self.in_use.add(key)
             if dev is not None and key not in self.counted:
