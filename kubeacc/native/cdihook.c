@@ -472,39 +472,54 @@ static const char *not_static_elf(const char *img, size_t len) {
     return NULL;
 }
 
-/* The first usable ldconfig of `paths`, as a sealed memfd; -1 with a message otherwise. */
-static int sealed_ldconfig(const char *const *paths, int n) {
-    for (int i = 0; i < n; i++) {
-        int fd = open(paths[i], O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT && i + 1 < n) continue;
-        if (fd < 0) return say("ldconfig %s: %s", paths[i], strerror(errno));
-        struct stat st;
-        const char *why = NULL;
-        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) why = "is not a regular file";
-        else if (st.st_uid != 0 || (st.st_mode & 022)) why = "is not owned by root or is writable by others";
-        else if (st.st_size > MAX_LDCONFIG) why = "is too large";
-        size_t len = 0;
-        char *img = why ? NULL : read_fd(fd, MAX_LDCONFIG, &len);
-        close(fd);
-        if (!why && !img) why = "cannot be read";
-        if (!why) why = not_static_elf(img, len);
-        int mfd = -1;
-        if (!why) {
-            mfd = memfd_create("kubeacc-ldconfig", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
-            if (mfd < 0 && errno == EINVAL) /* a kernel before 6.3: every memfd may run */
-                mfd = memfd_create("kubeacc-ldconfig", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-            if (mfd < 0 || write_all(mfd, img, len) != 0 ||
-                fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
-                why = "cannot be sealed in memory";
-        }
-        free(img);
-        if (why) {
-            if (mfd >= 0) close(mfd);
-            return say("refused: ldconfig %s %s", paths[i], why);
-        }
-        return mfd;
+/* `path` as a sealed memfd, or -1 with why not in `why`. */
+static int seal_one(const char *path, const char **why) {
+    static char err[160];
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, sizeof err, "%s", strerror(errno));
+        *why = err;
+        return -1;
     }
-    return say("no ldconfig to run");
+    struct stat st;
+    *why = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) *why = "is not a regular file";
+    else if (st.st_uid != 0 || (st.st_mode & 022)) *why = "is not owned by root or is writable by others";
+    else if (st.st_size > MAX_LDCONFIG) *why = "is too large";
+    size_t len = 0;
+    char *img = *why ? NULL : read_fd(fd, MAX_LDCONFIG, &len);
+    close(fd);
+    if (!*why && !img) *why = "cannot be read";
+    if (!*why) *why = not_static_elf(img, len);
+    int mfd = -1;
+    if (!*why) {
+        mfd = memfd_create("kubeacc-ldconfig", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
+        if (mfd < 0 && errno == EINVAL) /* a kernel before 6.3: every memfd may run */
+            mfd = memfd_create("kubeacc-ldconfig", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (mfd < 0 || write_all(mfd, img, len) != 0 ||
+            fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+            *why = "cannot be sealed in memory";
+    }
+    free(img);
+    if (*why && mfd >= 0) close(mfd), mfd = -1;
+    return mfd;
+}
+
+/* The first usable ldconfig of `paths` (a missing or unusable one is skipped: Ubuntu's
+ * /sbin/ldconfig is a shell script beside the static /sbin/ldconfig.real), as a sealed memfd;
+ * -1 with one line naming each candidate's reason otherwise. */
+static int sealed_ldconfig(const char *const *paths, int n) {
+    char reasons[1024] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        const char *why;
+        int mfd = seal_one(paths[i], &why);
+        if (mfd >= 0) return mfd;
+        int w = snprintf(reasons + used, sizeof reasons - used, "%s%s: %s", i ? "; " : "", paths[i], why);
+        if (w > 0 && (size_t)w < sizeof reasons - used) used += (size_t)w;
+    }
+    if (n == 1) return say("refused: ldconfig %s", reasons);
+    return say("refused: no usable ldconfig on the host (%s)", reasons);
 }
 
 /* Cover `path` (a directory of the new root) with an empty tmpfs, in this mount namespace. */
@@ -622,8 +637,9 @@ static int plain_path(const char *p) {
 
 int main(int argc, char **argv) {
     char *folders[MAX_ARGS], *links[MAX_ARGS];
-    const char *ldpaths[3] = {"/sbin/ldconfig", "/usr/sbin/ldconfig"};
-    int nf = 0, nl = 0, nld = 2;
+    const char *ldpaths[4] = {"/sbin/ldconfig", "/sbin/ldconfig.real", "/usr/sbin/ldconfig",
+                              "/usr/sbin/ldconfig.real"};
+    int nf = 0, nl = 0, nld = 4;
     clearenv();
     if (argc < 2 || strcmp(argv[1], "update-ldcache") != 0) {
         fputs("usage: kubeacc-cdi-hook update-ldcache [--ldconfig PATH] [--ldconfig-timeout S] --folder DIR... "

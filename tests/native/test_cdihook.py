@@ -367,6 +367,32 @@ def test_an_ldconfig_that_hangs_is_killed(
     assert "ldconfig did not finish in 2 s" in got.stderr
 
 
+@pytest.mark.parametrize("real", [True, False])
+def test_without_ldconfig_the_hosts_first_static_one_runs(
+    hook: Path, tmp_path: Path, stubs: tuple[Path, Path], real: bool
+) -> None:
+    """A spec without --ldconfig (an older agent's) takes the host's: on Ubuntu /sbin/ldconfig
+    is a shell script beside the static /sbin/ldconfig.real (seen on a GPU node), which runs."""
+    b = Bundle(tmp_path, stubs)
+    shutil.copy(LDCONFIG, tmp_path / "ldconfig.real")
+    wrap = (
+        "mount -t tmpfs tmpfs /usr/sbin && printf '#!/bin/sh\\nexit 0\\n' >/usr/sbin/ldconfig && "
+        "chmod 755 /usr/sbin/ldconfig"
+    )
+    if real:
+        wrap += f" && cp {tmp_path}/ldconfig.real /usr/sbin/ldconfig.real"
+    args = ("--folder", LIB, *(a for link in LINKS for a in ("--link", link)))
+    got = b.run(hook, *args, wrap=wrap)
+    if real:
+        assert got.rc == 0, got.stderr
+        assert_driver_in_cache(b)
+    else:
+        assert got.rc == 1
+        assert got.stderr.startswith("kubeacc-cdi-hook: refused: no usable ldconfig on the host (")
+        assert "/sbin/ldconfig: is not an ELF program" in got.stderr, got.stderr
+        assert "/sbin/ldconfig.real: No such file or directory" in got.stderr, got.stderr
+
+
 @pytest.mark.parametrize("kind", ["dynamic", "writable", "link", "missing", "not root's"])
 def test_an_unsafe_ldconfig_is_refused(
     hook: Path, tmp_path: Path, stubs: tuple[Path, Path], kind: str
