@@ -17,6 +17,7 @@ from typing import Any
 
 from kubeacc.agent.dra.applied import GpuWant, describe_entry
 from kubeacc.agent.dra.checkpoint import PreparedClaim
+from kubeacc.crds.opaque import SharingStrategy
 
 
 def claim_strategy_problem(device: str, strategy: str) -> str:
@@ -41,6 +42,8 @@ def join_problem(
     ``others``: the claims prepared on this node (uid, claim).
     """
     users: dict[str, list[str]] = {}
+    others = list(others)
+    namespaces = {other_uid: other.namespace for other_uid, other in others}
     for other_uid, other in others:
         if other_uid != uid:
             for d in other.devices:
@@ -59,6 +62,14 @@ def join_problem(
                 f"{', '.join(on_strategy)}; this share runs no strategy (its DeviceClass sets "
                 "none): a share joins a GPU only on the strategy the GPU runs"
             )
+        if want is not None and want.strategy is SharingStrategy.MPS:
+            foreign = {namespaces[c] for c in on_strategy if c in namespaces} - {claim.namespace}
+            if foreign:
+                return (
+                    f"GPU {d.device} runs MPS for namespace(s) {', '.join(sorted(foreign))}: "
+                    "its one MPS control daemon serves every client and any of them can command "
+                    "it (quit), so a GPU serves the MPS shares of one namespace at a time"
+                )
         plain = [c for c in users.get(d.device, []) if c not in on_strategy]
         if want is not None and plain:
             return (

@@ -76,6 +76,7 @@ class Host:
         uid: str,
         results: list[dict[str, Any]],
         source: str = "FromClass",
+        namespace: str = "ns",
         **sharing: str,
     ) -> ClaimRef:
         """A claim whose GpuConfig ``sharing`` comes from its DeviceClass (as the admin sets
@@ -97,11 +98,11 @@ class Host:
         ]
         if not sharing:
             config = []
-        self.claims[("ns", name)] = {
-            "metadata": {"name": name, "namespace": "ns", "uid": uid},
+        self.claims[(namespace, name)] = {
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "status": {"allocation": {"devices": {"results": full, "config": config}}},
         }
-        return ClaimRef("ns", name, uid)
+        return ClaimRef(namespace, name, uid)
 
     def calls(self) -> list[tuple[str, str, list[Any], str]]:
         """(tool, call, args, result) of the synthetic host's record, oldest first."""
@@ -299,6 +300,24 @@ def test_mps_daemon_starts_with_the_first_share_and_stops_with_the_last(host: Ho
     assert host.daemons.pid(BUS0) is None
     assert mps_calls(host) == ["start", "stop"]
     assert host.compute_mode(0) == 0
+
+
+def test_an_mps_gpu_serves_one_namespace_at_a_time(host: Host) -> None:
+    """Issue 43's audit: one MPS control daemon serves every client of a GPU and any of them can
+    command it (``quit`` stops MPS under the others), so another namespace's MPS share of a GPU
+    in MPS use is refused with the reason; the same namespace's joins; once the GPU is free,
+    the other namespace may have it."""
+    driver = host.driver()
+    a = host.claim("a", "u1", [share(GPU0, "s1")], strategy="MPS")
+    b = host.claim("b", "u2", [share(GPU0, "s2")], namespace="other", strategy="MPS")
+    c = host.claim("c", "u3", [share(GPU0, "s3")], strategy="MPS")
+    assert driver.prepare([a])["u1"].error == ""
+    err = driver.prepare([b])["u2"].error
+    assert err.startswith("ResourceClaim other/b: GPU ") and "runs MPS for namespace(s) ns" in err
+    assert driver.prepare([c])["u3"].error == ""
+    assert driver.unprepare([a, c]) == {"u1": "", "u3": ""}
+    assert driver.prepare([b])["u2"].error == ""
+    assert driver.unprepare([b]) == {"u2": ""}
 
 
 def test_mps_on_two_gpus_of_one_claim_is_refused(host: Host) -> None:
