@@ -68,10 +68,10 @@ def driver_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return library, root
 
 
-def share_probe_pod(name: str, ns: str, root: Path, **spec: Any) -> Any:
+def share_probe_pod(name: str, ns: str, root: Path, probe: str = PROBE, **spec: Any) -> Any:
     script = (
         "env | grep -E '^(LD_PRELOAD|KUBEACC_)' | sort; echo ===; "
-        f"{DRIVER_DIR}/shareprobe {PROBE} 2>&1"
+        f"{DRIVER_DIR}/shareprobe {probe} 2>&1"
     )
     return probe_pod(
         name,
@@ -130,6 +130,45 @@ def test_a_dra_share_is_held_to_its_limit_in_a_real_container(
     assert rows == EXPECTED, messages
     assert "refused: unit 0's share is 1024 MiB" in messages
     client.delete(Pod, "dra-share", namespace=ns, grace_period=0)
+
+
+#: Issue 44's ways around a 1024 MiB share, one after the other in one container: a VMM
+#: allocation released while its mapping keeps it, a child by syscall(SYS_fork) that exits, the
+#: C library's own dlsym through dlvsym, a graph memory node.
+PATHS = (
+    "ctx 0 vmm 0 1024 map 0 free 0 vmm 0 1024 rawforkexit alloc 600 dlvsym 600 "
+    "graph galloc 0 600 held 0"
+)
+PATHS_EXPECTED = [
+    ["ctx", "0"],
+    ["vmm", "0"],
+    ["map", "0"],
+    ["free", "0"],  # the handle released; the mapping still holds the 1024 MiB
+    ["vmm", "2"],
+    ["rawforkexit", "0"],
+    ["alloc", "2"],
+    ["dlvsym", "2"],
+    ["graph", "0"],
+    ["galloc", "2"],
+    ["held", "1024"],  # what the (stand-in) driver holds for the process: the share, no more
+]
+
+
+def test_the_ways_around_a_share_are_closed_in_a_real_container(
+    runtime_testbed: Testbed,
+    runtime_namespace: str,
+    dra_agent: AgentProcess,
+    driver_root: tuple[Path, Path],
+) -> None:
+    tb, ns = runtime_testbed, runtime_namespace
+    client = tb.client()
+    client.create(share_claim("paths", ns))
+    client.create(share_probe_pod("paths", ns, driver_root[1], PATHS, **claimed("paths")))
+    wait_running(client, "paths", ns)
+    env, rows, messages = probe_output(tb, ns, "paths")
+    assert env["LD_PRELOAD"] == "/usr/local/lib/kubeacc/libkubeacc-sharelimit.so"
+    assert rows == PATHS_EXPECTED, messages
+    client.delete(Pod, "paths", namespace=ns, grace_period=0)
 
 
 def test_a_device_plugin_share_is_held_to_its_limit_in_a_real_container(
