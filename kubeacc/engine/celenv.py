@@ -38,6 +38,7 @@ from kubeacc.engine import (
     celformatcheck,
     celformatlib,
     celquantity,
+    celquantityeq,
     celrewrite,
     k8scel,
 )
@@ -103,7 +104,7 @@ def environment() -> Any:
             *k8scel.declarations(),
             celformatcheck.declaration(),
             *celcount.declarations(),
-            *celquantity.declarations(),
+            *celquantityeq.declarations(),
         ],
         variables={"device": cel.Type.Map(cel.Type.STRING, cel.Type.DYN)},
     )
@@ -189,7 +190,7 @@ def compile_cached(
         if "format" in expression:
             rewritten = celformatcheck.rename_format_calls(rewritten)
         if eager:
-            rewritten = celquantity.rename_quantity_equality(rewritten)
+            rewritten = celquantityeq.rename_quantity_equality(rewritten)
         if rewritten != serialized:
             program = environment().deserialize(rewritten)
     base_cost = None

@@ -14,7 +14,7 @@ The form travels with the value as a representation string (``rep`` of the Quant
 ``""`` for an integer form with a scale of zero or more (the usual one), ``"-3"`` for scale
 -3, ``"dec"`` for the decimal form. Two quantities of equal value and different forms are equal
 in Go; ``==`` and ``!=`` between quantities are renamed in the checked expression to functions
-comparing values (:func:`rename_quantity_equality`). Read from k8s.io/apimachinery v0.37.2
+comparing values (:mod:`kubeacc.engine.celquantityeq`). Read from k8s.io/apimachinery v0.37.2
 ``pkg/api/resource`` (``ParseQuantity``, ``int64Amount.Add``, ``AsInt64``).
 
 Not followed: an addition whose operands overflow 64 bits only while aligned to a common
@@ -26,10 +26,6 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # celformatcheck imports the Kubernetes libraries, which import this
-    from kubeacc.engine.celformatcheck import Checked, Node
 
 #: the form of an integer with a scale of zero or more, the form of a decimal
 INT, DEC = "", "dec"
@@ -38,9 +34,6 @@ _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "
 _BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
 #: sign, digits before the point, digits after it (None: no point), suffix
 _PARTS = re.compile(r"^([+-]?)(\d*)(?:\.(\d*))?(.*)$")
-#: the names ``==``/``!=`` between quantities are renamed to (as long as ``_==_``/``_!=_``,
-#: and beginning with ``@`` so that no expression can write them)
-OWN_EQ, OWN_NE = "@qeq", "@qne"
 
 
 def go_rep(text: str) -> str:
@@ -111,86 +104,3 @@ def as_int64(value: Fraction, rep: str) -> int | None:
     if rep != INT or value.denominator != 1 or not -(2**63) <= value <= INT64_MAX:
         return None
     return int(value)
-
-
-# -- equality by value ---------------------------------------------------------------------
-
-
-def _is_quantity(node: Node, checked: Checked, env: dict[str, tuple[str, ...] | None]) -> bool:
-    from kubeacc.engine.celformatcheck import _device_path
-
-    if checked.types.get(node.id) == ("struct", "kubernetes.Quantity"):
-        return True
-    path = _device_path(node, env)
-    return path is not None and len(path) == 3 and path[0] == "capacity"
-
-
-def rename_quantity_equality(serialized: bytes) -> bytes:
-    """The checked expression with each ``==``/``!=`` between two quantities calling
-    :data:`OWN_EQ`/:data:`OWN_NE` (same length, renamed in place)."""
-    from kubeacc.engine.celformatcheck import parse_checked
-
-    checked = parse_checked(serialized)
-    out = bytearray(serialized)
-    _rename(checked.root, checked, {}, out)
-    return bytes(out)
-
-
-def _rename(
-    node: Node, checked: Checked, env: dict[str, tuple[str, ...] | None], out: bytearray
-) -> None:
-    from kubeacc.engine.celformatcheck import Node, _device_path, _subnodes
-
-    if node.kind == "comprehension":
-        inner = dict(env)
-        for var in ("iter_var", "iter_var2"):
-            if var in node.parts:
-                inner[node.parts[var]] = None
-        init = node.parts.get("accu_init")
-        if "accu_var" in node.parts and isinstance(init, Node):
-            inner[node.parts["accu_var"]] = _device_path(init, env)
-        for part, sub in node.parts.items():
-            if isinstance(sub, Node):
-                scoped = part in ("loop_condition", "loop_step", "result")
-                _rename(sub, checked, inner if scoped else env, out)
-        return
-    if (
-        node.kind == "call"
-        and node.name in ("_==_", "_!=_")
-        and len(node.children) == 2
-        and all(_is_quantity(c, checked, env) for c in node.children)
-    ):
-        s, e = node.name_span
-        out[s:e] = (OWN_EQ if node.name == "_==_" else OWN_NE).encode()
-    for sub in _subnodes(node):
-        _rename(sub, checked, env, out)
-
-
-def _equal(a: Any, b: Any) -> bool:
-    da, db = getattr(a, "DESCRIPTOR", None), getattr(b, "DESCRIPTOR", None)
-    if da is not None and db is not None and da.name == db.name == "Quantity":
-        return Fraction(a.value) == Fraction(b.value)
-    return bool(a == b)
-
-
-def declarations() -> list[Any]:
-    """:data:`OWN_EQ` and :data:`OWN_NE` over two quantities (the runtime picks an overload by
-    argument kind: a quantity read from a device is one too)."""
-    from cel_expr_python import cel
-
-    from kubeacc.engine.k8scel import _t
-
-    q, t = _t("Quantity"), cel.Type
-    return [
-        cel.FunctionDecl(
-            OWN_EQ, [cel.Overload("kubeacc_quantity_eq", t.BOOL, [q, q], impl=_equal)]
-        ),
-        cel.FunctionDecl(
-            OWN_NE,
-            [
-                cel.Overload(
-                    "kubeacc_quantity_ne", t.BOOL, [q, q], impl=lambda a, b: not _equal(a, b)
-                )
-            ],
-        ),
-    ]
