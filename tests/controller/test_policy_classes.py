@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kubeacc_crds", "kube
 
 def _device(stack_accs: dict[str, dict[str, Any]], prefix: str) -> dict[str, Any]:
     return next(
-        a["status"]["device"] for d, a in sorted(stack_accs.items()) if d.startswith(prefix)
+        a["status"]["device"]
+        for d, a in sorted(stack_accs.items())
+        if d.startswith(prefix) and "device" in (a.get("status") or {})
     )
 
 
@@ -33,10 +35,17 @@ def test_every_policy_shape_prepares_on_the_kubelet(
 ) -> None:
     with node_stack(testbed, tmp_path, "large-mixed") as stack:
         accs = eventually(
-            # both kinds written (the agent writes device after device)
+            # both kinds written, status included (the agent writes device after device, and
+            # an Accelerator's status after the object)
             lambda: (
                 (a := stack.accelerators())
-                and all(any(d.startswith(p) for d in a) for p in ("fpga-", "nic-"))
+                and all(
+                    any(
+                        d.startswith(p) and "device" in (o.get("status") or {})
+                        for d, o in a.items()
+                    )
+                    for p in ("fpga-", "nic-")
+                )
                 and a
             ),
             60,
