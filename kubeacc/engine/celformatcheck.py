@@ -375,6 +375,25 @@ def check_format_calls(serialized: bytes, attributes_dyn: bool = False) -> None:
     _check(checked.root, checked, {}, attributes_dyn)
 
 
+def comprehension_parts(
+    node: Node, env: dict[str, tuple[str, ...] | None]
+) -> list[tuple[Node, dict[str, tuple[str, ...] | None]]]:
+    """A comprehension's parts, each with the variables in scope there (its iteration
+    variables unknown, its accumulator a device path when its initial value is one)."""
+    inner = dict(env)
+    for var in ("iter_var", "iter_var2"):
+        if var in node.parts:
+            inner[node.parts[var]] = None
+    init = node.parts.get("accu_init")
+    if "accu_var" in node.parts and isinstance(init, Node):
+        inner[node.parts["accu_var"]] = _device_path(init, env)
+    return [
+        (sub, inner if part in ("loop_condition", "loop_step", "result") else env)
+        for part, sub in node.parts.items()
+        if isinstance(sub, Node)
+    ]
+
+
 def _check(
     node: Node,
     checked: Checked,
@@ -382,17 +401,8 @@ def _check(
     attributes_dyn: bool = False,
 ) -> None:
     if node.kind == "comprehension":
-        inner = dict(env)
-        for var in ("iter_var", "iter_var2"):
-            if var in node.parts:
-                inner[node.parts[var]] = None
-        init = node.parts.get("accu_init")
-        if "accu_var" in node.parts and isinstance(init, Node):
-            inner[node.parts["accu_var"]] = _device_path(init, env)
-        for part, sub in node.parts.items():
-            if isinstance(sub, Node):
-                scoped = part in ("loop_condition", "loop_step", "result")
-                _check(sub, checked, inner if scoped else env, attributes_dyn)
+        for sub, scope in comprehension_parts(node, env):
+            _check(sub, checked, scope, attributes_dyn)
         return
     if _is_checked_call(node, checked):
         assert node.target is not None

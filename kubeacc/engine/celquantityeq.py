@@ -12,7 +12,14 @@ from typing import Any
 
 from cel_expr_python import cel
 
-from kubeacc.engine.celformatcheck import Checked, Node, _device_path, _subnodes, parse_checked
+from kubeacc.engine.celformatcheck import (
+    Checked,
+    Node,
+    _device_path,
+    _subnodes,
+    comprehension_parts,
+    parse_checked,
+)
 from kubeacc.engine.k8scel import _t
 
 #: the names ``==``/``!=`` between quantities are renamed to (as long as ``_==_``/``_!=_``,
@@ -40,17 +47,8 @@ def _rename(
     node: Node, checked: Checked, env: dict[str, tuple[str, ...] | None], out: bytearray
 ) -> None:
     if node.kind == "comprehension":
-        inner = dict(env)
-        for var in ("iter_var", "iter_var2"):
-            if var in node.parts:
-                inner[node.parts[var]] = None
-        init = node.parts.get("accu_init")
-        if "accu_var" in node.parts and isinstance(init, Node):
-            inner[node.parts["accu_var"]] = _device_path(init, env)
-        for part, sub in node.parts.items():
-            if isinstance(sub, Node):
-                scoped = part in ("loop_condition", "loop_step", "result")
-                _rename(sub, checked, inner if scoped else env, out)
+        for sub, scope in comprehension_parts(node, env):
+            _rename(sub, checked, scope, out)
         return
     if (
         node.kind == "call"
