@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import tarfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,13 @@ from tests.agent.dra.agentproc import AgentProcess
 from tests.agent.dra.test_mig_e2e import gpu_claim
 from tests.agent.runtimeprobe import SHARED_BDF, claimed, probe_log, probe_pod, share_claim
 from tests.agent.test_real_runtime import host, wait_running
-from tests.agent.test_userspace_runtime import GLIBC, driver, start, userland
+from tests.agent.test_userspace_runtime import GLIBC, dra_agent, driver, start, userland
 from tests.driverroot import LIB_DIR
 from tests.native.test_cdihook import HOSTILE, snapshot
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster
-__all__ = ["driver", "host", "userland"]  # fixtures
+__all__ = ["dra_agent", "driver", "host", "userland"]  # fixtures
 
 PROBE_LDCONFIG = "/opt/probe/ldconfig"
 LINK_NAMES = ("libcuda.so.1", "libcuda.so", "libnvidia-ml.so.1")
@@ -152,29 +151,6 @@ def check_started(tb: Testbed, ns: str, pod: str) -> dict[str, str]:
     rows = [line.split() for line in probe.splitlines()]
     assert ["alloc", "0"] in rows, probe
     return dict(line.split("=", 1) for line in env_part.splitlines() if "=" in line)
-
-
-@pytest.fixture
-def dra_agent(
-    runtime_testbed: Testbed,
-    host: Path,
-    tmp_path: Path,
-    userland: tuple[Path, Path, Path],
-    driver: str,
-) -> Iterator[AgentProcess]:
-    a = start(
-        runtime_testbed,
-        host,
-        tmp_path,
-        userland,
-        "--driver-root=/driver",
-        f"--memory-shared=pci={SHARED_BDF}",
-    )
-    try:
-        a.wait_registered()
-        yield a
-    finally:
-        a.stop()
 
 
 def test_hostile_images_reach_nothing_of_the_host_through_dra(
