@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra.bindingconds import NotProgrammed
-from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
-from kubeacc.agent.lifecycle.executor import Executor
 from kubeacc.crds.policyread import allowed_bitstream_digests
 from kubeacc.discovery import discover
 from kubeacc.host import Host
 from kubeacc.host.kernel import FpgaImage, HostError
 from kubeacc.model import Device, FPGAState
+from kubeacc.node.operations.bitstreams import BitstreamLibrary
+from kubeacc.node.operations.executor import Executor
 
 log = logging.getLogger(__name__)
 

@@ -32,11 +32,9 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.accelerators import AcceleratorSync
-from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
 from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy, with_unhealthy
-from kubeacc.agent.dra import DRIVER_NAME, stale
+from kubeacc.agent.dra import stale
 from kubeacc.agent.dra.applied import AppliedSharing
-from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
 from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
@@ -59,16 +57,13 @@ from kubeacc.agent.healthtaints import (
     plugin_unhealthy,
     with_health_taints,
 )
-from kubeacc.agent.nodelabels import NodeLabeler, labels_changed, node_labels
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
-from kubeacc.agent.sharelimit import Limiter, install
-from kubeacc.agent.supervise import supervised
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
-from kubeacc.agent.userspace.hook import install_hook, install_ldconfig
-from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
 from kubeacc.clientconfig import make_client
+from kubeacc.contracts.arenas import TRIM_INTERVAL, release_free_memory
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.api import API_VERSION, health_failing_thresholds
 from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import AcceleratorPolicy
@@ -80,6 +75,12 @@ from kubeacc.host.real import RealHost
 from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
+from kubeacc.node.cdi import DEFAULT_CDI_DIR
+from kubeacc.node.nodelabels import NodeLabeler, labels_changed, node_labels
+from kubeacc.node.sharelimit import Limiter, install
+from kubeacc.node.supervise import supervised
+from kubeacc.node.userspace.hook import install_hook, install_ldconfig
+from kubeacc.node.userspace.provider import DriverUserSpace, UserSpaceMode
 
 if TYPE_CHECKING:
     from kubeacc.agent.dra.binding import FpgaBinder
@@ -209,9 +210,9 @@ class AgentOptions:
     #: GPUs published as memory-shared (``--memory-shared``; kubeacc.agent.dra.sharing).
     memory_shared: tuple[ShareSelector, ...] = ()
     #: The share-limit library to preload into memory shares (None: the image's, if any;
-    #: copied to ``<state-dir>/native``; kubeacc.agent.sharelimit).
+    #: copied to ``<state-dir>/native``; kubeacc.node.sharelimit).
     sharelimit_library: Path | None = None
-    #: The NVIDIA driver's user space in NVIDIA GPU containers (kubeacc.agent.userspace):
+    #: The NVIDIA driver's user space in NVIDIA GPU containers (kubeacc.node.userspace):
     #: ``cdi`` (found under ``driver_root``) or ``toolkit`` (left to the NVIDIA toolkit).
     driver_user_space: UserSpaceMode = UserSpaceMode.CDI
     #: The driver root, a host path (``/``; ``/run/nvidia/driver`` for a driver container).

@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from kubeacc.agent.userspace.provider import UserSpaceMode
 from kubeacc.cli.declare import option
 from kubeacc.cli.errors import FAILURE, CommandExit, fail
 from kubeacc.cli.hosts import (
@@ -29,10 +28,11 @@ from kubeacc.cli.options import (
 )
 from kubeacc.discovery.nvml import NvmlMode
 from kubeacc.model import DeviceType
+from kubeacc.node.userspace.provider import UserSpaceMode
 
 if TYPE_CHECKING:
-    from kubeacc.agent.deviceplugin.config import DevicePluginConfig
-    from kubeacc.agent.deviceplugin.shared import DecisionLookup
+    from kubeacc.deviceplugin.config import DevicePluginConfig
+    from kubeacc.deviceplugin.shared import DecisionLookup
     from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
 
 
@@ -230,9 +230,9 @@ def agent_command(
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
     import faulthandler
 
-    from kubeacc.agent.arenas import limit_arenas
+    from kubeacc.contracts.arenas import limit_arenas
 
-    limit_arenas()  # before any thread starts: see kubeacc/agent/arenas.py
+    limit_arenas()  # before any thread starts: see kubeacc/contracts/arenas.py
 
     from kubeacc.agent.dra.checkpoint import StateError
     from kubeacc.agent.dra.publishing import Publishing
@@ -316,7 +316,7 @@ def agent_command(
     except StateError as exc:
         fail(str(exc), FAILURE)
     if dp_config is not None:
-        from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+        from kubeacc.deviceplugin.manager import DevicePluginManager
 
         agent.add_plugin(
             DevicePluginManager(
@@ -354,9 +354,9 @@ def _decisions(
     from lightkube import ALL_NS
     from lightkube.resources.core_v1 import Pod
 
-    from kubeacc.agent.deviceplugin.shared import DecisionLookup
     from kubeacc.agent.podresources import SOCKET, PodResourcesClient
     from kubeacc.crds.resources import as_dict
+    from kubeacc.deviceplugin.shared import DecisionLookup
 
     def pods() -> list[dict[str, Any]]:
         found = client.list(Pod, namespace=ALL_NS, fields={"spec.nodeName": node})
@@ -384,7 +384,7 @@ def _discovery_config(path: Path | None) -> DiscoveryConfig | None:
 
 def _device_plugin_config(types: list[DeviceType], path: Path | None) -> DevicePluginConfig | None:
     """The file's types plus ``--device-plugin-type`` ones (default settings); None: no types."""
-    from kubeacc.agent.deviceplugin.config import DevicePluginConfig, TypeConfig, load_config
+    from kubeacc.deviceplugin.config import DevicePluginConfig, TypeConfig, load_config
 
     config = load_config(path) if path is not None else DevicePluginConfig()
     for t in types:

@@ -23,8 +23,8 @@ from kubeacc.synthetic import profiles
 if TYPE_CHECKING:
     from lightkube import Client
 
-    from kubeacc.agent.lifecycle.agent import LifecycleAgent
     from kubeacc.agent.runner import Agent
+    from kubeacc.lifecycle.agent import LifecycleAgent
     from kubeacc.testbed import Testbed
 
 
@@ -102,9 +102,9 @@ class KubeaccStack:
 
     def _start_node(self, name: str, profile: str) -> NodeComponents:
         from kubeacc.agent.dra.publishing import KINDS, Publishing
-        from kubeacc.agent.lifecycle.agent import LifecycleAgent
         from kubeacc.agent.runner import Agent, AgentOptions
-        from kubeacc.agent.userspace.provider import UserSpaceMode
+        from kubeacc.lifecycle.agent import LifecycleAgent
+        from kubeacc.node.userspace.provider import UserSpaceMode
         from kubeacc.synthetic.host import SyntheticHost
         from kubeacc.synthetic.kernel import SyntheticKernel
 

@@ -23,6 +23,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from kubeacc.contracts.names import MIG_PROFILE_ATTR
 from kubeacc.crds.api import (
     API_VERSION,
     MEMORY_SHARED_MODES,
@@ -34,7 +35,6 @@ from kubeacc.crds.controlread import policy_spec
 from kubeacc.crds.opaque import policy_gpu_parameters, sharing_parameters
 from kubeacc.crds.views import PolicySpecView, SelectorView
 from kubeacc.model import DeviceType
-from kubeacc.model.names import MIG_PROFILE_ATTR
 
 DRIVER = "kubeacc.io"
 SPEC_HASH_ANNOTATION = "kubeacc.io/spec-hash"

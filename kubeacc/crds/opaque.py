@@ -15,9 +15,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
+from kubeacc.contracts.names import DOMAIN
 from kubeacc.crds.api import API_VERSION, SharingMode, TimeSlice
 from kubeacc.crds.views import SharingView
-from kubeacc.model.names import DOMAIN
 
 #: ``apiVersion`` of every kind, typed for the field that checks it.
 _API: Literal["kubeacc.io/v1alpha1"] = "kubeacc.io/v1alpha1"

@@ -44,12 +44,12 @@ from typing import Any, Literal
 import msgspec
 import pynvml
 
-from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.mps import CONTAINER_PIPE_DIR, ENV_PIPE, MpsDaemons, MpsError
 from kubeacc.agent.dra.timeslice import TIMESLICES, ControlError, GpuControl
 from kubeacc.crds.api import TimeSlice
 from kubeacc.crds.opaque import GpuConfig, SharingStrategy
 from kubeacc.model.accelerator import is_bdf
+from kubeacc.node.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 

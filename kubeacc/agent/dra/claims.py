@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from lightkube import ALL_NS, ApiError, Client
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.contracts.names import DRIVER_NAME
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from kubeacc.agent.dra.migmodel import Partition
 from kubeacc.agent.dra.sharing import Selector, is_memory_shared, shared_capacity
-from kubeacc.agent.sharelimit import SHARE_ENFORCEMENT_ATTR, Limiter
 from kubeacc.model import Device, HealthState, Inventory, PartitionKind
+from kubeacc.node.sharelimit import SHARE_ENFORCEMENT_ATTR, Limiter
 from kubeacc.units.table import active_table
 
 #: Taint key put on devices that discovery reports as not healthy.

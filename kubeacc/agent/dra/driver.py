@@ -41,14 +41,14 @@ from typing import Any
 
 from msgspec import structs
 
-from kubeacc.agent.dra import DRIVER_NAME, cdi, metadata
+from kubeacc.agent.dra import metadata
 from kubeacc.agent.dra.applied import AppliedSharing, GpuWant, SharingError, want_of
-from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.bindingconds import PROGRAMMED, NotProgrammed
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.devicestatus import DeviceStatusWriter, NetworkReader, device_entries
+from kubeacc.agent.dra.enforcement import claim_enforcement
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
 from kubeacc.agent.dra.migmodel import MigError
@@ -57,9 +57,7 @@ from kubeacc.agent.dra.migrestore import rewritten
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
 from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
 from kubeacc.agent.dra.strategy import claim_strategy_problem, join_problem
-from kubeacc.agent.sharelimit import Enforcement, Limiter, claim_enforcement
-from kubeacc.agent.userspace.nvidia import DriverRootError
-from kubeacc.agent.userspace.provider import DriverUserSpace
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.opaque import (
     ConfigError,
     FpgaConfig,
@@ -72,6 +70,11 @@ from kubeacc.crds.opaque import (
     parse_config,
 )
 from kubeacc.metrics.agent import AgentMetrics
+from kubeacc.node import cdi
+from kubeacc.node.atomic import write_atomic
+from kubeacc.node.sharelimit import Enforcement, Limiter
+from kubeacc.node.userspace.nvidia import DriverRootError
+from kubeacc.node.userspace.provider import DriverUserSpace
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +132,7 @@ class Driver:
         self.sharing = sharing
         #: Creates and destroys MIG instances of partition devices (None: no MIG here).
         self.partitions = partitions
-        #: Enforces memory shares in their containers (kubeacc.agent.sharelimit).
+        #: Enforces memory shares in their containers (kubeacc.node.sharelimit).
         self.limiter = limiter or Limiter()
         #: Called (outside the lock) after claims were prepared or unprepared.
         self.on_change = on_change
@@ -641,7 +644,7 @@ class Driver:
         return done
 
     def _user_space(self, where: str) -> dict[str, Any] | None:
-        """The NVIDIA driver's user space for the claim's container (kubeacc.agent.userspace)."""
+        """The NVIDIA driver's user space for the claim's container (kubeacc.node.userspace)."""
         if self.user_space is None:
             return None
         try:

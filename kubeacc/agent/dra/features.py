@@ -34,7 +34,7 @@ from typing import Any, cast
 from lightkube import ApiError, Client
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.resources import as_dict
 
 log = logging.getLogger(__name__)

@@ -22,12 +22,12 @@ from typing import Any
 
 import pynvml
 
-from kubeacc.agent.dra.atomic import write_atomic
 from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.migmodel import MEMORY_SLICES, GpuMig, MigError, Partition
 from kubeacc.agent.dra.mignvml import gpu_handles, listed, mig_uuids, nvml_bus, read_gpu
 from kubeacc.host import Host
 from kubeacc.model import DeviceType, Inventory
+from kubeacc.node.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 

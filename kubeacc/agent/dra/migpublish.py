@@ -40,8 +40,7 @@ from kubeacc.agent.dra.migmodel import (
     partition_name,
 )
 from kubeacc.agent.dra.policyshare import MigFilter
-from kubeacc.model import Device, DeviceType, Inventory
-from kubeacc.model.names import (
+from kubeacc.contracts.names import (
     MIG_COMPUTE_SLICES_ATTR,
     MIG_ENABLED_ATTR,
     MIG_PARENT_BUS_ATTR,
@@ -49,6 +48,7 @@ from kubeacc.model.names import (
     MIG_PROFILE_ATTR,
     MIG_START_ATTR,
 )
+from kubeacc.model import Device, DeviceType, Inventory
 
 
 def _consumes(gpu: str, start: int, size: int, slices: int) -> list[dict[str, Any]]:

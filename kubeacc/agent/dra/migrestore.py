@@ -15,9 +15,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.dra.migprepare import Restored
+from kubeacc.node import cdi
 
 CAPS = "/dev/nvidia-caps/"
 

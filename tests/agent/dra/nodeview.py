@@ -10,8 +10,8 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.runner import AgentOptions
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.testbed import Testbed

@@ -11,12 +11,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
-from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
-from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
 from kubeacc.agent.runner import Agent, AgentOptions
-from kubeacc.agent.userspace.provider import UserSpaceMode
+from kubeacc.contracts.names import DRIVER_NAME
+from kubeacc.node.kubeletapi import dra_v1_pb2 as v1
+from kubeacc.node.kubeletapi import pluginregistration_v1_pb2 as rpb
+from kubeacc.node.userspace.provider import UserSpaceMode
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.applied import STATE_FILE, AppliedSharing, GpuWant
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index
@@ -25,6 +24,7 @@ from kubeacc.agent.dra.mps import MpsDaemons, MpsError
 from kubeacc.agent.dra.sharing import CORES, MEMORY
 from kubeacc.agent.dra.timeslice import GpuControl
 from kubeacc.crds.opaque import SharingStrategy
+from kubeacc.node import cdi
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.tools.hoststate import gpu_state, locked_state, read_calls, read_state

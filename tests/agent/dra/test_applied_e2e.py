@@ -15,7 +15,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.resources import as_dict
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.binding import (
     FpgaBinder,
     Work,
@@ -25,10 +24,11 @@ from kubeacc.agent.dra.binding import (
 from kubeacc.agent.dra.bindingconds import FAILED, PROGRAMMED, NotProgrammed
 from kubeacc.agent.dra.features import SliceFeatures, without_binding
 from kubeacc.agent.fpga_claims import ClaimProgrammer, ProgrammingRefused
-from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.model import DeviceType
+from kubeacc.node.operations.bitstreams import make_gbs
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import PR_SECONDS_FILE, SyntheticKernel

@@ -10,9 +10,9 @@ import pytest
 from lightkube import Client
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.devices import UNHEALTHY_TAINT
 from kubeacc.agent.runner import Agent, AgentOptions
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.model import HealthState
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost

@@ -14,7 +14,6 @@ import pytest
 from lightkube import Client
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import atomic, cdi
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index, slice_devices
 from kubeacc.agent.dra.driver import ClaimRef, Driver
@@ -24,6 +23,7 @@ from kubeacc.agent.dra.migprepare import MigPartitions
 from kubeacc.agent.dra.migpublish import Published, device_infos, publish
 from kubeacc.agent.dra.policyshare import MigFilter
 from kubeacc.agent.dra.slices import build_slices, chunk_devices
+from kubeacc.node import atomic, cdi
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.mig_hw import cap_minor

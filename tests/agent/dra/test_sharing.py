@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index, slice_devices
 from kubeacc.agent.dra.driver import ClaimRef, Driver
@@ -28,9 +27,10 @@ from kubeacc.agent.dra.sharing import (
     shared_capacity,
     unknown_memory,
 )
-from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
 from kubeacc.engine.quantity import parse_quantity
 from kubeacc.model import Inventory
+from kubeacc.node import cdi
+from kubeacc.node.kubeletapi import dra_v1_pb2 as v1
 
 NODE = "n1"
 GPU0, GPU1 = "gpu-0000-1b-00-0", "gpu-0000-1d-00-0"
