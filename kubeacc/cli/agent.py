@@ -234,10 +234,18 @@ def agent_command(
 
     limit_arenas()  # before any thread starts: see kubeacc/contracts/arenas.py
 
+    from kubeacc.agent.compose import compose_agent
     from kubeacc.agent.dra.checkpoint import StateError
     from kubeacc.agent.dra.publishing import Publishing
     from kubeacc.agent.dra.sharing import parse_selectors
-    from kubeacc.agent.runner import Agent, AgentOptions
+    from kubeacc.agent.options import (
+        AgentOptions,
+        ApiOptions,
+        NodePaths,
+        ObserveOptions,
+        PrepareOptions,
+        PublishOptions,
+    )
     from kubeacc.cli.signals import stop_on_signals
     from kubeacc.gcfreeze import freeze_startup
     from kubeacc.metrics.http import MetricsAddressError, parse_address
@@ -278,40 +286,47 @@ def agent_command(
             fail(str(err))
     host = open_host(host_root, host_kind, simulate_kernel=simulate_kernel, driver=driver)
     try:
-        agent = Agent(
+        agent = compose_agent(
+            host,
             AgentOptions(
-                node_name=node_name,
-                host=host,
-                device_root=device_root,
-                kubeconfig=kubeconfig,
-                context=context,
-                kubelet_root=kubelet_root,
-                cdi_dir=cdi_dir,
-                state_dir=state_dir,
-                apply_classes=apply_classes,
-                rediscover_interval=rediscover_interval,
-                kubelet_plugin=kubelet_plugin,
-                device_plugin_types=frozenset(dp_config.types if dp_config else ()),
-                bitstream_dir=bitstream_dir,
-                fpga_binding_conditions=fpga_binding_conditions,
-                compact_after=compact_after,
-                metrics_address=metrics_address,
-                telemetry_interval=telemetry_interval,
-                health_taints=health_taints,
-                health_taint_hold=health_taint_hold,
-                device_status=device_status,
-                device_metadata=device_metadata,
-                node_labels=node_labels,
-                nvml=nvml.value,
-                discovery_config=discovery,
-                memory_shared=shared,
-                publishing=publishing,
-                sharelimit_library=sharelimit_library,
-                driver_user_space=driver_user_space,
-                driver_root=driver_root,
-                runtime_driver_root=runtime_driver_root,
-                cdi_hook=cdi_hook,
-            )
+                node=NodePaths(
+                    node_name=node_name,
+                    device_root=device_root,
+                    kubelet_root=kubelet_root,
+                    cdi_dir=cdi_dir,
+                    state_dir=state_dir,
+                    kubelet_plugin=kubelet_plugin,
+                ),
+                api=ApiOptions(kubeconfig=kubeconfig, context=context),
+                publish=PublishOptions(
+                    apply_classes=apply_classes,
+                    rediscover_interval=rediscover_interval,
+                    device_plugin_types=frozenset(dp_config.types if dp_config else ()),
+                    publishing=publishing,
+                    node_labels=node_labels,
+                    nvml=nvml.value,
+                    discovery_config=discovery,
+                    memory_shared=shared,
+                ),
+                prepare=PrepareOptions(
+                    compact_after=compact_after,
+                    device_status=device_status,
+                    device_metadata=device_metadata,
+                    bitstream_dir=bitstream_dir,
+                    fpga_binding_conditions=fpga_binding_conditions,
+                    sharelimit_library=sharelimit_library,
+                    driver_user_space=driver_user_space,
+                    driver_root=driver_root,
+                    runtime_driver_root=runtime_driver_root,
+                    cdi_hook=cdi_hook,
+                ),
+                observe=ObserveOptions(
+                    metrics_address=metrics_address,
+                    telemetry_interval=telemetry_interval,
+                    health_taints=health_taints,
+                    health_taint_hold=health_taint_hold,
+                ),
+            ),
         )
     except StateError as exc:
         fail(str(exc), FAILURE)

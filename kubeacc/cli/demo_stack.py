@@ -101,8 +101,15 @@ class KubeaccStack:
             node.agent.published.wait(60)
 
     def _start_node(self, name: str, profile: str) -> NodeComponents:
+        from kubeacc.agent.compose import compose_agent
         from kubeacc.agent.dra.publishing import KINDS, Publishing
-        from kubeacc.agent.runner import Agent, AgentOptions
+        from kubeacc.agent.options import (
+            AgentOptions,
+            ApiOptions,
+            NodePaths,
+            PrepareOptions,
+            PublishOptions,
+        )
         from kubeacc.lifecycle.agent import LifecycleAgent
         from kubeacc.node.userspace.provider import UserSpaceMode
         from kubeacc.synthetic.host import SyntheticHost
@@ -119,21 +126,25 @@ class KubeaccStack:
             nodes = {n for d in discover(node, nvml="off").devices for n in d.device_nodes}
             kubelet.mknod(sorted(nodes))
             device_root = kubelet.device_root
-        agent = Agent(
+        agent = compose_agent(
+            node,
             AgentOptions(
-                node_name=name,
-                host=node,
-                kubeconfig=self.testbed.kubeconfig,
-                kubelet_root=kubelet.root_dir,
-                cdi_dir=self.cdi_dir(name),
-                device_root=device_root,
-                state_dir=self.base / "state" / name,
-                bitstream_dir=self.library,
+                node=NodePaths(
+                    node_name=name,
+                    kubelet_root=kubelet.root_dir,
+                    cdi_dir=self.cdi_dir(name),
+                    device_root=device_root,
+                    state_dir=self.base / "state" / name,
+                ),
+                api=ApiOptions(kubeconfig=self.testbed.kubeconfig),
                 # everything, VFs too: the demo's and the examples' claims ask for one
-                publishing=Publishing.parse(KINDS),
-                # a synthetic node has no NVIDIA driver to hand to containers
-                driver_user_space=UserSpaceMode.TOOLKIT,
-            )
+                publish=PublishOptions(publishing=Publishing.parse(KINDS)),
+                prepare=PrepareOptions(
+                    bitstream_dir=self.library,
+                    # a synthetic node has no NVIDIA driver to hand to containers
+                    driver_user_space=UserSpaceMode.TOOLKIT,
+                ),
+            ),
         )
         agent.start()
         try:

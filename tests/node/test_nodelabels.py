@@ -19,6 +19,7 @@ from kubeacc.crds.deploy import apply_manifest
 from kubeacc.model import Inventory
 from kubeacc.node.nodelabels import NodeLabeler, accelerator_labels, label_value, node_labels
 from kubeacc.synthetic import profiles
+from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.testbed.identities import agent_cert_client
 from kubeacc.testbed.testbed import Testbed
 from tests.hosts import discover
@@ -150,12 +151,14 @@ def test_agent_may_not_label_other_nodes_or_other_labels(
 def test_a_labelling_failure_does_not_stop_the_agent(
     testbed: Testbed, kube_client: Client, api_node: str, tmp_path: Path, caplog: Any
 ) -> None:
-    from kubeacc.agent.runner import Agent, AgentOptions
+    from kubeacc.agent.compose import compose_agent
+    from kubeacc.agent.options import options_from
 
     apply_manifest(kube_client, "admission/agent-node-restriction.yaml")
     other = agent_cert_client(testbed, "some-other-node", tmp_path)  # may not label api_node
-    agent = Agent(
-        AgentOptions(
+    agent = compose_agent(
+        SyntheticHost(profiles.build("dgx-h100", tmp_path / "host")),
+        options_from(
             node_name=api_node,
             kubelet_plugin=False,
             state_dir=tmp_path / "s",
