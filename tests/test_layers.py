@@ -92,3 +92,28 @@ def test_a_planted_import_of_a_command_from_a_daemon_fails_the_rule(tmp_path: Pa
     assert "kubeacc.controller.kept -> kubeacc.cli.hosts (into the command layer)" in violations(
         import_graph(copy)
     )
+
+
+def hosts_built_below_the_commands(package: Path = PACKAGE) -> list[str]:
+    """Modules outside the command layer that name ``RealHost`` (the node is chosen once, by a
+    command, and handed down; kubeacc/host/real.py defines it)."""
+    graph = import_graph(package)
+    return sorted(
+        m
+        for m, imports in graph.items()
+        if "kubeacc.host.real" in imports and not _within(m, (*COMMANDS, "kubeacc.host"))
+    )
+
+
+def test_only_the_command_layer_chooses_the_real_host() -> None:
+    assert hosts_built_below_the_commands() == []
+
+
+def test_a_planted_default_host_fails_the_rule(tmp_path: Path) -> None:
+    copy = tmp_path / "kubeacc"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    options = copy / "agent" / "options.py"
+    options.write_text(
+        options.read_text() + "\nfrom kubeacc.host.real import RealHost  # planted\n"
+    )
+    assert hosts_built_below_the_commands(copy) == ["kubeacc.agent.options"]
