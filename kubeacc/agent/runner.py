@@ -34,22 +34,22 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from kubeacc.agent.accelerators import AcceleratorSync
 from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy, with_unhealthy
 from kubeacc.agent.dra import stale
-from kubeacc.agent.dra.applied import AppliedSharing
 from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.devicestatus import DeviceStatusWriter
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
-from kubeacc.agent.dra.mignvml import nvml_for
-from kubeacc.agent.dra.migprepare import MigPartitions
-from kubeacc.agent.dra.migpublish import Published, device_infos
-from kubeacc.agent.dra.migpublish import publish as mig_publish
+from kubeacc.agent.dra.mig.nvml import nvml_for
+from kubeacc.agent.dra.mig.prepare import MigPartitions
+from kubeacc.agent.dra.mig.publish import Published, device_infos
+from kubeacc.agent.dra.mig.publish import publish as mig_publish
 from kubeacc.agent.dra.netdata import host_reader
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
-from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.publishing import Publishing
-from kubeacc.agent.dra.sharing import Selector, ShareSelector, unknown_memory
+from kubeacc.agent.dra.sharing.applied import AppliedSharing
+from kubeacc.agent.dra.sharing.limits import Selector, ShareSelector, unknown_memory
+from kubeacc.agent.dra.sharing.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices, slice_fields
 from kubeacc.agent.healthtaints import (
     Effect,
@@ -83,7 +83,7 @@ from kubeacc.node.userspace.hook import install_hook, install_ldconfig
 from kubeacc.node.userspace.provider import DriverUserSpace, UserSpaceMode
 
 if TYPE_CHECKING:
-    from kubeacc.agent.dra.binding import FpgaBinder
+    from kubeacc.agent.dra.fpga.binding import FpgaBinder
     from kubeacc.agent.fpga_claims import ClaimProgrammer
     from kubeacc.agent.telemetry.faults import DeviceFault
     from kubeacc.agent.telemetry.holders import Holders
@@ -178,7 +178,7 @@ class AgentOptions:
     #: Node-local bitstream library: claims with an FpgaConfig bitstream get it programmed.
     bitstream_dir: Path | None = None
     #: With a bitstream library: load a claim's bitstream before its pod is bound (binding
-    #: conditions, kubeacc.agent.dra.binding) where the cluster keeps them; off: at prepare.
+    #: conditions, kubeacc.agent.dra.fpga.binding) where the cluster keeps them; off: at prepare.
     fpga_binding_conditions: bool = True
     #: Fold the DRA checkpoint journal into a new snapshot after this many calls.
     compact_after: int = 1000
@@ -207,7 +207,7 @@ class AgentOptions:
     nvml: str = "auto"
     #: Admin-defined devices (``--discovery-config``).
     discovery_config: DiscoveryConfig | None = None
-    #: GPUs published as memory-shared (``--memory-shared``; kubeacc.agent.dra.sharing).
+    #: GPUs published as memory-shared (``--memory-shared``; kubeacc.agent.dra.sharing.limits).
     memory_shared: tuple[ShareSelector, ...] = ()
     #: The share-limit library to preload into memory shares (None: the image's, if any;
     #: copied to ``<state-dir>/native``; kubeacc.node.sharelimit).
@@ -303,7 +303,7 @@ class Agent:
         )
         #: Memory-sharing and MIG AcceleratorPolicies, from the watch at each loop pass.
         self.policy_shares = PolicyShares(self._list_policies)
-        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.migpublish, migprepare).
+        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.mig.publish, migprepare).
         self.partitions = MigPartitions(
             nvml_for(options.host, options.nvml), options.state_dir, options.host
         )
@@ -316,7 +316,7 @@ class Agent:
         self.limiter = Limiter(install(options.sharelimit_library, options.state_dir))
         self.user_space = _user_space(options)
         self._programmer = self._fpga_programmer()
-        #: Loads claims' bitstreams before binding (kubeacc.agent.dra.binding); None: off.
+        #: Loads claims' bitstreams before binding (kubeacc.agent.dra.fpga.binding); None: off.
         self.binder: FpgaBinder | None = None
         if (
             self._programmer is not None
@@ -325,7 +325,7 @@ class Agent:
             and isinstance(claims, WatchingClaimSource)
         ):
             # Only a node with a bitstream library loads the binder (and its claim patching).
-            from kubeacc.agent.dra.binding import FpgaBinder
+            from kubeacc.agent.dra.fpga.binding import FpgaBinder
 
             self.binder = FpgaBinder(
                 self.prepare_client,
@@ -828,7 +828,7 @@ class Agent:
                     self._health_taints(),
                 )
                 if self.binder is not None:
-                    from kubeacc.agent.dra.binding import with_binding_conditions
+                    from kubeacc.agent.dra.fpga.binding import with_binding_conditions
 
                     fpgas = {n for n, i in self._index.items() if i.type == "fpga"}
                     devices = with_binding_conditions(devices, fpgas)
@@ -880,8 +880,8 @@ class Agent:
 
 def _applied_sharing(options: AgentOptions) -> AppliedSharing:
     """GPU sharing strategies applied through the host's NVML and driver tools."""
-    from kubeacc.agent.dra.mps import MpsDaemons
-    from kubeacc.agent.dra.timeslice import GpuControl
+    from kubeacc.agent.dra.sharing.mps import MpsDaemons
+    from kubeacc.agent.dra.sharing.timeslice import GpuControl
 
     try:
         return AppliedSharing(

@@ -236,7 +236,7 @@ def agent_command(
 
     from kubeacc.agent.dra.checkpoint import StateError
     from kubeacc.agent.dra.publishing import Publishing
-    from kubeacc.agent.dra.sharing import parse_selectors
+    from kubeacc.agent.dra.sharing.limits import parse_selectors
     from kubeacc.agent.runner import Agent, AgentOptions
     from kubeacc.cli.signals import stop_on_signals
     from kubeacc.gcfreeze import freeze_startup

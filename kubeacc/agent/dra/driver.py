@@ -13,7 +13,7 @@ well under the kubelet's 45 s). Files (CDI specs, checkpoint) change only under 
 
 A share of a memory-shared GPU (an allocation result with a ``shareID``) is prepared as its own
 CDI device whose environment carries the share's limits, taken from the result's
-``consumedCapacity`` (:mod:`kubeacc.agent.dra.sharing`); its ``shareID`` goes into the
+``consumedCapacity`` (:mod:`kubeacc.agent.dra.sharing.limits`); its ``shareID`` goes into the
 checkpoint and the answer. Shares of one GPU belong to different claims, so unpreparing one
 leaves the others as they are.
 
@@ -22,7 +22,7 @@ checkpoint entry removed, then the specs deleted; when the checkpoint write fail
 back, so a failure leaves the claims prepared and the kubelet retries.
 On start, :meth:`Driver.reconcile` makes the CDI directory agree with the checkpoint.
 
-A MIG partition (:mod:`kubeacc.agent.dra.migprepare`) gets its GPU and compute instance on prepare,
+A MIG partition (:mod:`kubeacc.agent.dra.mig.prepare`) gets its GPU and compute instance on prepare,
 before the CDI spec is written (the intent is on disk before the instance exists); a claim that
 fails afterwards has them destroyed again. Unprepare destroys them before the checkpoint forgets
 the claim; reconcile destroys those of claims the checkpoint does not hold.
@@ -42,21 +42,21 @@ from typing import Any
 from msgspec import structs
 
 from kubeacc.agent.dra import metadata
-from kubeacc.agent.dra.applied import AppliedSharing, GpuWant, SharingError, want_of
-from kubeacc.agent.dra.bindingconds import PROGRAMMED, NotProgrammed
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.devicestatus import DeviceStatusWriter, NetworkReader, device_entries
 from kubeacc.agent.dra.enforcement import claim_enforcement
+from kubeacc.agent.dra.fpga.conditions import PROGRAMMED, NotProgrammed
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
-from kubeacc.agent.dra.migmodel import MigError
-from kubeacc.agent.dra.migprepare import MigPartitions, Restored
-from kubeacc.agent.dra.migrestore import rewritten
+from kubeacc.agent.dra.mig.model import MigError
+from kubeacc.agent.dra.mig.prepare import MigPartitions, Restored
+from kubeacc.agent.dra.mig.restore import rewritten
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
-from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
-from kubeacc.agent.dra.strategy import claim_strategy_problem, join_problem
+from kubeacc.agent.dra.sharing.applied import AppliedSharing, GpuWant, SharingError, want_of
+from kubeacc.agent.dra.sharing.limits import ShareLimits, UnitLimits, limit_env, share_id_error
+from kubeacc.agent.dra.sharing.strategy import claim_strategy_problem, join_problem
 from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.opaque import (
     ConfigError,
@@ -126,7 +126,7 @@ class Driver:
         self.user_space = user_space
         self.metrics = metrics or AgentMetrics()
         self.fpga = fpga
-        #: Checks a bitstream loaded before binding (kubeacc.agent.dra.binding).
+        #: Checks a bitstream loaded before binding (kubeacc.agent.dra.fpga.binding).
         self.fpga_verify = fpga_verify
         #: Applies GpuConfig sharing strategies on the GPUs (None: such configs are refused).
         self.sharing = sharing
