@@ -67,7 +67,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from kubeacc.agent.dra.checkpoint import PreparedClaim, PreparedDevice
+from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.refs import ClaimRef
 from kubeacc.crds.opaque import AnyConfig
@@ -153,10 +153,6 @@ class ClaimWork:
             got = self.notes[kind] = kind()
         assert isinstance(got, kind)
         return got
-
-    @property
-    def prepared_devices(self) -> list[PreparedDevice]:
-        return self.prepared.devices if self.prepared is not None else []
 
 
 class DeviceKind(Protocol):
