@@ -303,7 +303,7 @@ class Agent:
         )
         #: Memory-sharing and MIG AcceleratorPolicies, from the watch at each loop pass.
         self.policy_shares = PolicyShares(self._list_policies)
-        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.mig.publish, migprepare).
+        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.mig.publish, mig.prepare).
         self.partitions = MigPartitions(
             nvml_for(options.host, options.nvml), options.state_dir, options.host
         )
