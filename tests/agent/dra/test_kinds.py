@@ -72,8 +72,13 @@ class Attached(Kind):
         return {}
 
 
+REF = ClaimRef("ns", "c", "u1")
+
+
 def _driver(tmp: Path, claims: Claims, inv: Inventory, kind: Kind) -> Driver:
+    """A driver with ``kind`` registered, and claim ns/c (uid u1) of one GPU to prepare."""
     index = device_index(inv)
+    claims.add("c", "u1", [GPU])
     return Driver(
         NODE, claims, lambda: index, cdi_dir=tmp / "cdi", state_dir=tmp / "state", kinds=[kind]
     )
@@ -91,9 +96,7 @@ def test_a_registered_kind_prepares_and_unprepares(
 ) -> None:
     kind = Attached()
     driver = _driver(tmp_path, claims, dgx, kind)
-    claims.add("c", "u1", [GPU])
-    ref = ClaimRef("ns", "c", "u1")
-    assert driver.prepare([ref])["u1"].error == ""
+    assert driver.prepare([REF])["u1"].error == ""
     assert kind.calls == [("prepare", GPU), ("finish", "u1"), ("commit", "u1")]
     spec = json.loads(cdi.spec_path(tmp_path / "cdi", "u1").read_text())
     edits = spec["devices"][0]["containerEdits"]
@@ -101,16 +104,16 @@ def test_a_registered_kind_prepares_and_unprepares(
     assert f"ATTACHED={GPU}" in edits["env"]
 
     kind.calls.clear()
-    assert driver.prepare([ref])["u1"].error == ""  # asked again: the kinds check, no more
+    assert driver.prepare([REF])["u1"].error == ""  # asked again: the kinds check, no more
     assert kind.calls == [("again", "u1")]
 
     kind.calls.clear()
     kind.refuse_unprepare = True  # a device the kind cannot undo: the claim stays prepared
-    assert "the service is away" in driver.unprepare([ref])["u1"]
+    assert "the service is away" in driver.unprepare([REF])["u1"]
     assert list(read_claims(tmp_path / "state")) == ["u1"]
     assert cdi.spec_path(tmp_path / "cdi", "u1").exists()
     kind.refuse_unprepare = False
-    assert driver.unprepare([ref]) == {"u1": ""}
+    assert driver.unprepare([REF]) == {"u1": ""}
     assert kind.calls == [("unprepare", ["u1"]), ("unprepare", ["u1"])]
     assert read_claims(tmp_path / "state") == {}
 
@@ -121,8 +124,7 @@ def test_a_kind_that_refuses_fails_only_its_claim_and_is_abandoned(
     kind = Attached()
     kind.refuse_prepare = "the service refuses"
     driver = _driver(tmp_path, claims, dgx, kind)
-    claims.add("c", "u1", [GPU])
-    res = driver.prepare([ClaimRef("ns", "c", "u1")])["u1"]
+    res = driver.prepare([REF])["u1"]
     assert res.error == "ResourceClaim ns/c: the service refuses"
     assert kind.calls == [("prepare", GPU), ("abandon", ["u1"])]
     assert not cdi.spec_path(tmp_path / "cdi", "u1").exists()
@@ -134,13 +136,11 @@ def test_an_unprepare_that_touches_a_kinds_device_leaves_the_grpc_loop(
 ) -> None:
     kind = Attached()
     driver = _driver(tmp_path, claims, dgx, kind)
-    claims.add("c", "u1", [GPU])
-    ref = ClaimRef("ns", "c", "u1")
-    driver.prepare([ref])
+    driver.prepare([REF])
     kind.busy = True
-    assert driver.unprepare_nowait([ref]) is None
+    assert driver.unprepare_nowait([REF]) is None
     kind.busy = False
-    assert driver.unprepare_nowait([ref]) == {"u1": ""}
+    assert driver.unprepare_nowait([REF]) == {"u1": ""}
 
 
 def test_at_start_a_kind_restores_checks_and_recovers(
@@ -148,8 +148,7 @@ def test_at_start_a_kind_restores_checks_and_recovers(
 ) -> None:
     first = Attached()
     driver = _driver(tmp_path, claims, dgx, first)
-    claims.add("c", "u1", [GPU])
-    driver.prepare([ClaimRef("ns", "c", "u1")])
+    driver.prepare([REF])
     driver.checkpoint.close()
 
     kind = Attached()
