@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from lightkube import Client
 
-from kubeacc.agent.dra.applied import AppliedSharing
 from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.devicestatus import DeviceStatusWriter
 from kubeacc.agent.dra.driver import Driver
-from kubeacc.agent.dra.mignvml import nvml_for
-from kubeacc.agent.dra.migprepare import MigPartitions
+from kubeacc.agent.dra.mig.nvml import nvml_for
+from kubeacc.agent.dra.mig.prepare import MigPartitions
 from kubeacc.agent.dra.netdata import host_reader
+from kubeacc.agent.dra.sharing.applied import AppliedSharing
 from kubeacc.agent.options import AgentOptions, PrepareOptions
 from kubeacc.agent.parts import AgentParts, Relay
 from kubeacc.agent.runner import Agent
@@ -38,7 +38,7 @@ from kubeacc.node.userspace.provider import DriverUserSpace, UserSpaceMode
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from kubeacc.agent.dra.binding import FpgaBinder
+    from kubeacc.agent.dra.fpga.binding import FpgaBinder
     from kubeacc.agent.fpga_claims import ClaimProgrammer
 
 
@@ -78,7 +78,7 @@ def compose_agent(
         and isinstance(claims, WatchingClaimSource)
     ):
         # Only a node with a bitstream library loads the binder (and its claim patching).
-        from kubeacc.agent.dra.binding import FpgaBinder
+        from kubeacc.agent.dra.fpga.binding import FpgaBinder
 
         binder = FpgaBinder(
             prepare_client,
@@ -143,8 +143,8 @@ def _fpga_programmer(host: Host, prepare: PrepareOptions, client: Client) -> Cla
 
 def _applied_sharing(host: Host, state_dir: Path) -> AppliedSharing:
     """GPU sharing strategies applied through the host's NVML and driver tools."""
-    from kubeacc.agent.dra.mps import MpsDaemons
-    from kubeacc.agent.dra.timeslice import GpuControl
+    from kubeacc.agent.dra.sharing.mps import MpsDaemons
+    from kubeacc.agent.dra.sharing.timeslice import GpuControl
 
     try:
         return AppliedSharing(state_dir, GpuControl(host), MpsDaemons(host, state_dir / "mps"))

@@ -20,7 +20,7 @@ from kubeacc.node.cdi import DEFAULT_CDI_DIR
 from kubeacc.node.userspace.provider import UserSpaceMode
 
 if TYPE_CHECKING:
-    from kubeacc.agent.dra.sharing import ShareSelector
+    from kubeacc.agent.dra.sharing.limits import ShareSelector
     from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
 
 
@@ -92,7 +92,7 @@ class PrepareOptions:
     #: Node-local bitstream library: claims with an FpgaConfig bitstream get it programmed.
     bitstream_dir: Path | None = None
     #: With a bitstream library: load a claim's bitstream before its pod is bound (binding
-    #: conditions, kubeacc.agent.dra.binding) where the cluster keeps them; off: at prepare.
+    #: conditions, kubeacc.agent.dra.fpga.binding) where the cluster keeps them; off: at prepare.
     fpga_binding_conditions: bool = True
     #: The share-limit library to preload into memory shares (None: the image's, if any;
     #: copied to ``<state-dir>/native``; kubeacc.node.sharelimit).

@@ -12,13 +12,13 @@ from kubeacc.agent.dra.claims import WatchingClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.devicestatus import DeviceStatusWriter
 from kubeacc.agent.dra.driver import Driver
-from kubeacc.agent.dra.migprepare import MigPartitions
+from kubeacc.agent.dra.mig.prepare import MigPartitions
 from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.node.sharelimit import Limiter
 from kubeacc.node.userspace.provider import DriverUserSpace
 
 if TYPE_CHECKING:
-    from kubeacc.agent.dra.binding import FpgaBinder
+    from kubeacc.agent.dra.fpga.binding import FpgaBinder
 
 
 @dataclass

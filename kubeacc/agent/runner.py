@@ -37,13 +37,13 @@ from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy, wi
 from kubeacc.agent.dra import stale
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
 from kubeacc.agent.dra.health import HealthBoard
-from kubeacc.agent.dra.mignvml import nvml_for
-from kubeacc.agent.dra.migpublish import Published, device_infos
-from kubeacc.agent.dra.migpublish import publish as mig_publish
+from kubeacc.agent.dra.mig.nvml import nvml_for
+from kubeacc.agent.dra.mig.publish import Published, device_infos
+from kubeacc.agent.dra.mig.publish import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
-from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.publishing import Publishing
-from kubeacc.agent.dra.sharing import Selector, unknown_memory
+from kubeacc.agent.dra.sharing.limits import Selector, unknown_memory
+from kubeacc.agent.dra.sharing.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices, slice_fields
 from kubeacc.agent.healthtaints import (
     Effect,
@@ -158,7 +158,7 @@ class Agent:
         self.partitions = parts.partitions
         self.limiter = parts.limiter
         self.user_space = parts.user_space
-        #: Loads claims' bitstreams before binding (kubeacc.agent.dra.binding); None: off.
+        #: Loads claims' bitstreams before binding (kubeacc.agent.dra.fpga.binding); None: off.
         self.binder = parts.binder
         self._watch = parts.claims
         self._status = parts.status
@@ -690,7 +690,7 @@ class Agent:
                     self._health_taints(),
                 )
                 if self.binder is not None:
-                    from kubeacc.agent.dra.binding import with_binding_conditions
+                    from kubeacc.agent.dra.fpga.binding import with_binding_conditions
 
                     fpgas = {n for n, i in self._index.items() if i.type == "fpga"}
                     devices = with_binding_conditions(devices, fpgas)

@@ -237,7 +237,7 @@ def agent_command(
     from kubeacc.agent.compose import compose_agent
     from kubeacc.agent.dra.checkpoint import StateError
     from kubeacc.agent.dra.publishing import Publishing
-    from kubeacc.agent.dra.sharing import parse_selectors
+    from kubeacc.agent.dra.sharing.limits import parse_selectors
     from kubeacc.agent.options import (
         AgentOptions,
         ApiOptions,

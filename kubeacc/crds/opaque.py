@@ -51,7 +51,7 @@ class _Config(
 class SharingStrategy(StrEnum):
     #: The device as it is (nothing changed on it).
     EXCLUSIVE = "Exclusive"
-    #: Compute mode DEFAULT and the time slice set on the GPU (kubeacc.agent.dra.applied).
+    #: Compute mode DEFAULT and the time slice set on the GPU (kubeacc.agent.dra.sharing.applied).
     TIME_SLICING = "TimeSlicing"
     #: Compute mode EXCLUSIVE_PROCESS and the GPU's MPS control daemon started.
     MPS = "MPS"

@@ -31,7 +31,7 @@ from typing import Any
 from kubeacc.agent.dra import metadata
 from kubeacc.agent.dra.devices import DeviceInfo, device_index
 from kubeacc.agent.dra.driver import ClaimRef, Driver, PrepareResult
-from kubeacc.agent.dra.sharing import MEMORY
+from kubeacc.agent.dra.sharing.limits import MEMORY
 from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.discovery import discover
 from kubeacc.host import Host

@@ -64,7 +64,7 @@ FORBIDDEN_FOR = {
         "pydantic_core",
         # Loaded by what uses them, none of it before registration: the FPGA binder (with a
         # bitstream library), the DeviceClasses (--apply-classes), the telemetry's faults.
-        "kubeacc.agent.dra.binding",
+        "kubeacc.agent.dra.fpga.binding",
         "kubeacc.agent.dra.classes",
         "kubeacc.agent.telemetry",
     ),

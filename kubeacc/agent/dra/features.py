@@ -21,7 +21,7 @@ cluster enforces (docs/security.md, "Cluster features"):
 One more field is a convenience, not a safety matter, and is probed only when a device carries
 it: ``bindingConditions`` (DRADeviceBindingConditions, with DRAResourceClaimDeviceStatus; beta
 and on from 1.36). Where it is dropped, :func:`without_binding` takes it off and FPGAs are
-programmed at prepare, as before (:mod:`kubeacc.agent.dra.binding`).
+programmed at prepare, as before (:mod:`kubeacc.agent.dra.fpga.binding`).
 """
 
 from __future__ import annotations

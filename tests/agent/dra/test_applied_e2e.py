@@ -55,7 +55,7 @@ def agent(testbed: Testbed, tmp_path: Path, host: Path) -> Iterator[AgentProcess
         yield a
     finally:
         a.stop()
-        from kubeacc.agent.dra.mps import MpsDaemons
+        from kubeacc.agent.dra.sharing.mps import MpsDaemons
 
         daemons = MpsDaemons(SyntheticHost(host), a.state_dir / "mps")
         for bus_id in daemons.running():  # never leave a daemon behind
@@ -241,7 +241,7 @@ def _restart(agent: AgentProcess, pause_at: str | None = None, kill: bool = True
 def test_agent_killed_around_the_mps_daemon_recovers_it(
     kube_client: Client, namespace: str, agent: AgentProcess, host: Path
 ) -> None:
-    from kubeacc.agent.dra.mps import MpsDaemons
+    from kubeacc.agent.dra.sharing.mps import MpsDaemons
 
     daemons = MpsDaemons(SyntheticHost(host), agent.state_dir / "mps")
     uuid = next(

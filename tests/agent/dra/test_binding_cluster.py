@@ -27,7 +27,7 @@ from lightkube.resources.core_v1 import Event, Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
-from kubeacc.agent.dra.bindingconds import FAILED, PROGRAMMED
+from kubeacc.agent.dra.fpga.conditions import FAILED, PROGRAMMED
 from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.opaque import fpga_claim_config

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra.bindingconds import PROGRAMMED
+from kubeacc.agent.dra.fpga.conditions import PROGRAMMED
 from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.crds.resources import as_dict, install_crds

@@ -21,7 +21,7 @@ from kubeacc.model import DeviceType, Inventory
 from kubeacc.node import cdi
 from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.node.sharelimit import CONTAINER_LIBRARY, Enforcement, Limiter, install
-from tests.agent.dra.test_sharing import GPU0, Claims, make_driver, share, spec_env
+from tests.agent.dra.sharing.test_sharing import GPU0, Claims, make_driver, share, spec_env
 from tests.hosts import HostFactory, discover
 
 LIB = Path("/var/lib/kubeacc/native/libkubeacc-sharelimit.so")

@@ -1,6 +1,6 @@
 """What NVML says about the MIG GPUs of the node: profiles, placements, instances, MIG devices.
 
-Reads only; prepare (:mod:`kubeacc.agent.dra.migprepare`) creates and destroys instances.
+Reads only; prepare (:mod:`kubeacc.agent.dra.mig.prepare`) creates and destroys instances.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pynvml
 
-from kubeacc.agent.dra.migmodel import MEMORY_SLICES, GpuMig, Instance, Profile
+from kubeacc.agent.dra.mig.model import MEMORY_SLICES, GpuMig, Instance, Profile
 from kubeacc.host import Host, select_nvml
 from kubeacc.host.files import WarningSink
 

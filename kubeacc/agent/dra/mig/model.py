@@ -1,7 +1,7 @@
 """The MIG data of the DRA driver: what NVML offers on a MIG GPU and what a partition device is.
 
-Shared by the NVML reads (:mod:`kubeacc.agent.dra.mignvml`), the slice publisher
-(:mod:`kubeacc.agent.dra.migpublish`), prepare (:mod:`kubeacc.agent.dra.migprepare`) and the
+Shared by the NVML reads (:mod:`kubeacc.agent.dra.mig.nvml`), the slice publisher
+(:mod:`kubeacc.agent.dra.mig.publish`), prepare (:mod:`kubeacc.agent.dra.mig.prepare`) and the
 plugin's device index (:mod:`kubeacc.agent.dra.devices`).
 """
 

@@ -1,4 +1,4 @@
-"""The names the FPGA binding conditions share with the DRA driver (kubeacc.agent.dra.binding).
+"""The names the FPGA binding conditions share with the DRA driver (kubeacc.agent.dra.fpga.binding).
 
 A module of their own so that the driver, which every agent loads before it registers, checks
 a claim's binding condition without loading the binder (only a node with a bitstream library

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from kubeacc.agent.dra.devices import slice_devices
-from kubeacc.agent.dra.policyshare import (
+from kubeacc.agent.dra.sharing.limits import is_memory_shared
+from kubeacc.agent.dra.sharing.policyshare import (
     MigFilter,
     PolicyShare,
     PolicyShares,
@@ -14,7 +15,6 @@ from kubeacc.agent.dra.policyshare import (
     policy_migs,
     policy_shares,
 )
-from kubeacc.agent.dra.sharing import is_memory_shared
 
 
 def policy(name: str, mode: str, **selector: list[str]) -> dict[str, Any]:

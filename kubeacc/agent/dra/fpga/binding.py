@@ -42,9 +42,9 @@ from typing import Any
 from lightkube import Client
 from prometheus_client import Counter
 
-from kubeacc.agent.dra.bindingconds import FAILED, PROGRAMMED
 from kubeacc.agent.dra.claimpatch import patch_devices
 from kubeacc.agent.dra.claims import WatchingClaimSource
+from kubeacc.agent.dra.fpga.conditions import FAILED, PROGRAMMED
 from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.events import emit_event
 from kubeacc.crds.opaque import ConfigError, FpgaConfig, parse_config

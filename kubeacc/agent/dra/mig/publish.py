@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubeacc.agent.dra.devices import DeviceInfo
-from kubeacc.agent.dra.migmodel import (
+from kubeacc.agent.dra.mig.model import (
     COMPUTE_COUNTER,
     COMPUTE_SLICES,
     MEMORY_SLICES,
@@ -39,7 +39,7 @@ from kubeacc.agent.dra.migmodel import (
     counter_set,
     partition_name,
 )
-from kubeacc.agent.dra.policyshare import MigFilter
+from kubeacc.agent.dra.sharing.policyshare import MigFilter
 from kubeacc.contracts.names import (
     MIG_COMPUTE_SLICES_ATTR,
     MIG_ENABLED_ATTR,

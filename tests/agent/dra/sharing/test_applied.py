@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from kubeacc.agent.dra.applied import STATE_FILE, AppliedSharing, GpuWant
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index
 from kubeacc.agent.dra.driver import ClaimRef, Driver
-from kubeacc.agent.dra.mps import MpsDaemons, MpsError
-from kubeacc.agent.dra.sharing import CORES, MEMORY
-from kubeacc.agent.dra.timeslice import GpuControl
+from kubeacc.agent.dra.sharing.applied import STATE_FILE, AppliedSharing, GpuWant
+from kubeacc.agent.dra.sharing.limits import CORES, MEMORY
+from kubeacc.agent.dra.sharing.mps import MpsDaemons, MpsError
+from kubeacc.agent.dra.sharing.timeslice import GpuControl
 from kubeacc.crds.opaque import SharingStrategy
 from kubeacc.node import cdi
 from kubeacc.synthetic import profiles

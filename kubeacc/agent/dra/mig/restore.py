@@ -1,5 +1,5 @@
 """A prepared claim whose MIG instance was made again (after a node reboot or a GPU reset:
-:meth:`kubeacc.agent.dra.migprepare.MigPartitions.restore`): its CDI spec rewritten to name the
+:meth:`kubeacc.agent.dra.mig.prepare.MigPartitions.restore`): its CDI spec rewritten to name the
 new instance.
 
 A new instance has a new MIG UUID and new ids, so new capability device nodes. The spec names
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim
-from kubeacc.agent.dra.migprepare import Restored
+from kubeacc.agent.dra.mig.prepare import Restored
 from kubeacc.node import cdi
 
 CAPS = "/dev/nvidia-caps/"

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kubeacc.agent.dra.applied import GpuWant, describe_entry
 from kubeacc.agent.dra.checkpoint import PreparedClaim
+from kubeacc.agent.dra.sharing.applied import GpuWant, describe_entry
 from kubeacc.crds.opaque import SharingStrategy
 
 

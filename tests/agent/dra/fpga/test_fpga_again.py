@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kubeacc.agent.dra.bindingconds import NotProgrammed
 from kubeacc.agent.dra.driver import ClaimRef
+from kubeacc.agent.dra.fpga.conditions import NotProgrammed
 from kubeacc.agent.fpga_claims import ProgrammingRefused
 from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.model import DeviceType

@@ -17,11 +17,11 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index, slice_devices
 from kubeacc.agent.dra.driver import ClaimRef, Driver
-from kubeacc.agent.dra.migmodel import counter_set, partition_name
-from kubeacc.agent.dra.mignvml import nvml_for
-from kubeacc.agent.dra.migprepare import MigPartitions
-from kubeacc.agent.dra.migpublish import Published, device_infos, publish
-from kubeacc.agent.dra.policyshare import MigFilter
+from kubeacc.agent.dra.mig.model import counter_set, partition_name
+from kubeacc.agent.dra.mig.nvml import nvml_for
+from kubeacc.agent.dra.mig.prepare import MigPartitions
+from kubeacc.agent.dra.mig.publish import Published, device_infos, publish
+from kubeacc.agent.dra.sharing.policyshare import MigFilter
 from kubeacc.agent.dra.slices import build_slices, chunk_devices
 from kubeacc.node import atomic, cdi
 from kubeacc.synthetic import profiles

@@ -6,7 +6,7 @@ instance spanning it, and records their ids. Unprepare destroys the compute inst
 GPU instance, then forgets the record. At start, :meth:`MigPartitions.reconcile` destroys the
 instances of every record whose claim the checkpoint does not hold (an agent killed between
 create and checkpoint leaves no orphan). How partitions are published:
-:mod:`kubeacc.agent.dra.migpublish`.
+:mod:`kubeacc.agent.dra.mig.publish`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 import pynvml
 
 from kubeacc.agent.dra.checkpoint import StateError
-from kubeacc.agent.dra.migmodel import MEMORY_SLICES, GpuMig, MigError, Partition
-from kubeacc.agent.dra.mignvml import gpu_handles, listed, mig_uuids, nvml_bus, read_gpu
+from kubeacc.agent.dra.mig.model import MEMORY_SLICES, GpuMig, MigError, Partition
+from kubeacc.agent.dra.mig.nvml import gpu_handles, listed, mig_uuids, nvml_bus, read_gpu
 from kubeacc.host import Host
 from kubeacc.model import DeviceType, Inventory
 from kubeacc.node.atomic import write_atomic

@@ -14,7 +14,7 @@ from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index, slice_devices
 from kubeacc.agent.dra.driver import ClaimRef, Driver
 from kubeacc.agent.dra.plugin import DRAPlugin
-from kubeacc.agent.dra.sharing import (
+from kubeacc.agent.dra.sharing.limits import (
     CORES,
     MEMORY,
     SelectorError,

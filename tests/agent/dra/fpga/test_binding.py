@@ -1,4 +1,4 @@
-"""Binding conditions of FPGAs (kubeacc.agent.dra.binding): which claims wait for this node's
+"""Binding conditions of FPGAs (kubeacc.agent.dra.fpga.binding): which claims wait for this node's
 agent, what it loads and what it reports; the card checked at prepare; the synthetic PR delay."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from kubeacc.agent.dra.binding import (
+from kubeacc.agent.dra.features import SliceFeatures, without_binding
+from kubeacc.agent.dra.fpga.binding import (
     FpgaBinder,
     Work,
     condition_entry,
@@ -21,8 +22,7 @@ from kubeacc.agent.dra.binding import (
     still_allocated,
     with_binding_conditions,
 )
-from kubeacc.agent.dra.bindingconds import FAILED, PROGRAMMED, NotProgrammed
-from kubeacc.agent.dra.features import SliceFeatures, without_binding
+from kubeacc.agent.dra.fpga.conditions import FAILED, PROGRAMMED, NotProgrammed
 from kubeacc.agent.fpga_claims import ClaimProgrammer, ProgrammingRefused
 from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.opaque import fpga_claim_config

@@ -44,8 +44,8 @@ from typing import Any, Literal
 import msgspec
 import pynvml
 
-from kubeacc.agent.dra.mps import CONTAINER_PIPE_DIR, ENV_PIPE, MpsDaemons, MpsError
-from kubeacc.agent.dra.timeslice import TIMESLICES, ControlError, GpuControl
+from kubeacc.agent.dra.sharing.mps import CONTAINER_PIPE_DIR, ENV_PIPE, MpsDaemons, MpsError
+from kubeacc.agent.dra.sharing.timeslice import TIMESLICES, ControlError, GpuControl
 from kubeacc.crds.api import TimeSlice
 from kubeacc.crds.opaque import GpuConfig, SharingStrategy
 from kubeacc.model.accelerator import is_bdf
