@@ -62,14 +62,14 @@ def test_serves_the_kubelet_while_the_api_server_is_away(
     try:
         # the spec of the checkpointed claim was rebuilt at start
         assert (tmp_path / "cdi" / "kubeacc.io-claim_u1.json").exists()
-        reg = opts.registry_dir / f"{DRIVER_NAME}-reg.sock"
+        reg = opts.node.registry_dir / f"{DRIVER_NAME}-reg.sock"
         with grpc.insecure_channel(f"unix://{reg}") as ch:
             info = rpb_grpc.RegistrationStub(ch).GetInfo(rpb.InfoRequest(), timeout=5)
         assert info.type == "DRAPlugin"
         assert info.name == DRIVER_NAME
-        assert info.endpoint == str(opts.dra_socket)
+        assert info.endpoint == str(opts.node.dra_socket)
         assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
-        with grpc.insecure_channel(f"unix://{opts.dra_socket}") as ch:
+        with grpc.insecure_channel(f"unix://{opts.node.dra_socket}") as ch:
             stub = v1_grpc.DRAPluginStub(ch)
             claim = v1.Claim(namespace="ns", name="c", uid="u1")
             resp = stub.NodeUnprepareResources(
@@ -91,6 +91,6 @@ def test_serves_the_kubelet_while_the_api_server_is_away(
         assert not agent.published.is_set()
     finally:
         agent.stop()
-    assert not opts.dra_socket.exists()
-    assert not (opts.registry_dir / f"{DRIVER_NAME}-reg.sock").exists()
-    shutil.rmtree(opts.kubelet_root)
+    assert not opts.node.dra_socket.exists()
+    assert not (opts.node.registry_dir / f"{DRIVER_NAME}-reg.sock").exists()
+    shutil.rmtree(opts.node.kubelet_root)
