@@ -13,6 +13,7 @@ that must reach it go through :class:`Relay`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lightkube import Client
@@ -21,6 +22,7 @@ from kubeacc.agent.dra.checkpoint import StateError
 from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
 from kubeacc.agent.dra.devicestatus import DeviceStatusWriter
 from kubeacc.agent.dra.driver import Driver
+from kubeacc.agent.dra.kind import DeviceKind
 from kubeacc.agent.dra.mig.nvml import nvml_for
 from kubeacc.agent.dra.mig.prepare import MigPartitions
 from kubeacc.agent.dra.netdata import host_reader
@@ -47,9 +49,11 @@ def compose_agent(
     options: AgentOptions,
     client: Client | None = None,
     claims: ClaimSource | None = None,
+    kinds: Sequence[DeviceKind] = (),
 ) -> Agent:
     """The node agent for ``host``, every part built; ``client`` and ``claims`` replace the
-    ones made from ``options.api`` (tests, the demo)."""
+    ones made from ``options.api`` (tests, the demo); ``kinds``: device kinds beyond the
+    built-in ones (kubeacc/agent/dra/kind.py), called after them."""
     node, prepare = options.node, options.prepare
     api = client or make_client(options.api.kubeconfig, context=options.api.context)
     prepare_client = (
@@ -104,6 +108,7 @@ def compose_agent(
         partitions=partitions,
         limiter=limiter,
         user_space=user_space,
+        kinds=kinds,
     )
     driver.network = host_reader(host)
     driver.device_metadata = prepare.device_metadata
