@@ -23,6 +23,8 @@ from kubeacc.synthetic import profiles
 if TYPE_CHECKING:
     from lightkube import Client
 
+    from kubeacc.agent.deviceplugin.config import DevicePluginConfig
+    from kubeacc.agent.dra.sharing import ShareSelector
     from kubeacc.agent.lifecycle.agent import LifecycleAgent
     from kubeacc.agent.runner import Agent
     from kubeacc.testbed import Testbed
@@ -49,6 +51,11 @@ class KubeaccStack:
     #: namespaces whose AcceleratorOperations may act on any device (the demo is its cluster's
     #: admin; a chart install allows only its release namespace, others by a policy's grant)
     admin_namespaces: tuple[str, ...] = (ANY_NAMESPACE,)
+    #: node name -> the types its agent serves through the kubelet device plugin API (and how);
+    #: a node not named serves every type through DRA
+    device_plugins: dict[str, DevicePluginConfig] = field(default_factory=dict)
+    #: node name -> the GPUs its agent publishes memory-shared (``--memory-shared``)
+    memory_shared: dict[str, tuple[ShareSelector, ...]] = field(default_factory=dict)
     nodes: dict[str, NodeComponents] = field(default_factory=dict)
     #: bitstream library path -> sha256 (the same files on every node)
     bitstreams: dict[str, str] = field(default_factory=dict)
@@ -119,10 +126,13 @@ class KubeaccStack:
             nodes = {n for d in discover(node, nvml="off").devices for n in d.device_nodes}
             kubelet.mknod(sorted(nodes))
             device_root = kubelet.device_root
+        plugins = self.device_plugins.get(name)
         agent = Agent(
             AgentOptions(
                 node_name=name,
                 host=node,
+                device_plugin_types=frozenset(plugins.types if plugins else ()),
+                memory_shared=self.memory_shared.get(name, ()),
                 kubeconfig=self.testbed.kubeconfig,
                 kubelet_root=kubelet.root_dir,
                 cdi_dir=self.cdi_dir(name),
@@ -135,6 +145,21 @@ class KubeaccStack:
                 driver_user_space=UserSpaceMode.TOOLKIT,
             )
         )
+        if plugins is not None:
+            from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+
+            agent.add_plugin(
+                DevicePluginManager(
+                    kubelet.device_plugin_dir,
+                    plugins,
+                    self.cdi_dir(name),
+                    device_root,
+                    agent.metrics,
+                    None,  # no shared GPUs: no extender decisions to look up
+                    agent.limiter,
+                    agent.user_space,
+                )
+            )
         agent.start()
         try:
             lifecycle = LifecycleAgent(
