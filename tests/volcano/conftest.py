@@ -149,6 +149,12 @@ def phases(pods: list[Pod]) -> dict[str, str]:
     }
 
 
+def job_running(client: Client, ns: str, job: str, count: int) -> dict[str, str] | None:
+    """The phases of the Job's pods once all ``count`` of them are Running, else None."""
+    got = phases(job_pods(client, ns, job))
+    return got if len(got) == count and set(got.values()) == {"Running"} else None
+
+
 def pod_claims(client: Client, pod: Pod) -> list[dict[str, Any]]:
     """The ResourceClaims the pod's templates became (as dicts)."""
     assert pod.metadata and pod.status

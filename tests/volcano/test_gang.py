@@ -26,7 +26,7 @@ from .conftest import (
     allocated_claims,
     claim_template,
     job_pods,
-    phases,
+    job_running,
     pod_claims,
     pod_spec,
     vcjob,
@@ -73,12 +73,6 @@ def _pcie_roots(client: Client) -> dict[tuple[str, str], str]:
     return roots
 
 
-def _all_running(client: Client, ns: str, job: str) -> dict[str, str] | None:
-    pods = job_pods(client, ns, job)
-    got = phases(pods)
-    return got if len(pods) == GANG and set(got.values()) == {"Running"} else None
-
-
 def test_gang_of_four_two_gpu_pods_is_placed_and_prepared(
     kubeacc_volcano: KubeaccStack, volcano_namespace: str
 ) -> None:
@@ -87,7 +81,7 @@ def test_gang_of_four_two_gpu_pods_is_placed_and_prepared(
     wait_no_allocations(client)
     client.create(claim_template("h100-pair", ns, PAIR))
     client.create(_gang(ns))
-    eventually(lambda: _all_running(client, ns, "train"), 180, "the gang's 4 pods Running")
+    eventually(lambda: job_running(client, ns, "train", GANG), 180, "the gang's 4 pods Running")
 
     roots = _pcie_roots(client)
     nodes = []
@@ -170,7 +164,7 @@ def test_gang_with_three_pods_worth_free_starts_none(
 
     # The fourth pair frees: the whole gang starts.
     client.delete(Pod, "holder", namespace=ns, grace_period=0)
-    eventually(lambda: _all_running(client, ns, "train"), 180, "the gang Running once freed")
+    eventually(lambda: job_running(client, ns, "train", GANG), 180, "the gang Running once freed")
 
 
 def test_pods_asking_only_claims_are_best_effort_to_volcano_and_escape_the_gang(

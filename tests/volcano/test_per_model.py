@@ -17,7 +17,7 @@ from lightkube.types import PatchType
 from kubeacc.cli.demo_stack import KubeaccStack
 
 from ..testbed.helpers import eventually
-from .conftest import PodGroup, Queue, job_pods, phases, pod_spec, vcjob
+from .conftest import PodGroup, Queue, job_pods, job_running, phases, pod_spec, vcjob
 
 pytestmark = pytest.mark.cluster
 
@@ -44,11 +44,6 @@ def _resources(client: Client) -> tuple[str, str, str]:
     return gpus[0], gpus[1], xpu
 
 
-def _running(client: Client, ns: str, job: str, count: int) -> dict[str, str] | None:
-    got = phases(job_pods(client, ns, job))
-    return got if len(got) == count and set(got.values()) == {"Running"} else None
-
-
 def test_a_job_of_two_gpu_models_and_kunlun_xpus_is_placed_and_run(
     kubeacc_volcano: KubeaccStack, volcano_namespace: str
 ) -> None:
@@ -61,8 +56,9 @@ def test_a_job_of_two_gpu_models_and_kunlun_xpus_is_placed_and_run(
         {"name": "xpu", "replicas": 2, "pod": pod_spec(limits={xpu: "2"})},
     ]
     client.create(vcjob("mixed", ns, tasks, 4))
-    eventually(lambda: _running(client, ns, "mixed", 4), 180, "the mixed Job's 4 pods Running")
+    eventually(lambda: job_running(client, ns, "mixed", 4), 180, "the mixed Job's 4 pods Running")
 
+    xpu_units: list[str] = []
     for pod in job_pods(client, ns, "mixed"):
         assert pod.spec and pod.metadata and pod.metadata.name
         task = (pod.metadata.annotations or {})["volcano.sh/task-spec"]
@@ -72,13 +68,8 @@ def test_a_job_of_two_gpu_models_and_kunlun_xpus_is_placed_and_run(
         # the device plugin's Allocate: the devices' BDFs in the container's environment
         units = record.envs["ACCELERATOR_UNITS"].split(",")
         assert len(units) == (2 if task == "xpu" else 1), units
-    xpu_units = [
-        u
-        for pod in job_pods(client, ns, "mixed")
-        if pod.metadata and pod.metadata.name and "xpu" in pod.metadata.name
-        for r in stack.testbed.node("kunlun").container_records(namespace=ns, pod=pod.metadata.name)
-        for u in r.envs["ACCELERATOR_UNITS"].split(",")
-    ]
+        if task == "xpu":
+            xpu_units += units
     assert len(set(xpu_units)) == 4, xpu_units
 
 
@@ -112,6 +103,6 @@ def test_a_queue_capability_of_a_per_model_resource_holds_a_job_back(
             {"spec": {"capability": {xpu: "4"}}},
             patch_type=PatchType.MERGE,
         )
-        eventually(lambda: _running(client, ns, "capped", 2), 120, "the Job Running")
+        eventually(lambda: job_running(client, ns, "capped", 2), 120, "the Job Running")
     finally:
         client.delete(Queue, name)

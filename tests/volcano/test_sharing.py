@@ -21,7 +21,7 @@ from kubeacc.crds.resources import as_dict
 from tests.agent.dra.test_sharing_e2e import cdi_env
 
 from ..testbed.helpers import eventually
-from .conftest import SHARED_L4, claim_template, job_pods, phases, pod_claims, pod_spec, vcjob
+from .conftest import SHARED_L4, claim_template, job_pods, job_running, pod_claims, pod_spec, vcjob
 
 pytestmark = pytest.mark.cluster
 
@@ -66,11 +66,7 @@ def test_two_memory_shares_of_one_gpu_under_volcano_a_third_waits(
     task = {"name": "share", "replicas": 2, "pod": pod_spec(CLAIMS)}
     client.create(vcjob("shares", ns, [task], 2))
 
-    def running() -> dict[str, str] | None:
-        got = phases(job_pods(client, ns, "shares"))
-        return got if len(got) == 2 and set(got.values()) == {"Running"} else None
-
-    eventually(running, 180, "both shares Running")
+    eventually(lambda: job_running(client, ns, "shares", 2), 180, "both shares Running")
     share_ids = set()
     for pod in job_pods(client, ns, "shares"):
         assert pod.spec and pod.metadata and pod.metadata.name
