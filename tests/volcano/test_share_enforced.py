@@ -23,10 +23,9 @@ from tests.agent.dra.agentproc import AgentProcess
 from tests.agent.runtimeprobe import claimed, share_claim
 from tests.agent.test_real_runtime import host, wait_running
 from tests.agent.test_sharelimit_runtime import (
-    EXPECTED,
+    assert_held_to_its_share,
     dra_agent,
     driver_root,
-    probe_output,
     share_probe_pod,
 )
 
@@ -68,10 +67,5 @@ def test_a_share_volcano_places_is_held_to_its_limit_in_a_real_container(
     log = (tb.logs_dir / "vc-scheduler.log").read_text(errors="replace")
     # Volcano, not kube-scheduler, placed it
     assert f"Binding Task <{ns}/vc-share> to node <{tb.node_name}>" in log
-    env, rows, messages = probe_output(tb, ns, "vc-share")
-    assert env["LD_PRELOAD"] == "/usr/local/lib/kubeacc/libkubeacc-sharelimit.so"
-    assert env["KUBEACC_SHARE_ENFORCEMENT"] == "library"
-    assert env["KUBEACC_DEVICE_MEMORY_LIMIT"] == "1024"
-    assert rows == EXPECTED, messages
-    assert "refused: unit 0's share is 1024 MiB" in messages
+    assert_held_to_its_share(tb, ns, "vc-share")
     client.delete(Pod, "vc-share", namespace=ns, grace_period=0)
