@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
-from lightkube.resources.resource_v1 import ResourceSlice
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.cli.demo_stack import KubeaccStack
@@ -23,6 +23,7 @@ from tests.nodestack import claim_pod
 from ..testbed.helpers import eventually
 from .conftest import (
     PodGroup,
+    VcJob,
     allocated_claims,
     claim_template,
     job_pods,
@@ -182,3 +183,49 @@ def test_pods_asking_only_claims_are_best_effort_to_volcano_and_escape_the_gang(
     time.sleep(3)
     bound = _bound(client, ns)
     assert 0 < len(bound) < GANG, bound
+
+
+def test_gang_pods_sharing_one_claim_are_placed_only_one_by_one(
+    kubeacc_volcano: KubeaccStack, volcano_namespace: str
+) -> None:
+    """Two pods naming the same ResourceClaim: as one gang (minAvailable 2) Volcano never
+    places them, because its DRA filter refuses the second pod while the claim is "in the
+    process of being allocated" for the first in the same session, so the gang is never ready
+    and the claim stays unallocated; with minAvailable 1 the first pod's placement allocates the
+    claim and the second follows it to that node (one claim reserved for both, prepared once).
+    docs/choosing.md, "With Volcano": a gang splits devices by claim template, and shares a
+    claim only among pods it does not need at once."""
+    stack, ns = kubeacc_volcano, volcano_namespace
+    client = stack.client("kubeacc-test")
+    wait_no_allocations(client)
+    client.create(claim_obj("pair", ns, PAIR))
+    spec = pod_spec([{"name": "gpus", "resourceClaimName": "pair"}])
+    client.create(vcjob("gang", ns, [{"name": "w", "replicas": 2, "pod": spec}], 2))
+    eventually(lambda: len(job_pods(client, ns, "gang")) == 2, 60, "the gang's pods")
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        bound = [
+            p.metadata.name
+            for p in job_pods(client, ns, "gang")
+            if p.spec and p.spec.nodeName and p.metadata
+        ]
+        assert not bound, bound
+        assert not allocated_claims(client), "the shared claim was allocated"
+        time.sleep(0.5)
+    log = (stack.testbed.logs_dir / "vc-scheduler.log").read_text(errors="replace")
+    assert f"resource claim {ns}/pair is in the process of being allocated" in log
+    client.delete(VcJob, "gang", namespace=ns)
+    eventually(lambda: not job_pods(client, ns, "gang"), 60, "the gang's pods gone")
+
+    client.create(vcjob("pair", ns, [{"name": "w", "replicas": 2, "pod": spec}], 1))
+    eventually(lambda: job_running(client, ns, "pair", 2), 120, "both pods Running")
+    pods = job_pods(client, ns, "pair")
+    (node,) = {p.spec.nodeName for p in pods if p.spec}
+    claim = as_dict(client.get(ResourceClaim, "pair", namespace=ns))
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert {r["pool"] for r in results} == {node} and len(results) == 2
+    reserved = {r["name"] for r in claim["status"]["reservedFor"]}
+    assert reserved == {p.metadata.name for p in pods if p.metadata}
+    for name, components in stack.nodes.items():
+        prepared = claim["metadata"]["uid"] in components.agent.driver.prepared()
+        assert prepared == (name == node), name
