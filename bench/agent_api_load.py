@@ -64,7 +64,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from kubeacc.agent.runner import Agent, AgentOptions
+from kubeacc.agent.compose import compose_agent
+from kubeacc.agent.options import options_from
+from kubeacc.agent.runner import Agent
 from kubeacc.controller.controller import Controller
 from kubeacc.crds.api import API_VERSION, NODE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorPolicy, install_crds
@@ -219,10 +221,10 @@ def agents_phase(
         for i, node in enumerate(nodes):
             admin.create(Node(metadata=ObjectMeta(name=node)))
             d = work / node
-            agent = Agent(
-                AgentOptions(
+            agent = compose_agent(
+                SyntheticHost(build(profiles[i % len(profiles)], d / "host")),
+                options_from(
                     node_name=node,
-                    host=SyntheticHost(build(profiles[i % len(profiles)], d / "host")),
                     kubelet_root=d / "kubelet",
                     cdi_dir=d / "cdi",
                     state_dir=d / "state",

@@ -59,9 +59,9 @@ from kubelet_client import stubs
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 
-from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as dpb
-from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
 from kubeacc.crds.resources import install_crds
+from kubeacc.node.kubeletapi import deviceplugin_v1beta1_pb2 as dpb
+from kubeacc.node.kubeletapi import pluginregistration_v1_pb2 as rpb
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.procs import cpu_seconds, free_port, terminate

@@ -32,11 +32,11 @@ from daemon_start import KubeletStandIn
 from go_peers import SAMPLE_DEVICES, SAMPLE_RESOURCE, in_plugin_dir, peer, peer_env
 from kubelet_client import stubs
 
-from kubeacc.agent.deviceplugin.config import DevicePluginConfig
-from kubeacc.agent.deviceplugin.manager import DevicePluginManager
-from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
+from kubeacc.deviceplugin.config import DevicePluginConfig
+from kubeacc.deviceplugin.manager import DevicePluginManager
 from kubeacc.discovery import discover
 from kubeacc.model import DeviceType
+from kubeacc.node.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.testbed.procs import cpu_seconds

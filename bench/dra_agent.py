@@ -27,7 +27,7 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
 import kubeacc
-from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
+from kubeacc.node.kubeletapi import dra_v1_pb2 as v1
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.procs import free_port

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra import checkpoint as current
+from kubeacc.node import cdi
 
 
 def _load(path: Path) -> ModuleType:

@@ -34,7 +34,7 @@ from lightkube.types import PatchType
 
 from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.agent.dra.devices import slice_devices
-from kubeacc.agent.dra.sharing import parse_selectors
+from kubeacc.agent.dra.sharing.limits import parse_selectors
 from kubeacc.agent.dra.slices import build_slices
 from kubeacc.discovery import discover
 from kubeacc.synthetic import profiles

@@ -46,11 +46,7 @@ from typing import Any
 
 import msgspec
 
-from kubeacc.discovery import discover
-from kubeacc.extender.server import ExtenderServer
-from kubeacc.extender.service import BindError, Extender
-from kubeacc.extender.state import State, gpu_of
-from kubeacc.extender.wants import (
+from kubeacc.contracts.wants import (
     CORES,
     GPU,
     MEMORY,
@@ -61,6 +57,10 @@ from kubeacc.extender.wants import (
     Decision,
     pod_want,
 )
+from kubeacc.discovery import discover
+from kubeacc.extender.server import ExtenderServer
+from kubeacc.extender.service import BindError, Extender
+from kubeacc.extender.state import State, gpu_of
 from kubeacc.gcfreeze import freeze_periodically
 from kubeacc.model import DeviceType
 from kubeacc.synthetic import profiles
@@ -142,7 +142,7 @@ def build_state(nodes: int, seed: int) -> State:
                         "annotations": {"kubeacc.io/devices": decision.to_json()},
                     },
                     # the containers ask for what the decision gives: a decision that does
-                    # not match its pod's requests is not counted (kubeacc/extender/trusted.py)
+                    # not match its pod's requests is not counted (kubeacc/contracts/trusted.py)
                     "spec": {"nodeName": node, "containers": [_asking(a) for a in assigned]},
                     "status": {"phase": "Running"},
                 }

@@ -34,9 +34,9 @@ from typing import Any
 
 from extender import PODS, build_state  # bench/extender.py (run from the repository root)
 
+from kubeacc.contracts.wants import PREFER_ANNOTATION, Decision
 from kubeacc.extender.server import MAX_BODY, ExtenderServer
 from kubeacc.extender.service import Extender
-from kubeacc.extender.wants import PREFER_ANNOTATION, Decision
 from kubeacc.gcfreeze import freeze_periodically
 from kubeacc.netserve.tls import ReloadingContext
 from kubeacc.testbed.extendertls import ExtenderPKI, issue_extender_pki

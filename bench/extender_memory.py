@@ -40,15 +40,15 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.types import PatchType
 
+from kubeacc.contracts.names import DECISION_ANNOTATION
+from kubeacc.contracts.wants import GPU, MEMORY, Assigned, Decision
 from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.resources import Accelerator, install_crds
 from kubeacc.discovery import discover
 from kubeacc.extender import kept
 from kubeacc.extender.kube import Inventory
 from kubeacc.extender.runner import ExtenderRunner
-from kubeacc.extender.wants import GPU, MEMORY, Assigned, Decision
 from kubeacc.model import Device, DeviceType
-from kubeacc.model.names import DECISION_ANNOTATION
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.testbed import Testbed

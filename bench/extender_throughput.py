@@ -26,9 +26,9 @@ from lightkube import Client
 from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Node, Pod
 
+from kubeacc.contracts.wants import MEMORY
 from kubeacc.crds.resources import Accelerator, as_dict, install_crds
 from kubeacc.extender.schedconfig import SchedulerTLS, scheduler_entry
-from kubeacc.extender.wants import MEMORY
 from kubeacc.synthetic import profiles
 from kubeacc.testbed.extendertls import issue_extender_pki
 from kubeacc.testbed.kubelet import KubeletOptions

@@ -4,7 +4,7 @@ Prints one JSON object. Each run is a fresh interpreter that imports what ``kube
 device-plugin`` imports at start (its entry and manager modules), reads its RSS, then starts a
 gRPC server on a unix socket and a client channel (as ``Register`` needs) with one
 implementation, waits ``--settle`` seconds, collects garbage and reads RSS and threads again.
-``grpclib`` is what the node daemons serve with (kubeacc/agent/rpc.py); ``grpcio`` is the C-core
+``grpclib`` is what the node daemons serve with (kubeacc/node/rpc.py); ``grpcio`` is the C-core
 implementation the tests call them through. Runs alternate between the two.
 
 docs/dra.md ("Memory: why the agent speaks gRPC through grpclib") uses these numbers.
@@ -21,7 +21,7 @@ import sys
 
 _RUN = """
 import asyncio, gc, json, os, sys, tempfile
-import kubeacc.cli.entry, kubeacc.agent.deviceplugin.manager
+import kubeacc.cli.entry, kubeacc.deviceplugin.manager
 
 def rss():
     for line in open("/proc/self/status"):

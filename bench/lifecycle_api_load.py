@@ -29,10 +29,10 @@ from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node
 
-from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.controller.controller import Controller
 from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict, install_crds
+from kubeacc.lifecycle.agent import LifecycleAgent
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build

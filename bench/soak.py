@@ -57,9 +57,9 @@ def _agent() -> Iterator[tuple[int, Pair, tuple[str, str]]]:
 def _device_plugin() -> Iterator[tuple[int, Pair, tuple[str, str]]]:
     from deviceplugin import _plugin_process
 
-    from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
     from kubeacc.discovery import discover
     from kubeacc.model import DeviceType
+    from kubeacc.node.kubeletapi import deviceplugin_v1beta1_pb2 as pb
     from kubeacc.synthetic import profiles
     from kubeacc.synthetic.host import SyntheticHost
 

@@ -18,7 +18,6 @@ from lightkube.resources.core_v1 import Namespace
 from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
-from kubeacc.agent.nodelabels import accelerator_labels
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.api import API_VERSION, NODE_LABEL
@@ -32,6 +31,7 @@ from kubeacc.crds.resources import (
 )
 from kubeacc.crds.types import AcceleratorStatus
 from kubeacc.model import Device
+from kubeacc.node.nodelabels import accelerator_labels
 from kubeacc.testbed.testbed import Testbed
 
 from .testbed.helpers import eventually

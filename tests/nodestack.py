@@ -23,11 +23,11 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
-from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.controller.controller import Controller
 from kubeacc.crds.api import NODE_LABEL
 from kubeacc.crds.deploy import apply_manifest
 from kubeacc.crds.resources import Accelerator, as_dict
+from kubeacc.lifecycle.agent import LifecycleAgent
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel
 from kubeacc.synthetic.profiles import build

@@ -18,10 +18,10 @@ PACKAGE = Path(kubeacc.__file__).parent
 SYNTHETIC_USERS = ("kubeacc.synthetic", "kubeacc.testbed", "kubeacc.cli")
 
 
-def _modules() -> dict[str, Path]:
+def _modules(package: Path) -> dict[str, Path]:
     out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    for path in package.rglob("*.py"):
+        parts = path.relative_to(package.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         out[name] = path
     return out
@@ -43,8 +43,9 @@ def _imported(path: Path, modules: dict[str, Path]) -> Iterator[str]:
             )
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = _modules()
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, read from the sources under ``package``."""
+    modules = _modules(package)
     return {name: set(_imported(path, modules)) - {name} for name, path in modules.items()}
 
 

@@ -23,12 +23,12 @@ from typing import Any
 from lightkube import ApiError, Client
 from lightkube.types import PatchType
 
-from kubeacc.agent.supervise import supervised
 from kubeacc.agent.users import Users
+from kubeacc.contracts.names import CORDONED_BY_ANNOTATION
 from kubeacc.crds.api import API_VERSION, NODE_LABEL
 from kubeacc.crds.resources import Accelerator, is_not_found
 from kubeacc.crds.watch import WatchCache, ignoring
-from kubeacc.model.names import CORDONED_BY_ANNOTATION
+from kubeacc.node.supervise import supervised
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from lightkube.models.meta_v1 import ManagedFieldsEntry
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.nodelabels import FIELD_MANAGER, PREFIX, NodeLabeler
+from kubeacc.contracts.names import DRIVER_NAME
+from kubeacc.node.nodelabels import FIELD_MANAGER, PREFIX, NodeLabeler
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ AcceleratorPolicy that selects the device must allow the digest, and it must be 
 card's FPGA interface (FIM). A refusal is the claim's per-claim error; nothing is half-applied.
 
 Where the cluster keeps binding conditions the bitstream is loaded before the pod is bound
-(:mod:`kubeacc.agent.dra.binding`, through :meth:`ClaimProgrammer.ensure` as well) and prepare
+(:mod:`kubeacc.agent.dra.fpga.binding`, through :meth:`ClaimProgrammer.ensure` as well) and prepare
 only calls :meth:`ClaimProgrammer.verify`.
 """
 
@@ -20,14 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.dra.bindingconds import NotProgrammed
-from kubeacc.agent.lifecycle.bitstreams import BitstreamLibrary
-from kubeacc.agent.lifecycle.executor import Executor
+from kubeacc.agent.dra.fpga.conditions import NotProgrammed
 from kubeacc.crds.policyread import allowed_bitstream_digests
 from kubeacc.discovery import discover
 from kubeacc.host import Host
 from kubeacc.host.kernel import FpgaImage, HostError
 from kubeacc.model import Device, FPGAState
+from kubeacc.node.operations.bitstreams import BitstreamLibrary
+from kubeacc.node.operations.executor import Executor
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class ClaimProgrammer:
 
     def verify(self, device_name: str, bitstream: str, digest: str) -> str:
         """Check that ``device_name`` carries the bitstream (loaded before binding,
-        kubeacc.agent.dra.binding); raises :class:`NotProgrammed` when it does not."""
+        kubeacc.agent.dra.fpga.binding); raises :class:`NotProgrammed` when it does not."""
         with self._lock:
             _, fpga, image, _ = self._card_and_image(device_name, bitstream, digest)
             if fpga.afu_id != image.afu_id:

@@ -33,14 +33,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from kubeacc.contracts.names import HEALTH_TAINT, belongs_to
 from kubeacc.crds.api import EventClass
-from kubeacc.model.names import DOMAIN
 
 if TYPE_CHECKING:  # the telemetry loads them when it samples, after the agent registered
     from kubeacc.agent.telemetry.faults import DeviceFault
     from kubeacc.agent.telemetry.series import Reading
-
-HEALTH_TAINT = f"{DOMAIN}/health"
 
 
 class Effect(StrEnum):
@@ -181,17 +179,6 @@ def _still_bad(readings: Iterable[Reading]) -> set[str]:
         ):
             bad.add(r.device)
     return bad
-
-
-def belongs_to(entry_name: str, device: str) -> bool:
-    """Is the slice entry ``entry_name`` the device or one of its MIG partitions or VFs?"""
-    if entry_name == device:
-        return True
-    gpu, mig, _ = entry_name.partition("-mig-")
-    if mig and gpu == device:
-        return True
-    pf, sep, vf = entry_name.rpartition("-vf")
-    return bool(sep) and vf.isdigit() and pf == device
 
 
 def with_health_taints(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.model.reserved import reservations
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from grpclib.client import Channel
 
-from kubeacc.agent.kubeletapi import podresources_v1_grpc as pr_grpc
-from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
-from kubeacc.agent.rpc import rpc_loop
+from kubeacc.node.kubeletapi import podresources_v1_grpc as pr_grpc
+from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
+from kubeacc.node.rpc import rpc_loop
 
 #: Relative to the kubelet's root directory.
 SOCKET = Path("pod-resources") / "kubelet.sock"

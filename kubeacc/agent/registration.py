@@ -15,9 +15,9 @@ from pathlib import Path
 
 from grpclib.server import Stream
 
-from kubeacc.agent.kubeletapi import pluginregistration_v1_grpc as rpb_grpc
-from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
-from kubeacc.agent.rpc import UnixServer, received
+from kubeacc.node.kubeletapi import pluginregistration_v1_grpc as rpb_grpc
+from kubeacc.node.kubeletapi import pluginregistration_v1_pb2 as rpb
+from kubeacc.node.rpc import UnixServer, received
 
 log = logging.getLogger(__name__)
 

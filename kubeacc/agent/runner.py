@@ -8,6 +8,10 @@ seconds, and whenever it changes: read from watches of the node's slices and Nod
 node sends no request). Publishing failures (API server away) are logged and retried with
 exponential backoff; the kubelet is served all the while.
 
+The agent is built by :func:`kubeacc.agent.compose.compose_agent` (the composition root: the
+host, the clients, the DRA driver and what it prepares with, handed in ready-made as
+:class:`~kubeacc.agent.parts.AgentParts`); this module is the loop and what calls back into it.
+
 Other kubelet plugins (the device-plugin mode) hook in through :class:`NodePlugin`: give them
 to :meth:`Agent.add_plugin` and they are started, fed every new inventory and stopped with the
 agent.
@@ -23,35 +27,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from lightkube import Client
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.accelerators import AcceleratorSync
-from kubeacc.agent.arenas import TRIM_INTERVAL, release_free_memory
 from kubeacc.agent.cordons import with_cordon_taints, with_cordons_unhealthy, with_unhealthy
-from kubeacc.agent.dra import DRIVER_NAME, stale
-from kubeacc.agent.dra.applied import AppliedSharing
-from kubeacc.agent.dra.cdi import DEFAULT_CDI_DIR
-from kubeacc.agent.dra.checkpoint import StateError
-from kubeacc.agent.dra.claims import READ_TIMEOUT_S, ClaimSource, WatchingClaimSource
+from kubeacc.agent.dra import stale
 from kubeacc.agent.dra.devices import DeviceInfo, device_index, slice_devices
-from kubeacc.agent.dra.devicestatus import DeviceStatusWriter
-from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
-from kubeacc.agent.dra.mignvml import nvml_for
-from kubeacc.agent.dra.migprepare import MigPartitions
-from kubeacc.agent.dra.migpublish import Published, device_infos
-from kubeacc.agent.dra.migpublish import publish as mig_publish
-from kubeacc.agent.dra.netdata import host_reader
+from kubeacc.agent.dra.mig.nvml import nvml_for
+from kubeacc.agent.dra.mig.publish import Published, device_infos
+from kubeacc.agent.dra.mig.publish import publish as mig_publish
 from kubeacc.agent.dra.plugin import SUPPORTED_SERVICES, PluginServer
-from kubeacc.agent.dra.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.publishing import Publishing
-from kubeacc.agent.dra.sharing import Selector, ShareSelector, unknown_memory
+from kubeacc.agent.dra.sharing.limits import Selector, unknown_memory
+from kubeacc.agent.dra.sharing.policyshare import MigFilter, PolicyShares, mig_filters
 from kubeacc.agent.dra.slices import SlicePublisher, chunk_devices, slice_fields
 from kubeacc.agent.healthtaints import (
     Effect,
@@ -59,16 +51,14 @@ from kubeacc.agent.healthtaints import (
     plugin_unhealthy,
     with_health_taints,
 )
-from kubeacc.agent.nodelabels import NodeLabeler, labels_changed, node_labels
+from kubeacc.agent.options import NodePaths, ObserveOptions, PublishOptions
+from kubeacc.agent.parts import AgentParts
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
-from kubeacc.agent.sharelimit import Limiter, install
-from kubeacc.agent.supervise import supervised
 from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
-from kubeacc.agent.userspace.hook import install_hook, install_ldconfig
-from kubeacc.agent.userspace.provider import DriverUserSpace, UserSpaceMode
-from kubeacc.clientconfig import make_client
+from kubeacc.contracts.arenas import TRIM_INTERVAL, release_free_memory
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.api import API_VERSION, health_failing_thresholds
 from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import AcceleratorPolicy
@@ -76,20 +66,17 @@ from kubeacc.crds.watch import WatchCache, ignoring
 from kubeacc.discovery import discover
 from kubeacc.host import Host
 from kubeacc.host.files import HostReadError
-from kubeacc.host.real import RealHost
-from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
+from kubeacc.node.nodelabels import NodeLabeler, labels_changed, node_labels
+from kubeacc.node.supervise import supervised
 
 if TYPE_CHECKING:
-    from kubeacc.agent.dra.binding import FpgaBinder
-    from kubeacc.agent.fpga_claims import ClaimProgrammer
     from kubeacc.agent.telemetry.faults import DeviceFault
     from kubeacc.agent.telemetry.holders import Holders
     from kubeacc.agent.telemetry.report import FaultReporter
     from kubeacc.agent.telemetry.sampler import TelemetrySampler
     from kubeacc.agent.telemetry.series import Reading
-    from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
 
 log = logging.getLogger(__name__)
 
@@ -150,95 +137,33 @@ class NodePlugin(Protocol):
         ...
 
 
-@dataclass
-class AgentOptions:
-    node_name: str
-    #: The node (kubeacc.host): its files, NVML, kernel and driver tools.
-    host: Host = field(default_factory=RealHost)
-    #: Where the device nodes are on the host (CDI ``hostPath``): ``/`` on a real node, a
-    #: directory of real device nodes on a test node whose host root is synthetic.
-    device_root: Path = Path("/")
-    kubeconfig: Path | None = None
-    #: The kubeconfig context (``--context``; default: its current one).
-    context: str | None = None
-    kubelet_root: Path = Path("/var/lib/kubelet")
-    cdi_dir: Path = DEFAULT_CDI_DIR
-    state_dir: Path = Path("/var/lib/kubeacc")
-    apply_classes: bool = False
-    rediscover_interval: float = 5.0
-    #: Full re-check of the server's slices (someone deleted them) every this many seconds.
-    resync_interval: float = 60.0
-    #: Serve the kubelet (DRA socket + registration). Off for nodes that have no kubelet.
-    kubelet_plugin: bool = True
-    #: Types served through the kubelet device plugin API instead of DRA (one mode per type).
-    device_plugin_types: frozenset[DeviceType] = frozenset()
-    #: What DRA publishes (``--dra-publish``): device types, and whether NICs' VFs too.
-    publishing: Publishing = field(default_factory=Publishing)
-    #: Node-local bitstream library: claims with an FpgaConfig bitstream get it programmed.
-    bitstream_dir: Path | None = None
-    #: With a bitstream library: load a claim's bitstream before its pod is bound (binding
-    #: conditions, kubeacc.agent.dra.binding) where the cluster keeps them; off: at prepare.
-    fpga_binding_conditions: bool = True
-    #: Fold the DRA checkpoint journal into a new snapshot after this many calls.
-    compact_after: int = 1000
-    #: Keep the node's Accelerators' users (status.allocatedTo) and honour their cordons.
-    sync_accelerators: bool = True
-    #: Seconds between reads of the kubelet's pod-resources API (device-plugin users).
-    users_poll_interval: float = 2.0
-    #: ``HOST:PORT`` of /metrics, /healthz, /readyz; None: not served.
-    metrics_address: str | None = None
-    #: Seconds between device telemetry samples on /metrics (kubeacc.agent.telemetry);
-    #: 0: no device telemetry. Sampled only while metrics are served.
-    telemetry_interval: float = 10.0
-    #: Faults the telemetry sees become ResourceSlice taints (kubeacc.agent.healthtaints);
-    #: needs the telemetry. Off: faults only go to the Node's Events and the remediation.
-    health_taints: bool = False
-    #: Seconds a health taint stays at least after the device's last fault.
-    health_taint_hold: float = 300.0
-    #: Write claims' status.devices at prepare, remove them at unprepare (kubeacc.agent.dra.
-    #: devicestatus; DRAResourceClaimDeviceStatus).
-    device_status: bool = True
-    #: Device metadata files in the containers (kubeacc.agent.dra.metadata; KEP-5304).
-    device_metadata: bool = True
-    #: Label the Node with what discovery found (``kubeacc.io/<type>.count`` and so on).
-    node_labels: bool = True
-    #: NVML: ``auto`` (when it answers), ``on`` (warn when it can't be used) or ``off``.
-    nvml: str = "auto"
-    #: Admin-defined devices (``--discovery-config``).
-    discovery_config: DiscoveryConfig | None = None
-    #: GPUs published as memory-shared (``--memory-shared``; kubeacc.agent.dra.sharing).
-    memory_shared: tuple[ShareSelector, ...] = ()
-    #: The share-limit library to preload into memory shares (None: the image's, if any;
-    #: copied to ``<state-dir>/native``; kubeacc.agent.sharelimit).
-    sharelimit_library: Path | None = None
-    #: The NVIDIA driver's user space in NVIDIA GPU containers (kubeacc.agent.userspace):
-    #: ``cdi`` (found under ``driver_root``) or ``toolkit`` (left to the NVIDIA toolkit).
-    driver_user_space: UserSpaceMode = UserSpaceMode.CDI
-    #: The driver root, a host path (``/``; ``/run/nvidia/driver`` for a driver container).
-    driver_root: str = "/"
-    #: The driver root as the container runtime sees it (None: the agent's own path of it).
-    runtime_driver_root: Path | None = None
-    #: The CDI hook program to copy to ``<state-dir>/native`` (None: the image's).
-    cdi_hook: Path | None = None
-
-    @property
-    def dra_socket(self) -> Path:
-        return self.kubelet_root / "plugins" / DRIVER_NAME / "dra.sock"
-
-    @property
-    def registry_dir(self) -> Path:
-        return self.kubelet_root / "plugins_registry"
-
-
 class Agent:
     def __init__(
         self,
-        options: AgentOptions,
-        client: Client | None = None,
-        claims: ClaimSource | None = None,
+        host: Host,
+        node: NodePaths,
+        publish: PublishOptions,
+        observe: ObserveOptions,
+        parts: AgentParts,
     ) -> None:
-        self.opts = options
-        self.client = client or make_client(options.kubeconfig, context=options.context)
+        self.host = host
+        self.node = node
+        self.publish = publish
+        self.observe = observe
+        self.client = parts.client
+        #: What a prepare reads (claims, policies): a deadline well inside the kubelet's.
+        self.prepare_client = parts.prepare_client
+        self.metrics = parts.metrics
+        self.driver = parts.driver
+        self.partitions = parts.partitions
+        self.limiter = parts.limiter
+        self.user_space = parts.user_space
+        #: Loads claims' bitstreams before binding (kubeacc.agent.dra.fpga.binding); None: off.
+        self.binder = parts.binder
+        self._watch = parts.claims
+        self._status = parts.status
+        self._relay = parts.relay
+        self._relay.on_users_changed = self._users_changed
         self._stop = threading.Event()
         #: Wakes the loop early (stop, the kubelet registered us, a cordon changed).
         self._wake = threading.Event()
@@ -249,48 +174,35 @@ class Agent:
         self.own_slices = WatchCache(
             self.client,
             ResourceSlice,
-            fields=slice_fields(options.node_name),
+            fields=slice_fields(node.node_name),
             on_change=self._server_changed,
             wake_if=ignoring(),
-            name=f"slice-watch-{options.node_name}",
+            name=f"slice-watch-{node.node_name}",
         )
-        self.publisher = SlicePublisher(self.client, options.node_name, cache=self.own_slices)
+        self.publisher = SlicePublisher(self.client, node.node_name, cache=self.own_slices)
         self.publisher.on_restricted = self._not_enforced
-        self.metrics = AgentMetrics()
         self.node_cache: WatchCache | None = None
         self.labeler: NodeLabeler | None = None
-        if options.node_labels:
+        if publish.node_labels:
             self.node_cache = WatchCache(
                 self.client,
                 Node,
-                fields={"metadata.name": options.node_name},
+                fields={"metadata.name": node.node_name},
                 on_change=self._server_changed,
                 wake_if=labels_changed,
-                name=f"node-watch-{options.node_name}",
+                name=f"node-watch-{node.node_name}",
             )
-            self.labeler = NodeLabeler(self.client, options.node_name, cache=self.node_cache)
-        self.board = HealthBoard(options.node_name)
-        self._watch: WatchingClaimSource | None = None
-        # What a prepare reads (claims, policies) has a deadline well inside the kubelet's.
-        self.prepare_client = (
-            make_client(options.kubeconfig, timeout=READ_TIMEOUT_S, context=options.context)
-            if client is None
-            else client
-        )
+            self.labeler = NodeLabeler(self.client, node.node_name, cache=self.node_cache)
+        self.board = HealthBoard(node.node_name)
         self.accelerators: AcceleratorSync | None = None
-        if options.sync_accelerators:
+        if observe.sync_accelerators:
             self.accelerators = AcceleratorSync(
                 self.client,
-                options.node_name,
+                node.node_name,
                 self._users,
                 on_cordon=self._wake.set,
-                poll=options.users_poll_interval if options.device_plugin_types else 30.0,
+                poll=observe.users_poll_interval if publish.device_plugin_types else 30.0,
             )
-        if claims is None and options.kubelet_plugin:
-            claims = self._watch = WatchingClaimSource(
-                self.prepare_client, options.node_name, on_change=self._users_changed
-            )
-        self._index: dict[str, DeviceInfo] = {}
         #: AcceleratorPolicies, listed once and then watched (a change wakes the loop): at
         #: 5,000 nodes a LIST per node and pass would be ~1,000 LISTs/s on the API server.
         self.policies = WatchCache(
@@ -298,59 +210,15 @@ class Agent:
             AcceleratorPolicy,
             on_change=self._wake.set,
             wake_if=ignoring(("status",), ("metadata", "resourceVersion")),
-            name=f"policy-watch-{options.node_name}",
+            name=f"policy-watch-{node.node_name}",
         )
         #: Memory-sharing and MIG AcceleratorPolicies, from the watch at each loop pass.
         self.policy_shares = PolicyShares(self._list_policies)
-        #: MIG GPUs as partitionable devices (kubeacc.agent.dra.migpublish, migprepare).
-        self.partitions = MigPartitions(
-            nvml_for(options.host, options.nvml), options.state_dir, options.host
-        )
         self._mig = Published()
         #: (policy uid, message) of the MIG policy problems already reported as events.
         self._mig_warned: set[tuple[str, str]] = set()
         #: Messages of MemorySharedUnknownMemory already recorded (once per agent run each).
         self._memory_warned: set[str] = set()
-        #: What enforces memory shares here (the library copied to the host, or nothing).
-        self.limiter = Limiter(install(options.sharelimit_library, options.state_dir))
-        self.user_space = _user_space(options)
-        self._programmer = self._fpga_programmer()
-        #: Loads claims' bitstreams before binding (kubeacc.agent.dra.binding); None: off.
-        self.binder: FpgaBinder | None = None
-        if (
-            self._programmer is not None
-            and options.fpga_binding_conditions
-            and options.device_status
-            and isinstance(claims, WatchingClaimSource)
-        ):
-            # Only a node with a bitstream library loads the binder (and its claim patching).
-            from kubeacc.agent.dra.binding import FpgaBinder
-
-            self.binder = FpgaBinder(
-                self.prepare_client,
-                options.node_name,
-                self._programmer.ensure,
-                claims=claims,
-                counter=self.metrics.fpga_bindings,
-            )
-            claims.observers.append(self.binder.observe)
-        self.driver = Driver(
-            options.node_name,
-            claims or WatchingClaimSource(self.prepare_client, options.node_name),
-            lambda: self._index,
-            cdi_dir=options.cdi_dir,
-            state_dir=options.state_dir,
-            device_root=options.device_root,
-            fpga=self._programmer.ensure if self._programmer is not None else None,
-            fpga_verify=self._programmer.verify if self._programmer is not None else None,
-            compact_after=options.compact_after,
-            on_change=self._users_changed,
-            metrics=self.metrics,
-            sharing=_applied_sharing(options),
-            partitions=self.partitions,
-            limiter=self.limiter,
-            user_space=self.user_space,
-        )
         self.plugin: PluginServer | None = None
         self.registration: RegistrationServer | None = None
         self._plugins: list[NodePlugin] = []
@@ -369,24 +237,17 @@ class Agent:
         self.probes: ProbeServer | None = None
         self.telemetry: TelemetrySampler | None = None
         self._faults: FaultReporter | None = None
-        self.health = HealthTaints(options.health_taint_hold) if options.health_taints else None
+        self.health = HealthTaints(observe.health_taint_hold) if observe.health_taints else None
         self._health_lock = threading.Lock()
         self._label_error = ""
         #: Why the last discovery pass failed ("" when it did not): the agent then serves its
         #: last good inventory and says so in /readyz.
         self.discovery_error = ""
 
-    def _fpga_programmer(self) -> ClaimProgrammer | None:
-        if self.opts.bitstream_dir is None:
-            return None
-        from kubeacc.agent.fpga_claims import ClaimProgrammer
-        from kubeacc.crds.resources import AcceleratorPolicy, as_dict
-
-        return ClaimProgrammer(
-            self.opts.host,
-            self.opts.bitstream_dir,
-            lambda: [as_dict(p) for p in self.prepare_client.list(AcceleratorPolicy)],
-        )
+    @property
+    def _index(self) -> dict[str, DeviceInfo]:
+        """The DRA devices of the last pass, by name (the driver reads them through the relay)."""
+        return self._relay.index
 
     def _list_policies(self) -> list[dict[str, Any]]:
         """The watched policies; an error while the watch is not synced (PolicyShares then
@@ -417,9 +278,9 @@ class Agent:
                     "metadata": {"name": policy.policy, "uid": policy.uid},
                 },
                 "MigPolicyNotApplied",
-                f"node {self.opts.node_name}: {message}",
+                f"node {self.node.node_name}: {message}",
                 warning=True,
-                component=f"kubeacc-agent-{self.opts.node_name}",  # the admission rule
+                component=f"kubeacc-agent-{self.node.node_name}",  # the admission rule
             )
         return filters
 
@@ -442,7 +303,7 @@ class Agent:
     def _node_event(self, reason: str, message: str, *, warning: bool) -> None:
         """An Event on this agent's Node (uid: the node's name, as the kubelet's own node
         events have it, so ``kubectl describe node`` lists it)."""
-        node = self.opts.node_name
+        node = self.node.node_name
         emit_event(
             self.client,
             {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "uid": node}},
@@ -477,13 +338,13 @@ class Agent:
         """What the kubelet's pod resources say of the device plugin's devices: the pods, the
         plugin's devices by PCI address, and its shared ids -> device (None: no plugin runs;
         raises when the kubelet cannot be asked)."""
-        if not (self.opts.device_plugin_types and self.opts.kubelet_plugin):
+        if not (self.publish.device_plugin_types and self.node.kubelet_plugin):
             return None
-        client = PodResourcesClient(self.opts.kubelet_root / POD_RESOURCES_SOCKET)
+        client = PodResourcesClient(self.node.kubelet_root / POD_RESOURCES_SOCKET)
         by_address = {
             d.pci.bus_id: d.name
             for d in self.inventory.devices
-            if d.type in self.opts.device_plugin_types and d.pci is not None
+            if d.type in self.publish.device_plugin_types and d.pci is not None
         }
         shared_ids: dict[tuple[str, str], str] = {}
         for p in self._plugins:
@@ -514,17 +375,17 @@ class Agent:
 
     def _start_telemetry(self) -> None:
         """Device telemetry on the metrics registry (only where metrics are served)."""
-        if self.probes is None or self.opts.telemetry_interval <= 0:
+        if self.probes is None or self.observe.telemetry_interval <= 0:
             return
         from kubeacc.agent.telemetry.sampler import TelemetrySampler
 
         self.telemetry = TelemetrySampler(
-            self.opts.node_name,
-            self.opts.host,
-            nvml_for(self.opts.host, self.opts.nvml),
+            self.node.node_name,
+            self.host,
+            nvml_for(self.host, self.publish.nvml),
             lambda: self.inventory,
             self._holders,
-            self.opts.telemetry_interval,
+            self.observe.telemetry_interval,
             on_faults=self._device_faults,
             health_thresholds=lambda: health_failing_thresholds(self._list_policies()),
             on_pass=self._device_health if self.health is not None else None,
@@ -543,7 +404,7 @@ class Agent:
         if self._faults is None:
             from kubeacc.agent.telemetry.report import FaultReporter
 
-            self._faults = FaultReporter(self.client, self.opts.node_name)
+            self._faults = FaultReporter(self.client, self.node.node_name)
         self._faults.report(faults)
 
     def _device_health(self, faults: list[DeviceFault], readings: list[Reading]) -> None:
@@ -594,9 +455,9 @@ class Agent:
             raise
 
     def _start(self) -> None:
-        if self.opts.metrics_address is not None:
+        if self.observe.metrics_address is not None:
             self.probes = ProbeServer(
-                self.opts.metrics_address,
+                self.observe.metrics_address,
                 self.metrics.registry,
                 healthy=self.failing_health,
                 ready=self.not_ready,
@@ -604,14 +465,10 @@ class Agent:
             self.probes.start()
         prime_decoders()
         self._observe(self._discover())
-        self.driver.network = host_reader(self.opts.host)
-        self.driver.device_metadata = self.opts.device_metadata
         self.driver.reconcile()
-        if self.opts.kubelet_plugin and self.opts.device_status:
-            self.driver.status = DeviceStatusWriter(
-                self.prepare_client, self.opts.node_name, claims=self._watch
-            )
-            self.driver.status.start()
+        if self._status is not None:
+            self.driver.status = self._status
+            self._status.start()
         for w in self._watches():
             w.start()
         if self.binder is not None:
@@ -620,14 +477,14 @@ class Agent:
             self._watch.start()
         if self.accelerators is not None:
             self.accelerators.start()
-        if self.opts.kubelet_plugin:
-            self.plugin = PluginServer(self.driver, self.board, self.opts.dra_socket)
+        if self.node.kubelet_plugin:
+            self.plugin = PluginServer(self.driver, self.board, self.node.dra_socket)
             self.plugin.start()
             self.registration = RegistrationServer(
-                self.opts.registry_dir,
+                self.node.registry_dir,
                 DRA_PLUGIN_TYPE,
                 DRIVER_NAME,
-                self.opts.dra_socket,
+                self.node.dra_socket,
                 SUPPORTED_SERVICES,
                 on_registered=self._on_registered,
             )
@@ -717,7 +574,7 @@ class Agent:
     def _on_registered(self) -> None:
         """A (re)started kubelet deletes the node's slices when it starts, in the background,
         possibly just after registering us: re-check the server now and for a little while."""
-        self._force_until = time.monotonic() + 3 * self.opts.rediscover_interval + 5
+        self._force_until = time.monotonic() + 3 * self.publish.rediscover_interval + 5
         self.metrics.registrations.labels("dra").inc()
         self._wake.set()
 
@@ -736,16 +593,16 @@ class Agent:
             self._label_error = ""
         except Exception as exc:
             if str(exc) != self._label_error:
-                log.warning("cannot label node %s: %s", self.opts.node_name, exc)
+                log.warning("cannot label node %s: %s", self.node.node_name, exc)
             self._label_error = str(exc)
 
     # -- loop -------------------------------------------------------------------------------
     def _discover(self) -> Inventory:
         """One strict pass: :class:`HostReadError` when the machine failed a read."""
         return discover(
-            self.opts.host,
-            config=self.opts.discovery_config,
-            nvml=self.opts.nvml,
+            self.host,
+            config=self.publish.discovery_config,
+            nvml=self.publish.nvml,
             strict=True,
         )
 
@@ -770,35 +627,38 @@ class Agent:
         changed = inv.devices != self.inventory.devices
         self.inventory = inv
         self.metrics.observe_inventory(inv)
-        self.dra_inventory = dra_part(inv, self.opts.device_plugin_types, self.opts.publishing)
+        self.dra_inventory = dra_part(
+            inv, self.publish.device_plugin_types, self.publish.publishing
+        )
         gpus, uuids = self.partitions.read(self.dra_inventory)
         self._mig = mig_publish(
             self.dra_inventory,
             slice_devices(
                 self.dra_inventory,
-                self.opts.memory_shared,
+                self.publish.memory_shared,
                 self.limiter,
-                vfs=self.opts.publishing.vfs,
+                vfs=self.publish.publishing.vfs,
             ),
             gpus,
             self.partitions.ours(),
             uuids,
         )
-        self._index = {
-            **device_index(self.dra_inventory, vfs=self.opts.publishing.vfs),
+        index = {
+            **device_index(self.dra_inventory, vfs=self.publish.publishing.vfs),
             **device_infos(self.dra_inventory, self._mig),
         }
         for name in [n for n, e in self._mig.whole.items() if e is None]:
-            self._index.pop(name, None)  # a MIG GPU with fixed instances is not whole
-        self.board.update({n: (i.healthy, i.message) for n, i in self._index.items()})
+            index.pop(name, None)  # a MIG GPU with fixed instances is not whole
+        self._relay.index = index
+        self.board.update({n: (i.healthy, i.message) for n, i in index.items()})
         return changed
 
     def _loop(self) -> None:
         backoff = 0.0
-        classes_done = not self.opts.apply_classes
+        classes_done = not self.publish.apply_classes
         last_resync = 0.0
         next_trim = time.monotonic() + TRIM_INTERVAL
-        next_discovery = time.monotonic() + self.opts.rediscover_interval
+        next_discovery = time.monotonic() + self.publish.rediscover_interval
         while not self._stop.is_set():
             try:
                 if not classes_done:
@@ -807,9 +667,12 @@ class Agent:
                     apply_device_classes(self.client)
                     classes_done = True
                 now = time.monotonic()
-                force = now - last_resync >= self.opts.resync_interval or now < self._force_until
+                force = now - last_resync >= self.publish.resync_interval or now < self._force_until
                 force, self._recheck = force or self._recheck, False
-                shared: list[Selector] = [*self.opts.memory_shared, *self.policy_shares.refresh()]
+                shared: list[Selector] = [
+                    *self.publish.memory_shared,
+                    *self.policy_shares.refresh(),
+                ]
                 self._warn_unknown_memory(shared)
                 devices = with_health_taints(
                     with_cordon_taints(
@@ -818,7 +681,7 @@ class Agent:
                                 self.dra_inventory,
                                 shared,
                                 self.limiter,
-                                vfs=self.opts.publishing.vfs,
+                                vfs=self.publish.publishing.vfs,
                             ),
                             self._mig_filters(),
                         ),
@@ -827,7 +690,7 @@ class Agent:
                     self._health_taints(),
                 )
                 if self.binder is not None:
-                    from kubeacc.agent.dra.binding import with_binding_conditions
+                    from kubeacc.agent.dra.fpga.binding import with_binding_conditions
 
                     fpgas = {n for n, i in self._index.items() if i.type == "fpga"}
                     devices = with_binding_conditions(devices, fpgas)
@@ -863,7 +726,7 @@ class Agent:
                     p.update(inv)
             if woken:
                 continue  # publish (forced) right away; discovery keeps its schedule
-            next_discovery = time.monotonic() + self.opts.rediscover_interval
+            next_discovery = time.monotonic() + self.publish.rediscover_interval
             if next_discovery >= next_trim:
                 release_free_memory()
                 next_trim = time.monotonic() + TRIM_INTERVAL
@@ -875,33 +738,3 @@ class Agent:
                 plugin_inv = self._plugin_inventory()
                 for p in self._plugins:
                     p.update(plugin_inv)
-
-
-def _applied_sharing(options: AgentOptions) -> AppliedSharing:
-    """GPU sharing strategies applied through the host's NVML and driver tools."""
-    from kubeacc.agent.dra.mps import MpsDaemons
-    from kubeacc.agent.dra.timeslice import GpuControl
-
-    try:
-        return AppliedSharing(
-            options.state_dir,
-            GpuControl(options.host),
-            MpsDaemons(options.host, options.state_dir / "mps"),
-        )
-    except ValueError as exc:
-        raise StateError(str(exc)) from None
-
-
-def _user_space(options: AgentOptions) -> DriverUserSpace:
-    """The NVIDIA driver user space of the node, checked (and logged) once at start."""
-    cdi = options.driver_user_space is UserSpaceMode.CDI
-    found = DriverUserSpace(
-        options.host,
-        options.driver_root,
-        install_hook(options.cdi_hook, options.state_dir) if cdi else None,
-        options.runtime_driver_root,
-        options.driver_user_space,
-        install_ldconfig(options.state_dir) if cdi else None,
-    )
-    found.check()
-    return found

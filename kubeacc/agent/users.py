@@ -18,11 +18,11 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kubeacc.agent.deviceplugin.unitid import id_gpu_key
 from kubeacc.agent.dra.checkpoint import PreparedClaim
-from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
-from kubeacc.agent.sharelimit import claim_enforcement
+from kubeacc.agent.dra.enforcement import claim_enforcement
+from kubeacc.contracts.unitid import id_gpu_key
 from kubeacc.model.reserved import reservations
+from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
 
 #: device name -> its consumers (``Consumer`` objects as API dicts), in a stable order.
 Users = dict[str, list[dict[str, str]]]
@@ -82,8 +82,8 @@ def device_plugin_users(
 ) -> Users:
     """Consumers of device-plugin devices; ``by_address`` maps PCI address -> device name,
     ``shared_ids`` (shared resource, ID key) -> device name (the unit IDs of a shared GPU,
-    kubeacc.agent.deviceplugin.shared), ``enforcement`` (share resource, device name) -> how a
-    share's limits are enforced (kubeacc.agent.sharelimit)."""
+    kubeacc.deviceplugin.shared), ``enforcement`` (share resource, device name) -> how a
+    share's limits are enforced (kubeacc.node.sharelimit)."""
     users: Users = {}
     for pod in pods:
         consumer = {"kind": "Pod", "namespace": pod.namespace, "name": pod.name}

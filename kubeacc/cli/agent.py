@@ -6,7 +6,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-from kubeacc.agent.userspace.provider import UserSpaceMode
 from kubeacc.cli.declare import option
 from kubeacc.cli.errors import FAILURE, CommandExit, fail
 from kubeacc.cli.hosts import (
@@ -29,10 +28,11 @@ from kubeacc.cli.options import (
 )
 from kubeacc.discovery.nvml import NvmlMode
 from kubeacc.model import DeviceType
+from kubeacc.node.userspace.provider import UserSpaceMode
 
 if TYPE_CHECKING:
-    from kubeacc.agent.deviceplugin.config import DevicePluginConfig
-    from kubeacc.agent.deviceplugin.shared import DecisionLookup
+    from kubeacc.deviceplugin.config import DevicePluginConfig
+    from kubeacc.deviceplugin.shared import DecisionLookup
     from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
 
 
@@ -230,14 +230,22 @@ def agent_command(
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
     import faulthandler
 
-    from kubeacc.agent.arenas import limit_arenas
+    from kubeacc.contracts.arenas import limit_arenas
 
-    limit_arenas()  # before any thread starts: see kubeacc/agent/arenas.py
+    limit_arenas()  # before any thread starts: see kubeacc/contracts/arenas.py
 
+    from kubeacc.agent.compose import compose_agent
     from kubeacc.agent.dra.checkpoint import StateError
     from kubeacc.agent.dra.publishing import Publishing
-    from kubeacc.agent.dra.sharing import parse_selectors
-    from kubeacc.agent.runner import Agent, AgentOptions
+    from kubeacc.agent.dra.sharing.limits import parse_selectors
+    from kubeacc.agent.options import (
+        AgentOptions,
+        ApiOptions,
+        NodePaths,
+        ObserveOptions,
+        PrepareOptions,
+        PublishOptions,
+    )
     from kubeacc.cli.signals import stop_on_signals
     from kubeacc.gcfreeze import freeze_startup
     from kubeacc.metrics.http import MetricsAddressError, parse_address
@@ -278,45 +286,52 @@ def agent_command(
             fail(str(err))
     host = open_host(host_root, host_kind, simulate_kernel=simulate_kernel, driver=driver)
     try:
-        agent = Agent(
+        agent = compose_agent(
+            host,
             AgentOptions(
-                node_name=node_name,
-                host=host,
-                device_root=device_root,
-                kubeconfig=kubeconfig,
-                context=context,
-                kubelet_root=kubelet_root,
-                cdi_dir=cdi_dir,
-                state_dir=state_dir,
-                apply_classes=apply_classes,
-                rediscover_interval=rediscover_interval,
-                kubelet_plugin=kubelet_plugin,
-                device_plugin_types=frozenset(dp_config.types if dp_config else ()),
-                bitstream_dir=bitstream_dir,
-                fpga_binding_conditions=fpga_binding_conditions,
-                compact_after=compact_after,
-                metrics_address=metrics_address,
-                telemetry_interval=telemetry_interval,
-                health_taints=health_taints,
-                health_taint_hold=health_taint_hold,
-                device_status=device_status,
-                device_metadata=device_metadata,
-                node_labels=node_labels,
-                nvml=nvml.value,
-                discovery_config=discovery,
-                memory_shared=shared,
-                publishing=publishing,
-                sharelimit_library=sharelimit_library,
-                driver_user_space=driver_user_space,
-                driver_root=driver_root,
-                runtime_driver_root=runtime_driver_root,
-                cdi_hook=cdi_hook,
-            )
+                node=NodePaths(
+                    node_name=node_name,
+                    device_root=device_root,
+                    kubelet_root=kubelet_root,
+                    cdi_dir=cdi_dir,
+                    state_dir=state_dir,
+                    kubelet_plugin=kubelet_plugin,
+                ),
+                api=ApiOptions(kubeconfig=kubeconfig, context=context),
+                publish=PublishOptions(
+                    apply_classes=apply_classes,
+                    rediscover_interval=rediscover_interval,
+                    device_plugin_types=frozenset(dp_config.types if dp_config else ()),
+                    publishing=publishing,
+                    node_labels=node_labels,
+                    nvml=nvml.value,
+                    discovery_config=discovery,
+                    memory_shared=shared,
+                ),
+                prepare=PrepareOptions(
+                    compact_after=compact_after,
+                    device_status=device_status,
+                    device_metadata=device_metadata,
+                    bitstream_dir=bitstream_dir,
+                    fpga_binding_conditions=fpga_binding_conditions,
+                    sharelimit_library=sharelimit_library,
+                    driver_user_space=driver_user_space,
+                    driver_root=driver_root,
+                    runtime_driver_root=runtime_driver_root,
+                    cdi_hook=cdi_hook,
+                ),
+                observe=ObserveOptions(
+                    metrics_address=metrics_address,
+                    telemetry_interval=telemetry_interval,
+                    health_taints=health_taints,
+                    health_taint_hold=health_taint_hold,
+                ),
+            ),
         )
     except StateError as exc:
         fail(str(exc), FAILURE)
     if dp_config is not None:
-        from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+        from kubeacc.deviceplugin.manager import DevicePluginManager
 
         agent.add_plugin(
             DevicePluginManager(
@@ -354,9 +369,9 @@ def _decisions(
     from lightkube import ALL_NS
     from lightkube.resources.core_v1 import Pod
 
-    from kubeacc.agent.deviceplugin.shared import DecisionLookup
     from kubeacc.agent.podresources import SOCKET, PodResourcesClient
     from kubeacc.crds.resources import as_dict
+    from kubeacc.deviceplugin.shared import DecisionLookup
 
     def pods() -> list[dict[str, Any]]:
         found = client.list(Pod, namespace=ALL_NS, fields={"spec.nodeName": node})
@@ -384,7 +399,7 @@ def _discovery_config(path: Path | None) -> DiscoveryConfig | None:
 
 def _device_plugin_config(types: list[DeviceType], path: Path | None) -> DevicePluginConfig | None:
     """The file's types plus ``--device-plugin-type`` ones (default settings); None: no types."""
-    from kubeacc.agent.deviceplugin.config import DevicePluginConfig, TypeConfig, load_config
+    from kubeacc.deviceplugin.config import DevicePluginConfig, TypeConfig, load_config
 
     config = load_config(path) if path is not None else DevicePluginConfig()
     for t in types:

@@ -66,6 +66,16 @@ def demo_command(
 
 
 def _run(console: Console, base: Path, keep: bool, timeout: float, real: bool = False) -> None:
+    try:
+        import kubeacc.testbed  # noqa: F401 - the test kit: in a source checkout only
+    except ImportError:
+        from kubeacc.cli.errors import FAILURE, fail
+
+        fail(
+            "kubeacc demo needs the testbed, which comes with a source checkout of kube-acc, "
+            "not with the installed package: run bash scripts/demo.sh there",
+            FAILURE,
+        )
     from kubeacc.cli.demo_stack import KubeaccStack
     from kubeacc.testbed import KUBERNETES_VERSION, Testbed
     from kubeacc.testbed.build import ensure_built

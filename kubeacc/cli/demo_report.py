@@ -130,7 +130,7 @@ def _container_output(kubelet: Any, namespace: str, pod: str, wait: float = 15) 
 
 
 def _units(cdi_dir: Path, uid: str) -> str | None:
-    from kubeacc.agent.dra.cdi import spec_path
+    from kubeacc.node.cdi import spec_path
 
     try:
         spec = json.loads(spec_path(cdi_dir, uid).read_text())

@@ -23,10 +23,10 @@ from kubeacc.synthetic import profiles
 if TYPE_CHECKING:
     from lightkube import Client
 
-    from kubeacc.agent.deviceplugin.config import DevicePluginConfig
-    from kubeacc.agent.dra.sharing import ShareSelector
-    from kubeacc.agent.lifecycle.agent import LifecycleAgent
+    from kubeacc.agent.dra.sharing.limits import ShareSelector
     from kubeacc.agent.runner import Agent
+    from kubeacc.deviceplugin.config import DevicePluginConfig
+    from kubeacc.lifecycle.agent import LifecycleAgent
     from kubeacc.testbed import Testbed
 
 
@@ -108,10 +108,17 @@ class KubeaccStack:
             node.agent.published.wait(60)
 
     def _start_node(self, name: str, profile: str) -> NodeComponents:
+        from kubeacc.agent.compose import compose_agent
         from kubeacc.agent.dra.publishing import KINDS, Publishing
-        from kubeacc.agent.lifecycle.agent import LifecycleAgent
-        from kubeacc.agent.runner import Agent, AgentOptions
-        from kubeacc.agent.userspace.provider import UserSpaceMode
+        from kubeacc.agent.options import (
+            AgentOptions,
+            ApiOptions,
+            NodePaths,
+            PrepareOptions,
+            PublishOptions,
+        )
+        from kubeacc.lifecycle.agent import LifecycleAgent
+        from kubeacc.node.userspace.provider import UserSpaceMode
         from kubeacc.synthetic.host import SyntheticHost
         from kubeacc.synthetic.kernel import SyntheticKernel
 
@@ -127,26 +134,32 @@ class KubeaccStack:
             kubelet.mknod(sorted(nodes))
             device_root = kubelet.device_root
         plugins = self.device_plugins.get(name)
-        agent = Agent(
+        agent = compose_agent(
+            node,
             AgentOptions(
-                node_name=name,
-                host=node,
-                device_plugin_types=frozenset(plugins.types if plugins else ()),
-                memory_shared=self.memory_shared.get(name, ()),
-                kubeconfig=self.testbed.kubeconfig,
-                kubelet_root=kubelet.root_dir,
-                cdi_dir=self.cdi_dir(name),
-                device_root=device_root,
-                state_dir=self.base / "state" / name,
-                bitstream_dir=self.library,
+                node=NodePaths(
+                    node_name=name,
+                    kubelet_root=kubelet.root_dir,
+                    cdi_dir=self.cdi_dir(name),
+                    device_root=device_root,
+                    state_dir=self.base / "state" / name,
+                ),
+                api=ApiOptions(kubeconfig=self.testbed.kubeconfig),
                 # everything, VFs too: the demo's and the examples' claims ask for one
-                publishing=Publishing.parse(KINDS),
-                # a synthetic node has no NVIDIA driver to hand to containers
-                driver_user_space=UserSpaceMode.TOOLKIT,
-            )
+                publish=PublishOptions(
+                    publishing=Publishing.parse(KINDS),
+                    device_plugin_types=frozenset(plugins.types if plugins else ()),
+                    memory_shared=self.memory_shared.get(name, ()),
+                ),
+                prepare=PrepareOptions(
+                    bitstream_dir=self.library,
+                    # a synthetic node has no NVIDIA driver to hand to containers
+                    driver_user_space=UserSpaceMode.TOOLKIT,
+                ),
+            ),
         )
         if plugins is not None:
-            from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+            from kubeacc.deviceplugin.manager import DevicePluginManager
 
             agent.add_plugin(
                 DevicePluginManager(

@@ -6,18 +6,18 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from kubeacc.agent.deviceplugin.config import (
-    DevicePluginConfig,
-    DevicePluginConfigError,
-    load_config,
-)
-from kubeacc.agent.deviceplugin.manager import DevicePluginManager
 from kubeacc.cli.declare import option
 from kubeacc.cli.errors import fail
 from kubeacc.cli.hosts import HostKind, HostKindOption, check_host_root, open_host
 from kubeacc.cli.logs import LogLevel, LogLevelOption, setup_logging
 from kubeacc.cli.options import DeviceRootOption, HostRootOption, MetricsAddressOption
 from kubeacc.cli.signals import stop_on_signals
+from kubeacc.deviceplugin.config import (
+    DevicePluginConfig,
+    DevicePluginConfigError,
+    load_config,
+)
+from kubeacc.deviceplugin.manager import DevicePluginManager
 from kubeacc.discovery import discover
 from kubeacc.gcfreeze import freeze_startup
 from kubeacc.host.files import HostReadError

@@ -41,9 +41,9 @@ def describe(exc: BaseException) -> str | None:
     import httpx2
     from lightkube.core.exceptions import ApiError
 
-    from kubeacc.agent.sockets import SocketPathTooLong
     from kubeacc.clientconfig import KubeconfigError
     from kubeacc.host.files import HostReadError
+    from kubeacc.node.sockets import SocketPathTooLong
 
     if isinstance(exc, KubeconfigError | SocketPathTooLong | HostReadError):
         return str(exc)

@@ -60,9 +60,9 @@ def lifecycle_agent_command(
     metrics_address: MetricsAddressOption = None,
 ) -> None:
     """Run the node side of the life cycle: Accelerator status and operations on this node."""
-    from kubeacc.agent.lifecycle.agent import LifecycleAgent
     from kubeacc.clientconfig import make_client
     from kubeacc.gcfreeze import freeze_startup
+    from kubeacc.lifecycle.agent import LifecycleAgent
 
     check_host_root(host_root)
     setup_logging(log_level)

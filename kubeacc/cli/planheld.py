@@ -92,7 +92,7 @@ def _claim_held(claim: dict[str, Any]) -> list[Held]:
 
 
 def _pod_held(pod: dict[str, Any]) -> list[Held]:
-    from kubeacc.extender.trusted import trusted_decision
+    from kubeacc.contracts.trusted import trusted_decision
 
     ns, name = _ns_name(pod)
     spec = pod.get("spec") or {}

@@ -89,9 +89,9 @@ def selftest_command(
     ] = ReportFormat.TEXT,
 ) -> None:
     """Check this node's GPUs, driver user space and CDI specs; print a report."""
-    from kubeacc.agent.userspace.hook import IMAGE_LDCONFIG
-    from kubeacc.agent.userspace.nvidia import DriverRootError, module_version
-    from kubeacc.agent.userspace.provider import DriverUserSpace
+    from kubeacc.node.userspace.hook import IMAGE_LDCONFIG
+    from kubeacc.node.userspace.nvidia import DriverRootError, module_version
+    from kubeacc.node.userspace.provider import DriverUserSpace
     from kubeacc.selftest.discovery import discovery_checks, nvidia_gpus
     from kubeacc.selftest.gpuops import mig_check, mps_check, timeslice_check
     from kubeacc.selftest.prepare import prepare_checks

@@ -65,7 +65,6 @@ from kubeacc.controller import kept, taintrules
 from kubeacc.controller.cordons import CORDONED_BY, Cordons
 from kubeacc.controller.dispatch import DRA_DRIVER, OperationDispatch
 from kubeacc.controller.drainfollow import DrainFollower
-from kubeacc.controller.leader import LeaderElector
 from kubeacc.controller.policyclasses import policy_specs, reconcile_policies
 from kubeacc.controller.remediator import Remediator
 from kubeacc.controller.views import ParsedAccelerators
@@ -78,6 +77,7 @@ from kubeacc.crds.resources import (
     is_not_found,
 )
 from kubeacc.crds.watch import WatchCache, ignoring, membership
+from kubeacc.leader import LeaderElector
 from kubeacc.metrics.controller import ControllerMetrics
 
 __all__ = ["CORDONED_BY", "Controller"]

@@ -9,6 +9,7 @@ from typing import Any
 from lightkube import Client
 from lightkube.types import PatchType
 
+from kubeacc.contracts.names import CORDONED_BY_ANNOTATION
 from kubeacc.controller.status import FIELD_MANAGER
 from kubeacc.controller.views import AcceleratorFacts
 from kubeacc.crds.api import UnhealthyAction
@@ -16,7 +17,6 @@ from kubeacc.crds.events import emit_event
 from kubeacc.crds.resources import Accelerator
 from kubeacc.crds.watch import WatchCache
 from kubeacc.model import HealthState
-from kubeacc.model.names import CORDONED_BY_ANNOTATION
 
 CORDONED_BY = CORDONED_BY_ANNOTATION
 #: ``kubeacc.io/cordoned-by`` of a cordon set for an unhealthy device.

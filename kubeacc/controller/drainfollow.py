@@ -23,11 +23,11 @@ from typing import Any
 
 from lightkube import Client
 
+from kubeacc.contracts.names import DOMAIN
 from kubeacc.controller import taintrules
 from kubeacc.crds.events import emit_event
 from kubeacc.crds.watch import WatchCache
 from kubeacc.metrics.controller import ControllerMetrics
-from kubeacc.model.names import DOMAIN
 
 log = logging.getLogger(__name__)
 

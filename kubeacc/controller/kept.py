@@ -37,6 +37,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from kubeacc.contracts.names import CORDONED_BY_ANNOTATION
 from kubeacc.controller.remediator import (
     FAULT_ANNOTATION,
     OPERATION_ANNOTATION,
@@ -44,7 +45,6 @@ from kubeacc.controller.remediator import (
 )
 from kubeacc.crds.api import REMEDIATION_CONDITION
 from kubeacc.crds.keep import pick, shared
-from kubeacc.model.names import CORDONED_BY_ANNOTATION
 
 #: The annotations the controller reads (the rest of ``metadata.annotations`` is not kept).
 ANNOTATIONS = (CORDONED_BY_ANNOTATION, FAULT_ANNOTATION, OPERATION_ANNOTATION, RETURNED_ANNOTATION)

@@ -9,11 +9,11 @@ the sharing settings to the driver as opaque configuration (a ``SharingConfig``,
 selects GPUs alone and time-slices them or serves them with MPS adds a ``GpuConfig`` the agent
 applies on the GPU; a memory-shared or MPS policy's class selects only devices published as
 memory-shared (``device.allowMultipleAllocations``), which the agents do for the devices the
-policy selects (:mod:`kubeacc.agent.dra.policyshare`). A ``MIG`` policy's class selects only the
-MIG partitions of its ``migProfiles`` (attribute ``migProfile``), which the agents publish for
-the MIG-mode GPUs the policy selects; every other policy's class selects whole devices only
-(``!has(...migProfile)``), as the driver's own classes do: a partition is only ever given where
-it was asked for.
+policy selects (:mod:`kubeacc.agent.dra.sharing.policyshare`). A ``MIG`` policy's class
+selects only the MIG partitions of its ``migProfiles`` (attribute ``migProfile``), which the
+agents publish for the MIG-mode GPUs the policy selects; every other policy's class selects
+whole devices only (``!has(...migProfile)``), as the driver's own classes do: a partition is
+only ever given where it was asked for.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from kubeacc.contracts.names import MIG_PROFILE_ATTR
 from kubeacc.crds.api import (
     API_VERSION,
     MEMORY_SHARED_MODES,
@@ -34,7 +35,6 @@ from kubeacc.crds.controlread import policy_spec
 from kubeacc.crds.opaque import policy_gpu_parameters, sharing_parameters
 from kubeacc.crds.views import PolicySpecView, SelectorView
 from kubeacc.model import DeviceType
-from kubeacc.model.names import MIG_PROFILE_ATTR
 
 DRIVER = "kubeacc.io"
 SPEC_HASH_ANNOTATION = "kubeacc.io/spec-hash"

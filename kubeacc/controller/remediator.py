@@ -34,6 +34,7 @@ from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.types import PatchType
 
+from kubeacc.contracts.names import DOMAIN
 from kubeacc.controller.cordons import CORDONED_BY
 from kubeacc.controller.operations import TargetView, covering
 from kubeacc.controller.remediation import (
@@ -58,7 +59,6 @@ from kubeacc.crds.schemastructs import to_api
 from kubeacc.crds.status import get_condition, parse_time, set_condition
 from kubeacc.crds.views import ConsumerView, FaultView
 from kubeacc.crds.watch import WatchCache
-from kubeacc.model.names import DOMAIN
 
 log = logging.getLogger(__name__)
 

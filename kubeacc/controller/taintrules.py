@@ -27,10 +27,8 @@ from lightkube import ApiError, Client
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.healthtaints import belongs_to
+from kubeacc.contracts.names import DOMAIN, DRIVER_NAME, belongs_to
 from kubeacc.crds.resources import as_dict, is_not_found
-from kubeacc.model.names import DOMAIN
 
 DeviceTaintRule = create_global_resource(
     "resource.k8s.io", "v1", "DeviceTaintRule", "devicetaintrules"

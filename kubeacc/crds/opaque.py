@@ -15,9 +15,9 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
 
+from kubeacc.contracts.names import DOMAIN
 from kubeacc.crds.api import API_VERSION, SharingMode, TimeSlice
 from kubeacc.crds.views import SharingView
-from kubeacc.model.names import DOMAIN
 
 #: ``apiVersion`` of every kind, typed for the field that checks it.
 _API: Literal["kubeacc.io/v1alpha1"] = "kubeacc.io/v1alpha1"
@@ -51,7 +51,7 @@ class _Config(
 class SharingStrategy(StrEnum):
     #: The device as it is (nothing changed on it).
     EXCLUSIVE = "Exclusive"
-    #: Compute mode DEFAULT and the time slice set on the GPU (kubeacc.agent.dra.applied).
+    #: Compute mode DEFAULT and the time slice set on the GPU (kubeacc.agent.dra.sharing.applied).
     TIME_SLICING = "TimeSlicing"
     #: Compute mode EXCLUSIVE_PROCESS and the GPU's MPS control daemon started.
     MPS = "MPS"

@@ -50,9 +50,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubeacc.contracts.names import DECISION_ANNOTATION, DECISION_CONDITION
+from kubeacc.contracts.wants import GPU
 from kubeacc.crds.keep import identity, pick, shared
-from kubeacc.extender.wants import GPU
-from kubeacc.model.names import DECISION_ANNOTATION, DECISION_CONDITION
 
 SPEC = ("node", "deviceName", "cordoned")
 #: Of ``status.device`` (see the module docstring); ``pci``, ``health`` and ``links`` are cut

@@ -23,15 +23,15 @@ from lightkube.models.core_v1 import ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Pod, PodBinding
 
-from kubeacc.controller.leader import LeaderElector
+from kubeacc.contracts.names import DECISION_ANNOTATION
+from kubeacc.contracts.trusted import decision_condition
+from kubeacc.contracts.wants import Decision
 from kubeacc.crds.resources import Accelerator, as_dict
 from kubeacc.crds.watch import WatchCache
 from kubeacc.extender import kept
 from kubeacc.extender.state import Gpu, State, gpu_of
-from kubeacc.extender.trusted import decision_condition
-from kubeacc.extender.wants import Decision
+from kubeacc.leader import LeaderElector
 from kubeacc.model import Device, ModelError
-from kubeacc.model.names import DECISION_ANNOTATION
 
 log = logging.getLogger(__name__)
 FIELD_MANAGER = "kubeacc-extender"

@@ -17,9 +17,9 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kubeacc.contracts.wants import MAX_CORES, Assigned, ContainerWant, Decision, PodWant
 from kubeacc.extender import unitsfit
 from kubeacc.extender.state import GpuUse, NodeView
-from kubeacc.extender.wants import MAX_CORES, Assigned, ContainerWant, Decision, PodWant
 from kubeacc.topology.bestset import preferred_allocation
 
 MAX_SCORE = 10

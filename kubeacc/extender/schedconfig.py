@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubeacc.extender.wants import CORES, GPU, MEMORY, UNITS
+from kubeacc.contracts.wants import CORES, GPU, MEMORY, UNITS
 
 #: The resources whose pods kube-scheduler sends to the extender.
 MANAGED_RESOURCES = (MEMORY, CORES, UNITS, GPU)

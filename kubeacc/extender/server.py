@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from kubeacc.agent.arenas import release_free_memory
+from kubeacc.contracts.arenas import release_free_memory
 from kubeacc.extender.memo import Ticket
 from kubeacc.extender.namelists import NameLists
 from kubeacc.extender.service import Extender

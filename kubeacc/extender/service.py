@@ -24,13 +24,13 @@ from typing import Any, Protocol, cast
 
 import msgspec
 
+from kubeacc.contracts.wants import Decision, PodWant, WantError, pod_want
 from kubeacc.extender.answers import Answers, Kind
 from kubeacc.extender.derive import derive
 from kubeacc.extender.memo import Ticket
 from kubeacc.extender.placement import NO_GPUS, grouping, place, plain_matcher, want_key
 from kubeacc.extender.splice import fit_list_is
 from kubeacc.extender.state import State
-from kubeacc.extender.wants import Decision, PodWant, WantError, pod_want
 
 log = logging.getLogger(__name__)
 

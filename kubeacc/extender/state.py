@@ -22,10 +22,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubeacc.extender.trusted import trusted_decision
-from kubeacc.extender.wants import MAX_CORES, Decision
+from kubeacc.contracts.names import model_slug
+from kubeacc.contracts.trusted import trusted_decision
+from kubeacc.contracts.wants import MAX_CORES, Decision
 from kubeacc.model import Device, DeviceType, Inventory
-from kubeacc.model.names import model_slug
 from kubeacc.topology.graph import TopologyGraph
 from kubeacc.units.table import UnitTable, active_table
 

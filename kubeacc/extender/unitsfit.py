@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from kubeacc.extender.wants import PodWant
+from kubeacc.contracts.wants import PodWant
 
 MAX_SCORE = 10
 #: Ways of splitting a mixed request over models tried at most (then: largest GPUs first).

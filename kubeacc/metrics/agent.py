@@ -14,7 +14,7 @@ Series (all prefixed ``kubeacc_``; docs/install.md lists them with their meaning
 * ``agent_health_taints{effect}``, ``agent_health_taint_steps_total{step,effect}``,
   ``agent_health_taint_damped_total``: device health as slice taints (kubeacc.agent.healthtaints).
 * ``agent_fpga_bindings_total{outcome,reason}``: FPGA binding conditions written (outcome
-  ``programmed`` or ``failed``, reason as in the condition; kubeacc.agent.dra.binding).
+  ``programmed`` or ``failed``, reason as in the condition; kubeacc.agent.dra.fpga.binding).
 * ``deviceplugin_allocations_total{resource}``, ``deviceplugin_allocation_errors_total``.
 """
 

@@ -108,7 +108,7 @@ def build_stub(out: Path) -> tuple[Path, Path]:
 
 
 def build_hook(out: Path) -> Path:
-    """The CDI hook program, ``out/kubeacc-cdi-hook`` (kubeacc.agent.userspace.hook)."""
+    """The CDI hook program, ``out/kubeacc-cdi-hook`` (kubeacc.node.userspace.hook)."""
     return _build(out, HOOK, "cdihook.c", program=True)
 
 

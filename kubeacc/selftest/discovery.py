@@ -12,7 +12,7 @@ from typing import Any
 
 import pynvml
 
-from kubeacc.agent.dra.mignvml import nvml_bus, nvml_text
+from kubeacc.agent.dra.mig.nvml import nvml_bus, nvml_text
 from kubeacc.discovery.discover import discover
 from kubeacc.host import Host, NvmlUnavailable
 from kubeacc.model import Device, DeviceType

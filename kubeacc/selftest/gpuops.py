@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pynvml
 
-from kubeacc.agent.dra.migmodel import GpuMig, MigError, Partition
-from kubeacc.agent.dra.mignvml import gpu_handles, mig_uuids, nvml_bus, read_gpu
-from kubeacc.agent.dra.migprepare import MigPartitions
-from kubeacc.agent.dra.mps import MpsDaemons, MpsError, alive
-from kubeacc.agent.dra.timeslice import ControlError, GpuControl
+from kubeacc.agent.dra.mig.model import GpuMig, MigError, Partition
+from kubeacc.agent.dra.mig.nvml import gpu_handles, mig_uuids, nvml_bus, read_gpu
+from kubeacc.agent.dra.mig.prepare import MigPartitions
+from kubeacc.agent.dra.sharing.mps import MpsDaemons, MpsError, alive
+from kubeacc.agent.dra.sharing.timeslice import ControlError, GpuControl
 from kubeacc.host import Host, NvmlUnavailable
 from kubeacc.model import Device
 from kubeacc.selftest.report import Check, failed, passed, skipped

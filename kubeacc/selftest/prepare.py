@@ -28,15 +28,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.dra import DRIVER_NAME, metadata
-from kubeacc.agent.dra.cdi import spec_path
+from kubeacc.agent.dra import metadata
 from kubeacc.agent.dra.devices import DeviceInfo, device_index
 from kubeacc.agent.dra.driver import ClaimRef, Driver, PrepareResult
-from kubeacc.agent.dra.sharing import MEMORY
-from kubeacc.agent.sharelimit import Limiter, install
-from kubeacc.agent.userspace.provider import DriverUserSpace
+from kubeacc.agent.dra.sharing.limits import MEMORY
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.discovery import discover
 from kubeacc.host import Host
+from kubeacc.node.cdi import spec_path
+from kubeacc.node.sharelimit import Limiter, install
+from kubeacc.node.userspace.provider import DriverUserSpace
 from kubeacc.selftest.report import Check, failed, passed, skipped
 from kubeacc.selftest.smoke import CONTAINER_PROGRAM, OK_LINE, Runtime, ctr
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from kubeacc.agent.dra.cdi import CDI_VERSION, device_node
-from kubeacc.agent.userspace.nvidia import DriverRootError
-from kubeacc.agent.userspace.provider import DriverUserSpace
 from kubeacc.model import Device
+from kubeacc.node.cdi import CDI_VERSION, device_node
+from kubeacc.node.userspace.nvidia import DriverRootError
+from kubeacc.node.userspace.provider import DriverUserSpace
 from kubeacc.selftest.report import Check, failed, passed, skipped
 
 #: containerd's default capabilities of a container (``ctr run``'s spec), every one dropped:

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.userspace.nvidia import DriverRootError
-from kubeacc.agent.userspace.provider import DriverUserSpace
+from kubeacc.node.userspace.nvidia import DriverRootError
+from kubeacc.node.userspace.provider import DriverUserSpace
 from kubeacc.selftest.report import Check, failed, passed, skipped, verdict
 
 VERSION_ENV = "KUBEACC_NVIDIA_DRIVER_VERSION="

@@ -1,6 +1,6 @@
 """The checks of each node, from what the node agent publishes: its Pod's readiness (when it
 runs from the chart), its ResourceSlices or device-plugin resources, and the ``kubeacc.io/``
-Node labels that say what discovery found (kubeacc/agent/nodelabels.py): devices per type,
+Node labels that say what discovery found (kubeacc/node/nodelabels.py): devices per type,
 whether a kernel driver is bound, the smallest GPU memory (known only where NVML or the driver
 answered) and the driver version."""
 

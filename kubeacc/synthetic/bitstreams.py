@@ -1,6 +1,6 @@
 """A node-local FPGA bitstream library for the synthetic Intel FPGA hosts.
 
-The files are Intel GBS images (``kubeacc.agent.lifecycle.bitstreams.make_gbs``) built for the
+The files are Intel GBS images (``kubeacc.node.operations.bitstreams.make_gbs``) built for the
 FIM interfaces of the synthetic cards, with fixed contents, so their SHA-256 digests are
 constants: the demo, the ``examples/`` manifests and the tests name them by digest.
 """
@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.node.operations.bitstreams import make_gbs
 from kubeacc.synthetic.hosts_fpga import PAC_ARRIA10, PAC_N3000
 
 

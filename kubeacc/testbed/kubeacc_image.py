@@ -102,12 +102,20 @@ def distributions(root: str = "kubeacc") -> list[metadata.Distribution]:
     return sorted(seen.values(), key=lambda d: _norm(d.metadata["Name"]))
 
 
+#: The test kit's packages: they run from the source tree and are neither in the wheel
+#: (pyproject.toml's ``exclude``) nor in this image, so the testbed runs what a cluster runs.
+TEST_KIT = ("testbed", "differential")
+
+
 def _package_files(package_dir: Path) -> list[Path]:
     wanted = {".py", ".yaml", ".json", ".typed"}
     return sorted(
         p
         for p in package_dir.rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix in wanted
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and p.suffix in wanted
+        and p.relative_to(package_dir).parts[0] not in TEST_KIT
     )
 
 

@@ -16,7 +16,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.nodelabels import NodeLabeler
+from kubeacc.node.nodelabels import NodeLabeler
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import resource_slice
 

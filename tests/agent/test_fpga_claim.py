@@ -22,11 +22,11 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.model import DeviceType
+from kubeacc.node.operations.bitstreams import make_gbs
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from kubeacc.agent.healthtaints import (
-    HEALTH_TAINT,
     Effect,
     HealthTaints,
     effect_of,
@@ -14,6 +13,7 @@ from kubeacc.agent.healthtaints import (
 )
 from kubeacc.agent.telemetry.faults import DeviceFault
 from kubeacc.agent.telemetry.series import Reading
+from kubeacc.contracts.names import HEALTH_TAINT
 from kubeacc.crds.api import EventClass
 
 ECC = EventClass.ECC_UNCORRECTABLE

@@ -26,8 +26,7 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.healthtaints import HEALTH_TAINT
+from kubeacc.contracts.names import DRIVER_NAME, HEALTH_TAINT
 from kubeacc.crds.resources import as_dict
 from kubeacc.testbed.procs import free_port
 from kubeacc.testbed.testbed import Testbed

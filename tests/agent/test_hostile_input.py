@@ -21,9 +21,9 @@ from lightkube import Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
 
-from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as dp
-from kubeacc.agent.kubeletapi import dra_v1_pb2 as dra
-from kubeacc.agent.rpc import MAX_RECEIVE, MAX_STREAMS
+from kubeacc.node.kubeletapi import deviceplugin_v1beta1_pb2 as dp
+from kubeacc.node.kubeletapi import dra_v1_pb2 as dra
+from kubeacc.node.rpc import MAX_RECEIVE, MAX_STREAMS
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess

@@ -9,7 +9,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess

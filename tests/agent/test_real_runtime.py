@@ -24,8 +24,8 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.dra import cdi as dra_cdi
+from kubeacc.contracts.names import DRIVER_NAME
+from kubeacc.node import cdi as dra_cdi
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.images import WORKLOAD_IMAGE

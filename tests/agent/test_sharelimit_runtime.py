@@ -19,7 +19,7 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 
-from kubeacc.extender.wants import DECISION_ANNOTATION, Assigned, Decision
+from kubeacc.contracts.wants import DECISION_ANNOTATION, Assigned, Decision
 from kubeacc.native import build
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim, PreparedDevice
-from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.agent.users import MAX_CONSUMERS, device_plugin_users, dra_users, merge
+from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
 
 GPU = "gpu-0000-1b-00-0"
 NIC = "nic-0000-2c-00-0"

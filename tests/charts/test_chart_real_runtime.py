@@ -23,10 +23,10 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.dra import cdi as dra_cdi
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.api import NODE_LABEL
 from kubeacc.crds.resources import Accelerator
+from kubeacc.node import cdi as dra_cdi
 from kubeacc.testbed import Testbed, withkubeacc
 from kubeacc.testbed.kubeacc_image import KUBEACC_IMAGE
 from tests.agent.test_real_runtime import (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kubeacc.agent.deviceplugin.config import Strategy
 from kubeacc.cli.agent import _device_plugin_config
+from kubeacc.deviceplugin.config import Strategy
 from kubeacc.model import DeviceType
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from kubeacc.gcfreeze import freeze_startup
+from kubeacc.node.kubeletapi import deviceplugin_v1beta1_pb2 as pb
 from kubeacc.testbed.procs import free_port
 from tests.cli.clirun import ended
 from tests.hosts import HostFactory

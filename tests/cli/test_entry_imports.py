@@ -39,7 +39,7 @@ FORBIDDEN = (
 #: What the device plugin loads only when asked (issue 30): YAML for a config, units table or
 #: admin discovery file it was given, the extender's want parsing at the first shared
 #: allocation, the topology at the first GetPreferredAllocation; the DRA checkpoint is the
-#: agent's (kubeacc.agent.sharelimit names it for types).
+#: agent's (kubeacc.node.sharelimit names it for types).
 _DEVICE_PLUGIN_DEFERRED = (
     "yaml",
     "kubeacc.extender",
@@ -50,7 +50,7 @@ _DEVICE_PLUGIN_DEFERRED = (
 #: without it no one could read the series, so it keeps none and serves no probes.
 _DEVICE_PLUGIN_UNLESS_METRICS = ("prometheus_client", "kubeacc.metrics", "kubeacc.netserve")
 #: Modules one daemon may not import: the agent maps a shared GPU's unit IDs without the device
-#: plugin's allocation code or the extender (kubeacc.agent.deviceplugin.unitid); neither node
+#: plugin's allocation code or the extender (kubeacc.contracts.unitid); neither node
 #: daemon imports pydantic.
 FORBIDDEN_FOR = {
     # The node daemons read their options without typer's pydantic conversion
@@ -58,13 +58,13 @@ FORBIDDEN_FOR = {
     # reports without the pydantic API types (kubeacc/crds/schemastructs.py, opaque.py):
     # pydantic would be ~9 MB resident for the life of the node.
     "agent": (
-        "kubeacc.agent.deviceplugin.shared",
+        "kubeacc.deviceplugin.shared",
         "kubeacc.extender",
         "pydantic",
         "pydantic_core",
         # Loaded by what uses them, none of it before registration: the FPGA binder (with a
         # bitstream library), the DeviceClasses (--apply-classes), the telemetry's faults.
-        "kubeacc.agent.dra.binding",
+        "kubeacc.agent.dra.fpga.binding",
         "kubeacc.agent.dra.classes",
         "kubeacc.agent.telemetry",
     ),

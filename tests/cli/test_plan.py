@@ -146,7 +146,7 @@ def test_plan_says_why_memory_shares_miss_gpus_of_unknown_memory(
     plan names that reason beside the allocator's '0 pass selector ...'."""
     from kubeacc.agent.dra.classes import device_classes
     from kubeacc.agent.dra.devices import slice_devices
-    from kubeacc.agent.dra.sharing import parse_selectors
+    from kubeacc.agent.dra.sharing.limits import parse_selectors
     from tests.hosts import discover
 
     def folder(nvml: str) -> Path:

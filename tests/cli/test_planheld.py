@@ -11,7 +11,7 @@ import yaml
 from typer.testing import CliRunner
 
 from kubeacc.cli.plan import plan
-from kubeacc.model.names import DECISION_ANNOTATION
+from kubeacc.contracts.names import DECISION_ANNOTATION
 from tests.engine.helpers import allocated, claim, device_class, exactly, node_gpus, slice_
 
 

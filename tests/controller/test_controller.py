@@ -14,11 +14,11 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event
 from lightkube.resources.resource_v1 import DeviceClass
 
-from kubeacc.controller import leader
+from kubeacc import leader
 from kubeacc.controller.controller import Controller
-from kubeacc.controller.leader import LeaderElector
 from kubeacc.crds.api import NODE_LABEL, TYPE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
+from kubeacc.leader import LeaderElector
 from kubeacc.model import Device
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import (

@@ -29,14 +29,14 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
-from kubeacc.agent.nodelabels import accelerator_labels
+from kubeacc.contracts.names import CORDONED_BY_ANNOTATION
 from kubeacc.controller import kept
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.remediator import CONDITION, FAULT_ANNOTATION, OPERATION_ANNOTATION
 from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
 from kubeacc.model import Device, DeviceType, Health, HealthState
-from kubeacc.model.names import CORDONED_BY_ANNOTATION
+from kubeacc.node.nodelabels import accelerator_labels
 from kubeacc.synthetic.profiles import build
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import (

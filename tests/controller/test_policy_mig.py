@@ -13,7 +13,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.resources import AcceleratorPolicy, as_dict
 from kubeacc.synthetic.nvmllib import SyntheticNVML
 from kubeacc.testbed.testbed import Testbed

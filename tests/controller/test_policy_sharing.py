@@ -14,8 +14,8 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.dra.mps import MpsDaemons
+from kubeacc.agent.dra.sharing.mps import MpsDaemons
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.resources import AcceleratorPolicy, as_dict
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.tools.hoststate import read_calls

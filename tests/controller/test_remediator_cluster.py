@@ -26,6 +26,7 @@ from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from kubeacc.contracts.names import CORDONED_BY_ANNOTATION
 from kubeacc.controller.remediator import (
     CONDITION,
     FAULT_ANNOTATION,
@@ -36,7 +37,6 @@ from kubeacc.controller.remediator import (
 )
 from kubeacc.crds.api import NODE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, AcceleratorPolicy, as_dict
-from kubeacc.model.names import CORDONED_BY_ANNOTATION
 from kubeacc.testbed.procs import free_port
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import put_policy

@@ -101,7 +101,7 @@ def test_every_kind_builds_and_an_unknown_keyword_is_refused(
 def test_reading_policies_needs_no_pydantic() -> None:
     code = (
         "import sys\n"
-        "from kubeacc.agent.dra.policyshare import policy_shares\n"
+        "from kubeacc.agent.dra.sharing.policyshare import policy_shares\n"
         "from kubeacc.crds.opaque import parse_config\n"
         "from kubeacc.agent.telemetry.report import report_of\n"
         "pols = [{'metadata': {'name': 'p'}, 'spec': {'sharing': {'mode': 'MPS'},"

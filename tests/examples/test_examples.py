@@ -41,7 +41,7 @@ from kubeacc.synthetic import profiles
 from kubeacc.synthetic.bitstreams import BITSTREAMS
 from kubeacc.testbed import KubeletOptions, Testbed
 from kubeacc.testbed.shapes import MULTINODE_SHAPES
-from tests.agent.deviceplugin.test_kubelet import Plugin
+from tests.deviceplugin.test_kubelet import Plugin
 from tests.testbed.helpers import eventually
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

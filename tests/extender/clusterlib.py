@@ -27,10 +27,10 @@ from lightkube.codecs import from_dict
 from lightkube.config.kubeconfig import KubeConfig
 
 from kubeacc.agent.dra.classes import apply_device_classes
-from kubeacc.agent.lifecycle.agent import LifecycleAgent
 from kubeacc.crds.deploy import apply_manifest, manifests
 from kubeacc.crds.resources import Accelerator, as_dict, install_crds
 from kubeacc.extender.schedconfig import SchedulerTLS, scheduler_entry
+from kubeacc.lifecycle.agent import LifecycleAgent
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel

@@ -10,12 +10,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from kubeacc.contracts.names import DECISION_ANNOTATION
+from kubeacc.contracts.wants import Assigned, Decision
 from kubeacc.extender.server import ExtenderServer
 from kubeacc.extender.service import Extender
 from kubeacc.extender.state import Gpu, State, gpu_of
-from kubeacc.extender.wants import Assigned, Decision
 from kubeacc.model import Device, DeviceType
-from kubeacc.model.names import DECISION_ANNOTATION
 from kubeacc.synthetic import profiles
 from tests.hosts import discover
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import msgspec
 
+from kubeacc.contracts.wants import CORES, GPU, MEMORY, pod_want
 from kubeacc.extender.answers import Answers
 from kubeacc.extender.placement import fit, plain_matcher, want_key
 from kubeacc.extender.service import Extender
 from kubeacc.extender.state import Gpu, State
-from kubeacc.extender.wants import CORES, GPU, MEMORY, pod_want
 from tests.extender.helpers import pod, reserve_at_random, share, small_gpu, state_with
 
 A, B = "0000:01:00.0", "0000:02:00.0"

@@ -23,11 +23,11 @@ from lightkube import Client
 from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Node, Pod
 
+from kubeacc.contracts.names import DECISION_ANNOTATION
+from kubeacc.contracts.wants import MEMORY, Decision
 from kubeacc.crds.deploy import manifests
 from kubeacc.crds.resources import as_dict
 from kubeacc.extender.namelists import KEEP
-from kubeacc.extender.wants import MEMORY, Decision
-from kubeacc.model.names import DECISION_ANNOTATION
 from tests.extender.clusterlib import Cluster, Extender, extender_cluster, limits_pod
 from tests.testbed.helpers import eventually
 

@@ -13,11 +13,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from kubeacc.contracts.wants import GPU, MEMORY, pod_want
 from kubeacc.extender import answers, service
 from kubeacc.extender.answers import Answers, Kind
 from kubeacc.extender.memo import Kept
 from kubeacc.extender.service import BindError, Extender
-from kubeacc.extender.wants import GPU, MEMORY, pod_want
 from tests.extender.helpers import pod, reserve_at_random, serving, share, small_gpu, state_with
 from tests.extender.test_memo import fresh, post
 

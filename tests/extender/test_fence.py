@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from kubeacc.agent.deviceplugin.allocation import AllocationError
-from kubeacc.agent.deviceplugin.shared import DecisionLookup, Kind, shared_allocate
+from kubeacc.contracts.names import DECISION_ANNOTATION, DECISION_CONDITION
+from kubeacc.contracts.trusted import decision_condition, trusted_decision
+from kubeacc.contracts.wants import MEMORY, Assigned, Decision
+from kubeacc.deviceplugin.allocation import AllocationError
+from kubeacc.deviceplugin.shared import DecisionLookup, Kind, shared_allocate
 from kubeacc.extender import kept
 from kubeacc.extender.state import State
-from kubeacc.extender.trusted import decision_condition, trusted_decision
-from kubeacc.extender.wants import MEMORY, Assigned, Decision
 from kubeacc.model import Device, DeviceType
-from kubeacc.model.names import DECISION_ANNOTATION, DECISION_CONDITION
 from tests.extender.helpers import pod, share, small_gpu, state_with
 from tests.hosts import HostFactory, discover
 

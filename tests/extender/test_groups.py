@@ -9,10 +9,7 @@ from typing import Any
 
 import msgspec
 
-from kubeacc.extender.answers import Answers
-from kubeacc.extender.placement import grouping, plain_matcher, want_key
-from kubeacc.extender.state import SIGNATURES, Gpu, NodeView, State
-from kubeacc.extender.wants import (
+from kubeacc.contracts.wants import (
     CORES,
     GPU,
     MEMORY,
@@ -21,6 +18,9 @@ from kubeacc.extender.wants import (
     PodWant,
     pod_want,
 )
+from kubeacc.extender.answers import Answers
+from kubeacc.extender.placement import grouping, plain_matcher, want_key
+from kubeacc.extender.state import SIGNATURES, Gpu, NodeView, State
 from tests.extender.helpers import pod, reserve_at_random, share, small_gpu, state_with
 
 A, B, C = "0000:01:00.0", "0000:02:00.0", "0000:03:00.0"

@@ -30,14 +30,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
-from kubeacc.crds.api import API_VERSION
-from kubeacc.crds.resources import Accelerator, as_dict
-from kubeacc.extender import kept
-from kubeacc.extender.kube import Inventory
-from kubeacc.extender.placement import place
-from kubeacc.extender.service import Extender
-from kubeacc.extender.state import State
-from kubeacc.extender.wants import (
+from kubeacc.contracts.names import DECISION_ANNOTATION, PREFER_ANNOTATION
+from kubeacc.contracts.wants import (
     CORES,
     GPU,
     MEMORY,
@@ -46,8 +40,14 @@ from kubeacc.extender.wants import (
     Decision,
     pod_want,
 )
+from kubeacc.crds.api import API_VERSION
+from kubeacc.crds.resources import Accelerator, as_dict
+from kubeacc.extender import kept
+from kubeacc.extender.kube import Inventory
+from kubeacc.extender.placement import place
+from kubeacc.extender.service import Extender
+from kubeacc.extender.state import State
 from kubeacc.model import Device, Health, HealthState
-from kubeacc.model.names import DECISION_ANNOTATION, PREFER_ANNOTATION
 from tests.crdfixtures import agent_status, kubeacc_cleanup, kubeacc_crds, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("kubeacc_crds", "kubeacc_cleanup")]

@@ -10,13 +10,13 @@ from typing import Any
 import msgspec
 import pytest
 
+from kubeacc.contracts.wants import GPU, MEMORY, Assigned, Decision
 from kubeacc.extender import answers
 from kubeacc.extender.memo import Ticket
 from kubeacc.extender.namelists import NameLists
 from kubeacc.extender.server import encode_answer
 from kubeacc.extender.service import Extender
 from kubeacc.extender.state import State
-from kubeacc.extender.wants import GPU, MEMORY, Assigned, Decision
 from tests.extender.helpers import pod, serving, small_gpu, state_with
 
 A, B = "0000:01:00.0", "0000:02:00.0"

@@ -11,9 +11,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from kubeacc.contracts.wants import GPU, MEMORY, PREFER_ANNOTATION
 from kubeacc.extender.answers import Answers, Kind
 from kubeacc.extender.service import Extender
-from kubeacc.extender.wants import GPU, MEMORY, PREFER_ANNOTATION
 from tests.extender.helpers import pod, reserve_at_random, serving, share, small_gpu, state_with
 from tests.extender.test_memo import fresh, post
 

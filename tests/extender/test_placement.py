@@ -1,7 +1,6 @@
 from __future__ import annotations
 
-from kubeacc.extender.placement import fit, matcher, place
-from kubeacc.extender.wants import (
+from kubeacc.contracts.wants import (
     CORES,
     GPU,
     MEMORY,
@@ -10,6 +9,7 @@ from kubeacc.extender.wants import (
     Decision,
     pod_want,
 )
+from kubeacc.extender.placement import fit, matcher, place
 from kubeacc.model import Device
 from tests.extender.helpers import gpus, pod, small_gpu, state_with
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from kubeacc.contracts.wants import MEMORY
 from kubeacc.extender.server import MAX_BODY, MAX_DEPTH, ExtenderServer, decode_args, too_deep
 from kubeacc.extender.service import Extender
-from kubeacc.extender.wants import MEMORY
 from kubeacc.netserve.tls import ReloadingContext
 from kubeacc.testbed.extendertls import ExtenderPKI, issue_extender_pki
 from tests.extender.helpers import pod, small_gpu, state_with

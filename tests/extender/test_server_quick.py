@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from kubeacc.contracts.wants import MEMORY
 from kubeacc.extender.namelists import NameLists
 from kubeacc.extender.server import (
     BadRequest,
@@ -20,7 +21,6 @@ from kubeacc.extender.server import (
     encode_answer,
 )
 from kubeacc.extender.service import Extender
-from kubeacc.extender.wants import MEMORY
 from tests.extender.helpers import pod, small_gpu, state_with
 
 POD = pod("p", {MEMORY: "100"})

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from kubeacc.contracts.wants import MEMORY, pod_want
 from kubeacc.extender.server import ExtenderServer
 from kubeacc.extender.service import BindError, Extender
-from kubeacc.extender.wants import MEMORY, pod_want
 from tests.extender.helpers import pod, small_gpu, state_with
 
 A = "0000:01:00.0"

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import time
 
+from kubeacc.contracts.wants import MEMORY, Assigned, Decision
 from kubeacc.extender.state import PENDING_GRACE, best_fit
-from kubeacc.extender.wants import MEMORY, Assigned, Decision
 from tests.extender.helpers import pod, small_gpu, state_with
 
 A, B = "0000:01:00.0", "0000:02:00.0"

@@ -23,11 +23,11 @@ from lightkube.resources.admissionregistration_v1 import ValidatingAdmissionPoli
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.rbac_authorization_v1 import RoleBinding
 
+from kubeacc.contracts.names import DECISION_CONDITION
+from kubeacc.contracts.wants import DECISION_ANNOTATION, GPU, MEMORY, Assigned, Decision
 from kubeacc.controller.controller import Controller
 from kubeacc.crds.deploy import apply_manifest
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
-from kubeacc.extender.wants import DECISION_ANNOTATION, GPU, MEMORY, Assigned, Decision
-from kubeacc.model.names import DECISION_CONDITION
 from kubeacc.testbed.identities import cert_client
 from tests.crdfixtures import create_operation, operation_finished, running, wait_for
 from tests.extender.clusterlib import Cluster, extender_cluster, limits_pod

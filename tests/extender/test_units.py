@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubeacc.extender.placement import fit, matcher, place
-from kubeacc.extender.state import Gpu
-from kubeacc.extender.unitsfit import choose
-from kubeacc.extender.wants import (
+from kubeacc.contracts.wants import (
     GPU,
     MEMORY,
     MIX_ANNOTATION,
@@ -19,6 +16,9 @@ from kubeacc.extender.wants import (
     WantError,
     pod_want,
 )
+from kubeacc.extender.placement import fit, matcher, place
+from kubeacc.extender.state import Gpu
+from kubeacc.extender.unitsfit import choose
 from kubeacc.model import Device
 from tests.extender.helpers import gpus, pod, state_with
 

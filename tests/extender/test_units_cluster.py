@@ -20,9 +20,9 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
+from kubeacc.contracts.names import MIX_ANNOTATION, PREFER_ANNOTATION
+from kubeacc.contracts.wants import UNITS
 from kubeacc.crds.resources import as_dict
-from kubeacc.extender.wants import UNITS
-from kubeacc.model.names import MIX_ANNOTATION, PREFER_ANNOTATION
 from kubeacc.units.claims import preference_claim
 from tests.extender.clusterlib import MANAGED, Cluster, extender_cluster
 from tests.extender.test_cluster import (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeacc.agent.dra.mps import PID_FILE, MpsDaemons
+from kubeacc.agent.dra.sharing.mps import PID_FILE, MpsDaemons
 from kubeacc.host.real import RealHost
 from kubeacc.host.tools import HostTools, use_driver_tools
 from kubeacc.synthetic import profiles

@@ -17,8 +17,8 @@ from kubeacc.synthetic import profiles
 _NODE_PATH = """
 import sys
 from pathlib import Path
-from kubeacc.agent.deviceplugin.config import parse_config
-from kubeacc.agent.deviceplugin.manager import DevicePluginManager
+from kubeacc.deviceplugin.config import parse_config
+from kubeacc.deviceplugin.manager import DevicePluginManager
 from kubeacc.discovery import discover
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.model import Inventory

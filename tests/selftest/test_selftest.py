@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kubeacc.agent.userspace.provider import DriverUserSpace
+from kubeacc.node.userspace.provider import DriverUserSpace
 from kubeacc.selftest import prepare, smoke
 from kubeacc.selftest import report as selftest_report
 from kubeacc.synthetic.host import SyntheticHost

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kubeacc.agent.userspace.provider import DriverUserSpace
+from kubeacc.node.userspace.provider import DriverUserSpace
 from kubeacc.synthetic.host import SyntheticHost
 from tests.cli.clirun import kubeacc
 from tests.driverroot import driver_version, stand_in_driver

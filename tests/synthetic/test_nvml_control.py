@@ -1,5 +1,5 @@
 """The synthetic NVML's compute mode and the synthetic driver tools, called as the agent
-calls them (the agent's own tests are tests/agent/dra/test_applied.py)."""
+calls them (the agent's own tests are tests/agent/dra/sharing/test_applied.py)."""
 
 from __future__ import annotations
 

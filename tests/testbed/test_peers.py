@@ -21,8 +21,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kubeacc.agent.kubeletapi import deviceplugin_v1beta1_pb2 as dpb
-from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
+from kubeacc.node.kubeletapi import deviceplugin_v1beta1_pb2 as dpb
+from kubeacc.node.kubeletapi import pluginregistration_v1_pb2 as rpb
 from kubeacc.testbed import peers
 from kubeacc.testbed.testbed import Testbed
 from kubeacc.testbed.versions import LANES

@@ -15,11 +15,11 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from kubeacc.agent.deviceplugin.config import DevicePluginConfig, TypeConfig
-from kubeacc.agent.dra.sharing import ShareSelector
+from kubeacc.agent.dra.sharing.limits import ShareSelector
 from kubeacc.cli.demo_stack import KubeaccStack
 from kubeacc.crds.resources import as_dict
-from kubeacc.model.accelerator import DeviceType
+from kubeacc.deviceplugin.config import DevicePluginConfig, TypeConfig
+from kubeacc.model import DeviceType
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.shapes import VOLCANO_SHAPES
 from kubeacc.testbed.volcano import DEFAULT_QUEUE, SCHEDULER_NAME

@@ -14,8 +14,8 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.cli.demo_stack import KubeaccStack
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.resources import as_dict
 from tests.agent.dra.test_e2e import claim_obj
 from tests.nodestack import claim_pod

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.cli.demo_stack import KubeaccStack
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.resources import as_dict
 from tests.agent.dra.test_sharing_e2e import cdi_env
 

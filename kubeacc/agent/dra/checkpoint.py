@@ -53,7 +53,7 @@ from typing import Any
 
 import msgspec
 
-from kubeacc.agent.dra.atomic import fsync_dir, write_all, write_atomic
+from kubeacc.node.atomic import fsync_dir, write_all, write_atomic
 
 log = logging.getLogger(__name__)
 FILE_NAME = "dra-checkpoint.json"

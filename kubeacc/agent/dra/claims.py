@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from lightkube import ALL_NS, ApiError, Client
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.contracts.names import DRIVER_NAME
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class WatchingClaimSource(ApiClaimSource):
         #: for a change of its ``status.devices`` alone (the device-status writes of the agent).
         self.on_change = on_change
         #: Called with each claim allocated from ``pool`` as the watch delivers it (listed
-        #: again after every restart of the watch), e.g. kubeacc.agent.dra.binding.
+        #: again after every restart of the watch), e.g. kubeacc.agent.dra.fpga.binding.
         self.observers: list[Callable[[dict[str, Any]], None]] = []
         self._cache: dict[tuple[str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()

@@ -4,7 +4,7 @@ One entry per accelerator plus one per enabled SR-IOV virtual function. Attribut
 a domain are qualified by the driver name (``type`` is ``kubeacc.io/type`` in CEL); the standard
 attributes (``resource.kubernetes.io/pcieRoot``, ``pciBusID`` and ``numaNode``) carry their own
 domain. GPUs chosen by ``--memory-shared`` selectors are
-published as memory-shared (:mod:`kubeacc.agent.dra.sharing`).
+published as memory-shared (:mod:`kubeacc.agent.dra.sharing.limits`).
 
 A whole device carries at most :data:`SMALL_DOMAIN` attributes in the driver's domain (a GPU:
 ``type vendor model index numaNode uuid units driverVersion``). kube-scheduler evaluates a
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kubeacc.agent.dra.migmodel import Partition
-from kubeacc.agent.dra.sharing import Selector, is_memory_shared, shared_capacity
-from kubeacc.agent.sharelimit import SHARE_ENFORCEMENT_ATTR, Limiter
+from kubeacc.agent.dra.mig.model import Partition
+from kubeacc.agent.dra.sharing.limits import Selector, is_memory_shared, shared_capacity
 from kubeacc.model import Device, HealthState, Inventory, PartitionKind
+from kubeacc.node.sharelimit import SHARE_ENFORCEMENT_ATTR, Limiter
 from kubeacc.units.table import active_table
 
 #: Taint key put on devices that discovery reports as not healthy.
@@ -205,7 +205,7 @@ class DeviceInfo:
     message: str
     vendor: str = ""
     memory_bytes: int = 0
-    #: A MIG partition (:mod:`kubeacc.agent.dra.migprepare`): its instance is made on prepare.
+    #: A MIG partition (:mod:`kubeacc.agent.dra.mig.prepare`): its instance is made on prepare.
     mig: Partition | None = None
     #: The GPU's UUID (NVIDIA: what NVIDIA_VISIBLE_DEVICES names).
     uuid: str = ""

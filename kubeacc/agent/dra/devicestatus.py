@@ -35,11 +35,11 @@ from typing import Any
 
 from lightkube import Client
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.checkpoint import PreparedDevice
 from kubeacc.agent.dra.claimpatch import patch_devices
 from kubeacc.agent.dra.claims import WatchingClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
+from kubeacc.contracts.names import DRIVER_NAME
 
 log = logging.getLogger(__name__)
 

@@ -6,26 +6,31 @@ checks each new claim (it exists, has the UID the kubelet named, is allocated, i
 valid), writes the claim's CDI spec and then the checkpoint, and only then answers. Each claim
 gets its own answer or error.
 
-Locks: reading claims from the API server (and programming an FPGA) happens outside the driver
-lock, under a per-claim guard, so one slow or hung API server never blocks an unprepare or the
-prepare of a claim already prepared. Each API read has a deadline (``api_budget`` for one call,
-well under the kubelet's 45 s). Files (CDI specs, checkpoint) change only under the driver lock.
+What a kind of device needs beyond that (a MIG instance, a bitstream, a GPU sharing strategy, a
+share's limits, the NVIDIA driver's user space) is a :class:`~kubeacc.agent.dra.kind.DeviceKind`
+the driver calls at fixed steps (:mod:`kubeacc.agent.dra.kind`): :mod:`.mig.kind`,
+:mod:`.fpga.kind`, :mod:`.sharing.kind` and :mod:`.whole.kind`, then any given with ``kinds``.
+The driver keeps the order of the steps, the locks, the CDI specs, the device metadata, the
+checkpoint and the pause points.
 
-A share of a memory-shared GPU (an allocation result with a ``shareID``) is prepared as its own
-CDI device whose environment carries the share's limits, taken from the result's
-``consumedCapacity`` (:mod:`kubeacc.agent.dra.sharing`); its ``shareID`` goes into the
-checkpoint and the answer. Shares of one GPU belong to different claims, so unpreparing one
-leaves the others as they are.
+Locks: reading claims from the API server (and a kind's prepare: programming an FPGA, making a
+MIG instance) happens outside the driver lock, under a per-claim guard, so one slow or hung API
+server never blocks an unprepare or the prepare of a claim already prepared. Each API read has a
+deadline (``api_budget`` for one call, well under the kubelet's 45 s). Files (CDI specs,
+checkpoint) change only under the driver lock, and so do the kinds' commits.
+
+Prepare of new claims: for each, the kinds prepare each device, then finish the claim; then,
+under the lock, each claim is committed by the kinds and its metadata and CDI spec written;
+then one checkpoint record holds them all. A claim that fails after its kinds prepared is
+abandoned by them (in reverse order): a MIG instance made is destroyed, a GPU setting applied
+given back.
 
 Unprepare needs no API server and is all or nothing per call: the specs are renamed aside, the
-checkpoint entry removed, then the specs deleted; when the checkpoint write fails the specs go
-back, so a failure leaves the claims prepared and the kubelet retries.
-On start, :meth:`Driver.reconcile` makes the CDI directory agree with the checkpoint.
-
-A MIG partition (:mod:`kubeacc.agent.dra.migprepare`) gets its GPU and compute instance on prepare,
-before the CDI spec is written (the intent is on disk before the instance exists); a claim that
-fails afterwards has them destroyed again. Unprepare destroys them before the checkpoint forgets
-the claim; reconcile destroys those of claims the checkpoint does not hold.
+kinds undo the claims' devices (MIG instances, GPU sharing settings), the checkpoint entry is
+removed, then the specs deleted; when a kind or the checkpoint write fails the specs go back, so
+a failure leaves the claims prepared and the kubelet retries.
+On start, :meth:`Driver.reconcile` lets the kinds make again what a reboot took, makes the CDI
+directory agree with the checkpoint, then lets the kinds make the devices agree with it.
 """
 
 from __future__ import annotations
@@ -34,37 +39,32 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from msgspec import structs
 
-from kubeacc.agent.dra import DRIVER_NAME, cdi, metadata
-from kubeacc.agent.dra.applied import AppliedSharing, GpuWant, SharingError, want_of
-from kubeacc.agent.dra.atomic import write_atomic
-from kubeacc.agent.dra.bindingconds import PROGRAMMED, NotProgrammed
+from kubeacc.agent.dra import metadata
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.devicestatus import DeviceStatusWriter, NetworkReader, device_entries
+from kubeacc.agent.dra.enforcement import claim_enforcement
+from kubeacc.agent.dra.fpga.kind import FpgaKind, FpgaProgrammer
 from kubeacc.agent.dra.guard import ClaimGuard
 from kubeacc.agent.dra.hooks import pause_point
-from kubeacc.agent.dra.migmodel import MigError
-from kubeacc.agent.dra.migprepare import MigPartitions, Restored
-from kubeacc.agent.dra.migrestore import rewritten
+from kubeacc.agent.dra.kind import ClaimError, ClaimWork, DeviceKind, DeviceWork, KindError
+from kubeacc.agent.dra.mig.kind import MigKind
+from kubeacc.agent.dra.mig.prepare import MigPartitions
 from kubeacc.agent.dra.refs import ClaimRef, ref_error
-from kubeacc.agent.dra.sharing import ShareLimits, UnitLimits, limit_env, share_id_error
-from kubeacc.agent.dra.strategy import claim_strategy_problem, join_problem
-from kubeacc.agent.sharelimit import Enforcement, Limiter, claim_enforcement
-from kubeacc.agent.userspace.nvidia import DriverRootError
-from kubeacc.agent.userspace.provider import DriverUserSpace
+from kubeacc.agent.dra.sharing.applied import AppliedSharing
+from kubeacc.agent.dra.sharing.kind import SharingKind
+from kubeacc.agent.dra.whole.kind import WholeDevices
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.opaque import (
     ConfigError,
-    FpgaConfig,
-    GpuConfig,
-    SharingStrategy,
     applies_to,
     config_env,
     config_json,
@@ -72,19 +72,17 @@ from kubeacc.crds.opaque import (
     parse_config,
 )
 from kubeacc.metrics.agent import AgentMetrics
+from kubeacc.node import cdi
+from kubeacc.node.atomic import write_atomic
+from kubeacc.node.sharelimit import Enforcement, Limiter
+from kubeacc.node.userspace.provider import DriverUserSpace
 
 log = logging.getLogger(__name__)
-
-#: (device name, bitstream name, "sha256:<hex>") -> what was done; raises when refused.
-FpgaProgrammer = Callable[[str, str, str], str]
-
-#: What the NVIDIA container images read to pick their GPUs: the claim's (MIG) UUIDs.
-NVIDIA_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 
 #: Time one prepare call may spend reading claims (the kubelet gives the call 45 s).
 API_BUDGET_S = 20.0
 
-__all__ = ["ClaimError", "ClaimRef", "Driver", "PrepareResult"]
+__all__ = ["ClaimError", "ClaimRef", "Driver", "FpgaProgrammer", "PrepareResult"]
 
 
 @dataclass
@@ -93,11 +91,11 @@ class PrepareResult:
     error: str = ""
 
 
-class ClaimError(Exception):
-    """This claim cannot be prepared here; the message goes back to the kubelet."""
-
-
 class Driver:
+    """The DRA driver's core. ``fpga``/``fpga_verify``, ``sharing``, ``partitions``,
+    ``limiter`` and ``user_space`` configure the built-in kinds; ``kinds`` are called after
+    them (:mod:`kubeacc.agent.dra.kind`)."""
+
     def __init__(
         self,
         node: str,
@@ -117,20 +115,17 @@ class Driver:
         partitions: MigPartitions | None = None,
         limiter: Limiter | None = None,
         user_space: DriverUserSpace | None = None,
+        kinds: Sequence[DeviceKind] = (),
     ) -> None:
         self.node = node
-        #: The NVIDIA driver's user space for NVIDIA GPU claims (None: not injected).
-        self.user_space = user_space
         self.metrics = metrics or AgentMetrics()
-        self.fpga = fpga
-        #: Checks a bitstream loaded before binding (kubeacc.agent.dra.binding).
-        self.fpga_verify = fpga_verify
-        #: Applies GpuConfig sharing strategies on the GPUs (None: such configs are refused).
-        self.sharing = sharing
-        #: Creates and destroys MIG instances of partition devices (None: no MIG here).
-        self.partitions = partitions
-        #: Enforces memory shares in their containers (kubeacc.agent.sharelimit).
-        self.limiter = limiter or Limiter()
+        self._mig = MigKind(partitions, devices, state_dir, device_root)
+        self._fpga = FpgaKind(fpga, fpga_verify)
+        self._sharing = SharingKind(sharing, limiter or Limiter())
+        self._whole = WholeDevices(user_space)
+        #: The device kinds, in the order they are called (abandon: the reverse).
+        self.kinds: list[DeviceKind] = [self._mig, self._fpga, self._sharing, self._whole]
+        self.kinds += kinds
         #: Called (outside the lock) after claims were prepared or unprepared.
         self.on_change = on_change
         #: Writes claims' status.devices after prepare and unprepare (None: not written).
@@ -157,6 +152,49 @@ class Driver:
         self.checkpoint.load()
         self._count()
 
+    # -- the built-in kinds' settings, as attributes ------------------------------------------
+    @property
+    def fpga(self) -> FpgaProgrammer | None:
+        """Loads a claim's bitstream (None: no bitstream library)."""
+        return self._fpga.program
+
+    @fpga.setter
+    def fpga(self, value: FpgaProgrammer | None) -> None:
+        self._fpga.program = value
+
+    @property
+    def fpga_verify(self) -> FpgaProgrammer | None:
+        """Checks a bitstream loaded before binding (kubeacc.agent.dra.fpga.binding)."""
+        return self._fpga.verify
+
+    @fpga_verify.setter
+    def fpga_verify(self, value: FpgaProgrammer | None) -> None:
+        self._fpga.verify = value
+
+    @property
+    def sharing(self) -> AppliedSharing | None:
+        """Applies GpuConfig sharing strategies on the GPUs (None: such configs are refused)."""
+        return self._sharing.sharing
+
+    @sharing.setter
+    def sharing(self, value: AppliedSharing | None) -> None:
+        self._sharing.sharing = value
+
+    @property
+    def partitions(self) -> MigPartitions | None:
+        """Creates and destroys MIG instances of partition devices (None: no MIG here)."""
+        return self._mig.partitions
+
+    @property
+    def limiter(self) -> Limiter:
+        """Enforces memory shares in their containers (kubeacc.node.sharelimit)."""
+        return self._sharing.limiter
+
+    @property
+    def user_space(self) -> DriverUserSpace | None:
+        """The NVIDIA driver's user space for NVIDIA GPU claims (None: not injected)."""
+        return self._whole.user_space
+
     def _count(self) -> None:
         """The prepared claims and shares, by what enforces each share (metrics)."""
         self.metrics.prepared_claims.set(len(self.checkpoint.claims))
@@ -167,14 +205,20 @@ class Driver:
         for how, n in tally.items():
             self.metrics.shares.labels(how).set(n)
 
+    def _described(self, uid: str) -> dict[str, str]:
+        """Device -> the UUID claim ``uid``'s containers see, where not the published one."""
+        out: dict[str, str] = {}
+        for kind in self.kinds:
+            out.update(kind.describe(uid))
+        return out
+
     # -- start-up ---------------------------------------------------------------------------
     def reconcile(self) -> tuple[list[str], list[str]]:
         """Remove CDI specs of claims not in the checkpoint; rewrite missing ones.
 
         Returns (removed, rewritten) claim UIDs; StateError if the CDI directory is not usable.
         """
-        if self.partitions is not None:
-            self._restore_partitions()
+        self._restore()
         try:
             with self.lock:
                 removed, rewritten = self._reconcile()
@@ -189,41 +233,28 @@ class Driver:
                 log.info("device metadata made again for claims %s", restored)
             claims = dict(self.checkpoint.claims)
         for uid, done in claims.items():  # a reboot may have cleared the cards; best effort
-            self._bitstreams_back(ClaimRef(done.namespace, done.name, uid), done)
-        if self.sharing is not None:
-            with self.lock:
-                self.sharing.reconcile(set(self.checkpoint.claims))
+            self._again(ClaimRef(done.namespace, done.name, uid), done)
+        with self.lock:
+            for kind in self.kinds:
+                kind.recover(set(self.checkpoint.claims))
         return removed, rewritten
 
-    def _restore_partitions(self) -> None:
-        """Destroy the MIG instances of claims not prepared, then make again those of prepared
-        claims that are gone (a node reboot, a GPU reset), their specs, checkpoint and metadata
-        naming the new instances; before the specs are written and the socket served."""
-        assert self.partitions is not None
-        try:
-            self.partitions.reconcile(set(self.checkpoint.claims))
-            minors = {i.mig.gpu_bus_id: i.mig.gpu_minor for i in self.devices().values() if i.mig}
-            made = self.partitions.restore(set(self.checkpoint.claims), minors)
-        except MigError as exc:  # NVML away: the next start (or unprepare) tries again
-            log.error("MIG instances not reconciled: %s", exc)
-            return
-        by_claim: dict[str, list[Restored]] = {}
-        for r in made:
-            by_claim.setdefault(r.claim, []).append(r)
-        with self.lock:
-            changed = {
-                uid: rewritten(self.checkpoint.claims[uid], uid, rs, self.device_root)
-                for uid, rs in by_claim.items()
-            }
+    def _restore(self) -> None:
+        """The kinds make again what a node reboot or a device reset took (MIG instances),
+        their claims' specs, checkpoint and metadata naming what was made; before the specs
+        are written and the socket served."""
+        for kind in self.kinds:
+            changed = kind.restore(dict(self.checkpoint.claims))
             if not changed:
-                return
-            try:
-                self.checkpoint.record_prepare(changed)
-            except OSError as exc:  # the old specs stay; the next start tries again
-                log.error("MIG instances made again, checkpoint not updated: %s", exc)
-                return
-            for uid in changed:
-                metadata.remove(self.state_dir, uid)  # made again with the new UUIDs
+                continue
+            with self.lock:
+                try:
+                    self.checkpoint.record_prepare(changed)
+                except OSError as exc:  # the old specs stay; the next start tries again
+                    log.error("devices made again, checkpoint not updated: %s", exc)
+                    continue
+                for uid in changed:
+                    metadata.remove(self.state_dir, uid)  # made again with the new UUIDs
 
     def _reconcile(self) -> tuple[list[str], list[str]]:
         self.cdi_dir.mkdir(parents=True, exist_ok=True)
@@ -280,8 +311,8 @@ class Driver:
             for ref in refs:
                 res = out.get(ref.uid)
                 if res is not None and not res.error:
-                    migs = self.partitions.uuids(ref.uid) if self.partitions else None
-                    entries = device_entries(self.node, res.devices, infos, migs, self.network)
+                    seen = self._described(ref.uid)
+                    entries = device_entries(self.node, res.devices, infos, seen, self.network)
                     self.status.prepared(ref.namespace, ref.name, ref.uid, entries)
         self.metrics.prepare_errors.inc(sum(1 for r in out.values() if r.error))
         self._count()
@@ -311,99 +342,66 @@ class Driver:
                         out[uid] = PrepareResult(devices=done.devices)
                         again[uid] = done
             for uid, done in again.items():  # FPGA programming: not under the driver lock
-                if err := self._bitstreams_back(todo[uid], done):
+                if err := self._again(todo[uid], done):
                     out[uid] = PrepareResult(error=err)
-            built: dict[str, PreparedClaim] = {}
-            wants: dict[str, list[GpuWant]] = {}
-            metas: dict[str, dict[str, bytes]] = {}  # claim: its device metadata files
-            for ref in fresh:  # API server and FPGA programming: not under the driver lock
+            built: dict[str, ClaimWork] = {}
+            for ref in fresh:  # API server and the kinds' prepare: not under the driver lock
                 try:
-                    built[ref.uid] = self._prepare_one(ref, deadline, wants, metas)
+                    built[ref.uid] = self._prepare_one(ref, deadline)
                 except ClaimError as exc:
                     log.warning("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, exc)
                     out[ref.uid] = PrepareResult(error=str(exc))
-                    self._release(ref.uid)
+                    self._abandon([ref.uid])
                 except Exception as exc:  # API server away or slow, ...
                     msg = f"prepare failed: {exc.__class__.__name__}: {exc}".splitlines()[0]
                     log.error("prepare %s/%s (%s): %s", ref.namespace, ref.name, ref.uid, msg)
                     out[ref.uid] = PrepareResult(error=msg)
-                    self._release(ref.uid)
+                    self._abandon([ref.uid])
             if built:
                 with self.lock:
-                    self._commit(built, out, wants, metas)
+                    self._commit(built, out)
         return out
 
-    def _bitstreams_back(self, ref: ClaimRef, done: PreparedClaim) -> str:
-        """A prepared claim's FPGAs still carry their bitstreams, or are programmed again (a
-        node reboot or power cycle can clear a card): the kubelet asks again for the pods it
-        restarts, and a container must not start on an empty card. The error, or ""."""
-        if self.fpga_verify is None:
-            return ""
-        where = f"ResourceClaim {ref.namespace}/{ref.name}"
-        for device, params in done.config.items():
-            try:
-                cfg = parse_config(params)
-            except ConfigError:
-                continue  # recorded by this agent: never happens
-            if isinstance(cfg, FpgaConfig) and cfg.bitstream is not None:
-                try:
-                    self._verify(where, device, cfg.bitstream.name, cfg.bitstream.digest)
-                except ClaimError as exc:
-                    log.warning("prepare %s (%s): %s", where, ref.uid, exc)
-                    return str(exc)
+    def _again(self, ref: ClaimRef, done: PreparedClaim) -> str:
+        """A prepared claim asked for again: each kind's check (an FPGA's bitstream still
+        there); the first error, or ""."""
+        for kind in self.kinds:
+            if err := kind.again(ref, done):
+                return err
         return ""
 
-    def _release(self, uid: str) -> None:
-        """Destroy the MIG instances a failed prepare of ``uid`` made (reconcile retries)."""
-        if self.partitions is None:
-            return
-        try:
-            self.partitions.release({uid})
-        except MigError as exc:
-            log.error("claim %s: %s", uid, exc)
+    def _abandon(self, uids: list[str]) -> None:
+        """Claims not prepared after all: the kinds undo what they made (reverse order)."""
+        for kind in reversed(self.kinds):
+            kind.abandon(uids)
 
-    def _commit(
-        self,
-        built: dict[str, PreparedClaim],
-        out: dict[str, PrepareResult],
-        wants: dict[str, list[GpuWant]],
-        metas: dict[str, dict[str, bytes]],
-    ) -> None:
-        """GPU settings, CDI specs, then one checkpoint record for all of them; errors per
-        claim (a claim that fails after its GPU settings were applied gives them back)."""
+    def _commit(self, built: dict[str, ClaimWork], out: dict[str, PrepareResult]) -> None:
+        """The kinds' commits (GPU settings), CDI specs, then one checkpoint record for all of
+        them; errors per claim (a claim that fails is abandoned by the kinds)."""
         written: dict[str, PreparedClaim] = {}
-        for uid, claim in built.items():
-            applied = self.sharing.gpus if self.sharing is not None else {}
+        for uid, work in built.items():
+            claim = work.prepared
+            assert claim is not None
             others = [*self.checkpoint.claims.items(), *written.items()]
-            if problem := join_problem(uid, claim, wants.get(uid, []), applied, others):
-                log.warning("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, problem)
-                out[uid] = PrepareResult(
-                    error=f"ResourceClaim {claim.namespace}/{claim.name}: {problem}"
-                )
-                self._release(uid)
+            try:
+                for kind in self.kinds:
+                    kind.commit(work, others)
+            except ClaimError as exc:
+                log.warning("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, exc)
+                out[uid] = PrepareResult(error=str(exc))
+                self._abandon([uid])
                 continue
-            if wants.get(uid) and self.sharing is not None:
-                try:
-                    self.sharing.acquire(uid, wants[uid])
-                except SharingError as exc:
-                    log.warning("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, exc)
-                    out[uid] = PrepareResult(
-                        error=f"ResourceClaim {claim.namespace}/{claim.name}: {exc}"
-                    )
-                    self._release(uid)
-                    continue
             step = "writing the device metadata"  # the files the CDI spec mounts, first
             try:
-                metadata.write(self.state_dir, uid, metas.get(uid, {}))
+                metadata.write(self.state_dir, uid, work.metadata)
                 step = "writing the CDI spec"
                 cdi.write_spec(self.cdi_dir, uid, claim.cdi_spec)
             except OSError as exc:
-                self._give_back([uid])
                 metadata.remove(self.state_dir, uid)
                 msg = f"{step} failed: {exc.strerror or exc}"
                 log.error("prepare %s/%s (%s): %s", claim.namespace, claim.name, uid, msg)
                 out[uid] = PrepareResult(error=msg)
-                self._release(uid)
+                self._abandon([uid])
                 continue
             written[uid] = claim
         if not written:
@@ -419,8 +417,7 @@ class Driver:
                     cdi.remove_spec(self.cdi_dir, uid)
                 metadata.remove(self.state_dir, uid)
                 out[uid] = PrepareResult(error=msg)
-                self._release(uid)
-            self._give_back(list(written))
+            self._abandon(list(written))
             return
         for uid, claim in written.items():
             out[uid] = PrepareResult(devices=claim.devices)
@@ -434,20 +431,9 @@ class Driver:
             )
             log.debug("prepared claim %s/%s: %s", claim.namespace, claim.name, devices)
 
-    def _give_back(self, uids: list[str]) -> None:
-        """Undo the GPU settings of claims that were not prepared after all."""
-        if self.sharing is not None:
-            with contextlib.suppress(OSError):  # reconcile finishes it at the next start
-                self.sharing.abandon(uids)
-
-    def _prepare_one(
-        self,
-        ref: ClaimRef,
-        deadline: float,
-        wants: dict[str, list[GpuWant]],
-        metas: dict[str, dict[str, bytes]],
-    ) -> PreparedClaim:
-        """Read and check the claim and build its CDI spec (written later, by _commit)."""
+    def _prepare_one(self, ref: ClaimRef, deadline: float) -> ClaimWork:
+        """Read and check the claim, let the kinds prepare its devices, and build its CDI spec
+        (written later, by _commit)."""
         where = f"ResourceClaim {ref.namespace}/{ref.name}"
         if time.monotonic() >= deadline:
             raise ClaimError(
@@ -474,13 +460,8 @@ class Driver:
             raise ClaimError(f"{where}: {exc}") from None
         known = self.devices()
         configs = _configs(alloc.get("devices", {}).get("config", []))
-        cdi_devices: list[cdi.CDIDevice] = []
-        prepared: list[PreparedDevice] = []
+        work = ClaimWork(ref, where, claim)
         recorded: dict[str, Any] = {}
-        units: list[UnitLimits] = []
-        enforced: dict[str, tuple[str, bool, bool]] = {}  # share device: vendor, MPS, enforce
-        visible: dict[str, str] = {}  # NVIDIA device: its (MIG) UUID
-        migs: dict[str, str] = {}  # partition device: its MIG device UUID
         for r in results:
             dev_name, pool = r["device"], r["pool"]
             if pool != self.node:
@@ -491,16 +472,7 @@ class Driver:
             info = known.get(dev_name)
             if info is None:
                 raise ClaimError(f"{where}: device {dev_name} is not published by this node")
-            env: dict[str, str] = {}
-            gpu_cfg: GpuConfig | None = None
-            enforce = True
-            nodes = info.device_nodes
-            if info.mig is not None:
-                nodes, env = self._partition(where, ref.uid, info)
-                migs[dev_name] = env[NVIDIA_VISIBLE]
-            if info.nvidia_gpu:
-                visible[dev_name] = env.get(NVIDIA_VISIBLE, info.uuid)
-            strategy_from_class = False
+            dev = DeviceWork(work, r, info, [], info.device_nodes, {})
             for requests, params, from_class in configs:
                 if requests and not _applies(r["request"], requests):
                     continue
@@ -513,89 +485,44 @@ class Driver:
                         f"{where}: {config_kind(cfg)} does not apply to {info.type} device "
                         f"{dev_name} (request {r['request']})"
                     )
-                if isinstance(cfg, FpgaConfig) and cfg.bitstream is not None:
-                    bitstream = (dev_name, cfg.bitstream.name, cfg.bitstream.digest)
-                    if PROGRAMMED in (r.get("bindingConditions") or []):
-                        self._verify(where, *bitstream)
-                    else:
-                        self._program(where, *bitstream)
-                if isinstance(cfg, GpuConfig) and cfg.enforce is not None:
-                    if not from_class and not cfg.enforce:
-                        raise ClaimError(
-                            f"{where}: GpuConfig enforce: false is honoured only from a "
-                            "DeviceClass: a claim cannot turn its share's limits off"
-                        )
-                    enforce = cfg.enforce if from_class else enforce
-                if isinstance(cfg, GpuConfig) and cfg.sharing is not None:
-                    gpu_cfg = cfg  # the claim's own config wins over its class's
-                    strategy_from_class = from_class
-                env.update(config_env(cfg))
+                dev.configs.append((cfg, from_class))
+                dev.env.update(config_env(cfg))
                 recorded[dev_name] = config_json(cfg)
-            if info.mig is not None and gpu_cfg is not None:
-                raise ClaimError(
-                    f"{where}: device {dev_name} is a MIG partition: a GpuConfig sharing "
-                    "strategy would change the whole GPU"
-                )
-            share_id = r.get("shareID") or ""
-            if share_id and gpu_cfg is not None and gpu_cfg.sharing and not strategy_from_class:
-                strategy = gpu_cfg.sharing.strategy.value
-                raise ClaimError(f"{where}: {claim_strategy_problem(dev_name, strategy)}")
-            try:  # a sharing strategy to apply on the GPU (at commit), and its CDI edits
-                more_env, mounts = want_of(
-                    self.sharing, gpu_cfg, dev_name, info.bus_id, wants.setdefault(ref.uid, [])
-                )
-            except SharingError as exc:
-                raise ClaimError(f"{where}: {exc}") from None
-            env.update(more_env)
-            share: ShareLimits | None = None
-            if share_id:
-                if err := share_id_error(share_id):
-                    raise ClaimError(f"{where}: device {dev_name}: {err}")
-                try:
-                    share = ShareLimits.from_consumed(
-                        r.get("consumedCapacity") or {}, info.memory_bytes
-                    )
-                except ValueError as exc:
-                    raise ClaimError(f"{where}: device {dev_name}: {exc}") from None
-            if info.bus_id:
-                units.append(UnitLimits(info.vendor, share, info.memory_bytes))
-            if share is not None:
-                mps = (
-                    gpu_cfg is not None
-                    and gpu_cfg.sharing is not None
-                    and (gpu_cfg.sharing.strategy is SharingStrategy.MPS)
-                )
-                enforced[dev_name] = (info.vendor, mps, enforce)
-            cdi_devices.append(cdi.CDIDevice(dev_name, info.bus_id, nodes, env, share_id, mounts))
+            work.devices.append(dev)
+            for kind in self.kinds:  # a MIG instance, a bitstream, a share's wants
+                kind.prepare(dev)
+        prepared: list[PreparedDevice] = []
+        for dev in work.devices:
+            name, share_id = dev.info.name, dev.share_id
+            env = {**dev.base_env, **dev.env}
+            work.cdi_devices.append(
+                cdi.CDIDevice(name, dev.info.bus_id, dev.nodes, env, share_id, dev.mounts)
+            )
             prepared.append(
                 PreparedDevice(
-                    request_names=[r["request"]],
-                    pool=pool,
-                    device=dev_name,
-                    cdi_device_ids=[cdi.device_id(ref.uid, dev_name, share_id)],
+                    request_names=[dev.result["request"]],
+                    pool=dev.result["pool"],
+                    device=name,
+                    cdi_device_ids=[cdi.device_id(ref.uid, name, share_id)],
                     share_id=share_id or None,
                 )
             )
-        limits = limit_env(units)
-        if limits:  # every share's own CDI device carries the claim's limits and their means
-            cdi_devices = [
-                self._enforced(d, limits, ref.uid, *enforced[d.name]) if d.share_id else d
-                for d in cdi_devices
-            ]
+        for kind in self.kinds:  # claim-wide edits: share limits, NVIDIA UUIDs, user space
+            kind.finish(work)
         if self.device_metadata:
-            contents, first = self._metadata_of(claim, prepared, known, migs)
-            metas[ref.uid] = contents
-            cdi_devices = _with_mounts(self.state_dir, claim, cdi_devices, first)
-        claim_edits = self._user_space(where) if visible else None
-        if uuids := ",".join(dict.fromkeys(u for u in visible.values() if u)):
-            cdi_devices = [  # the same list on each: the device injected last sets it
-                structs.replace(d, env={**d.env, NVIDIA_VISIBLE: uuids}) if d.name in visible else d
-                for d in cdi_devices
-            ]
+            seen = {d.info.name: d.runtime_uuid for d in work.devices if d.runtime_uuid}
+            contents, first = self._metadata_of(claim, prepared, known, seen)
+            work.metadata = contents
+            work.cdi_devices = _with_mounts(self.state_dir, claim, work.cdi_devices, first)
         spec = cdi.build_spec(
-            ref.uid, f"{ref.namespace}/{ref.name}", cdi_devices, self.device_root, claim_edits
+            ref.uid,
+            f"{ref.namespace}/{ref.name}",
+            work.cdi_devices,
+            self.device_root,
+            work.claim_edits,
         )
-        return PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
+        work.prepared = PreparedClaim(ref.namespace, ref.name, prepared, spec, recorded)
+        return work
 
     def _metadata_of(
         self,
@@ -630,8 +557,7 @@ class Driver:
             if all(metadata.whole(self.state_dir, uid, r) for r in paths):
                 continue  # none mounted (prepared with metadata off), or all there
             obj = metadata.claim_object(claim.namespace, claim.name, uid, paths)
-            migs = self.partitions.uuids(uid) if self.partitions is not None else {}
-            contents, _ = self._metadata_of(obj, claim.devices, known, migs)
+            contents, _ = self._metadata_of(obj, claim.devices, known, self._described(uid))
             try:
                 metadata.write(self.state_dir, uid, contents)
             except OSError as exc:
@@ -639,76 +565,6 @@ class Driver:
                 continue
             done.append(uid)
         return done
-
-    def _user_space(self, where: str) -> dict[str, Any] | None:
-        """The NVIDIA driver's user space for the claim's container (kubeacc.agent.userspace)."""
-        if self.user_space is None:
-            return None
-        try:
-            return self.user_space.nvidia_edits()
-        except DriverRootError as exc:
-            raise ClaimError(f"{where}: NVIDIA driver user space: {exc}") from None
-
-    def _enforced(
-        self,
-        dev: cdi.CDIDevice,
-        limits: Mapping[str, str],
-        uid: str,
-        vendor: str,
-        mps: bool,
-        enforce: bool,
-    ) -> cdi.CDIDevice:
-        """A share's CDI device with the claim's limits and what enforces them; the claim's
-        processes (in every container of a pod) keep one account, named by the claim."""
-        how = self.limiter.enforcement(vendor, mps, enforce)
-        env, mount = self.limiter.edits(how, uid)
-        ro = (*dev.read_only_mounts, mount) if mount else dev.read_only_mounts
-        return structs.replace(dev, env={**dev.env, **limits, **env}, read_only_mounts=ro)
-
-    def _partition(
-        self, where: str, uid: str, info: DeviceInfo
-    ) -> tuple[tuple[str, ...], dict[str, str]]:
-        """Create the MIG instance of a partition device: its device nodes and environment."""
-        assert info.mig is not None
-        if self.partitions is None:
-            raise ClaimError(f"{where}: device {info.name} is a MIG partition; NVML is off here")
-        try:
-            nodes, mig_uuid = self.partitions.create(uid, info.name, info.mig)
-        except MigError as exc:
-            raise ClaimError(f"{where}: device {info.name}: {exc}") from None
-        pause_point("prepare-after-mig", self.state_dir)
-        env = {NVIDIA_VISIBLE: mig_uuid, "KUBEACC_MIG_PROFILE": info.mig.profile}
-        return (*nodes, *info.device_nodes), env
-
-    def _program(self, where: str, device: str, bitstream: str, digest: str) -> None:
-        """Load the claim's bitstream before the container may use the FPGA."""
-        if self.fpga is None:
-            raise ClaimError(
-                f"{where}: FpgaConfig names bitstream {bitstream}, but this agent has no "
-                "bitstream library (--bitstream-dir)"
-            )
-        try:
-            done = self.fpga(device, bitstream, digest)
-        except Exception as exc:  # ProgrammingRefused, or the API server being away
-            raise ClaimError(f"{where}: device {device}: {exc}") from None
-        log.info("%s: %s", where, done)
-
-    def _verify(self, where: str, device: str, bitstream: str, digest: str) -> None:
-        """The bitstream was loaded before binding: check the card carries it. Should the
-        scheduler not have waited for the condition (its gate off while the API server's is
-        on), load it now rather than fail the pod."""
-        if self.fpga_verify is None:
-            self._program(where, device, bitstream, digest)
-            return
-        try:
-            done = self.fpga_verify(device, bitstream, digest)
-        except NotProgrammed as exc:
-            log.warning("%s: %s; loading it now", where, exc)
-            self._program(where, device, bitstream, digest)
-            return
-        except Exception as exc:
-            raise ClaimError(f"{where}: device {device}: {exc}") from None
-        log.info("%s: %s", where, done)
 
     # -- unprepare --------------------------------------------------------------------------
     def unprepare(self, refs: Iterable[ClaimRef]) -> dict[str, str]:
@@ -735,12 +591,8 @@ class Driver:
 
     def _slow_unprepare(self, uids: set[str]) -> bool:
         """An unprepare of ``uids`` touches a device or compacts (under :attr:`lock`, which
-        guards the sharing records and the checkpoint; the MIG records have their own)."""
-        if self.partitions is not None and self.partitions.may_hold(uids):
-            return True
-        if self.sharing is not None and any(
-            uid in gpu["claims"] for gpu in self.sharing.gpus.values() for uid in uids
-        ):
+        guards the kinds' records that need it and the checkpoint)."""
+        if any(kind.touches(uids) for kind in self.kinds):
             return True
         return self.checkpoint.compacts_next
 
@@ -778,7 +630,7 @@ class Driver:
                 present.append(uid)
         try:
             self._unprepare(present)
-        except (OSError, MigError, SharingError) as exc:
+        except (OSError, KindError) as exc:
             msg = f"unprepare failed: {getattr(exc, 'strerror', None) or exc}"
             log.error("unprepare %s: %s", present, msg)
             out.update(dict.fromkeys(present, msg))
@@ -789,23 +641,21 @@ class Driver:
                     log.debug("unprepared claim %s/%s", ref.namespace, ref.name)
 
     def _unprepare(self, uids: list[str]) -> None:
-        """Specs aside; MIG instances and GPU sharing settings undone; checkpoint; specs gone.
-        On an error the claims stay prepared (the kubelet retries, each retry undoes again):
-        a claim is forgotten only once its GPU is back as it was found."""
+        """Specs aside; the kinds undo the devices (MIG instances, GPU sharing settings);
+        checkpoint; specs gone. On an error the claims stay prepared (the kubelet retries, each
+        retry undoes again): a claim is forgotten only once its GPU is back as it was found."""
         aside: list[str] = []
         try:
             for uid in uids:
                 if cdi.set_aside(self.cdi_dir, uid):
                     aside.append(uid)
-            if self.partitions is not None:  # instances go before the claim is forgotten
-                self.partitions.release(set(uids))
-            if self.sharing is not None:  # and so does the GPU's sharing strategy
-                self.sharing.release(uids)
+            for kind in self.kinds:  # devices undone before the claim is forgotten
+                kind.unprepare(uids)
             pause_point("unprepare-after-sharing", self.state_dir)
             recorded = [u for u in uids if u in self.checkpoint.claims]
             if recorded:
                 self.checkpoint.record_unprepare(recorded)
-        except (OSError, MigError, SharingError):
+        except (OSError, KindError):
             for uid in aside:
                 with contextlib.suppress(OSError):  # reconcile rewrites it at the next start
                     cdi.put_back(self.cdi_dir, uid)

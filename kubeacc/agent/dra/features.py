@@ -21,7 +21,7 @@ cluster enforces (docs/security.md, "Cluster features"):
 One more field is a convenience, not a safety matter, and is probed only when a device carries
 it: ``bindingConditions`` (DRADeviceBindingConditions, with DRAResourceClaimDeviceStatus; beta
 and on from 1.36). Where it is dropped, :func:`without_binding` takes it off and FPGAs are
-programmed at prepare, as before (:mod:`kubeacc.agent.dra.binding`).
+programmed at prepare, as before (:mod:`kubeacc.agent.dra.fpga.binding`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any, cast
 from lightkube import ApiError, Client
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.resources import as_dict
 
 log = logging.getLogger(__name__)

@@ -10,9 +10,9 @@ import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 
-from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2 as hpb
-from kubeacc.agent.rpc import Changes
 from kubeacc.model import HealthState
+from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb
+from kubeacc.node.rpc import Changes
 
 _STATE = {
     HealthState.HEALTHY: hpb.HEALTHY,

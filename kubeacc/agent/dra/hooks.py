@@ -22,7 +22,7 @@ import os
 import threading
 from pathlib import Path
 
-from kubeacc.agent.dra.atomic import write_atomic
+from kubeacc.node.atomic import write_atomic
 
 POINTS = (
     "prepare-after-mig",

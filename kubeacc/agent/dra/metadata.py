@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.dra.atomic import write_atomic
+from kubeacc.contracts.names import DRIVER_NAME
+from kubeacc.node.atomic import write_atomic
 
 GROUP = "metadata.resource.k8s.io"
 #: Newest first: the order a reader tries them in.

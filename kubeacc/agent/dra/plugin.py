@@ -21,13 +21,13 @@ from grpclib.server import Stream
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.refs import ClaimRef
-from kubeacc.agent.kubeletapi import dra_v1_grpc as v1_grpc
-from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
-from kubeacc.agent.kubeletapi import dra_v1beta1_grpc as v1beta1_grpc
-from kubeacc.agent.kubeletapi import dra_v1beta1_pb2 as v1beta1
-from kubeacc.agent.kubeletapi import drahealth_v1alpha1_grpc as hpb_grpc
-from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2 as hpb
-from kubeacc.agent.rpc import UnixServer, received
+from kubeacc.node.kubeletapi import dra_v1_grpc as v1_grpc
+from kubeacc.node.kubeletapi import dra_v1_pb2 as v1
+from kubeacc.node.kubeletapi import dra_v1beta1_grpc as v1beta1_grpc
+from kubeacc.node.kubeletapi import dra_v1beta1_pb2 as v1beta1
+from kubeacc.node.kubeletapi import drahealth_v1alpha1_grpc as hpb_grpc
+from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb
+from kubeacc.node.rpc import UnixServer, received
 
 log = logging.getLogger(__name__)
 

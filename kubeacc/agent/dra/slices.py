@@ -21,7 +21,7 @@ from lightkube.core.client import FieldSelector
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME, FIELD_MANAGER
+from kubeacc.agent.dra import FIELD_MANAGER
 from kubeacc.agent.dra.features import (
     BINDING_FIELDS,
     SliceFeatures,
@@ -30,6 +30,7 @@ from kubeacc.agent.dra.features import (
     restrict,
     without_binding,
 )
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.watch import WatchCache
 
 log = logging.getLogger(__name__)

@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from kubeacc.agent.deviceplugin.unitid import id_gpu_key
 from kubeacc.agent.dra.checkpoint import PreparedClaim
-from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.agent.users import MAX_CONSUMERS, RESOURCE_DOMAIN, ClaimLookup, accelerator_device
+from kubeacc.contracts.unitid import id_gpu_key
 from kubeacc.model.reserved import POD, reservations
+from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
 
 MAX_HOLDERS = MAX_CONSUMERS
 

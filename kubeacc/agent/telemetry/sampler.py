@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kubeacc.agent.supervise import supervised
 from kubeacc.agent.telemetry.collector import Snapshot, TelemetryCollector
 from kubeacc.agent.telemetry.faults import DeviceFault, FaultDetector
 from kubeacc.agent.telemetry.holders import Holders
@@ -24,6 +23,7 @@ from kubeacc.agent.telemetry.series import Reading
 from kubeacc.agent.telemetry.sysfs import SysfsReader
 from kubeacc.host import Host
 from kubeacc.model import Inventory
+from kubeacc.node.supervise import supervised
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import read_claims
+from kubeacc.node import cdi
 from kubeacc.testbed import Testbed
 
 

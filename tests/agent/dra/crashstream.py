@@ -24,9 +24,10 @@ from lightkube.codecs import from_dict
 from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
-from kubeacc.agent.dra import DRIVER_NAME, cdi
 from kubeacc.agent.dra.checkpoint import read_claims
-from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
+from kubeacc.contracts.names import DRIVER_NAME
+from kubeacc.node import cdi
+from kubeacc.node.kubeletapi import dra_v1_pb2 as v1
 from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
 
 from .agentproc import AgentProcess

@@ -1,4 +1,4 @@
-"""An ``os`` module with faults, for the kubeacc.agent.dra.atomic and .checkpoint modules.
+"""An ``os`` module with faults, for the kubeacc.node.atomic and .checkpoint modules.
 
 ``os.write`` writes at most ``chunk`` bytes per call (short writes) and fails with ENOSPC once
 ``space`` bytes are used up; ``os.fsync`` fails with EIO when ``fsync_fails`` and counts the
@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from kubeacc.agent.dra import atomic, checkpoint
+from kubeacc.agent.dra import checkpoint
+from kubeacc.node import atomic
 
 
 class FaultyOS:

@@ -1,5 +1,5 @@
 """What a node shows on the API server: its published devices and its kubeacc.io/ labels; and
-the options of an in-process agent for a Node without kubelet."""
+an in-process agent for a Node without kubelet."""
 
 from __future__ import annotations
 
@@ -10,14 +10,16 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.runner import AgentOptions
+from kubeacc.agent.compose import compose_agent
+from kubeacc.agent.options import options_from
+from kubeacc.agent.runner import Agent
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.testbed import Testbed
 
 
-def lone_agent_options(testbed: Testbed, node: str, tmp: Path, **kw: Any) -> AgentOptions:
+def lone_agent(testbed: Testbed, node: str, tmp: Path, **kw: Any) -> Agent:
     """A ``dgx-h100`` agent that publishes (no kubelet plugin, no Accelerator sync); ``kw``:
     other options (the admin's kubeconfig unless one is given)."""
     options: dict[str, Any] = {
@@ -29,7 +31,7 @@ def lone_agent_options(testbed: Testbed, node: str, tmp: Path, **kw: Any) -> Age
         "sync_accelerators": False,
     }
     host = SyntheticHost(profiles.build("dgx-h100", tmp / "host"))
-    return AgentOptions(node_name=node, host=host, **(options | kw))
+    return compose_agent(host, options_from(node_name=node, **(options | kw)))
 
 
 def published_devices(client: Client, node: str) -> list[str]:

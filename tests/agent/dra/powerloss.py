@@ -1,4 +1,4 @@
-"""A power-loss model of the state writers' file system calls (:mod:`kubeacc.agent.dra.atomic`).
+"""A power-loss model of the state writers' file system calls (:mod:`kubeacc.node.atomic`).
 
 What a power loss keeps of a file replaced by rename: the new name once the directory entry
 reached the disk (a directory fsync, or any journal commit of the file system: ext4 commits

@@ -11,12 +11,13 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.compose import compose_agent
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
-from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
-from kubeacc.agent.kubeletapi import pluginregistration_v1_pb2 as rpb
-from kubeacc.agent.runner import Agent, AgentOptions
-from kubeacc.agent.userspace.provider import UserSpaceMode
+from kubeacc.agent.options import options_from
+from kubeacc.contracts.names import DRIVER_NAME
+from kubeacc.node.kubeletapi import dra_v1_pb2 as v1
+from kubeacc.node.kubeletapi import pluginregistration_v1_pb2 as rpb
+from kubeacc.node.userspace.provider import UserSpaceMode
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
@@ -45,9 +46,9 @@ def test_serves_the_kubelet_while_the_api_server_is_away(
         {"u1": PreparedClaim("ns", "c", [PreparedDevice(["r"], "n1", "gpu-x", ["id"])], {})}
     )
     cp.close()
-    opts = AgentOptions(
+    host = SyntheticHost(profiles.build("edge-mixed", tmp_path / "host"))
+    opts = options_from(
         node_name="n1",
-        host=SyntheticHost(profiles.build("edge-mixed", tmp_path / "host")),
         kubeconfig=kubeconfig,
         kubelet_root=Path(tempfile.mkdtemp(prefix="kubelet-", dir="/tmp")),  # sun_path ≤ 107
         cdi_dir=tmp_path / "cdi",
@@ -55,7 +56,7 @@ def test_serves_the_kubelet_while_the_api_server_is_away(
         rediscover_interval=0.2,
         driver_user_space=UserSpaceMode.TOOLKIT,
     )
-    agent = Agent(opts)
+    agent = compose_agent(host, opts)
     caplog.set_level(logging.WARNING)
     agent.start()
     try:

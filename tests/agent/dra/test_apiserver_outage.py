@@ -16,9 +16,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.devices import UNHEALTHY_TAINT
-from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
+from kubeacc.contracts.names import DRIVER_NAME
+from kubeacc.node.kubeletapi import dra_v1_pb2 as v1
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc

@@ -15,7 +15,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.resources import as_dict
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
@@ -55,7 +55,7 @@ def agent(testbed: Testbed, tmp_path: Path, host: Path) -> Iterator[AgentProcess
         yield a
     finally:
         a.stop()
-        from kubeacc.agent.dra.mps import MpsDaemons
+        from kubeacc.agent.dra.sharing.mps import MpsDaemons
 
         daemons = MpsDaemons(SyntheticHost(host), a.state_dir / "mps")
         for bus_id in daemons.running():  # never leave a daemon behind
@@ -241,7 +241,7 @@ def _restart(agent: AgentProcess, pause_at: str | None = None, kill: bool = True
 def test_agent_killed_around_the_mps_daemon_recovers_it(
     kube_client: Client, namespace: str, agent: AgentProcess, host: Path
 ) -> None:
-    from kubeacc.agent.dra.mps import MpsDaemons
+    from kubeacc.agent.dra.sharing.mps import MpsDaemons
 
     daemons = MpsDaemons(SyntheticHost(host), agent.state_dir / "mps")
     uuid = next(

@@ -27,13 +27,13 @@ from lightkube.resources.core_v1 import Event, Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.dra.bindingconds import FAILED, PROGRAMMED
-from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.agent.dra.fpga.conditions import FAILED, PROGRAMMED
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.crds.resources import as_dict, install_crds
 from kubeacc.model import DeviceType
+from kubeacc.node.operations.bitstreams import make_gbs
 from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.hosts_fpga import PAC_ARRIA10, PAC_N3000, IntelCard, intel_fpga_server
 from kubeacc.synthetic.kernel import PR_SECONDS_FILE

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.dra.bindingconds import PROGRAMMED
-from kubeacc.agent.lifecycle.bitstreams import make_gbs
+from kubeacc.agent.dra.fpga.conditions import PROGRAMMED
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.opaque import fpga_claim_config
 from kubeacc.crds.resources import as_dict, install_crds
+from kubeacc.node.operations.bitstreams import make_gbs
 from kubeacc.synthetic.hosts_fpga import PAC_ARRIA10
 from kubeacc.testbed.identities import agent_kubeconfig
 from kubeacc.testbed.kubelet import KubeletOptions

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import (
     FILE_NAME,
     JOURNAL_NAME,
@@ -23,6 +22,7 @@ from kubeacc.agent.dra.checkpoint import (
     parse_snapshot,
     read_claims,
 )
+from kubeacc.node import cdi
 
 from .faultyos import FaultyOS
 

@@ -8,7 +8,7 @@ from typing import Any
 from kubeacc.agent.dra.checkpoint import PreparedDevice
 from kubeacc.agent.dra.devices import DeviceInfo
 from kubeacc.agent.dra.devicestatus import device_entries
-from kubeacc.agent.dra.migmodel import Partition
+from kubeacc.agent.dra.mig.model import Partition
 from kubeacc.model import HealthState
 
 

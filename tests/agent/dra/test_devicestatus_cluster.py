@@ -16,8 +16,8 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 from lightkube.types import PatchType
 
-from kubeacc.agent.dra import cdi
 from kubeacc.crds.resources import as_dict
+from kubeacc.node import cdi
 from kubeacc.testbed.identities import agent_cert_client
 from kubeacc.testbed.testbed import Testbed
 from tests.nodestack import claim_pod, node_stack, pod_phase, resource_claim

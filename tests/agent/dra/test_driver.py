@@ -10,11 +10,11 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
-from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import JOURNAL_NAME, Checkpoint, read_claims
 from kubeacc.agent.dra.devices import device_index
 from kubeacc.agent.dra.driver import ClaimRef, Driver
 from kubeacc.model import Inventory
+from kubeacc.node import cdi
 
 from .faultyos import FaultyOS
 from .memclaims import NODE, Claims

@@ -18,10 +18,10 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 from lightkube.types import PatchType
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.kubeletapi import dra_v1_pb2 as v1
-from kubeacc.agent.kubeletapi import dra_v1beta1_pb2 as v1beta1
-from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2 as hpb
+from kubeacc.contracts.names import DRIVER_NAME
+from kubeacc.node.kubeletapi import dra_v1_pb2 as v1
+from kubeacc.node.kubeletapi import dra_v1beta1_pb2 as v1beta1
+from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.tools.hoststate import read_calls
 from kubeacc.testbed import Testbed

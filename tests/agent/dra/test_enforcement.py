@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from kubeacc.agent.deviceplugin.config import parse_config
-from kubeacc.agent.deviceplugin.manager import DevicePluginManager
-from kubeacc.agent.deviceplugin.shared import MEMORY_RESOURCE as MEMORY
-from kubeacc.agent.deviceplugin.shared import Found, Kind, shared_allocate
-from kubeacc.agent.deviceplugin.unitid import id_gpu_key
-from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.driver import ClaimRef
-from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
-from kubeacc.agent.sharelimit import CONTAINER_LIBRARY, Enforcement, Limiter, install
 from kubeacc.agent.users import device_plugin_users, dra_users
+from kubeacc.contracts.unitid import id_gpu_key
+from kubeacc.deviceplugin.config import parse_config
+from kubeacc.deviceplugin.manager import DevicePluginManager
+from kubeacc.deviceplugin.shared import MEMORY_RESOURCE as MEMORY
+from kubeacc.deviceplugin.shared import Found, Kind, shared_allocate
 from kubeacc.model import DeviceType, Inventory
-from tests.agent.dra.test_sharing import GPU0, Claims, make_driver, share, spec_env
+from kubeacc.node import cdi
+from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
+from kubeacc.node.sharelimit import CONTAINER_LIBRARY, Enforcement, Limiter, install
+from tests.agent.dra.sharing.test_sharing import GPU0, Claims, make_driver, share, spec_env
 from tests.hosts import HostFactory, discover
 
 LIB = Path("/var/lib/kubeacc/native/libkubeacc-sharelimit.so")

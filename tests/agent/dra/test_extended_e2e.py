@@ -20,7 +20,7 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Namespace, Node, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.resources import as_dict
 from kubeacc.synthetic import profiles
 from kubeacc.testbed.kubelet import KubeletOptions

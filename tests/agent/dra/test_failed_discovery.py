@@ -13,12 +13,11 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Event
 
-from kubeacc.agent.runner import Agent
 from kubeacc.host import files as hostmod
 from kubeacc.testbed import Testbed
 
 from ...testbed.helpers import eventually
-from .nodeview import kubeacc_labels, lone_agent_options, published_devices
+from .nodeview import kubeacc_labels, lone_agent, published_devices
 
 pytestmark = pytest.mark.cluster
 
@@ -41,7 +40,7 @@ def test_a_failed_pass_withdraws_nothing(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    agent = Agent(lone_agent_options(testbed, api_node, tmp_path, rediscover_interval=0.2))
+    agent = lone_agent(testbed, api_node, tmp_path, rediscover_interval=0.2)
     agent.start()
     try:
         eventually(agent.published.is_set, 60, "slices published")

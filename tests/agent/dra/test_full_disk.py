@@ -15,8 +15,8 @@ import grpc
 import pytest
 from lightkube import Client
 
-from kubeacc.agent.dra import cdi
 from kubeacc.agent.dra.checkpoint import read_claims
+from kubeacc.node import cdi
 from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
 
 from . import crashstream

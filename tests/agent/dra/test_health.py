@@ -10,9 +10,9 @@ import grpc
 
 from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.plugin import ResourceHealth
-from kubeacc.agent.kubeletapi import drahealth_v1alpha1_pb2 as hpb
-from kubeacc.agent.rpc import UnixServer
 from kubeacc.model import HealthState
+from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb
+from kubeacc.node.rpc import UnixServer
 from tests.kubeletclient import drahealth_v1alpha1_pb2_grpc as hpb_grpc
 
 

@@ -10,9 +10,10 @@ import pytest
 from lightkube import Client
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
+from kubeacc.agent.compose import compose_agent
 from kubeacc.agent.dra.devices import UNHEALTHY_TAINT
-from kubeacc.agent.runner import Agent, AgentOptions
+from kubeacc.agent.options import options_from
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.model import HealthState
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
@@ -39,16 +40,16 @@ def test_health_change_and_hot_unplug_are_published(
     testbed: Testbed, kube_client: Client, api_node: str, tmp_path: Path
 ) -> None:
     host = profiles.build("kunlun-xpu", tmp_path / "host")
-    agent = Agent(
-        AgentOptions(
+    agent = compose_agent(
+        SyntheticHost(host),
+        options_from(
             node_name=api_node,
-            host=SyntheticHost(host),
             kubeconfig=testbed.kubeconfig,
             cdi_dir=tmp_path / "cdi",
             state_dir=tmp_path / "state",
             rediscover_interval=0.2,
             kubelet_plugin=False,
-        )
+        ),
     )
     agent.start()
     try:

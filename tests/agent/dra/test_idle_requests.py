@@ -12,6 +12,7 @@ as its node's identity (deploy/rbac/agent.yaml), which must allow those watches.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -24,13 +25,12 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from lightkube.types import PatchType
 
 from kubeacc.agent.dra.slices import slice_fields
-from kubeacc.agent.runner import Agent
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.identities import agent_kubeconfig, install_agent_access
 
 from ...requestlog import httpx_lines
 from ...testbed.helpers import eventually
-from .nodeview import kubeacc_labels, lone_agent_options, published_devices
+from .nodeview import kubeacc_labels, lone_agent, published_devices
 
 pytestmark = pytest.mark.cluster
 
@@ -64,15 +64,13 @@ def test_an_idle_agent_sends_nothing_and_repairs_at_once(
     loop_requests: _LoopRequests,
 ) -> None:
     install_agent_access(kube_client)
-    agent = Agent(
-        lone_agent_options(
-            testbed,
-            api_node,
-            tmp_path,
-            kubeconfig=agent_kubeconfig(testbed, api_node, tmp_path),  # the agent's own RBAC
-            rediscover_interval=0.5,
-            resync_interval=1.0,  # a re-check of the server's copy every second
-        )
+    agent = lone_agent(
+        testbed,
+        api_node,
+        tmp_path,
+        kubeconfig=agent_kubeconfig(testbed, api_node, tmp_path),  # the agent's own RBAC
+        rediscover_interval=0.5,
+        resync_interval=1.0,  # a re-check of the server's copy every second
     )
     agent.start()
     try:
@@ -89,7 +87,7 @@ def test_an_idle_agent_sends_nothing_and_repairs_at_once(
         assert loop_requests.lines == [], "requests of an idle agent"
 
         # Someone deletes a slice and a label: put back without waiting for a re-check.
-        agent.opts.resync_interval = 3600.0
+        agent.publish = dataclasses.replace(agent.publish, resync_interval=3600.0)
         time.sleep(1.5)  # the last 1-second re-check is done
         (first, *_) = kube_client.list(ResourceSlice, fields=slice_fields(api_node))
         assert first.metadata is not None and first.metadata.name

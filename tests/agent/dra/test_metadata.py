@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kubeacc.agent.dra import cdi, metadata
+from kubeacc.agent.dra import metadata
 from kubeacc.agent.dra.driver import ClaimRef, Driver
 from kubeacc.model import Inventory
+from kubeacc.node import cdi
 
 from .memclaims import NODE, Claims, memory_driver
 

@@ -19,12 +19,12 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
-from kubeacc.agent.lifecycle.agent import LifecycleAgent
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.controller.controller import Controller
 from kubeacc.controller.operations import ANY_NAMESPACE
 from kubeacc.crds.api import NODE_LABEL
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
+from kubeacc.lifecycle.agent import LifecycleAgent
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.host import SyntheticHost
 from kubeacc.synthetic.kernel import SyntheticKernel

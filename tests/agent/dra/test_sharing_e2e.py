@@ -15,8 +15,8 @@ from lightkube.codecs import from_dict
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.podresources import PodResourcesClient
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.resources import as_dict
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed

@@ -9,7 +9,6 @@ import pytest
 from lightkube import ApiError, Client
 from lightkube.resources.resource_v1 import DeviceClass, ResourceSlice
 
-from kubeacc.agent.dra import DRIVER_NAME
 from kubeacc.agent.dra.classes import CLASS_NAMES, apply_device_classes, device_classes
 from kubeacc.agent.dra.devices import UNHEALTHY_TAINT, slice_devices
 from kubeacc.agent.dra.slices import (
@@ -18,6 +17,7 @@ from kubeacc.agent.dra.slices import (
     build_slices,
     chunk_devices,
 )
+from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.model import Health, HealthState, Inventory
 from kubeacc.testbed.identities import agent_cert_client, cert_client, install_agent_access
 from kubeacc.testbed.testbed import Testbed

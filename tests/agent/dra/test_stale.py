@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from kubeacc.agent.dra import cdi, stale
+from kubeacc.agent.dra import stale
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.driver import ClaimRef, Driver
+from kubeacc.node import cdi
 
 from .memclaims import Claims
 

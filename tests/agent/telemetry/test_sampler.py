@@ -8,7 +8,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim, PreparedDevice
-from kubeacc.agent.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.agent.telemetry.holders import (
     MAX_HOLDERS,
     Holder,
@@ -18,6 +17,7 @@ from kubeacc.agent.telemetry.holders import (
     merge,
 )
 from kubeacc.agent.telemetry.sampler import TelemetrySampler
+from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.synthetic.host import SyntheticHost
 from tests.hosts import HostFactory, discover
 

@@ -1,0 +1,83 @@
+"""How a GPU share's limits are enforced in its container, and the CDI edits that do it.
+
+A memory share of an NVIDIA GPU is enforced by one of two means (docs/sharing.md):
+
+* ``mps``: the GPU runs its CUDA MPS control daemon (GpuConfig strategy MPS); the MPS server
+  holds each client to ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` and
+  ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, which the share's environment sets.
+* ``library``: kube-acc's share-limit library (``kubeacc/native/sharelimit.c``) is mounted
+  read-only into the container and preloaded (``LD_PRELOAD``) into its processes; it holds
+  the CUDA driver API's allocations to ``KUBEACC_DEVICE_MEMORY_LIMIT`` and reports the share as
+  the device's memory. Compute (``kubeacc.io/cores``) is not limited by it.
+
+Anything else is ``advisory``: the limits are in the environment, nothing holds the container
+to them (AMD and KunLun shares, a node without the library, a class that turned it off).
+
+The agent runs in a container: the CDI spec's ``hostPath`` must name a file of the host, so the
+agent copies the library from its image into its state directory (a host path) at start.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from enum import StrEnum
+from pathlib import Path
+
+import msgspec
+
+from kubeacc.node.hostcopy import install as install_native
+
+log = logging.getLogger(__name__)
+
+LIBRARY_NAME = "libkubeacc-sharelimit.so"
+#: Where the image carries the library (Containerfile).
+IMAGE_LIBRARY = Path("/opt/kubeacc/native") / LIBRARY_NAME
+#: Where a container finds it (mounted read-only).
+CONTAINER_LIBRARY = "/usr/local/lib/kubeacc/" + LIBRARY_NAME
+ENV_PRELOAD = "LD_PRELOAD"
+#: Names the container's accounting file (``/dev/shm/kubeacc-sharelimit-<id>``).
+ENV_ACCOUNT = "KUBEACC_SHARELIMIT_ID"
+#: Says in the container how its share is enforced (``library``, ``mps`` or ``advisory``).
+ENV_ENFORCED = "KUBEACC_SHARE_ENFORCEMENT"
+#: The slice attribute of a memory-shared GPU: what enforces its shares on the node.
+SHARE_ENFORCEMENT_ATTR = "shareEnforcement"
+_ACCOUNT_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+
+
+class Enforcement(StrEnum):
+    LIBRARY = "library"
+    MPS = "mps"
+    ADVISORY = "advisory"
+
+
+def install(source: Path | None, state_dir: Path) -> Path | None:
+    """Copy the library to ``<state-dir>/native`` (a host path); its path there, or None when
+    there is no library to copy (shares are then advisory; logged once here)."""
+    return install_native(source, IMAGE_LIBRARY, state_dir, "memory shares are advisory")
+
+
+class Limiter(msgspec.Struct, frozen=True):
+    """What a node can enforce shares with: the library's host path (None: not installed)."""
+
+    library: Path | None = None
+
+    def enforcement(self, vendor: str, mps: bool, enforce: bool = True) -> Enforcement:
+        """How a memory share of a GPU of ``vendor`` is enforced."""
+        if vendor.lower() != "nvidia" or not enforce:
+            return Enforcement.ADVISORY
+        if mps:
+            return Enforcement.MPS
+        return Enforcement.LIBRARY if self.library is not None else Enforcement.ADVISORY
+
+    def edits(
+        self, how: Enforcement, account: str
+    ) -> tuple[dict[str, str], tuple[str, str] | None]:
+        """The environment and the read-only mount (host, container) of a share enforced
+        ``how``; ``account`` names the container's accounting (one per share)."""
+        env = {ENV_ENFORCED: how.value}
+        if how is not Enforcement.LIBRARY or self.library is None:
+            return env, None
+        env[ENV_PRELOAD] = CONTAINER_LIBRARY
+        env[ENV_ACCOUNT] = _ACCOUNT_CHARS.sub("_", account).lstrip(".")[:128] or "share"
+        return env, (str(self.library), CONTAINER_LIBRARY)
