@@ -23,7 +23,9 @@ from kubeacc.synthetic import profiles
 if TYPE_CHECKING:
     from lightkube import Client
 
+    from kubeacc.agent.dra.sharing.limits import ShareSelector
     from kubeacc.agent.runner import Agent
+    from kubeacc.deviceplugin.config import DevicePluginConfig
     from kubeacc.lifecycle.agent import LifecycleAgent
     from kubeacc.testbed import Testbed
 
@@ -49,6 +51,11 @@ class KubeaccStack:
     #: namespaces whose AcceleratorOperations may act on any device (the demo is its cluster's
     #: admin; a chart install allows only its release namespace, others by a policy's grant)
     admin_namespaces: tuple[str, ...] = (ANY_NAMESPACE,)
+    #: node name -> the types its agent serves through the kubelet device plugin API (and how);
+    #: a node not named serves every type through DRA
+    device_plugins: dict[str, DevicePluginConfig] = field(default_factory=dict)
+    #: node name -> the GPUs its agent publishes memory-shared (``--memory-shared``)
+    memory_shared: dict[str, tuple[ShareSelector, ...]] = field(default_factory=dict)
     nodes: dict[str, NodeComponents] = field(default_factory=dict)
     #: bitstream library path -> sha256 (the same files on every node)
     bitstreams: dict[str, str] = field(default_factory=dict)
@@ -126,6 +133,7 @@ class KubeaccStack:
             nodes = {n for d in discover(node, nvml="off").devices for n in d.device_nodes}
             kubelet.mknod(sorted(nodes))
             device_root = kubelet.device_root
+        plugins = self.device_plugins.get(name)
         agent = compose_agent(
             node,
             AgentOptions(
@@ -138,7 +146,11 @@ class KubeaccStack:
                 ),
                 api=ApiOptions(kubeconfig=self.testbed.kubeconfig),
                 # everything, VFs too: the demo's and the examples' claims ask for one
-                publish=PublishOptions(publishing=Publishing.parse(KINDS)),
+                publish=PublishOptions(
+                    publishing=Publishing.parse(KINDS),
+                    device_plugin_types=frozenset(plugins.types if plugins else ()),
+                    memory_shared=self.memory_shared.get(name, ()),
+                ),
                 prepare=PrepareOptions(
                     bitstream_dir=self.library,
                     # a synthetic node has no NVIDIA driver to hand to containers
@@ -146,6 +158,21 @@ class KubeaccStack:
                 ),
             ),
         )
+        if plugins is not None:
+            from kubeacc.deviceplugin.manager import DevicePluginManager
+
+            agent.add_plugin(
+                DevicePluginManager(
+                    kubelet.device_plugin_dir,
+                    plugins,
+                    self.cdi_dir(name),
+                    device_root,
+                    agent.metrics,
+                    None,  # no shared GPUs: no extender decisions to look up
+                    agent.limiter,
+                    agent.user_space,
+                )
+            )
         agent.start()
         try:
             lifecycle = LifecycleAgent(

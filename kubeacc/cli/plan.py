@@ -41,6 +41,7 @@ from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
 from kubeacc.cli.planfix import Fixes, NodeShapes, find_fixes
 from kubeacc.cli.planheld import HEADER, Held, held_devices, wants_pod
 from kubeacc.cli.planhints import unknown_memory_hint
+from kubeacc.cli.planscheduler import other_schedulers
 from kubeacc.cli.typerize import typer_command
 from kubeacc.engine.engine import Engine, Placement
 from kubeacc.engine.explain import Explanation
@@ -361,6 +362,7 @@ def plan(
     placements = [p for p, _ in explained]
     hints = {p.claim: unknown_memory_hint(objs, p) for p in placements}
     enforcement = share_enforcement(objs)
+    others = other_schedulers(objs)
     found = _find_fixes(objs, placements, which) if fixes else {}
     if is_table(output) and not placements:
         typer.echo("No pending ResourceClaims: nothing to plan.")
@@ -388,6 +390,13 @@ def plan(
                 typer.echo(f"{claim}:")
                 for line in lines:
                     typer.echo(f"  {line}")
+        elsewhere = {p.pod: others[p.pod] for p in placements if p.pod in others}
+        if elsewhere:
+            typer.echo("\nPods another scheduler places; not predicted:")
+            for pod, other in elsewhere.items():
+                typer.echo(f"{pod} ({other.name}):")
+                for line in other.not_predicted:
+                    typer.echo(f"  {line}")
         if found:
             typer.echo("\nSmallest changes that would make it fit (each re-planned with it made):")
             for key, result in found.items():
@@ -405,6 +414,7 @@ def plan(
                 **({"hints": hints[p.claim]} if hints[p.claim] else {}),
                 **({"shares": shares} if (shares := _shares(p, enforcement)) else {}),
                 **({"fixes": found[key].to_dict()} if (key := _group_key(p)) in found else {}),
+                **({"scheduler": others[p.pod].to_dict()} if p.pod in others else {}),
             }
             for p, lines in explained
         ]

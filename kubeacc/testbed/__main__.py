@@ -1,4 +1,4 @@
-"""``python -m kubeacc.testbed build|runtime|image|helm|peers|up|bin-dir``."""
+"""``python -m kubeacc.testbed build|runtime|image|helm|peers|volcano|up|bin-dir``."""
 
 from __future__ import annotations
 
@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         "sample device plugin and DRA test driver); print their directory",
     )
     sub.add_parser(
+        "volcano",
+        help="build (or reuse) Volcano's scheduler and controller manager and its CRDs from "
+        "the pinned source tarball (kubeacc.testbed.volcano); print their directory",
+    )
+    sub.add_parser(
         "runtime",
         help="build (or reuse) containerd, its shim, ctr and the CNI plugins from "
         "tools/containerd; check runc and busybox-static; print the bin directory",
@@ -88,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="four kubelets: gpu-server, fpga-node, kunlun-node, edge-node",
     )
+    up.add_argument(
+        "--volcano",
+        action="store_true",
+        help="also run Volcano's scheduler and controller manager (pods naming "
+        "schedulerName: volcano), built from the pinned source when missing",
+    )
     up.add_argument("--for", dest="duration", type=float, help="stop after this many seconds")
     args = parser.parse_args(argv)
 
@@ -102,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
         from kubeacc.testbed.peers import ensure_built as ensure_peers
 
         return _print_built("peers", ensure_peers)
+    if args.cmd == "volcano":
+        from kubeacc.testbed.volcano import ensure_built as ensure_volcano
+
+        return _print_built("volcano", ensure_volcano)
     if args.cmd == "image":
         from kubeacc.testbed.kubeacc_image import KubeaccImageError, ensure_image
 
@@ -157,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes=nodes,
         with_kubelet=not args.no_kubelet,
         keep=args.keep,
+        volcano=args.volcano,
     )
     try:
         installed = None

@@ -9,6 +9,10 @@
 * ``runtime_testbed`` (session): a one-node cluster (``node-r``) whose kubelet runs on the real
   runtime (containerd + runc + CNI, kubeacc.testbed.runtime): containers really run. Started
   only when a test asks for it. ``runtime_namespace``: a fresh namespace there.
+* ``volcano_testbed`` (session): four kubelets (``kubeacc.testbed.shapes.VOLCANO_SHAPES``) on a
+  cluster of their own that also runs
+  Volcano's scheduler and controller manager (``kubeacc.testbed.volcano``, built from the
+  pinned source first when missing); ``volcano_namespace``: a fresh namespace there.
 * ``kube_client``: an admin lightkube client.
 * ``namespace``: a fresh namespace whose ``default`` service account exists;
   ``multinode_namespace`` the same on the multi-node cluster.
@@ -45,7 +49,7 @@ from lightkube.resources.resource_v1 import (
 
 from kubeacc.testbed.build import BuildError
 from kubeacc.testbed.kubelet import KubeletOptions
-from kubeacc.testbed.shapes import multinode_options
+from kubeacc.testbed.shapes import VOLCANO_SHAPES, multinode_options
 from kubeacc.testbed.testbed import Testbed
 
 _GLOBAL_KINDS: tuple[type[GlobalResource], ...] = (
@@ -61,6 +65,7 @@ _DEFAULT_NS_KINDS: tuple[type[NamespacedResource], ...] = (
 )
 _MULTINODE_FIXTURES = {"multinode_testbed", "multinode_namespace"}
 _RUNTIME_FIXTURES = {"runtime_testbed", "runtime_namespace"}
+_VOLCANO_FIXTURES = {"volcano_testbed", "volcano_namespace"}
 _PROTECTED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
 
 _CLUSTER_FIXTURES = {
@@ -71,6 +76,8 @@ _CLUSTER_FIXTURES = {
     "multinode_namespace",
     "runtime_testbed",
     "runtime_namespace",
+    "volcano_testbed",
+    "volcano_namespace",
 }
 _started: list[Testbed] = []
 _state = {"failed": False}
@@ -117,7 +124,16 @@ def runtime_testbed() -> Iterator[Testbed]:
     yield from _session_testbed([KubeletOptions(node_name="node-r", runtime="containerd")])
 
 
-def _session_testbed(nodes: list[KubeletOptions] | None) -> Iterator[Testbed]:
+@pytest.fixture(scope="session")
+def volcano_testbed() -> Iterator[Testbed]:
+    """The multi-node shapes with Volcano's scheduler and controller manager beside
+    kube-scheduler."""
+    yield from _session_testbed(multinode_options(VOLCANO_SHAPES), volcano=True)
+
+
+def _session_testbed(
+    nodes: list[KubeletOptions] | None, volcano: bool = False
+) -> Iterator[Testbed]:
     failure = ""
     try:
         # Build progress goes to the real stderr: a cold build takes minutes and pytest would
@@ -126,6 +142,7 @@ def _session_testbed(nodes: list[KubeletOptions] | None) -> Iterator[Testbed]:
             nodes=nodes,
             keep=os.environ.get("KUBEACC_TESTBED_KEEP") == "1",
             out=sys.__stderr__ or sys.stderr,
+            volcano=volcano,
         )
     except BuildError as exc:
         failure = f"building the testbed failed:\n{exc}"
@@ -158,6 +175,8 @@ def _cluster_cleanup(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     if _MULTINODE_FIXTURES & names:
         which = "multinode_testbed"
+    elif _VOLCANO_FIXTURES & names:
+        which = "volcano_testbed"
     elif _RUNTIME_FIXTURES & names:
         which = "runtime_testbed"
     else:
@@ -212,6 +231,13 @@ def multinode_namespace(
     """A fresh namespace on the multi-node cluster (deleted afterwards)."""
     client = multinode_testbed.client(field_manager="kubeacc-test")
     yield from _fresh_namespace(multinode_testbed, client, request)
+
+
+@pytest.fixture
+def volcano_namespace(volcano_testbed: Testbed, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace on the Volcano cluster (deleted afterwards)."""
+    client = volcano_testbed.client(field_manager="kubeacc-test")
+    yield from _fresh_namespace(volcano_testbed, client, request)
 
 
 @pytest.fixture

@@ -41,6 +41,20 @@ MULTINODE_SHAPES: tuple[NodeShape, ...] = (
 )
 
 
+#: The nodes of the Volcano testbed (``volcano_testbed``): a DRA pool of H100s whose pairs share
+#: a PCIe root (3 whole pairs on ``gpu-server``, whose eighth GPU is in MIG mode, 1 more on
+#: ``h100-l4``, 4 in all: one 4-pod gang of 2-GPU pods), and two device-plugin nodes for
+#: per-model resources (two GPU models on ``amd-gpu``, KunLun XPUs on ``kunlun``). Short names:
+#: a device plugin's socket path (``<node dir>/kubelet/device-plugins/<resource>.sock``) must
+#: stay within 107 bytes.
+VOLCANO_SHAPES: tuple[NodeShape, ...] = (
+    MULTINODE_SHAPES[0],
+    NodeShape("h100-l4", "gpu", "h100-l4", "2 H100 + 1 L4 on one PCIe root"),
+    NodeShape("kunlun", "kunlun", "kunlun-xpu", "Baidu KunLun XPUs"),
+    NodeShape("amd-gpu", "gpu", "amd-gpu", "4 AMD MI210 + 1 Intel Flex 170"),
+)
+
+
 def multinode_options(shapes: tuple[NodeShape, ...] = MULTINODE_SHAPES) -> list[KubeletOptions]:
     """Kubelet options for every shape, in order."""
     return [s.kubelet_options() for s in shapes]

@@ -28,6 +28,8 @@ from kubeacc.testbed.kubelet import Kubelet, KubeletOptions
 from kubeacc.testbed.procs import rss_bytes, wait_for
 from kubeacc.testbed.runtime import ensure_runtime
 from kubeacc.testbed.versions import feature_gate_flag
+from kubeacc.testbed.volcano import Volcano
+from kubeacc.testbed.volcano import ensure_built as ensure_volcano
 
 
 class Testbed:
@@ -56,6 +58,8 @@ class Testbed:
         #: containerd & co. (kubeacc.testbed.runtime) when a node runs the real runtime.
         self.runtime_bin_dir: Path | None = None
         self.timings: dict[str, float] = {}
+        #: Volcano's scheduler and controller manager, when started with ``volcano=True``.
+        self.volcano: Volcano | None = None
         self._stopped = False
 
     # -- construction ----------------------------------------------------------------------
@@ -74,6 +78,7 @@ class Testbed:
         scheduler_extenders: Sequence[Mapping[str, Any]] = (),
         feature_gates: Mapping[str, bool] | None = None,
         apis: Sequence[str] = (),
+        volcano: bool = False,
     ) -> Testbed:
         """Build the binaries if needed, start everything, wait until every node is Ready.
 
@@ -87,6 +92,9 @@ class Testbed:
         :data:`kubeacc.testbed.versions.FEATURE_GATES`), e.g. DRA gates off as 1.34/1.35 ship.
         ``apis``: API versions the API server serves beside ``resource.k8s.io/v1``
         (``scheduling.k8s.io/v1beta1`` for pod groups).
+        ``volcano``: also run Volcano's scheduler and controller manager
+        (:mod:`kubeacc.testbed.volcano`, built from its pinned source first if needed) as the
+        scheduler of the pods naming ``schedulerName: volcano``.
         """
         if nodes is not None and kubelet is not None:
             raise ValueError("give either kubelet or nodes, not both")
@@ -106,8 +114,15 @@ class Testbed:
         tb.control_plane.apis = tuple(apis)
         if any(o.runtime == "containerd" for o in options):
             tb.runtime_bin_dir = ensure_runtime(out=out)
+        volcano_bin = ensure_volcano() if volcano else None
         try:
             tb._start(timeout)
+            if volcano_bin is not None:
+                t0 = time.monotonic()
+                tb.volcano = Volcano(
+                    tb.workdir, tb.logs_dir, tb.kubeconfig, tb.kubectl(), volcano_bin
+                ).start(timeout)
+                tb.timings["volcano_ready_s"] = time.monotonic() - t0
         except BaseException:
             tb.keep = True  # leave the logs for the failure report
             tb.stop()
@@ -236,6 +251,8 @@ class Testbed:
 
     def check_alive(self) -> None:
         """Raise (with the log tail) if any component has exited."""
+        if self.volcano is not None:
+            self.volcano.check()
         for p in self.control_plane.processes():
             p.check()
         for kubelet in self._kubelets.values():
@@ -286,6 +303,8 @@ class Testbed:
         if self._stopped:
             return
         self._stopped = True
+        if self.volcano is not None:
+            self.volcano.stop()
         for kubelet in reversed(self._kubelets.values()):
             kubelet.stop()
         # kube-apiserver can wait out the whole grace period for clients that keep their

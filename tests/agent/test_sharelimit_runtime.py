@@ -123,13 +123,19 @@ def test_a_dra_share_is_held_to_its_limit_in_a_real_container(
     pod = share_probe_pod("dra-share", ns, driver_root[1], **claimed("share"))
     client.create(pod)
     wait_running(client, "dra-share", ns)
-    env, rows, messages = probe_output(tb, ns, "dra-share")
+    assert_held_to_its_share(tb, ns, "dra-share")
+    client.delete(Pod, "dra-share", namespace=ns, grace_period=0)
+
+
+def assert_held_to_its_share(tb: Testbed, ns: str, pod: str) -> None:
+    """The probe pod's 1024 MiB DRA share: the library preloaded, the limit given, the probe
+    refused past it."""
+    env, rows, messages = probe_output(tb, ns, pod)
     assert env["LD_PRELOAD"] == "/usr/local/lib/kubeacc/libkubeacc-sharelimit.so"
     assert env["KUBEACC_SHARE_ENFORCEMENT"] == "library"
     assert env["KUBEACC_DEVICE_MEMORY_LIMIT"] == "1024"
     assert rows == EXPECTED, messages
     assert "refused: unit 0's share is 1024 MiB" in messages
-    client.delete(Pod, "dra-share", namespace=ns, grace_period=0)
 
 
 #: Issue 44's ways around a 1024 MiB share, one after the other in one container: a VMM
