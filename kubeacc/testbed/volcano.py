@@ -71,10 +71,14 @@ SCHEDULER_CONF = {
 
 
 def tarball() -> Path:
+    """The source tarball: ``$KUBEACC_VOLCANO_TARBALL``, else ``shared/peers/`` beside the
+    checkout or beside one of the folders above it (a clone made in a subfolder)."""
     env = os.environ.get(TARBALL_ENV)
     if env:
         return Path(env)
-    return repo_root().parent / "shared" / "peers" / f"volcano-{COMMIT[:8]}.tar.gz"
+    name = Path("shared", "peers", f"volcano-{COMMIT[:8]}.tar.gz")
+    candidates = [folder / name for folder in repo_root().parents]
+    return next((c for c in candidates if c.is_file()), candidates[0])
 
 
 def _command(out: Path) -> list[str]:
