@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kubeacc.differential.build import ensure_celgo, harness
-from kubeacc.engine import celgo
 from kubeacc.differential.harness import GoAllocator
+from kubeacc.engine import celgo
 
 
 @pytest.fixture(scope="session")

@@ -4,10 +4,10 @@ Each selector runs on one device in both the allocator (the Go harness) and the 
 counts cel-go's cost while the selector runs (kubeacc.engine.celcount). The corpus is
 cost-heavy: nested ``all``/``exists``/``map``/``filter`` over ``lists.range(n)`` and device
 attributes, string functions by size, short-circuits inside loops, just under and just over
-the limit. Where the evaluator's fixed cap of 10,000 comprehension iterations stops a selector, the engine
-runs it again in kube-scheduler's own CEL built as a library (tools/celgo, docs/placement.md,
-"Long comprehensions"): those selectors are listed apart, and without the library the engine's
-error must say that it could not evaluate them.
+the limit. Where the evaluator's fixed cap of 10,000 comprehension iterations stops a
+selector, the engine runs it again in kube-scheduler's own CEL built as a library (tools/celgo,
+docs/placement.md, "Long comprehensions"): those selectors are listed apart, and without the
+library the engine's error must say that it could not evaluate them.
 """
 
 from __future__ import annotations
