@@ -173,6 +173,17 @@ def ensure_celgo() -> Path:
     return target
 
 
+def use_celgo() -> Path:
+    """The library for the engine in a differential run: ``$KUBEACC_CELGO_LIBRARY`` when set,
+    else this checkout's build (made if needed), which the engine is then pointed at."""
+    named = os.environ.get(celgo.LIBRARY_ENV)
+    if named:
+        return Path(named)
+    path = ensure_celgo()
+    os.environ[celgo.LIBRARY_ENV] = str(path)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m kubeacc.differential.build [1.37|1.36|celgo]``: build, print the path."""
     args = sys.argv[1:] if argv is None else argv
