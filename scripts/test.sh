@@ -23,6 +23,11 @@ unset KUBEACC_K8S_VERSION
 # ~/.cache/kubeacc/allocator-<release>-<hash>, seconds when the module cache is warm.
 .venv/bin/python -m kubeacc.differential.build 1.37
 .venv/bin/python -m kubeacc.differential.build 1.36
+# kube-scheduler's selector CEL (cel-go + the Kubernetes libraries, v1.37.2) as a C shared
+# library (tools/celgo) that the engine loads for selectors past its evaluator's iteration cap
+# (docs/placement.md, "Long comprehensions"); cached in ~/.cache/kubeacc/celgo-<release>-<hash>
+# and linked from ~/.cache/kubeacc/celgo/; ~2 min cold on 2 cores, seconds cached.
+.venv/bin/python -m kubeacc.differential.build celgo
 # helm for the chart tests, from its Go module (tools/helm), cached in ~/.cache/kubeacc/helm-*.
 .venv/bin/python -m kubeacc.testbed helm
 # The compatibility lane: Kubernetes 1.36 (testbed-1.36/), a documented subset of the cluster

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from kubeacc.differential.build import use_celgo
 from kubeacc.differential.generator import scenario
 from kubeacc.differential.harness import GoAllocator
 from kubeacc.differential.validator import pinned_pod
@@ -159,6 +160,7 @@ def run_range(
     start: int, count: int, go: GoAllocator | None = None, engine_release: Release | None = None
 ) -> Report:
     report = Report()
+    use_celgo()  # the generator's long comprehensions need kube-scheduler's CEL library
     own = go is None
     go = go or GoAllocator()
     try:

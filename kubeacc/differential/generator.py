@@ -155,6 +155,17 @@ EDGE_SELECTORS: tuple[tuple[str, str], ...] = (
     ("quantity-representation", 'quantity("0.5Ti").isInteger() || quantity("1000m").isInteger()'),
     ("cel-compile-member", f"{C}.memory.sign() == 1"),
     ("cel-compile-member", f"sign({C}.memory) == 1"),
+    # past the evaluator's 10,000-iteration cap (kube-scheduler's CEL library runs them):
+    # cheap, matched only on NUMA node 1, and cancelled for cost after ~16,000 iterations
+    ("cel-long-comprehension", "lists.range(110).all(i, lists.range(100).all(j, i + j >= 0))"),
+    (
+        "cel-long-comprehension",
+        f"lists.range(110).exists(i, lists.range(100).exists(j, i * j == 10791 && {A}.numa == 1))",
+    ),
+    (
+        "cel-long-comprehension",
+        "lists.range(200).all(i, lists.range(100).all(j, [[i], [j], [i], [j]].size() == 4))",
+    ),
 )
 #: spellings of the generator's memory sizes in Go's other forms (same values): a decimal
 #: (a binary suffix with a fraction), an integer with a negative scale, a plain integer

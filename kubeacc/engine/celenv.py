@@ -27,6 +27,7 @@ refuses expressions without macros whose iterations alone pass it).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -37,6 +38,7 @@ from kubeacc.engine import (
     celcount,
     celformatcheck,
     celformatlib,
+    celgo,
     celquantity,
     celquantityeq,
     celrewrite,
@@ -251,10 +253,15 @@ def _check(expression: str) -> Any:
 class DeviceEnv:
     """The reusable CEL activations of one device."""
 
-    __slots__ = ("_acts", "unusual_forms", "variable")
+    __slots__ = ("_acts", "go_device", "unusual_forms", "variable")
 
-    def __init__(self, variable: dict[str, Any]) -> None:
+    def __init__(
+        self, variable: dict[str, Any], go_device: Callable[[], str] | None = None
+    ) -> None:
         self.variable = variable
+        #: the device as kube-scheduler's CEL library reads it (:func:`celgo.device_json`),
+        #: made when a selector first needs that library
+        self.go_device = go_device
         self._acts: dict[frozenset[tuple[str, str]], Any] = {}
         #: a capacity is held in a form other than the usual integer (``0.5Ti``, ``1000m``)
         self.unusual_forms = any(
@@ -287,21 +294,42 @@ class DeviceEnv:
                     selector.program, self._activation(selector), selector.base_cost
                 )
         except celcount.CostLimitExceeded as e:
+            if str(e) == celcount.ITERATION_MESSAGE:
+                return self._past_cap(selector)
             raise CelError(f"{selector.short()}: {e}") from None
         except Exception as e:
             if celcount.is_iteration_cap(e):
-                raise CelError(f"{selector.short()}: {celcount.ITERATION_MESSAGE}") from None
+                return self._past_cap(selector)
             msg = celrewrite.public_message(_first_line(e))
             raise CelError(f"{selector.short()}: {msg}") from None
         value = result.value()
         if isinstance(value, bool):
             return value
         if result.type() == cel.Type.ERROR:
+            if celcount.is_iteration_cap(result.plain_value()):
+                return self._past_cap(selector)
             msg = celrewrite.public_message(_first_line(result.plain_value()))
             raise CelError(f"{selector.short()}: {msg}")
         if not isinstance(value, bool):
             raise CelError(f"{selector.short()}: expression must evaluate to bool, got {value!r}")
         return value
+
+    def _past_cap(self, selector: Selector) -> bool:
+        """A selector the evaluator stopped at its iteration cap, run again in kube-scheduler's
+        own CEL (:mod:`kubeacc.engine.celgo`) with the scheduler's cost limit; without that
+        library the selector could not be evaluated, and the error says so."""
+        if self.go_device is None:
+            raise CelError(
+                f"{selector.short()}: could not be evaluated: {celcount.ITERATION_MESSAGE}"
+            )
+        try:
+            return celgo.matches(selector.expression, self.go_device())
+        except celgo.Unavailable as e:
+            raise CelError(
+                f"{selector.short()}: could not be evaluated: {celcount.ITERATION_MESSAGE}; {e}"
+            ) from None
+        except celgo.GoCelError as e:
+            raise CelError(f"{selector.short()}: {_first_line(e)}") from None
 
 
 def _first_line(e: object) -> str:

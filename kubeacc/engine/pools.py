@@ -19,9 +19,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 from typing import Any
 
+from kubeacc.engine import celgo
 from kubeacc.engine.celenv import DeviceEnv, qvalue, svalue
 from kubeacc.engine.celquantity import INT, go_rep
 from kubeacc.engine.quantity import QuantityError, parse_quantity
@@ -150,14 +151,13 @@ class Device:
     def typed_attribute(self, qualified: str) -> tuple[str, Any] | None:
         """(kind, value as written) of an attribute: constraints compare these, so ``true``
         never equals ``1`` and versions compare as written (build metadata included)."""
+        return self.typed_attributes().get(qualified)
+
+    def typed_attributes(self) -> dict[str, tuple[str, Any]]:
+        """Every attribute by qualified name: (kind, value as written)."""
         if self._typed is None:
-            self._typed = {}
-            for k, v in (get(self.raw, "attributes", {}) or {}).items():
-                for kind in ("string", "int", "bool", "version"):
-                    if get(v, kind) is not None:
-                        self._typed[qualify(k, self.driver)] = (kind, get(v, kind))
-                        break
-        return self._typed.get(qualified)
+            self._typed = typed_attributes(self.raw, self.driver)
+        return self._typed
 
     @cached_property
     def key(self) -> DeviceKey:
@@ -251,7 +251,8 @@ class Device:
                     "attributes": attrs,
                     "capacity": caps,
                     "allowMultipleAllocations": self.allow_multiple,
-                }
+                },
+                partial(go_device, self.driver, self.raw, self.allow_multiple),
             )
             if len(_ENVS) < _ENVS_MAX:
                 _ENVS[self.fingerprint] = self._env
@@ -261,6 +262,27 @@ class Device:
 #: CEL contexts shared by devices that look alike to a selector (bounded).
 _ENVS: dict[str, DeviceEnv] = {}
 _ENVS_MAX = 100_000
+
+
+def typed_attributes(raw: Mapping[str, Any], driver: str) -> dict[str, tuple[str, Any]]:
+    """A slice device's attributes by qualified name: (kind, value as written)."""
+    out: dict[str, tuple[str, Any]] = {}
+    for k, v in (get(raw, "attributes", {}) or {}).items():
+        for kind in ("string", "int", "bool", "version"):
+            if get(v, kind) is not None:
+                out[qualify(k, driver)] = (kind, get(v, kind))
+                break
+    return out
+
+
+def go_device(driver: str, raw: Mapping[str, Any], multi: bool) -> str:
+    """A slice device as kube-scheduler's CEL library reads it (:mod:`kubeacc.engine.celgo`):
+    attributes and capacities as the slice writes them. Made only for a selector that needs
+    that library; the device's CEL context keeps ``raw``, not the device."""
+    capacity = {
+        str(k): str(get(c, "value", "0")) for k, c in (get(raw, "capacity", {}) or {}).items()
+    }
+    return celgo.device_json(driver, typed_attributes(raw, driver), capacity, multi)
 
 
 def qualify(name: str, driver: str) -> str:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from kubeacc.differential import build
+from kubeacc.engine import celgo
 from kubeacc.engine.release import release
 from kubeacc.testbed.build import BuildError
 from kubeacc.testbed.versions import LANES
@@ -136,3 +138,37 @@ def test_the_binary_takes_gates_and_refuses_unknown_ones() -> None:
     assert ok.returncode == 0, ok.stderr
     bad = run("DRAFancy=true")
     assert bad.returncode == 2 and "DRAFancy" in bad.stderr
+
+
+def test_cel_library_pins_the_allocators_modules() -> None:
+    """kube-scheduler's CEL library is built from exactly the modules the main lane's allocator
+    is: its go.mod differs only in the module's name, its go.sum not at all."""
+    lib, alloc = build.celgo_source_dir(), build.source_dir()
+    main = build.HARNESSES[build.DEFAULT]
+    assert (lib / "go.sum").read_text() == (alloc / "go.sum").read_text()
+    ours = (lib / "go.mod").read_text().splitlines()
+    theirs = (alloc / main.modfile).read_text().splitlines()
+    assert ours[1:] == theirs[1:]
+    assert ours[0] == "module kubeacc.io/celgo"
+    assert f'"{main.release}"' in (lib / "main.go").read_text()
+
+
+def test_cel_library_names_its_release_and_abi(celgo_library: Path) -> None:
+    assert celgo_library.name == celgo.LIBRARY
+    assert celgo.library_path() == celgo_library
+    assert celgo.version() == {"abi": celgo.ABI, "kubernetes": build.CELGO_RELEASE}
+
+
+def test_cel_library_refuses_what_the_scheduler_refuses(celgo_library: Path) -> None:
+    device = celgo.device_json("gpu.example.com", {"model": ("string", "a100")}, {}, False)
+    assert celgo.matches('device.attributes["gpu.example.com"].model == "a100"', device)
+    with pytest.raises(celgo.GoCelError, match="compilation failed") as e:
+        celgo.matches("1 +", device)
+    assert e.value.compile_error
+    # a bool is required, as the scheduler's compiler demands
+    with pytest.raises(celgo.GoCelError) as e:
+        celgo.matches("1", device)
+    assert e.value.compile_error
+    with pytest.raises(celgo.GoCelError, match="actual cost limit exceeded") as e:
+        celgo.matches("lists.range(1200).all(i, lists.range(1200).all(j, i + j >= 0))", device)
+    assert not e.value.compile_error

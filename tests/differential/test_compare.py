@@ -50,6 +50,7 @@ FEATURES = {
     "cel-ip",
     "cel-ip-string",
     "cel-list-index",
+    "cel-long-comprehension",
     "cel-lists-ext",
     "cel-macro",
     "cel-optional",

@@ -4,7 +4,8 @@ Each case runs through the Go harness (k8s.io/dynamic-resource-allocation/struct
 engine: verdicts (fits, does not, fails the pod), and where both allocate, the requests or
 subrequests the results are under, must be equal. The differential generator draws each shape
 too (``cel-has-domain``, ``quantity-representation``, ``cel-compile-member``,
-``distinct-versions``, ``generations-older``).
+``distinct-versions``, ``generations-older``, ``cel-long-comprehension``: test_cost_cel.py runs
+that one selector by selector).
 """
 
 from __future__ import annotations
