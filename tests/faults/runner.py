@@ -27,7 +27,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from kubeacc.crds.resources import as_dict
+from kubeacc.crds.resources import as_dict, install_crds
 from kubeacc.node import cdi
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
@@ -88,8 +88,12 @@ class Report:
     faults: dict[str, Stats] = field(default_factory=dict)
     #: violations seen at the end of the run (after the pods settled, after deleting them)
     final: list[str] = field(default_factory=list)
-    #: pod name -> the last reason it gave while not Running ("" once Running)
-    pods_seen: dict[str, str] = field(default_factory=dict)
+    #: (pod, phase:reason) for every state a pod was seen in while not Running
+    not_running_seen: set[tuple[str, str]] = field(default_factory=set)
+    running_seen: set[str] = field(default_factory=set)
+    #: claim UIDs seen in a checkpoint, and the most prepared at once (all nodes)
+    prepared_seen: set[str] = field(default_factory=set)
+    most_prepared: int = 0
     created: Counter[str] = field(default_factory=Counter)
     deleted: int = 0
     api_errors: int = 0
@@ -99,7 +103,7 @@ class Report:
         return [v for s in self.faults.values() for v in s.violations] + self.final
 
     def as_json(self) -> dict[str, Any]:
-        reasons = Counter(r for r in self.pods_seen.values() if r)
+        reasons = Counter(r for _, r in self.not_running_seen)
         return {
             "seed": self.seed,
             "nodes": self.nodes,
@@ -107,11 +111,15 @@ class Report:
             "steps": self.steps,
             "faults": {k: s.as_json() for k, s in self.faults.items()},
             "final_violations": self.final,
+            "faults_injected": [s for s in self.sequence if not s.startswith("step")],
             "workload": {
                 "created": dict(self.created),
                 "deleted": self.deleted,
                 "api_errors": self.api_errors,
-                "pods_never_running_or_last_reason": dict(reasons),
+                "pods_seen_running": len(self.running_seen),
+                "claims_seen_prepared": len(self.prepared_seen),
+                "most_prepared_at_once": self.most_prepared,
+                "pods_seen_not_running_by_reason": dict(reasons),
             },
         }
 
@@ -162,6 +170,7 @@ class Runner:
         return self.report
 
     def _start(self) -> None:
+        install_crds(self.client)
         self.client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
         self.testbed.wait_service_account(NAMESPACE)
         for i, node in enumerate(self.nodes.values()):
@@ -187,7 +196,7 @@ class Runner:
                 self.report.sequence.append(f"step {self.report.steps}")
                 time.sleep(cfg.step_pause)
                 self._check(last)
-            self.report.sequence.append(fault.describe())
+            self.report.sequence.append(f"{time.monotonic() - t0:.1f}s {fault.describe()}")
             stats = self.report.faults[fault.kind]
             stats.injected += 1
             injected += 1
@@ -255,16 +264,25 @@ class Runner:
             text = f"{v.kind}: {v.detail}"
             if text not in self.report.violations():
                 stats.violations.append(text)
+        self._observe(view)
+
+    def _observe(self, view: ClusterView) -> None:
+        """What the workload saw: pod states and reasons, claims prepared."""
         for p in view.pods:
-            running = (p.get("status") or {}).get("phase") == "Running"
-            self.report.pods_seen[p["metadata"]["name"]] = "" if running else pod_reason(p)
+            name = p["metadata"]["name"]
+            phase = (p.get("status") or {}).get("phase") or "Pending"
+            if phase == "Running":
+                self.report.running_seen.add(name)
+            else:
+                self.report.not_running_seen.add((name, f"{phase}:{pod_reason(p) or '?'}"))
+        prepared = [uid for n in view.nodes.values() for uid in n.checkpoint]
+        self.report.prepared_seen.update(prepared)
+        self.report.most_prepared = max(self.report.most_prepared, len(prepared))
 
     def _view(self) -> ClusterView:
         for attempt in range(20):
             try:
-                claims = [
-                    as_dict(c) for c in self.client.list(ResourceClaim, namespace=NAMESPACE)
-                ]
+                claims = [as_dict(c) for c in self.client.list(ResourceClaim, namespace=NAMESPACE)]
                 pods = [as_dict(p) for p in self.client.list(Pod, namespace=NAMESPACE)]
                 nodes = {n: self._node_view(node) for n, node in self.nodes.items()}
                 return ClusterView(claims, pods, nodes, time.monotonic())
@@ -280,4 +298,3 @@ class Runner:
         return NodeView(
             node.name, node.agent.checkpoint_claims(), cdi.spec_uids(node.agent.cdi_dir)
         )
-

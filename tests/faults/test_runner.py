@@ -40,7 +40,9 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(tmp_path: Path) -> 
     for kind in F.KINDS:
         assert report.faults[kind].injected >= 1, summary
         assert len(report.faults[kind].recover_s) == report.faults[kind].injected
-    assert sum(report.created.values()) >= 5, summary
+    # the workload did real work: pods ran on prepared claims, some were deleted
+    assert len(report.running_seen) >= 3, summary
+    assert len(report.prepared_seen) >= 3, summary
     assert report.deleted >= 1, summary
     print(f"fault run took {time.monotonic() - t0:.0f}s")
 

@@ -52,9 +52,7 @@ class Workload:
         """One decision of the seed (or the retry of the last one that met an API error)."""
         self._reap()
         if self._pending is None:
-            create = len(self.live) < self.max_live and (
-                not self.live or self.rng.random() < 0.6
-            )
+            create = len(self.live) < self.max_live and (not self.live or self.rng.random() < 0.6)
             if create:
                 self._next += 1
                 kind = self.rng.choice(self.kinds)
@@ -100,7 +98,11 @@ class Workload:
     def _reap(self) -> None:
         """Delete the claims whose pods are gone."""
         try:
-            pods = {p.metadata.name for p in self.client.list(Pod, namespace=self.namespace)}
+            pods = {
+                p.metadata.name
+                for p in self.client.list(Pod, namespace=self.namespace)
+                if p.metadata is not None
+            }
             for name in [n for n in self.dying if n not in pods]:
                 try:
                     self.client.delete(ResourceClaim, name, namespace=self.namespace)
