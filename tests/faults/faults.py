@@ -109,6 +109,7 @@ class Injector:
         kubelet.stop_kubelet()
         if kubelet.cri is not None:
             kubelet.cri.stop()
+        kubelet.cri_socket.unlink(missing_ok=True)  # the runtime's socket, as in /run
         mig_state.reboot(node.host)
         shutil.rmtree(node.agent.cdi_dir, ignore_errors=True)
         node.agent.cdi_dir.mkdir(parents=True)
