@@ -151,7 +151,10 @@ def leaks(view: ClusterView, tracker: Tracker, grace: float) -> list[Violation]:
         ):
             for uid in sorted(uids - live):
                 if tracker.held(f"{what}:{node.name}:{uid}", view.at, grace):
-                    out.append(Violation(what, f"{node.name}: claim {uid} is gone from the API"))
+                    name = (node.checkpoint.get(uid) or {}).get("name", "?")
+                    out.append(
+                        Violation(what, f"{node.name}: claim {name} ({uid}) is gone from the API")
+                    )
     return out
 
 
@@ -172,6 +175,18 @@ def pod_reason(pod: dict[str, Any]) -> str:
     return str(status.get("message") or "")
 
 
+def _pod_state(pod: dict[str, Any]) -> str:
+    """Where a pod stands, for a report: its node, conditions and container states."""
+    status = pod.get("status") or {}
+    conds = ",".join(f"{c.get('type')}={c.get('status')}" for c in status.get("conditions") or [])
+    states = ",".join(
+        "/".join(sorted((cs.get("state") or {}).keys()))
+        for cs in status.get("containerStatuses") or []
+    )
+    node = (pod.get("spec") or {}).get("nodeName") or "unbound"
+    return f"pod {_name(pod)} on {node}: conditions [{conds}] containers [{states}]"
+
+
 def pods_without_reason(view: ClusterView, tracker: Tracker, grace: float) -> list[Violation]:
     out: list[Violation] = []
     for pod in view.pods:
@@ -179,7 +194,7 @@ def pods_without_reason(view: ClusterView, tracker: Tracker, grace: float) -> li
         if phase in ("Running", "Succeeded") or pod_reason(pod):
             continue
         if phase == "Failed" or tracker.held(f"pod:{_uid(pod)}", view.at, grace):
-            out.append(Violation("pod-without-reason", f"pod {_name(pod)} {phase}, no reason"))
+            out.append(Violation("pod-without-reason", f"{phase}, no reason: {_pod_state(pod)}"))
     return out
 
 

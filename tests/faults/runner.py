@@ -158,6 +158,8 @@ class Runner:
         self.injector = F.Injector(testbed, self.nodes, config.ready_within)
         self.tracker = Tracker()
         self.report = Report(config.seed, dict(config.nodes))
+        self._seen: set[str] = set()
+        self._t0 = time.monotonic()
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> Report:
@@ -183,7 +185,7 @@ class Runner:
         rng = random.Random(f"{cfg.seed}/workload")
         workload = Workload(self.client, NAMESPACE, rng, cfg.kinds)
         plan = fault_plan(cfg.seed, cfg)
-        t0 = time.monotonic()
+        self._t0 = t0 = time.monotonic()
         last = "before-faults"
         self.report.faults = {k: Stats() for k in ("before-faults", *cfg.fault_kinds)}
         first_round = len(cfg.fault_kinds)
@@ -262,8 +264,9 @@ class Runner:
         stats = self.report.faults.setdefault(last, Stats())
         for v in found:
             text = f"{v.kind}: {v.detail}"
-            if text not in self.report.violations():
-                stats.violations.append(text)
+            if text not in self._seen:
+                self._seen.add(text)
+                stats.violations.append(f"{text} (at {time.monotonic() - self._t0:.0f}s)")
         self._observe(view)
 
     def _observe(self, view: ClusterView) -> None:
