@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -33,7 +34,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=46)
     parser.add_argument("--nodes", default=DEFAULT_NODES)
     parser.add_argument("--kinds", default="gpu,xpu", help="claim kinds of the workload")
-    parser.add_argument("--keep", action="store_true", help="keep the testbed's work directory")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the testbed's and the agents' directories"
+    )
     args = parser.parse_args()
     runner = tests_module("faults.runner")
     nodes = dict(pair.split("=", 1) for pair in args.nodes.split(","))
@@ -44,11 +47,13 @@ def main() -> int:
         kinds=tuple(args.kinds.split(",")),
     )
     t0 = time.monotonic()
-    with (
-        tempfile.TemporaryDirectory(prefix="kubeacc-faults-") as work,
-        Testbed.start(nodes=[KubeletOptions(node_name=n) for n in nodes], keep=args.keep) as tb,
-    ):
-        report = runner.Runner(tb, Path(work), config).run()
+    work = Path(tempfile.mkdtemp(prefix="kubeacc-faults-"))
+    with Testbed.start(nodes=[KubeletOptions(node_name=n) for n in nodes], keep=args.keep) as tb:
+        report = runner.Runner(tb, work, config).run()
+    if args.keep:
+        print(f"agents' logs and state kept in {work}; testbed in {tb.workdir}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     out = report.as_json()
     out["wall_s"] = round(time.monotonic() - t0, 1)
     print(json.dumps(out, indent=2))
