@@ -203,8 +203,8 @@ def check(
     tracker: Tracker,
     settled: set[str],
     *,
-    leak_grace: float = 60,
-    pending_grace: float = 60,
+    leak_grace: float = 120,
+    pending_grace: float = 120,
 ) -> list[Violation]:
     """Every invariant of the module doc on one observation."""
     out = [

@@ -55,8 +55,11 @@ class Config:
     outage_seconds: tuple[float, float] = (3.0, 15.0)
     #: every component ready again within this after a fault ends
     ready_within: float = 90.0
-    leak_grace: float = 60.0
-    pending_grace: float = 60.0
+    #: a CDI spec / checkpoint entry of a deleted claim, or a Pending pod with no reason, is a
+    #: violation once seen this long: after an API server restart the kubelet's and the
+    #: scheduler's watches were seen to lag ~60 s (a bound pod unseen by its kubelet)
+    leak_grace: float = 120.0
+    pending_grace: float = 120.0
     settle_timeout: float = 120.0
 
 
