@@ -68,6 +68,14 @@ class Process:
 
     def start(self) -> Process:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.cwd is None:
+            # Never the caller's working directory: a kubelet that removes a container deletes
+            # ``<its log path>*``, and the fake CRI reports an empty log path, so the glob was
+            # ``*`` in the kubelet's working directory (every file of the directory the tests
+            # ran from). An empty folder of the process's own takes that.
+            slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in self.name)
+            self.cwd = self.log_path.parent / ".cwd" / slug
+            self.cwd.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             log.write(f"=== {time.strftime('%H:%M:%S')} start: {' '.join(self.argv)}\n".encode())
             log.flush()

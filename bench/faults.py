@@ -1,0 +1,64 @@
+"""The fault runner (tests/faults, docs/testing.md "Fault runner") run long.
+
+Starts a testbed with one kubelet per node of ``--nodes`` (name=profile pairs; default a
+dgx-h100 GPU node and a KunLun XPU node), runs the seeded workload with agent kills, kubelet
+restarts, API server outages and node reboots for ``--minutes``, and prints one JSON object: per
+fault kind how many were injected, the invariants they broke, the time to recover (p50, max),
+and what the workload saw (pods created/deleted, API errors, the reasons pods gave while not
+Running).
+
+    python bench/faults.py [--minutes 5] [--seed 46] [--nodes gpu=dgx-h100,xpu=kunlun-xpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kubelet_client import tests_module
+
+from kubeacc.testbed import Testbed
+from kubeacc.testbed.kubelet import KubeletOptions
+
+DEFAULT_NODES = "fault-gpu=dgx-h100,fault-xpu=kunlun-xpu"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=46)
+    parser.add_argument("--nodes", default=DEFAULT_NODES)
+    parser.add_argument("--kinds", default="gpu,xpu", help="claim kinds of the workload")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the testbed's and the agents' directories"
+    )
+    args = parser.parse_args()
+    runner = tests_module("faults.runner")
+    nodes = dict(pair.split("=", 1) for pair in args.nodes.split(","))
+    config = runner.Config(
+        seed=args.seed,
+        duration=args.minutes * 60,
+        nodes=nodes,
+        kinds=tuple(args.kinds.split(",")),
+    )
+    t0 = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="kubeacc-faults-"))
+    with Testbed.start(nodes=[KubeletOptions(node_name=n) for n in nodes], keep=args.keep) as tb:
+        report = runner.Runner(tb, work, config).run()
+    if args.keep:
+        print(f"agents' logs and state kept in {work}; testbed in {tb.workdir}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    out = report.as_json()
+    out["wall_s"] = round(time.monotonic() - t0, 1)
+    print(json.dumps(out, indent=2))
+    return 1 if report.violations() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

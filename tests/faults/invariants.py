@@ -1,0 +1,226 @@
+"""The fault runner's invariants, as pure checks of one observation of the cluster.
+
+A :class:`ClusterView` is what the runner read at one moment: the ResourceClaims and pods of the
+workload's namespace (as API dicts) and, per node, the agent's checkpoint (``read_claims``) and
+the claim UIDs of the CDI specs in its CDI directory. :func:`check` returns every violation of:
+
+- ``double-allocation``: a whole device (no share ID) in the allocation of two claims (API), or
+  in two prepared claims of one node's checkpoint;
+- ``acknowledged-lost``: a claim of a Running pod (not terminating) on a settled node that is not
+  in that node's checkpoint or has no CDI spec there (the kubelet was told it was prepared);
+- ``leaked-cdi-spec`` / ``leaked-checkpoint``: a CDI spec or checkpoint entry of a claim the API
+  no longer has, still there ``leak_grace`` seconds after it was first seen;
+- ``pod-without-reason``: a pod neither Running nor Succeeded that gives no reason (Pending past
+  ``pending_grace`` with no condition or waiting reason, Failed with no reason or message).
+
+Checks that need time (leaks, pending pods) keep what they first saw in a :class:`Tracker`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubeacc.contracts.names import DRIVER_NAME
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    detail: str
+
+
+@dataclass
+class NodeView:
+    name: str
+    #: claim UID -> prepared claim as ``read_claims`` gives it
+    checkpoint: dict[str, dict[str, Any]]
+    cdi_uids: set[str]
+
+
+@dataclass
+class ClusterView:
+    claims: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    nodes: dict[str, NodeView]
+    #: monotonic seconds when it was read
+    at: float
+
+
+@dataclass
+class Tracker:
+    """When each possible leak or reasonless pod was first seen (by key)."""
+
+    first_seen: dict[str, float] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+
+    def held(self, key: str, now: float, grace: float) -> bool:
+        """True once ``key`` has been seen for longer than ``grace``."""
+        self.touched.add(key)
+        since = self.first_seen.setdefault(key, now)
+        return now - since > grace
+
+    def forget_untouched(self) -> None:
+        """Drop what the last check no longer saw (a leak that went away starts over)."""
+        self.first_seen = {k: v for k, v in self.first_seen.items() if k in self.touched}
+        self.touched = set()
+
+
+def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
+    alloc = (claim.get("status") or {}).get("allocation") or {}
+    return list((alloc.get("devices") or {}).get("results") or [])
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["uid"])
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def double_allocations(view: ClusterView) -> list[Violation]:
+    out: list[Violation] = []
+    holders: dict[tuple[str, str], list[str]] = {}
+    for c in view.claims:
+        for r in _results(c):
+            if r.get("driver") == DRIVER_NAME and not r.get("shareID"):
+                holders.setdefault((r["pool"], r["device"]), []).append(_name(c))
+    for (pool, dev), names in sorted(holders.items()):
+        if len(names) > 1:
+            out.append(Violation("double-allocation", f"API: {pool}/{dev} in claims {names}"))
+    for node in view.nodes.values():
+        held: dict[tuple[str, str], list[str]] = {}
+        for uid, claim in node.checkpoint.items():
+            for d in claim.get("devices") or []:
+                if not d.get("share_id"):
+                    held.setdefault((d["pool"], d["device"]), []).append(
+                        f"{claim.get('name')}({uid[:8]})"
+                    )
+        for (pool, dev), who in sorted(held.items()):
+            if len(who) > 1:
+                out.append(
+                    Violation(
+                        "double-allocation",
+                        f"checkpoint of {node.name}: {pool}/{dev} prepared for {who}",
+                    )
+                )
+    return out
+
+
+def acknowledged_lost(view: ClusterView, settled: set[str]) -> list[Violation]:
+    out: list[Violation] = []
+    uid_of = {_name(c): _uid(c) for c in view.claims}
+    for pod in view.pods:
+        status = pod.get("status") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+            continue
+        if node not in settled or node not in view.nodes:
+            continue
+        nv = view.nodes[node]
+        for rcs in status.get("resourceClaimStatuses") or []:
+            uid = uid_of.get(rcs.get("resourceClaimName") or "")
+            if uid is None:
+                continue
+            if uid not in nv.checkpoint:
+                out.append(
+                    Violation(
+                        "acknowledged-lost",
+                        f"pod {_name(pod)} Running on {node}: claim {uid} not in its checkpoint",
+                    )
+                )
+            elif uid not in nv.cdi_uids:
+                out.append(
+                    Violation(
+                        "acknowledged-lost",
+                        f"pod {_name(pod)} Running on {node}: claim {uid} has no CDI spec",
+                    )
+                )
+    return out
+
+
+def leaks(view: ClusterView, tracker: Tracker, grace: float) -> list[Violation]:
+    out: list[Violation] = []
+    live = {_uid(c) for c in view.claims}
+    for node in view.nodes.values():
+        for what, uids in (
+            ("leaked-cdi-spec", node.cdi_uids),
+            ("leaked-checkpoint", set(node.checkpoint)),
+        ):
+            for uid in sorted(uids - live):
+                if tracker.held(f"{what}:{node.name}:{uid}", view.at, grace):
+                    name = (node.checkpoint.get(uid) or {}).get("name", "?")
+                    out.append(
+                        Violation(what, f"{node.name}: claim {name} ({uid}) is gone from the API")
+                    )
+    return out
+
+
+def pod_reason(pod: dict[str, Any]) -> str:
+    """Why a pod is not Running: its status reason, a False condition's reason, or a container's
+    waiting/terminated reason; "" when it gives none."""
+    status = pod.get("status") or {}
+    if status.get("reason"):
+        return str(status["reason"])
+    for c in status.get("conditions") or []:
+        if c.get("status") == "False" and c.get("reason"):
+            return str(c["reason"])
+    for cs in status.get("containerStatuses") or []:
+        for state in ("waiting", "terminated"):
+            reason = ((cs.get("state") or {}).get(state) or {}).get("reason")
+            if reason:
+                return str(reason)
+    return str(status.get("message") or "")
+
+
+def _pod_state(pod: dict[str, Any]) -> str:
+    """Where a pod stands, for a report: its node, conditions and container states."""
+    status = pod.get("status") or {}
+    conds = ",".join(f"{c.get('type')}={c.get('status')}" for c in status.get("conditions") or [])
+    states = ",".join(
+        "/".join(sorted((cs.get("state") or {}).keys()))
+        for cs in status.get("containerStatuses") or []
+    )
+    node = (pod.get("spec") or {}).get("nodeName") or "unbound"
+    return f"pod {_name(pod)} on {node}: conditions [{conds}] containers [{states}]"
+
+
+def pods_without_reason(view: ClusterView, tracker: Tracker, grace: float) -> list[Violation]:
+    out: list[Violation] = []
+    for pod in view.pods:
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        if phase in ("Running", "Succeeded") or pod_reason(pod):
+            continue
+        if phase == "Failed" or tracker.held(f"pod:{_uid(pod)}", view.at, grace):
+            out.append(Violation("pod-without-reason", f"{phase}, no reason: {_pod_state(pod)}"))
+    return out
+
+
+def check(
+    view: ClusterView,
+    tracker: Tracker,
+    settled: set[str],
+    *,
+    leak_grace: float = 120,
+    pending_grace: float = 120,
+) -> list[Violation]:
+    """Every invariant of the module doc on one observation."""
+    out = [
+        *double_allocations(view),
+        *acknowledged_lost(view, settled),
+        *leaks(view, tracker, leak_grace),
+        *pods_without_reason(view, tracker, pending_grace),
+    ]
+    tracker.forget_untouched()
+    return out
+
+
+def pod_outcomes(view: ClusterView) -> Counter[str]:
+    """What the workload sees: pods by phase and, when not Running, reason."""
+    out: Counter[str] = Counter()
+    for pod in view.pods:
+        phase = (pod.get("status") or {}).get("phase") or "Pending"
+        out[phase if phase == "Running" else f"{phase}:{pod_reason(pod) or '?'}"] += 1
+    return out

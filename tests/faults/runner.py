@@ -1,0 +1,314 @@
+"""The fault runner: a seeded workload on the multi-node testbed, real faults injected between
+its steps, the invariants of :mod:`tests.faults.invariants` checked after every step and at the
+end.
+
+The seed fixes two sequences, drawn from two generators so that neither shifts the other: the
+workload's decisions (create which kind, delete which pod) and the faults (which kind, which
+node, how long an outage, after how many workload steps). The first faults are one of each kind
+in a seeded order, so that every run, however short, has each kind once. Timing is not
+reproduced (the cluster is real); the order of steps and faults is.
+
+The end of a run: the pods are given time to settle (Running, or Pending with a reason), then
+everything is deleted and every node's checkpoint and CDI directory must be empty.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from kubeacc.crds.resources import as_dict, install_crds
+from kubeacc.node import cdi
+from kubeacc.synthetic import profiles
+from kubeacc.testbed import Testbed
+from tests.agent.dra.agentproc import AgentProcess
+from tests.faults import faults as F
+from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
+from tests.faults.workload import API_ERRORS, Workload
+
+NAMESPACE = "faults"
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int
+    #: seconds of workload and faults (at least one fault of each kind is always injected)
+    duration: float
+    #: node name -> synthetic host profile
+    nodes: dict[str, str]
+    #: claim kinds of the workload (tests.faults.workload.CLASSES)
+    kinds: tuple[str, ...] = ("gpu", "xpu")
+    fault_kinds: tuple[str, ...] = F.KINDS
+    #: workload steps between two faults (uniform)
+    steps_between: tuple[int, int] = (3, 8)
+    step_pause: float = 0.5
+    outage_seconds: tuple[float, float] = (3.0, 15.0)
+    #: every component ready again within this after a fault ends
+    ready_within: float = 90.0
+    #: a CDI spec / checkpoint entry of a deleted claim, or a Pending pod with no reason, is a
+    #: violation once seen this long: after an API server restart the kubelet's and the
+    #: scheduler's watches were seen to lag ~60 s (a bound pod unseen by its kubelet)
+    leak_grace: float = 120.0
+    pending_grace: float = 120.0
+    settle_timeout: float = 120.0
+
+
+@dataclass
+class Stats:
+    injected: int = 0
+    violations: list[str] = field(default_factory=list)
+    recover_s: list[float] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        rec = self.recover_s
+        return {
+            "injected": self.injected,
+            "invariants_broken": len(self.violations),
+            "violations": self.violations[:10],
+            "recover_s": {
+                "p50": round(statistics.median(rec), 2) if rec else None,
+                "max": round(max(rec), 2) if rec else None,
+            },
+        }
+
+
+@dataclass
+class Report:
+    seed: int
+    nodes: dict[str, str]
+    steps: int = 0
+    elapsed_s: float = 0.0
+    faults: dict[str, Stats] = field(default_factory=dict)
+    #: violations seen at the end of the run (after the pods settled, after deleting them)
+    final: list[str] = field(default_factory=list)
+    #: (pod, phase:reason) for every state a pod was seen in while not Running
+    not_running_seen: set[tuple[str, str]] = field(default_factory=set)
+    running_seen: set[str] = field(default_factory=set)
+    #: claim UIDs seen in a checkpoint, and the most prepared at once (all nodes)
+    prepared_seen: set[str] = field(default_factory=set)
+    most_prepared: int = 0
+    created: Counter[str] = field(default_factory=Counter)
+    deleted: int = 0
+    api_errors: int = 0
+    sequence: list[str] = field(default_factory=list)
+
+    def violations(self) -> list[str]:
+        return [v for s in self.faults.values() for v in s.violations] + self.final
+
+    def as_json(self) -> dict[str, Any]:
+        reasons = Counter(r for _, r in self.not_running_seen)
+        return {
+            "seed": self.seed,
+            "nodes": self.nodes,
+            "elapsed_s": round(self.elapsed_s, 1),
+            "steps": self.steps,
+            "faults": {k: s.as_json() for k, s in self.faults.items()},
+            "final_violations": self.final,
+            "faults_injected": [s for s in self.sequence if not s.startswith("step")],
+            "workload": {
+                "created": dict(self.created),
+                "deleted": self.deleted,
+                "api_errors": self.api_errors,
+                "pods_seen_running": len(self.running_seen),
+                "claims_seen_prepared": len(self.prepared_seen),
+                "most_prepared_at_once": self.most_prepared,
+                "pods_seen_not_running_by_reason": dict(reasons),
+            },
+        }
+
+
+def fault_plan(seed: int, config: Config) -> Iterator[tuple[int, F.Fault]]:
+    """(workload steps before it, fault), forever: one of each kind first, then at random."""
+    rng = random.Random(f"{seed}/faults")
+    names = sorted(config.nodes)
+
+    def one(kind: str) -> tuple[int, F.Fault]:
+        steps = rng.randint(*config.steps_between)
+        if kind == F.APISERVER_OUTAGE:
+            return steps, F.Fault(kind, seconds=round(rng.uniform(*config.outage_seconds), 1))
+        return steps, F.Fault(kind, node=rng.choice(names))
+
+    first = list(config.fault_kinds)
+    rng.shuffle(first)
+    for kind in first:
+        yield one(kind)
+    while True:
+        yield one(rng.choice(config.fault_kinds))
+
+
+class Runner:
+    def __init__(self, testbed: Testbed, workdir: Path, config: Config) -> None:
+        self.testbed = testbed
+        self.config = config
+        self.client = testbed.client(field_manager="kubeacc-faults")
+        self.nodes: dict[str, F.Node] = {}
+        for name, profile in sorted(config.nodes.items()):
+            host = profiles.build(profile, workdir / name / "host")
+            agent = AgentProcess(
+                name, host, testbed.kubeconfig, testbed.node(name).root_dir, workdir / name
+            )
+            self.nodes[name] = F.Node(name, host, agent)
+        self.injector = F.Injector(testbed, self.nodes, config.ready_within)
+        self.tracker = Tracker()
+        self.report = Report(config.seed, dict(config.nodes))
+        self._seen: set[str] = set()
+        self._t0 = time.monotonic()
+
+    # -- the run ---------------------------------------------------------------------------
+    def run(self) -> Report:
+        try:
+            self._start()
+            self._run()
+        finally:
+            for node in self.nodes.values():
+                node.agent.stop()
+        return self.report
+
+    def _start(self) -> None:
+        install_crds(self.client)
+        self.client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
+        self.testbed.wait_service_account(NAMESPACE)
+        for i, node in enumerate(self.nodes.values()):
+            node.agent.cdi_dir.mkdir(parents=True, exist_ok=True)
+            node.agent.start(apply_classes=i == 0)
+            node.agent.wait_registered(self.config.ready_within)
+
+    def _run(self) -> None:
+        cfg = self.config
+        rng = random.Random(f"{cfg.seed}/workload")
+        workload = Workload(self.client, NAMESPACE, rng, cfg.kinds)
+        plan = fault_plan(cfg.seed, cfg)
+        self._t0 = t0 = time.monotonic()
+        last = "before-faults"
+        self.report.faults = {k: Stats() for k in ("before-faults", *cfg.fault_kinds)}
+        first_round = len(cfg.fault_kinds)
+        injected = 0
+        while injected < first_round or time.monotonic() - t0 < cfg.duration:
+            steps, fault = next(plan)
+            for _ in range(steps):
+                workload.step()
+                self.report.steps += 1
+                self.report.sequence.append(f"step {self.report.steps}")
+                time.sleep(cfg.step_pause)
+                self._check(last)
+            self.report.sequence.append(f"{time.monotonic() - t0:.1f}s {fault.describe()}")
+            stats = self.report.faults[fault.kind]
+            stats.injected += 1
+            injected += 1
+            try:
+                stats.recover_s.append(self.injector.inject(fault))
+            except AssertionError as exc:
+                stats.violations.append(
+                    f"not-ready within {cfg.ready_within}s after {fault.describe()}: "
+                    f"{str(exc)[:500]}"
+                )
+                break
+            last = fault.kind
+            self._check(last)
+        self.report.elapsed_s = time.monotonic() - t0
+        self.report.created = workload.created
+        self._finish(workload)
+        self.report.deleted = workload.deleted
+        self.report.api_errors = workload.api_errors
+
+    def _finish(self, workload: Workload) -> None:
+        cfg = self.config
+        # every pod Running, or Pending/Failed with a reason, once the pods had time to settle
+        deadline = time.monotonic() + cfg.settle_timeout
+        stuck: list[str] = []
+        while time.monotonic() < deadline:
+            view = self._view()
+            stuck = [
+                f"{p['metadata']['name']}: {pod_reason(p) or 'no reason'}"
+                for p in view.pods
+                if (p.get("status") or {}).get("phase") != "Running"
+                and pod_reason(p) != "Unschedulable"
+            ]
+            if not stuck:
+                break
+            time.sleep(1)
+        self.report.final += [f"pod not Running after {cfg.settle_timeout}s: {s}" for s in stuck]
+        self._check("end")
+        # nothing left once everything is deleted
+        workload.delete_all()
+        deadline = time.monotonic() + cfg.settle_timeout
+        while not workload.drained() and time.monotonic() < deadline:
+            time.sleep(1)
+        view = self._view()
+        if view.pods or view.claims:
+            self.report.final.append(
+                f"not drained after {cfg.settle_timeout}s: {len(view.pods)} pods, "
+                f"{len(view.claims)} claims"
+            )
+        # The kubelet may unprepare a claim after its pod is gone from the API: the nodes get
+        # leak_grace to forget what the API no longer has.
+        deadline = time.monotonic() + cfg.leak_grace
+        while True:
+            left = check(view, Tracker(), set(self.nodes), leak_grace=-1, pending_grace=-1)
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+            view = self._view()
+        self.report.final += [f"{v.kind}: {v.detail} (after {cfg.leak_grace}s)" for v in left]
+
+    # -- observing -------------------------------------------------------------------------
+    def _check(self, last: str) -> None:
+        cfg = self.config
+        view = self._view()
+        found: list[Violation] = check(
+            view,
+            self.tracker,
+            set(self.nodes),
+            leak_grace=cfg.leak_grace,
+            pending_grace=cfg.pending_grace,
+        )
+        stats = self.report.faults.setdefault(last, Stats())
+        for v in found:
+            text = f"{v.kind}: {v.detail}"
+            if text not in self._seen:
+                self._seen.add(text)
+                stats.violations.append(f"{text} (at {time.monotonic() - self._t0:.0f}s)")
+        self._observe(view)
+
+    def _observe(self, view: ClusterView) -> None:
+        """What the workload saw: pod states and reasons, claims prepared."""
+        for p in view.pods:
+            name = p["metadata"]["name"]
+            phase = (p.get("status") or {}).get("phase") or "Pending"
+            if phase == "Running":
+                self.report.running_seen.add(name)
+            else:
+                self.report.not_running_seen.add((name, f"{phase}:{pod_reason(p) or '?'}"))
+        prepared = [uid for n in view.nodes.values() for uid in n.checkpoint]
+        self.report.prepared_seen.update(prepared)
+        self.report.most_prepared = max(self.report.most_prepared, len(prepared))
+
+    def _view(self) -> ClusterView:
+        for attempt in range(20):
+            try:
+                claims = [as_dict(c) for c in self.client.list(ResourceClaim, namespace=NAMESPACE)]
+                pods = [as_dict(p) for p in self.client.list(Pod, namespace=NAMESPACE)]
+                nodes = {n: self._node_view(node) for n, node in self.nodes.items()}
+                return ClusterView(claims, pods, nodes, time.monotonic())
+            except (*API_ERRORS, ValueError):
+                if attempt == 19:
+                    raise
+                time.sleep(0.5)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _node_view(node: F.Node) -> NodeView:
+        """The node's checkpoint (ValueError on a torn read: the caller reads again) and specs."""
+        return NodeView(
+            node.name, node.agent.checkpoint_claims(), cdi.spec_uids(node.agent.cdi_dir)
+        )
