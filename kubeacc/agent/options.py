@@ -9,9 +9,10 @@ setting: the command chooses it and passes it in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from kubeacc.agent.dra.publishing import Publishing
 from kubeacc.contracts.names import DRIVER_NAME
@@ -24,8 +25,7 @@ if TYPE_CHECKING:
     from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
 
 
-@dataclass(frozen=True)
-class NodePaths:
+class NodePaths(msgspec.Struct, frozen=True, kw_only=True):
     """This node and where the agent meets the kubelet and the container runtime."""
 
     node_name: str
@@ -47,8 +47,7 @@ class NodePaths:
         return self.kubelet_root / "plugins_registry"
 
 
-@dataclass(frozen=True)
-class ApiOptions:
+class ApiOptions(msgspec.Struct, frozen=True, kw_only=True):
     """How the agent's clients reach the API server."""
 
     kubeconfig: Path | None = None
@@ -56,8 +55,7 @@ class ApiOptions:
     context: str | None = None
 
 
-@dataclass(frozen=True)
-class PublishOptions:
+class PublishOptions(msgspec.Struct, frozen=True, kw_only=True):
     """What discovery looks for and what the agent publishes of it (slices, labels, classes)."""
 
     apply_classes: bool = False
@@ -67,7 +65,7 @@ class PublishOptions:
     #: Types served through the kubelet device plugin API instead of DRA (one mode per type).
     device_plugin_types: frozenset[DeviceType] = frozenset()
     #: What DRA publishes (``--dra-publish``): device types, and whether NICs' VFs too.
-    publishing: Publishing = field(default_factory=Publishing)
+    publishing: Publishing = msgspec.field(default_factory=Publishing)
     #: Label the Node with what discovery found (``kubeacc.io/<type>.count`` and so on).
     node_labels: bool = True
     #: NVML: ``auto`` (when it answers), ``on`` (warn when it can't be used) or ``off``.
@@ -78,8 +76,7 @@ class PublishOptions:
     memory_shared: tuple[ShareSelector, ...] = ()
 
 
-@dataclass(frozen=True)
-class PrepareOptions:
+class PrepareOptions(msgspec.Struct, frozen=True, kw_only=True):
     """How the DRA driver prepares claims: its journal, FPGA programming, shares, user space."""
 
     #: Fold the DRA checkpoint journal into a new snapshot after this many calls.
@@ -108,8 +105,7 @@ class PrepareOptions:
     cdi_hook: Path | None = None
 
 
-@dataclass(frozen=True)
-class ObserveOptions:
+class ObserveOptions(msgspec.Struct, frozen=True, kw_only=True):
     """What the agent watches and reports: users, metrics, telemetry, health taints."""
 
     #: Keep the node's Accelerators' users (status.allocatedTo) and honour their cordons.
@@ -128,8 +124,7 @@ class ObserveOptions:
     health_taint_hold: float = 300.0
 
 
-@dataclass(frozen=True)
-class AgentOptions:
+class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Every group; only :func:`~kubeacc.agent.compose.compose_agent` reads it whole."""
 
     node: NodePaths
@@ -148,14 +143,15 @@ def options_from(**settings: Any) -> AgentOptions:
         if group is None:
             raise TypeError(f"no agent setting {key!r}")
         groups[group][key] = value
-    return AgentOptions(**{g: _GROUPS[g](**kw) for g, kw in groups.items() if kw})
+    made: dict[str, Any] = {g: _GROUPS[g](**kw) for g, kw in groups.items() if kw}
+    return AgentOptions(**made)
 
 
-_GROUPS: dict[str, type] = {
+_GROUPS: dict[str, type[msgspec.Struct]] = {
     "node": NodePaths,
     "api": ApiOptions,
     "publish": PublishOptions,
     "prepare": PrepareOptions,
     "observe": ObserveOptions,
 }
-_FIELDS = {cls: {f.name for f in fields(cls)} for cls in _GROUPS.values()}
+_FIELDS: dict[type, set[str]] = {cls: set(cls.__struct_fields__) for cls in _GROUPS.values()}

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import msgspec
 from lightkube import Client
 
 from kubeacc.agent.dra.claims import WatchingClaimSource
@@ -21,12 +21,11 @@ if TYPE_CHECKING:
     from kubeacc.agent.dra.fpga.binding import FpgaBinder
 
 
-@dataclass
-class Relay:
+class Relay(msgspec.Struct):
     """What collaborators built before the agent read from it or tell it: the devices of its
     last discovery pass (the driver prepares from them) and "the devices' users changed"."""
 
-    index: dict[str, DeviceInfo] = field(default_factory=dict)
+    index: dict[str, DeviceInfo] = msgspec.field(default_factory=dict)
     on_users_changed: Callable[[], None] = lambda: None
 
     def devices(self) -> dict[str, DeviceInfo]:
@@ -36,8 +35,7 @@ class Relay:
         self.on_users_changed()
 
 
-@dataclass
-class AgentParts:
+class AgentParts(msgspec.Struct, kw_only=True):
     """The agent's collaborators, built by :func:`compose_agent`."""
 
     client: Client

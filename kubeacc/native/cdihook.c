@@ -314,7 +314,12 @@ static int root_path(char *rootfs, size_t size) {
 
 static int openat2_(int dirfd, const char *path, uint64_t flags, uint64_t resolve) {
     struct open_how how = {.flags = flags, .mode = 0, .resolve = resolve};
-    return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+    /* RESOLVE_IN_ROOT answers EAGAIN when a rename ran anywhere on the system during the walk
+       (the kernel cannot prove the walk stayed inside): a busy node sees that; try again. */
+    for (int tries = 0;; tries++) {
+        int fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+        if (fd >= 0 || errno != EAGAIN || tries >= 64) return fd;
+    }
 }
 
 #define IN_ROOT (RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)

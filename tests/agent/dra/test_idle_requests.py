@@ -12,12 +12,12 @@ as its node's identity (deploy/rbac/agent.yaml), which must allow those watches.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Node
@@ -87,7 +87,7 @@ def test_an_idle_agent_sends_nothing_and_repairs_at_once(
         assert loop_requests.lines == [], "requests of an idle agent"
 
         # Someone deletes a slice and a label: put back without waiting for a re-check.
-        agent.publish = dataclasses.replace(agent.publish, resync_interval=3600.0)
+        agent.publish = msgspec.structs.replace(agent.publish, resync_interval=3600.0)
         time.sleep(1.5)  # the last 1-second re-check is done
         (first, *_) = kube_client.list(ResourceSlice, fields=slice_fields(api_node))
         assert first.metadata is not None and first.metadata.name
