@@ -62,36 +62,41 @@ def test_no_daemon_imports_another_and_no_shared_layer_imports_a_daemon() -> Non
 
 
 def _plant(tmp_path: Path, module: str, line: str) -> Path:
-    """A copy of the package with ``line`` added to ``module``; it must be the only culprit."""
+    """A copy of the package with ``line`` added to ``module``."""
     copy = tmp_path / "kubeacc"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
     target = copy.joinpath(*module.split(".")[1:]).with_suffix(".py")
     target.write_text(target.read_text() + f"\n{line}\n")
-    found = violations(import_graph(copy))
-    assert found and all(v.startswith(module + " -> ") for v in found)
     return copy
 
 
+def _planted_violations(tmp_path: Path, module: str, line: str) -> list[str]:
+    """The rule's verdict on a copy with ``line`` planted in ``module``, which must be the only
+    culprit."""
+    found = violations(import_graph(_plant(tmp_path, module, line)))
+    assert found and all(v.startswith(module + " -> ") for v in found)
+    return found
+
+
 def test_a_planted_cross_daemon_import_fails_the_rule(tmp_path: Path) -> None:
-    copy = _plant(tmp_path, "kubeacc.agent.users", "from kubeacc.extender import kube  # planted")
-    assert "kubeacc.agent.users -> kubeacc.extender.kube (one daemon into another)" in violations(
-        import_graph(copy)
+    found = _planted_violations(
+        tmp_path, "kubeacc.agent.users", "from kubeacc.extender import kube  # planted"
     )
+    assert "kubeacc.agent.users -> kubeacc.extender.kube (one daemon into another)" in found
 
 
 def test_a_planted_import_of_a_daemon_from_a_shared_layer_fails_the_rule(tmp_path: Path) -> None:
-    copy = _plant(tmp_path, "kubeacc.node.rpc", "import kubeacc.deviceplugin.server  # planted")
-    assert (
-        "kubeacc.node.rpc -> kubeacc.deviceplugin.server (a shared layer into a daemon)"
-        in violations(import_graph(copy))
+    found = _planted_violations(
+        tmp_path, "kubeacc.node.rpc", "import kubeacc.deviceplugin.server  # planted"
     )
+    assert "kubeacc.node.rpc -> kubeacc.deviceplugin.server (a shared layer into a daemon)" in found
 
 
 def test_a_planted_import_of_a_command_from_a_daemon_fails_the_rule(tmp_path: Path) -> None:
-    copy = _plant(tmp_path, "kubeacc.controller.kept", "from kubeacc.cli import hosts  # planted")
-    assert "kubeacc.controller.kept -> kubeacc.cli.hosts (into the command layer)" in violations(
-        import_graph(copy)
+    found = _planted_violations(
+        tmp_path, "kubeacc.controller.kept", "from kubeacc.cli import hosts  # planted"
     )
+    assert "kubeacc.controller.kept -> kubeacc.cli.hosts (into the command layer)" in found
 
 
 def hosts_built_below_the_commands(package: Path = PACKAGE) -> list[str]:
@@ -110,10 +115,7 @@ def test_only_the_command_layer_chooses_the_real_host() -> None:
 
 
 def test_a_planted_default_host_fails_the_rule(tmp_path: Path) -> None:
-    copy = tmp_path / "kubeacc"
-    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
-    options = copy / "agent" / "options.py"
-    options.write_text(
-        options.read_text() + "\nfrom kubeacc.host.real import RealHost  # planted\n"
+    copy = _plant(
+        tmp_path, "kubeacc.agent.options", "from kubeacc.host.real import RealHost  # planted"
     )
     assert hosts_built_below_the_commands(copy) == ["kubeacc.agent.options"]

@@ -63,36 +63,34 @@ def test_image_runs_kubeacc_as_its_user(tmp_path: Path, monkeypatch: pytest.Monk
         tar.extractall(root, filter="fully_trusted")
     assert (root / "opt/kubeacc/pyvenv.cfg").is_file()
     assert not list(root.glob("opt/kubeacc/lib/python3*/site-packages/pytest"))
-    chroot = shutil.which("chroot") or "/usr/sbin/chroot"
     if os.geteuid() != 0:
         pytest.skip("running the image's kubeacc needs chroot (root)")
-    done = subprocess.run(
-        [chroot, "--userspec=65532:65532", str(root), "kubeacc", "version"],
-        env={"PATH": "/opt/kubeacc/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    done = _kubeacc_in(root, "version")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == kubeacc.__version__
     # What a cluster runs, no more: the test kit stays in the source tree (pyproject.toml).
     site = next(root.glob("opt/kubeacc/lib/python3*/site-packages/kubeacc"))
     assert (site / "synthetic").is_dir() and (site / "agent" / "compose.py").is_file()
     assert not (site / "testbed").exists() and not (site / "differential").exists()
-    demo = subprocess.run(
-        [chroot, "--userspec=65532:65532", str(root), "kubeacc", "demo"],
+    demo = _kubeacc_in(root, "demo")
+    assert demo.returncode == 1, demo.stderr
+    assert demo.stderr.strip().splitlines() == [
+        "error: kubeacc demo needs the testbed, which comes with a source checkout of "
+        "kube-acc, not with the installed package: run bash scripts/demo.sh there"
+    ]
+
+
+def _kubeacc_in(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``kubeacc ARGS`` run in the unpacked image at ``root``, as its user."""
+    chroot = shutil.which("chroot") or "/usr/sbin/chroot"
+    return subprocess.run(
+        [chroot, "--userspec=65532:65532", str(root), "kubeacc", *args],
         env={"PATH": "/opt/kubeacc/bin:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True,
         text=True,
         check=False,
         timeout=120,
     )
-    assert demo.returncode == 1, demo.stderr
-    assert demo.stderr.strip().splitlines() == [
-        "error: kubeacc demo needs the testbed, which comes with a source checkout of "
-        "kube-acc, not with the installed package: run bash scripts/demo.sh there"
-    ]
 
 
 def test_build_refuses_a_target_it_cannot_write(tmp_path: Path) -> None:
