@@ -467,8 +467,7 @@ class Agent:
         self._observe(self._discover())
         self.driver.reconcile()
         if self._status is not None:
-            self.driver.status = self._status
-            self._status.start()
+            self.driver.start_status(self._status)
         for w in self._watches():
             w.start()
         if self.binder is not None:

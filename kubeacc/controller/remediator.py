@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from lightkube import ApiError, Client
@@ -36,6 +36,7 @@ from lightkube.types import PatchType
 
 from kubeacc.contracts.names import DOMAIN
 from kubeacc.controller.cordons import CORDONED_BY
+from kubeacc.controller.elapsed import Elapsed
 from kubeacc.controller.operations import TargetView, covering
 from kubeacc.controller.remediation import (
     OPERATION_PREFIX,
@@ -80,12 +81,44 @@ def _stamp(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _epoch(value: str) -> float:
-    return parse_time(value).timestamp()
-
-
 def _annotations(acc: dict[str, Any]) -> dict[str, str]:
     return dict((acc.get("metadata") or {}).get("annotations") or {})
+
+
+def ledger_of(
+    operations: Iterable[dict[str, Any]],
+    accelerators: dict[str, dict[str, Any]],
+    now: float,
+    age: Callable[[Hashable, dt.datetime], float],
+) -> Ledger:
+    """What remediation did, from its operations and the Accelerators' annotations; each time
+    as ``now`` less its age by ``age`` (:class:`~kubeacc.controller.elapsed.Elapsed`), so that
+    the rate windows and the back-off hold across steps of the wall clock (NTP, a resumed VM):
+    an hour's step forward would otherwise empty every window at once."""
+    ledger = Ledger()
+    for op in operations:
+        meta = op.get("metadata") or {}
+        if (meta.get("labels") or {}).get(REMEDIATION_LABEL) != "true":
+            continue
+        created = meta.get("creationTimestamp")
+        at = now
+        if created:
+            key = ("op", meta.get("namespace"), meta.get("name"), created)
+            at = now - age(key, parse_time(created))
+        for target in (op.get("spec") or {}).get("targets") or []:
+            node = ((accelerators.get(target) or {}).get("spec") or {}).get("node", "")
+            ledger.started.append((at, target, node))
+    for name, acc in accelerators.items():
+        notes = _annotations(acc)
+        if (acc.get("spec") or {}).get("cordoned") and notes.get(CORDONED_BY) == OUT:
+            ledger.out.add(name)
+        if RETURNED_ANNOTATION in notes:
+            stamp = notes[RETURNED_ANNOTATION]
+            try:
+                ledger.returned[name] = now - age(("returned", name, stamp), parse_time(stamp))
+            except ValueError:
+                log.warning("%s: unreadable %s", name, RETURNED_ANNOTATION)
+    return ledger
 
 
 class Remediator:
@@ -100,6 +133,7 @@ class Remediator:
         namespace: str,
         due_in: Callable[[float], None],
         clock: Callable[[], float] | None = None,
+        mono: Callable[[], float] | None = None,
     ) -> None:
         self.client = client
         self.accelerators = accelerators
@@ -107,29 +141,16 @@ class Remediator:
         self.namespace = namespace
         self.due_in = due_in
         self.clock = clock or time.time
+        #: The ages of operations and returns: a step of the wall clock once they were seen
+        #: moves no rate window or back-off (kubeacc/controller/elapsed.py).
+        self.ages = Elapsed(
+            wall=lambda: dt.datetime.fromtimestamp(self.clock(), dt.UTC),
+            mono=mono or time.monotonic,
+        )
 
     # -- the state, from the cluster --------------------------------------------------------
     def ledger(self, accelerators: dict[str, dict[str, Any]]) -> Ledger:
-        ledger = Ledger()
-        for op in self.operations.items():
-            meta = op.get("metadata") or {}
-            if (meta.get("labels") or {}).get(REMEDIATION_LABEL) != "true":
-                continue
-            created = meta.get("creationTimestamp")
-            for target in (op.get("spec") or {}).get("targets") or []:
-                node = ((accelerators.get(target) or {}).get("spec") or {}).get("node", "")
-                at = _epoch(created) if created else self.clock()
-                ledger.started.append((at, target, node))
-        for name, acc in accelerators.items():
-            notes = _annotations(acc)
-            if (acc.get("spec") or {}).get("cordoned") and notes.get(CORDONED_BY) == OUT:
-                ledger.out.add(name)
-            if RETURNED_ANNOTATION in notes:
-                try:
-                    ledger.returned[name] = _epoch(notes[RETURNED_ANNOTATION])
-                except ValueError:
-                    log.warning("%s: unreadable %s", name, RETURNED_ANNOTATION)
-        return ledger
+        return ledger_of(self.operations.items(), accelerators, self.clock(), self.ages.age)
 
     # -- the pass ---------------------------------------------------------------------------
     def reconcile(self, specs: dict[str, Any], accelerators: dict[str, dict[str, Any]]) -> None:

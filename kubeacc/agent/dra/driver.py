@@ -130,6 +130,9 @@ class Driver:
         self.on_change = on_change
         #: Writes claims' status.devices after prepare and unprepare (None: not written).
         self.status: DeviceStatusWriter | None = None
+        #: Claims whose devices a reboot took and :meth:`reconcile` made again: their status
+        #: is written again once the writer starts (:meth:`start_status`).
+        self._remade: set[str] = set()
         #: Device metadata files for the containers (KEP-5304), written at prepare; the agent
         #: turns it on (``--no-device-metadata`` keeps it off).
         self.device_metadata = False
@@ -255,6 +258,7 @@ class Driver:
                     continue
                 for uid in changed:
                     metadata.remove(self.state_dir, uid)  # made again with the new UUIDs
+                self._remade.update(changed)
 
     def _reconcile(self) -> tuple[list[str], list[str]]:
         self.cdi_dir.mkdir(parents=True, exist_ok=True)
@@ -306,18 +310,38 @@ class Driver:
         refs = list(refs)
         with self.metrics.prepare_seconds.time():
             out = self._prepare_claims(refs)
-        if self.status is not None:
-            infos = self.devices()
-            for ref in refs:
-                res = out.get(ref.uid)
-                if res is not None and not res.error:
-                    seen = self._described(ref.uid)
-                    entries = device_entries(self.node, res.devices, infos, seen, self.network)
-                    self.status.prepared(ref.namespace, ref.name, ref.uid, entries)
+        self._write_status(
+            (ref, res.devices) for ref in refs if (res := out.get(ref.uid)) and not res.error
+        )
         self.metrics.prepare_errors.inc(sum(1 for r in out.values() if r.error))
         self._count()
         self._changed()
         return out
+
+    def _write_status(self, done: Iterable[tuple[ClaimRef, Sequence[PreparedDevice]]]) -> None:
+        """Queue the ``status.devices`` entries of prepared claims (none without a writer)."""
+        if self.status is None:
+            return
+        infos = self.devices()
+        for ref, devices in done:
+            seen = self._described(ref.uid)
+            entries = device_entries(self.node, devices, infos, seen, self.network)
+            self.status.prepared(ref.namespace, ref.name, ref.uid, entries)
+
+    def start_status(self, writer: DeviceStatusWriter) -> None:
+        """Start writing claims' ``status.devices`` with ``writer``; the claims whose devices
+        :meth:`reconcile` made again (a MIG instance's new UUID after a reboot) are written
+        first, so their status no longer names what the reboot took."""
+        self.status = writer
+        writer.start()
+        with self.lock:
+            redone = [
+                (ClaimRef(c.namespace, c.name, uid), c.devices)
+                for uid in self._remade
+                if (c := self.checkpoint.claims.get(uid)) is not None
+            ]
+            self._remade.clear()
+        self._write_status(redone)
 
     def _changed(self) -> None:
         if self.on_change is not None:

@@ -16,6 +16,7 @@ from lightkube.resources.resource_v1 import ResourceSlice
 
 from kubeacc.agent.dra.checkpoint import read_claims
 from kubeacc.agent.dra.devices import device_index, slice_devices
+from kubeacc.agent.dra.devicestatus import DeviceStatusWriter
 from kubeacc.agent.dra.driver import ClaimRef, Driver
 from kubeacc.agent.dra.mig.model import counter_set, partition_name
 from kubeacc.agent.dra.mig.nvml import nvml_for
@@ -53,6 +54,20 @@ class Host:
 
     def calls(self) -> list[tuple[str, Any]]:
         return [(c["call"], c.get("gpuInstanceId")) for c in read_calls(self.root / ".synthetic")]
+
+
+class StatusSeen(DeviceStatusWriter):
+    """The status writer's queue as the driver fills it (nothing sent: no claim on a server)."""
+
+    def __init__(self) -> None:
+        super().__init__(cast(Client, None), NODE)
+        self.written: list[tuple[tuple[str, str, str], list[dict[str, Any]]]] = []
+
+    def start(self) -> None:
+        pass
+
+    def prepared(self, namespace: str, name: str, uid: str, entries: list[dict[str, Any]]) -> None:
+        self.written.append(((namespace, name, uid), entries))
 
 
 @pytest.fixture
@@ -286,6 +301,13 @@ def test_a_reboot_makes_the_prepared_claims_instances_again(host: Host) -> None:
     )
     meta = (host.state / "dra-device-metadata" / "u1").rglob("metadata.json")
     assert any(rec.uuid in p.read_text() for p in meta)
+    # the claim's status.devices names the new instance once the writer starts, before any
+    # repeated prepare (a GPU reset without a kubelet restart gets none)
+    status = StatusSeen()
+    restarted.start_status(status)
+    ((where, entries),) = status.written
+    assert where == ("ns", "a", "u1")
+    assert [(e["device"], e["data"]["uuid"]) for e in entries] == [(kept, rec.uuid)]
     # the kubelet's repeated prepare answers from the checkpoint with the new instance
     (res,) = restarted.prepare([ClaimRef("ns", "a", "u1")]).values()
     assert not res.error
