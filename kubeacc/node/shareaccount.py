@@ -1,0 +1,407 @@
+"""The accounting service of GPU memory shares: each share's account, kept by the agent where
+no process of the container can rewrite or remove it.
+
+Every share (a claim, or a device-plugin container) has a directory ``<root>/<name>`` that the
+CDI spec mounts read-only into the container at :data:`CONTAINER_DIR`: ``limits`` (MiB per
+unit, as ``KUBEACC_DEVICE_MEMORY_LIMIT``), the socket ``account.sock`` the share-limit library
+connects to, and ``held.json`` (what the service needs after a restart). Each process of the
+container holds its part of the account over its own connection; the part comes back when the
+connection closes, which the kernel does when the process is gone.
+
+The protocol is fixed-size little-endian messages: a request is ``op, unit`` (u32 each) and
+``bytes`` (u64); HELLO, RESERVE and QUERY get ``status, used`` (u64 each) back, RELEASE and
+ADOPT nothing. A connection that sends anything else, or does not read its replies, is closed.
+
+Restart (the agent killed): the connections are gone with the agent, their processes are not.
+Each connection's holdings are written to ``held.json`` whenever they rise above what was last
+written (so the file never says less than is held), with the process's pid and start time as
+the kernel reports them. A new service serves every directory it finds and counts each record
+as held until its process is gone or reconnects (the library reconnects and declares what it
+holds, ADOPT). A record whose process the agent cannot see (another PID namespace) stays
+until the share is closed: conservative, never less than is held.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubeacc.node.sockets import check_socket_path
+
+log = logging.getLogger(__name__)
+
+#: Where the container sees its share's directory (mounted read-only).
+CONTAINER_DIR = "/run/kubeacc/sharelimit"
+SOCKET_NAME = "account.sock"
+LIMITS_NAME = "limits"
+HELD_NAME = "held.json"
+ENV_SOCKET = "KUBEACC_SHARELIMIT_SOCKET"
+#: What a container's library connects to.
+CONTAINER_SOCKET = f"{CONTAINER_DIR}/{SOCKET_NAME}"
+
+REQUEST = struct.Struct("<IIQ")
+REPLY = struct.Struct("<QQ")
+HELLO, RESERVE, RELEASE, ADOPT, QUERY = 1, 2, 3, 4, 5
+OK, DENIED = 0, 1
+#: Connections one share may have open (a process each): more are refused.
+MAX_CONNECTIONS = 4096
+_NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+class AccountError(ValueError):
+    """A share that cannot be opened (a bad name or limits)."""
+
+
+def parse_limits(text: str) -> list[int]:
+    """Bytes per unit from ``KUBEACC_DEVICE_MEMORY_LIMIT``'s form (MiB, comma-separated)."""
+    try:
+        mib = [int(part) for part in text.strip().split(",")]
+    except ValueError:
+        mib = []
+    if not mib or any(m <= 0 for m in mib) or len(mib) > 16:
+        raise AccountError(f"limits {text!r}: expected 1-16 positive MiB values, comma-separated")
+    return [m << 20 for m in mib]
+
+
+def process_start(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot, /proc/<pid>/stat field 22), or None
+    when the agent cannot see it. The socket peer is a real process: this reads the real
+    /proc, never a generated host tree."""
+    if pid <= 0:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
+
+
+@dataclass
+class _Record:
+    """Holdings of a process whose connection the service no longer has (after a restart)."""
+
+    pid: int
+    start: int | None
+    held: list[int]
+
+    def gone(self) -> bool:
+        return self.pid > 0 and (self.start is None or process_start(self.pid) != self.start)
+
+
+@dataclass(eq=False)
+class _Conn:
+    sock: socket.socket
+    share: _Share
+    pid: int
+    start: int | None
+    held: list[int]
+    written: list[int]
+    buf: bytearray = field(default_factory=bytearray)
+
+
+@dataclass(eq=False)
+class _Share:
+    name: str
+    dir: Path
+    limits: list[int]
+    listener: socket.socket
+    used: list[int]
+    conns: set[_Conn] = field(default_factory=set)
+    orphans: list[_Record] = field(default_factory=list)
+
+    def drop_gone(self) -> None:
+        for rec in [r for r in self.orphans if r.gone()]:
+            self._drop(rec)
+
+    def _drop(self, rec: _Record) -> None:
+        self.orphans.remove(rec)
+        for unit, n in enumerate(rec.held[: len(self.used)]):
+            self.used[unit] -= n
+
+    def adopt_orphans_of(self, pid: int, start: int | None) -> None:
+        """A process reconnected: its record goes, it declares what it holds (ADOPT)."""
+        for rec in [r for r in self.orphans if pid > 0 and (r.pid, r.start) == (pid, start)]:
+            self._drop(rec)
+
+    def write(self) -> None:
+        """``held.json``: every connection's high-water holdings and the orphans."""
+        records = [
+            {"pid": c.pid, "start": c.start, "held": c.written}
+            for c in self.conns
+            if any(c.written)
+        ] + [{"pid": r.pid, "start": r.start, "held": r.held} for r in self.orphans]
+        tmp = self.dir / (HELD_NAME + ".tmp")
+        tmp.write_text(json.dumps({"records": records}))
+        tmp.chmod(0o644)
+        os.replace(tmp, self.dir / HELD_NAME)
+
+
+class AccountService:
+    """Serves the accounts of the shares under ``root`` on one thread (:meth:`start`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock = threading.Lock()
+        self._shares: dict[str, _Share] = {}
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    # ---- the agent's side ----
+
+    def start(self) -> None:
+        """Serve every share found under the root (left by a previous run), then run."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o755)
+        for d in sorted(self.root.iterdir()):
+            if (d / LIMITS_NAME).is_file():
+                try:
+                    self._serve(d.name, (d / LIMITS_NAME).read_text(), restore=True)
+                except (AccountError, OSError) as exc:
+                    log.warning("share account %s not served: %s", d.name, exc)
+        self._thread = threading.Thread(target=self._run, name="share-accounts", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving (the directories stay: a next run serves them again)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._wake_w.send(b"x")
+        if self._thread is not None:
+            self._thread.join(10)
+        with self._lock:
+            for share in self._shares.values():
+                self._close_sockets(share)
+            self._shares.clear()
+        self._selector.close()
+        self._wake_r.close()
+        self._wake_w.close()
+
+    def open(self, name: str, limits: str) -> Path:
+        """The share's directory, serving its account (created, or kept if open with the same
+        limits: a prepare done again)."""
+        if not name or len(name) > 128 or name[0] == "." or not set(name) <= _NAME_OK:
+            raise AccountError(f"share account name {name!r}: expected [A-Za-z0-9._-]{{1,128}}")
+        parse_limits(limits)
+        with self._lock:
+            share = self._shares.get(name)
+            if share is not None and share.limits == parse_limits(limits):
+                return share.dir
+        if share is not None:
+            raise AccountError(f"share account {name} is open with other limits")
+        return self._serve(name, limits, restore=False)
+
+    def close(self, name: str) -> None:
+        """Stop serving the share and remove its directory (its container is gone)."""
+        with self._lock:
+            share = self._shares.pop(name, None)
+            if share is not None:
+                self._close_sockets(share)
+        d = self.root / name
+        for child in (SOCKET_NAME, LIMITS_NAME, HELD_NAME, HELD_NAME + ".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                (d / child).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            d.rmdir()
+
+    def names(self) -> set[str]:
+        with self._lock:
+            return set(self._shares)
+
+    def used(self, name: str) -> list[int]:
+        """Bytes in use per unit (tests and the agent's status)."""
+        with self._lock:
+            share = self._shares[name]
+            share.drop_gone()
+            return list(share.used)
+
+    # ---- serving ----
+
+    def _serve(self, name: str, limits: str, restore: bool) -> Path:
+        units = parse_limits(limits)
+        d = self.root / name
+        path = d / SOCKET_NAME
+        check_socket_path(path)
+        d.mkdir(mode=0o755, exist_ok=True)
+        used = [0] * len(units)
+        orphans: list[_Record] = []
+        if restore:
+            orphans = _read_records(d / HELD_NAME, len(units))
+        else:
+            (d / LIMITS_NAME).write_text(limits.strip() + "\n")
+            with contextlib.suppress(FileNotFoundError):
+                (d / HELD_NAME).unlink()
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(path))
+        path.chmod(0o666)  # any user of the container may connect
+        listener.listen(128)
+        listener.setblocking(False)
+        share = _Share(name, d, units, listener, used, orphans=orphans)
+        for rec in orphans:
+            for unit, n in enumerate(rec.held):
+                used[unit] += n
+        share.drop_gone()
+        with self._lock:
+            self._shares[name] = share
+            self._selector.register(listener, selectors.EVENT_READ, share)
+        if restore:
+            log.info("share account %s served again: %s bytes held", name, share.used)
+        return d
+
+    def _close_sockets(self, share: _Share) -> None:
+        for conn in list(share.conns):
+            self._unregister(conn.sock)
+        share.conns.clear()
+        self._unregister(share.listener)
+
+    def _unregister(self, sock: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(sock)
+        sock.close()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            for key, _ in self._selector.select(1.0):
+                with self._lock:
+                    if key.data is None:
+                        with contextlib.suppress(BlockingIOError):
+                            self._wake_r.recv(64)
+                    elif isinstance(key.data, _Share):
+                        self._accept(key.data)
+                    elif isinstance(key.data, _Conn):
+                        self._read(key.data)
+
+    def _accept(self, share: _Share) -> None:
+        if self._shares.get(share.name) is not share:
+            return
+        try:
+            sock, _ = share.listener.accept()
+        except (BlockingIOError, OSError):
+            return
+        if len(share.conns) >= MAX_CONNECTIONS:
+            sock.close()
+            return
+        pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        sock.setblocking(False)
+        zero = [0] * len(share.limits)
+        conn = _Conn(sock, share, pid, process_start(pid), list(zero), list(zero))
+        share.conns.add(conn)
+        self._selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _read(self, conn: _Conn) -> None:
+        if conn not in conn.share.conns:
+            return
+        try:
+            data = conn.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            return self._drop(conn)
+        conn.buf += data
+        n = len(conn.buf) // REQUEST.size * REQUEST.size
+        for off in range(0, n, REQUEST.size):
+            if not self._handle(conn, *REQUEST.unpack_from(conn.buf, off)):
+                return self._drop(conn)
+        del conn.buf[:n]
+
+    def _handle(self, conn: _Conn, op: int, unit: int, n: int) -> bool:
+        """One request; False closes the connection."""
+        share = conn.share
+        if op == HELLO:
+            share.adopt_orphans_of(conn.pid, conn.start)
+            return self._reply(conn, OK, len(share.limits))
+        if unit >= len(share.limits):
+            return False
+        if op == RESERVE:
+            if share.used[unit] + n > share.limits[unit]:
+                share.drop_gone()
+            if share.used[unit] + n > share.limits[unit]:
+                return self._reply(conn, DENIED, share.used[unit])
+            self._charge(conn, unit, n)
+            return self._reply(conn, OK, share.used[unit])
+        if op == RELEASE:
+            n = min(n, conn.held[unit])  # only what this connection holds
+            conn.held[unit] -= n
+            share.used[unit] -= n
+            return True
+        if op == ADOPT:  # what the process holds after a reconnect: counted, even past the limit
+            self._charge(conn, unit, n)
+            return True
+        if op == QUERY:
+            share.drop_gone()
+            return self._reply(conn, OK, share.used[unit])
+        return False
+
+    def _charge(self, conn: _Conn, unit: int, n: int) -> None:
+        conn.held[unit] += n
+        conn.share.used[unit] += n
+        if conn.held[unit] > conn.written[unit]:
+            conn.written[unit] = conn.held[unit]
+            _write(conn.share)
+
+    def _reply(self, conn: _Conn, status: int, used: int) -> bool:
+        try:
+            return conn.sock.send(REPLY.pack(status, used)) == REPLY.size
+        except OSError:  # its buffer is full: it does not read its replies
+            return False
+
+    def _drop(self, conn: _Conn) -> None:
+        share = conn.share
+        share.conns.discard(conn)
+        self._unregister(conn.sock)
+        for unit, n in enumerate(conn.held):
+            share.used[unit] -= n
+        if any(conn.written):
+            _write(share)
+
+
+def _write(share: _Share) -> None:
+    try:
+        share.write()
+    except OSError as exc:  # the account itself is in memory: only a restart would miss it
+        log.warning("share account %s: %s not written: %s", share.name, HELD_NAME, exc)
+
+
+def _read_records(path: Path, units: int) -> list[_Record]:
+    """The records a previous run left; an unreadable file holds everything it can."""
+    try:
+        raw = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        log.warning("%s unreadable (%s): the share starts empty", path, exc)
+        return []
+    out = []
+    for r in raw.get("records", []) if isinstance(raw, dict) else []:
+        held = [int(x) for x in r.get("held", [])][:units]
+        out.append(_Record(int(r.get("pid", 0)), r.get("start"), held + [0] * (units - len(held))))
+    return out
+
+
+def share_mount(root: Path, name: str) -> tuple[str, str]:
+    """The read-only mount (host, container) of a share's directory."""
+    return str(root / name), CONTAINER_DIR
+
+
+def names_in(root: Path, prefix: str) -> Sequence[str]:
+    """The shares under ``root`` whose names start with ``prefix``."""
+    if not root.is_dir():
+        return []
+    return sorted(d.name for d in root.iterdir() if d.name.startswith(prefix))
