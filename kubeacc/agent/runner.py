@@ -464,6 +464,8 @@ class Agent:
             )
             self.probes.start()
         prime_decoders()
+        if self.limiter.accounts is not None:  # the shares' accounts, before any prepare
+            self.limiter.accounts.start()
         self._observe(self._discover())
         self.driver.reconcile()
         if self._status is not None:
@@ -528,6 +530,8 @@ class Agent:
             w.close()
         if self._sweeper is not None:
             self._sweeper.join(timeout=15)
+        if self.limiter.accounts is not None:
+            self.limiter.accounts.stop()
         self.driver.checkpoint.close()
         if self.probes is not None:
             self.probes.stop()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from kubeacc.contracts.names import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_UNITS_RESOURCE
 from kubeacc.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
 from kubeacc.model import Device
-from kubeacc.node.sharelimit import Limiter
+from kubeacc.node.sharelimit import EditsError, Limiter, container_account
 from kubeacc.units.table import active_table
 
 if TYPE_CHECKING:  # the extender's code loads at the first shared allocation
@@ -330,12 +330,14 @@ def shared_allocate(
         )
         vendor = devices[found.devices[0]].vendor
         how = (limiter or Limiter()).enforcement(vendor, mps=False, enforce=limiter is not None)
-        env, mount = (limiter or Limiter()).edits(
-            how, f"{found.pod.replace('/', '.')}.{found.container}"
-        )
+        try:
+            env, mounts = (limiter or Limiter()).edits(
+                how, container_account(found.pod, found.container), out.envs[MEMORY_LIMIT_ENV]
+            )
+        except EditsError as exc:
+            raise AllocationError(f"pod {found.pod} container {found.container}: {exc}") from None
         out.envs.update(env)
-        if mount:
-            out.read_only_mounts.append(mount)
+        out.read_only_mounts.extend(mounts)
     if kind is Kind.CORES and found.cores:
         out.envs[CORES_LIMIT_ENV] = str(found.cores)
         out.envs[MPS_CORES_ENV] = str(found.cores)

@@ -35,8 +35,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kubeacc.node.sockets import check_socket_path
-
 log = logging.getLogger(__name__)
 
 #: Where the container sees its share's directory (mounted read-only).
@@ -234,8 +232,7 @@ class AccountService:
         units = parse_limits(limits)
         d = self.root / name
         path = d / SOCKET_NAME
-        check_socket_path(path)
-        d.mkdir(mode=0o755, exist_ok=True)
+        d.mkdir(mode=0o755, parents=True, exist_ok=True)
         used = [0] * len(units)
         orphans: list[_Record] = []
         if restore:
@@ -247,7 +244,16 @@ class AccountService:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(path))
+        # Bound through the directory's descriptor: a deep state directory would make the
+        # path longer than a socket address holds (the container's path is short).
+        dfd = os.open(d, os.O_PATH | os.O_DIRECTORY)
+        try:
+            listener.bind(f"/proc/self/fd/{dfd}/{SOCKET_NAME}")
+        except OSError:
+            listener.close()
+            raise
+        finally:
+            os.close(dfd)
         path.chmod(0o666)  # any user of the container may connect
         listener.listen(128)
         listener.setblocking(False)

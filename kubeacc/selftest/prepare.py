@@ -36,6 +36,7 @@ from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.discovery import discover
 from kubeacc.host import Host
 from kubeacc.node.cdi import spec_path
+from kubeacc.node.shareaccount import AccountService
 from kubeacc.node.sharelimit import Limiter, install
 from kubeacc.node.userspace.provider import DriverUserSpace
 from kubeacc.selftest.report import Check, failed, passed, skipped
@@ -79,7 +80,8 @@ def prepare_checks(
         return [skipped(WHOLE, reason), skipped(SHARE, reason)]
     with tempfile.TemporaryDirectory(prefix="kubeacc-selftest-") as tmp:
         state = Path(tmp)
-        limiter = Limiter(install(library, state) if library.is_file() else None)
+        accounts = AccountService(state / "sharelimit")
+        limiter = Limiter(install(library, state) if library.is_file() else None, accounts)
         result = {"driver": DRIVER_NAME, "pool": POOL, "device": gpu, "request": "gpu"}
         share = {
             **result,
@@ -109,7 +111,11 @@ def prepare_checks(
                 skipped(SHARE, f"no share-limit library at {library}: shares are advisory here")
             )
         else:
-            out.append(_share(rt, driver, claims["share"]))
+            accounts.start()
+            try:
+                out.append(_share(rt, driver, claims["share"]))
+            finally:
+                accounts.stop()
         return out
 
 

@@ -20,7 +20,8 @@ from kubeacc.deviceplugin.shared import Found, Kind, shared_allocate
 from kubeacc.model import DeviceType, Inventory
 from kubeacc.node import cdi
 from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
-from kubeacc.node.sharelimit import CONTAINER_LIBRARY, Enforcement, Limiter, install
+from kubeacc.node.shareaccount import AccountService
+from kubeacc.node.sharelimit import CONTAINER_LIBRARY, EditsError, Enforcement, Limiter, install
 from tests.agent.dra.sharing.test_sharing import GPU0, Claims, make_driver, share, spec_env
 from tests.hosts import HostFactory, discover
 
@@ -57,20 +58,26 @@ def share_device(spec: dict[str, Any]) -> dict[str, Any]:
 def test_a_dra_share_gets_the_library_read_only_and_preloaded(
     tmp_path: Path, dgx: Inventory
 ) -> None:
-    err, spec = prepare(tmp_path, dgx, Limiter(LIB))
+    accounts = AccountService(tmp_path / "acc")
+    err, spec = prepare(tmp_path, dgx, Limiter(LIB, accounts))
     assert err == ""
     env = spec_env(tmp_path, "u1", f"u1-{GPU0}-s1")
     assert env["LD_PRELOAD"] == CONTAINER_LIBRARY
-    assert env["KUBEACC_SHARELIMIT_ID"] == "u1"  # one account per claim
+    # One account per claim, in the agent's service, its directory read-only in the container.
+    assert env["KUBEACC_SHARELIMIT_SOCKET"] == "/run/kubeacc/sharelimit/account.sock"
     assert env["KUBEACC_SHARE_ENFORCEMENT"] == "library"
     assert env["KUBEACC_DEVICE_MEMORY_LIMIT"] == "4096"
+    ro = ["ro", "nosuid", "nodev", "bind"]
     assert share_device(spec)["mounts"] == [
+        {"hostPath": str(LIB), "containerPath": CONTAINER_LIBRARY, "options": ro},
         {
-            "hostPath": str(LIB),
-            "containerPath": CONTAINER_LIBRARY,
-            "options": ["ro", "nosuid", "nodev", "bind"],
-        }
+            "hostPath": str(tmp_path / "acc" / "c-u1"),
+            "containerPath": "/run/kubeacc/sharelimit",
+            "options": ro,
+        },
     ]
+    assert accounts.names() == {"c-u1"}
+    accounts.stop()
 
 
 def test_a_whole_gpu_gets_no_library(tmp_path: Path, dgx: Inventory) -> None:
@@ -117,10 +124,27 @@ def test_enforcement_by_vendor_and_mps() -> None:
     assert lib.enforcement("NVIDIA", mps=True, enforce=False) is Enforcement.ADVISORY
     assert lib.enforcement("AMD", mps=False) is Enforcement.ADVISORY  # no interception point
     assert lib.enforcement("KunLun", mps=False) is Enforcement.ADVISORY
-    env, mount = lib.edits(Enforcement.MPS, "u1")
-    assert env == {"KUBEACC_SHARE_ENFORCEMENT": "mps"} and mount is None
-    env, _ = lib.edits(Enforcement.LIBRARY, "../ns/pod.c")
-    assert env["KUBEACC_SHARELIMIT_ID"] == "_ns_pod.c"
+    env, mounts = lib.edits(Enforcement.MPS, "u1", "1024")
+    assert env == {"KUBEACC_SHARE_ENFORCEMENT": "mps"} and mounts == []
+    env, mounts = lib.edits(Enforcement.LIBRARY, "u1", "1024")
+    assert "KUBEACC_SHARELIMIT_SOCKET" not in env  # no service: each process its own account
+    assert mounts == [(str(LIB), "/usr/local/lib/kubeacc/libkubeacc-sharelimit.so")]
+
+
+def test_a_library_share_gets_its_account_read_only(tmp_path: Path) -> None:
+    accounts = AccountService(tmp_path / "acc")
+    lib = Limiter(LIB, accounts)
+    env, mounts = lib.edits(Enforcement.LIBRARY, "c-u1", "1024,512")
+    assert env["KUBEACC_SHARELIMIT_SOCKET"] == "/run/kubeacc/sharelimit/account.sock"
+    assert mounts[1] == (str(tmp_path / "acc" / "c-u1"), "/run/kubeacc/sharelimit")
+    assert (tmp_path / "acc" / "c-u1" / "limits").read_text() == "1024,512\n"
+    with pytest.raises(EditsError, match="expected"):
+        lib.edits(Enforcement.LIBRARY, "../x", "1024")
+    with pytest.raises(EditsError, match="other limits"):
+        lib.edits(Enforcement.LIBRARY, "c-u1", "2048")
+    lib.close("c-u1")
+    assert not (tmp_path / "acc" / "c-u1").exists()
+    accounts.stop()
 
 
 def test_install_copies_the_library_to_the_host_once(tmp_path: Path) -> None:
@@ -141,15 +165,27 @@ def edge(hosts: HostFactory) -> Inventory:
 
 
 @pytest.mark.parametrize("enforce", [True, False])
-def test_a_device_plugin_memory_share_gets_the_library(edge: Inventory, enforce: bool) -> None:
+def test_a_device_plugin_memory_share_gets_the_library(
+    edge: Inventory, enforce: bool, tmp_path: Path
+) -> None:
     gpus = {d.pci_bus_id: d for d in edge.by_type(DeviceType.GPU) if d.pci_bus_id}
     (bdf,) = gpus
     found = Found("ns/train", "main", (bdf,), memory=4096, cores=0)
-    got = shared_allocate(Kind.MEMORY, found, gpus, None, Limiter(LIB) if enforce else None)
+    accounts = AccountService(tmp_path / "acc")
+    limiter = Limiter(LIB, accounts) if enforce else None
+    got = shared_allocate(Kind.MEMORY, found, gpus, None, limiter)
+    accounts.stop()
     if enforce:
         assert got.envs["LD_PRELOAD"] == CONTAINER_LIBRARY
-        assert got.envs["KUBEACC_SHARELIMIT_ID"] == "ns.train.main"
-        assert got.read_only_mounts == [(str(LIB), CONTAINER_LIBRARY)]
+        assert got.envs["KUBEACC_SHARELIMIT_SOCKET"] == "/run/kubeacc/sharelimit/account.sock"
+        (name,) = accounts.names() or [p.name for p in (tmp_path / "acc").iterdir()]
+        assert (
+            name.startswith("p-") and (tmp_path / "acc" / name / "limits").read_text() == "4096\n"
+        )
+        assert got.read_only_mounts == [
+            (str(LIB), CONTAINER_LIBRARY),
+            (str(tmp_path / "acc" / name), "/run/kubeacc/sharelimit"),
+        ]
     else:
         assert "LD_PRELOAD" not in got.envs and got.read_only_mounts == []
     assert got.envs["KUBEACC_SHARE_ENFORCEMENT"] == ("library" if enforce else "advisory")
