@@ -311,9 +311,11 @@ def shared_allocate(
     devices: Mapping[str, Device],
     cdi_kind: str | None,
     limiter: Limiter | None = None,
+    enforce: bool = True,
 ) -> ContainerDevices:
     """What the container gets: the decided GPU(s) and, for shares, the limits as env and,
-    for a memory share, what enforces them (``limiter``; None: the type's limits are advisory).
+    for a memory share, what enforces them (``limiter``; None or ``enforce`` false: the type's
+    limits are advisory) and whether the pod's namespace accepts that (``Limiter.refusal``).
     The container's processes keep one account, named after the pod and container."""
     missing = [b for b in found.devices if b not in devices]
     if missing:
@@ -329,9 +331,12 @@ def shared_allocate(
             f"{i}={found.memory}M" for i in range(len(found.devices))
         )
         vendor = devices[found.devices[0]].vendor
-        how = (limiter or Limiter()).enforcement(vendor, mps=False, enforce=limiter is not None)
+        lim = limiter or Limiter()
+        how = lim.enforcement(vendor, mps=False, enforce=enforce and limiter is not None)
+        if why := lim.refusal(found.pod.split("/")[0], how):
+            raise AllocationError(f"pod {found.pod} container {found.container}: {why}")
         try:
-            env, mounts = (limiter or Limiter()).edits(
+            env, mounts = lim.edits(
                 how, container_account(found.pod, found.container), out.envs[MEMORY_LIMIT_ENV]
             )
         except EditsError as exc:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
@@ -74,6 +75,36 @@ class Enforcement(StrEnum):
     ADVISORY = "advisory"
 
 
+#: How strongly each means holds a container to its share: MPS holds it in the driver (the MPS
+#: server), the library in the container's own processes (a process can leave it: unset
+#: LD_PRELOAD, call the kernel driver), advisory not at all.
+STRENGTH = {Enforcement.ADVISORY: 0, Enforcement.LIBRARY: 1, Enforcement.MPS: 2}
+#: The Namespace label by which an admin requires shares in it to be enforced at least so
+#: (``mps``: no user-space-only shares; ``library``: no advisory ones). Tenants with ``edit``
+#: cannot change a Namespace's labels.
+REQUIRED_LABEL = "kubeacc.io/share-enforcement"
+#: A namespace's required enforcement (None: none); raises RequirementError when unknown.
+Requirement = Callable[[str], "Enforcement | None"]
+
+
+class RequirementError(RuntimeError):
+    """A namespace's requirement could not be read or is not one kube-acc knows."""
+
+
+def required_of(labels: dict[str, str] | None) -> Enforcement | None:
+    """The requirement a Namespace's labels set (``REQUIRED_LABEL``)."""
+    value = (labels or {}).get(REQUIRED_LABEL)
+    if value is None:
+        return None
+    try:
+        return Enforcement(value)
+    except ValueError:
+        raise RequirementError(
+            f"label {REQUIRED_LABEL}={value!r}: expected one of "
+            f"{', '.join(e.value for e in Enforcement)}"
+        ) from None
+
+
 def install(source: Path | None, state_dir: Path) -> Path | None:
     """Copy the library to ``<state-dir>/native`` (a host path); its path there, or None when
     there is no library to copy (shares are then advisory; logged once here)."""
@@ -87,6 +118,8 @@ class Limiter(msgspec.Struct, frozen=True):
 
     library: Path | None = None
     accounts: AccountService | None = None
+    #: What each namespace requires of its shares (None: nothing is required).
+    required: Requirement | None = None
 
     def enforcement(self, vendor: str, mps: bool, enforce: bool = True) -> Enforcement:
         """How a memory share of a GPU of ``vendor`` is enforced."""
@@ -115,6 +148,27 @@ class Limiter(msgspec.Struct, frozen=True):
             env[ENV_SOCKET] = CONTAINER_SOCKET
             mounts.append(share_mount(self.accounts.root, account))
         return env, mounts
+
+    def refusal(self, namespace: str, how: Enforcement) -> str:
+        """Why a share of ``namespace`` enforced ``how`` is refused ("" when it is not)."""
+        if self.required is None:
+            return ""
+        try:
+            need = self.required(namespace)
+        except RequirementError as exc:
+            return f"namespace {namespace}: {exc}"
+        if need is None or STRENGTH[how] >= STRENGTH[need]:
+            return ""
+        hint = {
+            Enforcement.MPS: "a DeviceClass whose GpuConfig sets sharing strategy MPS, a MIG "
+            "device or a whole GPU",
+            Enforcement.LIBRARY: "a class that does not turn enforcement off, on a node with "
+            "the share-limit library",
+        }.get(need, "")
+        return (
+            f"namespace {namespace} requires memory shares enforced by {need.value} (its label "
+            f"{REQUIRED_LABEL}); this share would be enforced by {how.value}: use {hint}"
+        )
 
     def close(self, account: str) -> None:
         """The share's container is gone: its account goes."""

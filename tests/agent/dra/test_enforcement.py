@@ -13,6 +13,7 @@ import pytest
 from kubeacc.agent.dra.driver import ClaimRef
 from kubeacc.agent.users import device_plugin_users, dra_users
 from kubeacc.contracts.unitid import id_gpu_key
+from kubeacc.deviceplugin.allocation import AllocationError
 from kubeacc.deviceplugin.config import parse_config
 from kubeacc.deviceplugin.manager import DevicePluginManager
 from kubeacc.deviceplugin.shared import MEMORY_RESOURCE as MEMORY
@@ -21,7 +22,16 @@ from kubeacc.model import DeviceType, Inventory
 from kubeacc.node import cdi
 from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
 from kubeacc.node.shareaccount import AccountService
-from kubeacc.node.sharelimit import CONTAINER_LIBRARY, EditsError, Enforcement, Limiter, install
+from kubeacc.node.sharelimit import (
+    CONTAINER_LIBRARY,
+    REQUIRED_LABEL,
+    EditsError,
+    Enforcement,
+    Limiter,
+    Requirement,
+    install,
+    required_of,
+)
 from tests.agent.dra.sharing.test_sharing import GPU0, Claims, make_driver, share, spec_env
 from tests.hosts import HostFactory, discover
 
@@ -263,3 +273,49 @@ def test_every_shared_unit_id_names_its_gpu(tmp_path: Path, hosts: HostFactory) 
     assert all(by_name[n].type is DeviceType.GPU for n in keys.values())
     enforcement = manager.share_enforcement(inv)
     assert set(enforcement.values()) == {"library"}
+
+
+def untrusted(need: str) -> Requirement:
+    """Namespace ``ns`` labelled ``kubeacc.io/share-enforcement=<need>``, others unlabelled."""
+    return lambda ns: required_of({REQUIRED_LABEL: need} if ns == "ns" else {})
+
+
+def test_a_namespace_that_requires_mps_refuses_a_library_share(
+    tmp_path: Path, dgx: Inventory
+) -> None:
+    err, _ = prepare(tmp_path, dgx, Limiter(LIB, required=untrusted("mps")))
+    assert "namespace ns requires memory shares enforced by mps" in err
+    assert "this share would be enforced by library" in err and "sharing strategy MPS" in err
+    assert not cdi.spec_path(tmp_path / "cdi", "u1").exists()
+    # A whole GPU is no share: nothing to refuse.
+    err, _ = prepare(tmp_path / "w", dgx, Limiter(LIB, required=untrusted("mps")), whole=True)
+    assert err == ""
+
+
+def test_a_namespace_that_requires_the_library_refuses_an_advisory_share(
+    tmp_path: Path, dgx: Inventory
+) -> None:
+    limiter = Limiter(LIB, required=untrusted("library"))
+    err, _ = prepare(tmp_path, dgx, limiter, gpu_config("FromClass", enforce=False))
+    assert "requires memory shares enforced by library" in err and "by advisory" in err
+    err, _ = prepare(tmp_path / "ok", dgx, limiter)
+    assert err == ""
+
+
+def test_an_unknown_requirement_refuses_the_share(tmp_path: Path, dgx: Inventory) -> None:
+    err, _ = prepare(tmp_path, dgx, Limiter(LIB, required=untrusted("strong")))
+    assert "label kubeacc.io/share-enforcement='strong': expected one of" in err
+
+
+@pytest.mark.parametrize("need", ["mps", "bogus"])
+def test_a_device_plugin_share_in_a_namespace_that_requires_more_is_refused(
+    edge: Inventory, need: str
+) -> None:
+    gpus = {d.pci_bus_id: d for d in edge.by_type(DeviceType.GPU) if d.pci_bus_id}
+    (bdf,) = gpus
+    found = Found("ns/train", "main", (bdf,), memory=4096, cores=0)
+    with pytest.raises(AllocationError, match=r"pod ns/train container main: .*share-enforcement"):
+        shared_allocate(Kind.MEMORY, found, gpus, None, Limiter(LIB, required=untrusted(need)))
+    other = Found("other/train", "main", (bdf,), memory=4096, cores=0)
+    got = shared_allocate(Kind.MEMORY, other, gpus, None, Limiter(LIB, required=untrusted(need)))
+    assert got.envs["KUBEACC_SHARE_ENFORCEMENT"] == "library"

@@ -13,6 +13,7 @@ from msgspec import structs
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.dra.kind import ClaimError, ClaimWork, DeviceWork, Kind, KindError
+from kubeacc.agent.dra.refs import ClaimRef
 from kubeacc.agent.dra.sharing.applied import AppliedSharing, GpuWant, SharingError, want_of
 from kubeacc.agent.dra.sharing.limits import (
     ENV_MEMORY,
@@ -101,9 +102,7 @@ class SharingKind(Kind):
         limits = limit_env(shares.units)
         if limits:
             claim.cdi_devices = [
-                self._enforced(d, limits, claim.ref.uid, *shares.enforced[d.name])
-                if d.share_id
-                else d
+                self._enforced(d, limits, claim.ref, *shares.enforced[d.name]) if d.share_id else d
                 for d in claim.cdi_devices
             ]
 
@@ -111,7 +110,7 @@ class SharingKind(Kind):
         self,
         dev: cdi.CDIDevice,
         limits: Mapping[str, str],
-        uid: str,
+        ref: ClaimRef,
         vendor: str,
         mps: bool,
         enforce: bool,
@@ -119,8 +118,10 @@ class SharingKind(Kind):
         """A share's CDI device with the claim's limits and what enforces them; the claim's
         processes (in every container of a pod) keep one account, named by the claim."""
         how = self.limiter.enforcement(vendor, mps, enforce)
+        if why := self.limiter.refusal(ref.namespace, how):
+            raise ClaimError(f"device {dev.name}: {why}")
         try:
-            env, mounts = self.limiter.edits(how, claim_account(uid), limits[ENV_MEMORY])
+            env, mounts = self.limiter.edits(how, claim_account(ref.uid), limits[ENV_MEMORY])
         except EditsError as exc:
             raise ClaimError(f"device {dev.name}: {exc}") from None
         ro = (*dev.read_only_mounts, *mounts)
