@@ -16,12 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import Client
-from lightkube.resources.core_v1 import Pod
+from lightkube import ApiError, Client
+from lightkube.resources.core_v1 import Event, Namespace, Pod
+from lightkube.resources.rbac_authorization_v1 import RoleBinding
+from lightkube.resources.resource_v1 import ResourceClaim
 
 from kubeacc.contracts.wants import DECISION_ANNOTATION, Assigned, Decision
 from kubeacc.native import build
+from kubeacc.node.sharelimit import REQUIRED_LABEL
 from kubeacc.testbed import Testbed
+from kubeacc.testbed.identities import cert_client
 from tests.agent.dra.agentproc import AgentProcess
 from tests.agent.runtimeprobe import (
     SHARED_BDF,
@@ -32,7 +36,7 @@ from tests.agent.runtimeprobe import (
     share_claim,
     start_agent,
 )
-from tests.agent.test_real_runtime import host, wait_running
+from tests.agent.test_real_runtime import host, running_container, wait_running
 from tests.testbed.helpers import eventually
 
 pytestmark = pytest.mark.cluster
@@ -312,3 +316,60 @@ def _allocatable(client: Client, node: str) -> bool:
     got = client.get(Node, node)
     alloc = (got.status.allocatable if got.status else None) or {}
     return alloc.get("kubeacc.io/gpu-memory") not in (None, "0")
+
+
+def test_an_untrusted_tenant_cannot_get_a_user_space_share(
+    runtime_testbed: Testbed,
+    runtime_namespace: str,
+    dra_agent: AgentProcess,
+    driver_root: tuple[Path, Path],
+    tmp_path: Path,
+) -> None:
+    """The admin labels the tenant's namespace ``kubeacc.io/share-enforcement=mps``; the tenant
+    (``edit`` there, nothing else) asks for a share of the library's kind: the kubelet's prepare
+    is refused with what to use instead, and the tenant cannot take the label off."""
+    tb, ns = runtime_testbed, runtime_namespace
+    admin = tb.client()
+    admin.patch(Namespace, ns, {"metadata": {"labels": {REQUIRED_LABEL: "mps"}}})
+    admin.create(  # type: ignore[call-overload]
+        RoleBinding.from_dict(
+            {
+                "metadata": {"name": "tenant-edit", "namespace": ns},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "edit",
+                },
+                "subjects": [
+                    {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant"}
+                ],
+            }
+        )
+    )
+    tenant = cert_client(tb, tmp_path, "tenant", (), "tenant")
+    eventually(lambda: _can_create_claims(tenant, ns), 30, "the tenant's RoleBinding in effect")
+    with pytest.raises(ApiError) as refused:
+        tenant.patch(Namespace, ns, {"metadata": {"labels": {REQUIRED_LABEL: None}}})
+    assert refused.value.status.code == 403
+    tenant.create(share_claim("weak", ns))
+    tenant.create(share_probe_pod("weak", ns, driver_root[1], **claimed("weak")))
+
+    def refusal() -> str:
+        events = admin.list(Event, namespace=ns, fields={"involvedObject.name": "weak"})
+        return "\n".join(
+            e.message or "" for e in events if "requires memory shares" in (e.message or "")
+        )
+
+    message = eventually(refusal, 90, "the prepare refused")
+    assert f"namespace {ns} requires memory shares enforced by mps" in message
+    assert "this share would be enforced by library" in message
+    assert not running_container(admin, "weak", ns)
+    tenant.delete(Pod, "weak", namespace=ns, grace_period=0)
+
+
+def _can_create_claims(client: Client, ns: str) -> bool:
+    try:
+        client.list(ResourceClaim, namespace=ns)
+    except ApiError:
+        return False
+    return True
