@@ -31,6 +31,7 @@ import selectors
 import socket
 import struct
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,7 @@ class _Share:
     used: list[int]
     conns: set[_Conn] = field(default_factory=set)
     orphans: list[_Record] = field(default_factory=list)
+    opened: float = field(default_factory=time.monotonic)
 
     def drop_gone(self) -> None:
         for rec in [r for r in self.orphans if r.gone()]:
@@ -214,6 +216,26 @@ class AccountService:
                 (d / child).unlink()
         with contextlib.suppress(FileNotFoundError):
             d.rmdir()
+
+    def prune(self, keep: set[str], prefix: str, min_age: float) -> list[str]:
+        """Close the shares named ``prefix``* that are not in ``keep``, hold nothing (no
+        connection, no record) and were opened ``min_age`` seconds ago or more (a container
+        being created may not be listed yet); the names closed. For accounts nothing closes
+        (device-plugin containers: no unprepare)."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [
+                name
+                for name, sh in self._shares.items()
+                if name.startswith(prefix)
+                and name not in keep
+                and not sh.conns
+                and not sh.orphans
+                and now - sh.opened >= min_age
+            ]
+        for name in idle:
+            self.close(name)
+        return idle
 
     def names(self) -> set[str]:
         with self._lock:
