@@ -51,8 +51,9 @@ REQUEST = struct.Struct("<IIQ")
 REPLY = struct.Struct("<QQ")
 HELLO, RESERVE, RELEASE, ADOPT, QUERY = 1, 2, 3, 4, 5
 OK, DENIED = 0, 1
-#: Connections one share may have open (a process each): more are refused.
-MAX_CONNECTIONS = 4096
+#: Connections one share may have open (a process each, a thread of the agent each): more are
+#: refused.
+MAX_CONNECTIONS = 512
 _NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -245,7 +246,7 @@ class AccountService:
         """Bytes in use per unit (tests and the agent's status)."""
         with self._lock:
             share = self._shares[name]
-            share.drop_gone()
+            self._reap(share)
             return list(share.used)
 
     # ---- serving ----
@@ -293,7 +294,8 @@ class AccountService:
 
     def _close_sockets(self, share: _Share) -> None:
         for conn in list(share.conns):
-            self._unregister(conn.sock)
+            with contextlib.suppress(OSError):  # wakes its thread, which closes it
+                conn.sock.shutdown(socket.SHUT_RDWR)
         share.conns.clear()
         self._unregister(share.listener)
 
@@ -311,8 +313,6 @@ class AccountService:
                             self._wake_r.recv(64)
                     elif isinstance(key.data, _Share):
                         self._accept(key.data)
-                    elif isinstance(key.data, _Conn):
-                        self._read(key.data)
 
     def _accept(self, share: _Share) -> None:
         if self._shares.get(share.name) is not share:
@@ -325,57 +325,69 @@ class AccountService:
             sock.close()
             return
         pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
-        sock.setblocking(False)
+        sock.setblocking(True)
+        # A process that does not read its answers: the send gives up (and the connection
+        # closes) after a second, and only this connection's thread waited.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 1, 0))
         zero = [0] * len(share.limits)
         conn = _Conn(sock, share, pid, process_start(pid), list(zero), list(zero))
         share.conns.add(conn)
-        self._selector.register(sock, selectors.EVENT_READ, conn)
+        threading.Thread(target=self._serve_conn, args=(conn,), daemon=True).start()
 
-    def _read(self, conn: _Conn) -> None:
-        if conn not in conn.share.conns:
-            return
+    def _serve_conn(self, conn: _Conn) -> None:
+        """A connection's own thread: a blocked read wakes it directly (no event loop between
+        a request and its answer); the state is changed under the service's lock."""
         try:
-            data = conn.sock.recv(65536)
-        except BlockingIOError:
-            return
+            while data := conn.sock.recv(65536):
+                conn.buf += data
+                n = len(conn.buf) // REQUEST.size * REQUEST.size
+                out, ok = bytearray(), True
+                with self._lock:
+                    if conn not in conn.share.conns:
+                        break
+                    for off in range(0, n, REQUEST.size):
+                        got = self._handle(conn, *REQUEST.unpack_from(conn.buf, off))
+                        if got is None:
+                            ok = False
+                            break
+                        out += got
+                del conn.buf[:n]
+                if out:
+                    conn.sock.sendall(out)
+                if not ok:
+                    break
         except OSError:
-            data = b""
-        if not data:
-            return self._drop(conn)
-        conn.buf += data
-        n = len(conn.buf) // REQUEST.size * REQUEST.size
-        for off in range(0, n, REQUEST.size):
-            if not self._handle(conn, *REQUEST.unpack_from(conn.buf, off)):
-                return self._drop(conn)
-        del conn.buf[:n]
+            pass
+        with self._lock:
+            self._drop(conn)
 
-    def _handle(self, conn: _Conn, op: int, unit: int, n: int) -> bool:
-        """One request; False closes the connection."""
+    def _handle(self, conn: _Conn, op: int, unit: int, n: int) -> bytes | None:
+        """One request: its answer (b"": none), or None to close the connection."""
         share = conn.share
         if op == HELLO:
             share.adopt_orphans_of(conn.pid, conn.start)
-            return self._reply(conn, OK, len(share.limits))
+            return REPLY.pack(OK, len(share.limits))
         if unit >= len(share.limits):
-            return False
+            return None
         if op == RESERVE:
             if share.used[unit] + n > share.limits[unit]:
-                share.drop_gone()
+                self._reap(share)
             if share.used[unit] + n > share.limits[unit]:
-                return self._reply(conn, DENIED, share.used[unit])
+                return REPLY.pack(DENIED, share.used[unit])
             self._charge(conn, unit, n)
-            return self._reply(conn, OK, share.used[unit])
+            return REPLY.pack(OK, share.used[unit])
         if op == RELEASE:
             n = min(n, conn.held[unit])  # only what this connection holds
             conn.held[unit] -= n
             share.used[unit] -= n
-            return True
+            return b""
         if op == ADOPT:  # what the process holds after a reconnect: counted, even past the limit
             self._charge(conn, unit, n)
-            return True
+            return b""
         if op == QUERY:
-            share.drop_gone()
-            return self._reply(conn, OK, share.used[unit])
-        return False
+            self._reap(share)
+            return REPLY.pack(OK, share.used[unit])
+        return None
 
     def _charge(self, conn: _Conn, unit: int, n: int) -> None:
         conn.held[unit] += n
@@ -384,16 +396,36 @@ class AccountService:
             conn.written[unit] = conn.held[unit]
             _write(conn.share)
 
-    def _reply(self, conn: _Conn, status: int, used: int) -> bool:
-        try:
-            return conn.sock.send(REPLY.pack(status, used)) == REPLY.size
-        except OSError:  # its buffer is full: it does not read its replies
-            return False
+    def _reap(self, share: _Share) -> None:
+        """Under the lock, before a refusal or an answer of what is in use: give back now what
+        processes that are gone held (their connections at end of file: the kernel closed them
+        at the exit, which the connections' threads may not have seen yet) and records of
+        processes gone."""
+        share.drop_gone()
+        for conn in list(share.conns):
+            try:
+                gone = conn.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+            except BlockingIOError:
+                continue
+            except OSError:
+                gone = True
+            if gone:
+                share.conns.discard(conn)
+                for unit, n in enumerate(conn.held):
+                    share.used[unit] -= n
+                with contextlib.suppress(OSError):  # its thread closes it
+                    conn.sock.shutdown(socket.SHUT_RDWR)
+                if any(conn.written):
+                    _write(share)
 
     def _drop(self, conn: _Conn) -> None:
         share = conn.share
+        conn.sock.close()
+        if self._stopping:  # the agent stops: what was written stays for the next one
+            return
+        if conn not in share.conns:
+            return  # its share was closed, or _reap found it gone
         share.conns.discard(conn)
-        self._unregister(conn.sock)
         for unit, n in enumerate(conn.held):
             share.used[unit] -= n
         if any(conn.written):
