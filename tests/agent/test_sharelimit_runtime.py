@@ -202,7 +202,7 @@ until [ -e $D/go ]; do sleep 1; done
 $P ctx 0 alloc 100 held 0 2>/dev/null
 echo >&3; wait
 $P ctx 0 alloc 1000 held 0 2>/dev/null
-"""
+""".strip()
 HOSTILE_EXPECTED = [
     ["env", "KUBEACC_SHARELIMIT_SOCKET=/run/kubeacc/sharelimit/account.sock"],
     ["rm", "1"],  # a read-only file system
