@@ -284,6 +284,9 @@ struct svc_reply { unsigned long long status, used; }; /* 64 bits each */
 static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
 static int svc_fd = -1;
 static unsigned long long held_here[MAX_DEV]; /* this process's part, under svc_lock */
+/* The service's token of this process's connection: presented when it reconnects (the agent
+ * restarted), so that the new service drops the old connection's record. */
+static unsigned long long svc_token;
 
 static int svc_io(int out, void *buf, size_t n) {
     for (size_t done = 0; done < n;) {
@@ -314,9 +317,10 @@ static int svc_connect_locked(void) {
     for (int waited = 0;; waited += 20) {
         svc_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (svc_fd < 0) return -1;
-        struct svc_reply rep;
+        struct svc_reply rep, tok;
         if (connect(svc_fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-            svc_call_locked(OP_HELLO, ndev, 0, &rep) == 0) {
+            svc_call_locked(OP_HELLO, ndev, svc_token, &rep) == 0 && svc_io(0, &tok, sizeof tok) == 0) {
+            svc_token = tok.status;
             if (rep.status != 0 || rep.used != (unsigned long long)ndev) {
                 close(svc_fd);
                 svc_fd = -1;
@@ -444,6 +448,7 @@ static void new_process(void) {
         if (svc_fd >= 0) close(svc_fd);
         svc_fd = -1;
         for (int d = 0; d < MAX_DEV; d++) held_here[d] = 0;
+        svc_token = 0;
     }
     mark->pid = (int)syscall(SYS_getpid);
 }

@@ -9,24 +9,30 @@ container holds its part of the account over its own connection; the part comes 
 connection closes, which the kernel does when the process is gone.
 
 The protocol is fixed-size little-endian messages: a request is ``op, unit`` (u32 each) and
-``bytes`` (u64); HELLO, RESERVE and QUERY get ``status, used`` (u64 each) back, RELEASE and
-ADOPT nothing. A connection that sends anything else, or does not read its replies, is closed.
+``bytes`` (u64); RESERVE and QUERY get ``status, used`` (u64 each) back, HELLO that and
+``token, 0`` (the connection's token, which the process presents at its next HELLO after a
+reconnect), RELEASE and ADOPT nothing. A connection that sends anything else, or does not read
+its replies, is closed.
 
 Restart (the agent killed): the connections are gone with the agent, their processes are not.
 Each connection's holdings are written to ``held.json`` whenever they rise above what was last
 written (so the file never says less than is held), with the process's pid and start time as
-the kernel reports them. A new service serves every directory it finds and counts each record
-as held until its process is gone or reconnects (the library reconnects and declares what it
-holds, ADOPT). A record whose process the agent cannot see (another PID namespace) stays
-until the share is closed: conservative, never less than is held.
+the kernel reports them, and a hash of its token (the file is readable in the container: a
+token is not). A new service serves every directory it finds and counts each record as held
+until its process is gone or reconnects (the library presents its previous token at HELLO and
+declares what it holds, ADOPT). A record whose process the agent cannot see (another PID
+namespace: an agent without the host's) and that does not reconnect stays until the share is
+closed: conservative, never less than is held.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
+import secrets
 import selectors
 import socket
 import struct
@@ -92,6 +98,8 @@ class _Record:
     pid: int
     start: int | None
     held: list[int]
+    #: sha256 of the connection's token (hex): the process's proof when it reconnects.
+    token: str = ""
 
     def gone(self) -> bool:
         return self.pid > 0 and (self.start is None or process_start(self.pid) != self.start)
@@ -106,6 +114,7 @@ class _Conn:
     held: list[int]
     written: list[int]
     buf: bytearray = field(default_factory=bytearray)
+    token: int = 0
 
 
 @dataclass(eq=False)
@@ -128,18 +137,22 @@ class _Share:
         for unit, n in enumerate(rec.held[: len(self.used)]):
             self.used[unit] -= n
 
-    def adopt_orphans_of(self, pid: int, start: int | None) -> None:
-        """A process reconnected: its record goes, it declares what it holds (ADOPT)."""
-        for rec in [r for r in self.orphans if pid > 0 and (r.pid, r.start) == (pid, start)]:
+    def adopt_orphans_of(self, token: int) -> None:
+        """A process reconnected with the token its previous connection had: that connection's
+        record goes, the process declares what it holds (ADOPT)."""
+        digest = _digest(token)
+        for rec in [r for r in self.orphans if token and r.token == digest]:
             self._drop(rec)
 
     def write(self) -> None:
         """``held.json``: every connection's high-water holdings and the orphans."""
         records = [
-            {"pid": c.pid, "start": c.start, "held": c.written}
+            {"pid": c.pid, "start": c.start, "held": c.written, "token": _digest(c.token)}
             for c in self.conns
             if any(c.written)
-        ] + [{"pid": r.pid, "start": r.start, "held": r.held} for r in self.orphans]
+        ] + [
+            {"pid": r.pid, "start": r.start, "held": r.held, "token": r.token} for r in self.orphans
+        ]
         tmp = self.dir / (HELD_NAME + ".tmp")
         tmp.write_text(json.dumps({"records": records}))
         tmp.chmod(0o644)
@@ -364,9 +377,12 @@ class AccountService:
     def _handle(self, conn: _Conn, op: int, unit: int, n: int) -> bytes | None:
         """One request: its answer (b"": none), or None to close the connection."""
         share = conn.share
-        if op == HELLO:
-            share.adopt_orphans_of(conn.pid, conn.start)
-            return REPLY.pack(OK, len(share.limits))
+        if op == HELLO:  # n: the token of the process's previous connection (0: none)
+            share.adopt_orphans_of(n)
+            conn.token = secrets.randbits(64) | 1
+            if n:
+                _write(share)
+            return REPLY.pack(OK, len(share.limits)) + REPLY.pack(conn.token, 0)
         if unit >= len(share.limits):
             return None
         if op == RESERVE:
@@ -432,6 +448,11 @@ class AccountService:
             _write(share)
 
 
+def _digest(token: int) -> str:
+    """What ``held.json`` keeps of a token: the container can read the file, not invert this."""
+    return hashlib.sha256(token.to_bytes(8, "little")).hexdigest()
+
+
 def _write(share: _Share) -> None:
     try:
         share.write()
@@ -451,7 +472,8 @@ def _read_records(path: Path, units: int) -> list[_Record]:
     out = []
     for r in raw.get("records", []) if isinstance(raw, dict) else []:
         held = [int(x) for x in r.get("held", [])][:units]
-        out.append(_Record(int(r.get("pid", 0)), r.get("start"), held + [0] * (units - len(held))))
+        held += [0] * (units - len(held))
+        out.append(_Record(int(r.get("pid", 0)), r.get("start"), held, str(r.get("token", ""))))
     return out
 
 

@@ -7,6 +7,7 @@ it ignores ``KUBEACC_SHARELIMIT_SOCKET`` and keeps one account per process."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from kubeacc.node.shareaccount import (
     ADOPT,
+    HELD_NAME,
     HELLO,
     QUERY,
     RELEASE,
@@ -87,6 +89,7 @@ def test_rewriting_the_account_gives_nothing_beyond_the_share(
         with socket.socket(socket.AF_UNIX) as sock:
             sock.connect(env["KUBEACC_SHARELIMIT_SOCKET"])
             assert ask(sock, HELLO, 0, 0) == (0, 1)
+            assert sock.recv(REPLY.size, socket.MSG_WAITALL)[8:] == bytes(8)  # its token
             for op in (RELEASE, RELEASE, ADOPT, RELEASE):
                 sock.sendall(REQUEST.pack(op, 0, (1 << 64) - 1 if op == RELEASE else 0))
             assert ask(sock, QUERY, 0, 0) == (0, GIB)
@@ -186,6 +189,37 @@ def test_a_process_gone_while_the_agent_was_down_gives_its_share_back(
         first.kill()
         first.wait(10)
         agent = serve(root)
+        assert codes(native.run("ctx", 0, "alloc", 1024, **env)) == [0, 0]
+    finally:
+        first.kill()
+        agent.kill()
+        agent.wait(10)
+
+
+def test_a_process_the_agent_cannot_see_is_known_again_by_its_token(
+    native: Native, accounts: AccountService
+) -> None:
+    """An agent in its own PID namespace (the chart's) sees no pid of the container's
+    processes: after its restart a record is matched to its process only by the token the
+    process presents when it reconnects, so nothing is counted twice."""
+    env = env_of(accounts, "token")
+    root = accounts.root
+    accounts.stop()
+    agent = serve(root)
+    first = holder(native, env, 900)
+    try:
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(10)
+        held = root / "token" / HELD_NAME
+        records = json.loads(held.read_text())
+        ((record),) = records["records"]
+        assert record["held"] == [900 << 20] and len(record["token"]) == 64
+        record["pid"], record["start"] = 0, None  # as such an agent wrote it
+        held.write_text(json.dumps(records))
+        agent = serve(root)
+        assert codes(native.run("ctx", 0, "alloc", 200, **env)) == [0, OOM]
+        # Not 0 free (its record and its declaration both counted): the record is dropped.
+        assert resume(first) == ["info", "0", "124", "1024"]
         assert codes(native.run("ctx", 0, "alloc", 1024, **env)) == [0, 0]
     finally:
         first.kill()
