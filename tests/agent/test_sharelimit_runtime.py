@@ -260,7 +260,11 @@ def test_the_account_cannot_be_rewritten_or_removed_and_survives_the_agent_kille
         go.touch()
         rows = [line.split() for line in probe_log(tb, ns, "hostile").splitlines()]
         assert rows == HOSTILE_EXPECTED, a.log()[-3000:]
+        uid = client.get(ResourceClaim, "hostile", namespace=ns).metadata.uid
+        account = a.state_dir / "sharelimit" / f"c-{uid}"
+        assert (account / "account.sock").is_socket()
         client.delete(Pod, "hostile", namespace=ns, grace_period=0)
+        eventually(lambda: not account.exists(), 90, "the account closed at unprepare")
     finally:
         go.unlink(missing_ok=True)
         a.stop()
