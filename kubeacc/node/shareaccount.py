@@ -206,7 +206,7 @@ class AccountService:
 
     def open(self, name: str, limits: str) -> Path:
         """The share's directory, serving its account (created, or kept if open with the same
-        limits: a prepare done again)."""
+        limits: a prepare done again; an idle one with other limits is made anew)."""
         if not name or len(name) > 128 or name[0] == "." or not set(name) <= _NAME_OK:
             raise AccountError(f"share account name {name!r}: expected [A-Za-z0-9._-]{{1,128}}")
         parse_limits(limits)
@@ -214,8 +214,11 @@ class AccountService:
             share = self._shares.get(name)
             if share is not None and share.limits == parse_limits(limits):
                 return share.dir
-        if share is not None:
-            raise AccountError(f"share account {name} is open with other limits")
+            busy = share is not None and (share.conns or share.orphans)
+        if busy:
+            raise AccountError(f"share account {name} is in use with other limits")
+        if share is not None:  # a container of that name before (a pod made again): idle
+            self.close(name)
         return self._serve(name, limits, restore=False)
 
     def close(self, name: str) -> None:

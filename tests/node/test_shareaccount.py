@@ -78,3 +78,19 @@ def test_a_restarted_service_counts_live_records_and_drops_gone_ones(tmp_path: P
             again.stop()
     finally:
         sleeper.kill()
+
+
+def test_an_account_in_use_keeps_its_limits(tmp_path: Path) -> None:
+    service = AccountService(Path(os.path.realpath(tmp_path)) / "acc")
+    service.start()
+    try:
+        d = service.open("p-x", "1024")
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(d / SOCKET_NAME))
+            sock.sendall(REQUEST.pack(HELLO, 1, 0))
+            sock.recv(2 * REPLY.size, socket.MSG_WAITALL)
+            with pytest.raises(AccountError, match="in use with other limits"):
+                service.open("p-x", "2048")
+        assert (d / "limits").read_text() == "1024\n"
+    finally:
+        service.stop()
