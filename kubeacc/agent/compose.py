@@ -30,9 +30,11 @@ from kubeacc.agent.dra.sharing.applied import AppliedSharing
 from kubeacc.agent.options import AgentOptions, PrepareOptions
 from kubeacc.agent.parts import AgentParts, Relay
 from kubeacc.agent.runner import Agent
+from kubeacc.agent.sharerequire import namespace_requirement
 from kubeacc.clientconfig import make_client
 from kubeacc.host import Host
 from kubeacc.metrics.agent import AgentMetrics
+from kubeacc.node.shareaccount import AccountService
 from kubeacc.node.sharelimit import Limiter, install
 from kubeacc.node.userspace.hook import install_hook, install_ldconfig
 from kubeacc.node.userspace.provider import DriverUserSpace, UserSpaceMode
@@ -71,7 +73,9 @@ def compose_agent(
             prepare_client, node.node_name, on_change=relay.users_changed
         )
     partitions = MigPartitions(nvml_for(host, options.publish.nvml), node.state_dir, host)
-    limiter = Limiter(install(prepare.sharelimit_library, node.state_dir))
+    library = install(prepare.sharelimit_library, node.state_dir)
+    accounts = AccountService(node.state_dir / "sharelimit") if library is not None else None
+    limiter = Limiter(library, accounts, namespace_requirement(prepare_client))
     user_space = _user_space(host, prepare, node.state_dir)
     programmer = _fpga_programmer(host, prepare, prepare_client)
     binder: FpgaBinder | None = None

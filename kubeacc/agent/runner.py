@@ -56,7 +56,7 @@ from kubeacc.agent.parts import AgentParts
 from kubeacc.agent.podresources import SOCKET as POD_RESOURCES_SOCKET
 from kubeacc.agent.podresources import PodResourcesClient
 from kubeacc.agent.registration import DRA_PLUGIN_TYPE, RegistrationServer
-from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge
+from kubeacc.agent.users import Users, device_plugin_users, dra_users, merge, plugin_accounts
 from kubeacc.contracts.arenas import TRIM_INTERVAL, release_free_memory
 from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.crds.api import API_VERSION, health_failing_thresholds
@@ -69,6 +69,7 @@ from kubeacc.host.files import HostReadError
 from kubeacc.metrics.http import ProbeServer
 from kubeacc.model import DeviceType, Inventory
 from kubeacc.node.nodelabels import NodeLabeler, labels_changed, node_labels
+from kubeacc.node.sharelimit import CONTAINER_ACCOUNT_PREFIX
 from kubeacc.node.supervise import supervised
 
 if TYPE_CHECKING:
@@ -135,6 +136,11 @@ class NodePlugin(Protocol):
     def shared_id_devices(self, inv: Inventory) -> dict[tuple[str, str], str]:
         """(shared resource, ID key) -> the GPU that the plugin's unit IDs stand for."""
         ...
+
+
+#: A device-plugin container's share account is closed once its pod resources no longer list
+#: it, no process holds anything in it, and it is at least this old (seconds).
+ACCOUNT_GRACE_S = 300.0
 
 
 class Agent:
@@ -361,6 +367,10 @@ class Agent:
             for p in self._plugins:
                 enforcement |= p.share_enforcement(self.inventory)
             parts.append(device_plugin_users(pods, by_address, enforcement, shared_ids))
+            if self.limiter.accounts is not None:  # accounts of containers that are gone
+                self.limiter.accounts.prune(
+                    plugin_accounts(pods), CONTAINER_ACCOUNT_PREFIX, ACCOUNT_GRACE_S
+                )
         return merge(*parts)
 
     def _holders(self) -> Holders:
@@ -464,6 +474,8 @@ class Agent:
             )
             self.probes.start()
         prime_decoders()
+        if self.limiter.accounts is not None:  # the shares' accounts, before any prepare
+            self.limiter.accounts.start()
         self._observe(self._discover())
         self.driver.reconcile()
         if self._status is not None:
@@ -527,6 +539,8 @@ class Agent:
             w.close()
         if self._sweeper is not None:
             self._sweeper.join(timeout=15)
+        if self.limiter.accounts is not None:
+            self.limiter.accounts.stop()
         self.driver.checkpoint.close()
         if self.probes is not None:
             self.probes.stop()

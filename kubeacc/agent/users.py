@@ -23,6 +23,7 @@ from kubeacc.agent.dra.enforcement import claim_enforcement
 from kubeacc.contracts.unitid import id_gpu_key
 from kubeacc.model.reserved import reservations
 from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
+from kubeacc.node.sharelimit import container_account
 
 #: device name -> its consumers (``Consumer`` objects as API dicts), in a stable order.
 Users = dict[str, list[dict[str, str]]]
@@ -100,6 +101,17 @@ def device_plugin_users(
                     how = (enforcement or {}).get((devices.resource_name, name))
                     _add(users, name, {**consumer, "enforcement": how} if how else consumer)
     return users
+
+
+def plugin_accounts(pods: Iterable[pr.PodResources]) -> set[str]:
+    """The share accounts of the containers that hold kube-acc device-plugin resources now
+    (kubeacc.node.sharelimit.container_account): the ones to keep."""
+    return {
+        container_account(f"{pod.namespace}/{pod.name}", container.name)
+        for pod in pods
+        for container in pod.containers
+        if any(d.resource_name.startswith(RESOURCE_DOMAIN) for d in container.devices)
+    }
 
 
 def merge(*parts: Users) -> Users:

@@ -286,8 +286,16 @@ class ResourceServer(pb_grpc.DevicePluginBase):
         found = await asyncio.to_thread(
             self.decisions.find, self.resource, kind, count, state.devices
         )
-        limiter = self.limiter if state.enforce else None
-        return shared_allocate(kind, found, state.devices, self.cdi_kind, limiter)
+        # (a namespace's requirement is read from the API server: off the event loop)
+        return await asyncio.to_thread(
+            shared_allocate,
+            kind,
+            found,
+            state.devices,
+            self.cdi_kind,
+            self.limiter,
+            enforce=state.enforce,
+        )
 
     def _refused(self, number: int, err: AllocationError) -> GRPCError:
         return GRPCError(

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from kubeacc.contracts.names import GPU_CORES_RESOURCE, GPU_MEMORY_RESOURCE, GPU_UNITS_RESOURCE
 from kubeacc.deviceplugin.allocation import AllocationError, ContainerDevices, allocate
 from kubeacc.model import Device
-from kubeacc.node.sharelimit import Limiter
+from kubeacc.node.sharelimit import EditsError, Limiter, container_account
 from kubeacc.units.table import active_table
 
 if TYPE_CHECKING:  # the extender's code loads at the first shared allocation
@@ -311,9 +311,11 @@ def shared_allocate(
     devices: Mapping[str, Device],
     cdi_kind: str | None,
     limiter: Limiter | None = None,
+    enforce: bool = True,
 ) -> ContainerDevices:
     """What the container gets: the decided GPU(s) and, for shares, the limits as env and,
-    for a memory share, what enforces them (``limiter``; None: the type's limits are advisory).
+    for a memory share, what enforces them (``limiter``; None or ``enforce`` false: the type's
+    limits are advisory) and whether the pod's namespace accepts that (``Limiter.refusal``).
     The container's processes keep one account, named after the pod and container."""
     missing = [b for b in found.devices if b not in devices]
     if missing:
@@ -329,13 +331,18 @@ def shared_allocate(
             f"{i}={found.memory}M" for i in range(len(found.devices))
         )
         vendor = devices[found.devices[0]].vendor
-        how = (limiter or Limiter()).enforcement(vendor, mps=False, enforce=limiter is not None)
-        env, mount = (limiter or Limiter()).edits(
-            how, f"{found.pod.replace('/', '.')}.{found.container}"
-        )
+        lim = limiter or Limiter()
+        how = lim.enforcement(vendor, mps=False, enforce=enforce and limiter is not None)
+        if why := lim.refusal(found.pod.split("/")[0], how):
+            raise AllocationError(f"pod {found.pod} container {found.container}: {why}")
+        try:
+            env, mounts = lim.edits(
+                how, container_account(found.pod, found.container), out.envs[MEMORY_LIMIT_ENV]
+            )
+        except EditsError as exc:
+            raise AllocationError(f"pod {found.pod} container {found.container}: {exc}") from None
         out.envs.update(env)
-        if mount:
-            out.read_only_mounts.append(mount)
+        out.read_only_mounts.extend(mounts)
     if kind is Kind.CORES and found.cores:
         out.envs[CORES_LIMIT_ENV] = str(found.cores)
         out.envs[MPS_CORES_ENV] = str(found.cores)

@@ -7,13 +7,25 @@
  * given as the only argument, to show a share's limit hold) and cuMemFree. One line per step on
  * stdout; the last is "smoke ok" and the exit status 0 when every step passed, else the step that
  * failed with its CUresult and status 1 (2: the library could not be loaded at all; 3: a bad
- * argument). */
+ * argument).
+ *
+ * A second argument adds one of issue 44's ways around a memory share, after the allocation is
+ * freed (a share's library refuses the second allocation; without one it succeeds):
+ *   vmm   cuMemCreate of MiB (rounded up to 2 MiB), mapped, the handle released (the mapping
+ *         keeps the memory), then cuMemAlloc of MiB beside it ("cuMemAlloc beside the mapping")
+ *   fork  cuMemAlloc of MiB, a child by syscall(SYS_fork) that exits at once, then cuMemAlloc of
+ *         MiB again ("cuMemAlloc after the child exited")
+ * Each prints its result and "smoke <case> done". */
 #define _GNU_SOURCE
 #include "cuda_api.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef struct CUctx_st *CUcontext;
 
@@ -28,11 +40,55 @@ static int step(const char *what, CUresult r) {
     return r == CUDA_SUCCESS;
 }
 
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+
+/* One of the ways around a share (see above); 0 when its own steps succeeded. */
+static int way_around(void *cuda, const char *path, size_t size, alloc_fn alloc) {
+    CUdeviceptr p, q;
+    if (!strcmp(path, "fork")) {
+        if (!step("cuMemAlloc", alloc(&p, size))) return 1;
+        pid_t pid = (pid_t)syscall(SYS_fork);
+        if (pid == 0) exit(0);
+        if (pid < 0 || waitpid(pid, NULL, 0) != pid) return puts("fork failed"), 1;
+        step("cuMemAlloc after the child exited", alloc(&q, size));
+        return puts("smoke fork done"), 0;
+    }
+    CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                       unsigned long long) =
+        (CUresult(*)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
+                     unsigned long long))sym(cuda, "cuMemCreate");
+    CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long) =
+        (CUresult(*)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long))sym(
+            cuda, "cuMemAddressReserve");
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) =
+        (CUresult(*)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                     unsigned long long))sym(cuda, "cuMemMap");
+    CUresult (*drop)(CUmemGenericAllocationHandle) =
+        (CUresult(*)(CUmemGenericAllocationHandle))sym(cuda, "cuMemRelease");
+    if (!create || !reserve || !map || !drop) return 2;
+    size_t granule = 2 << 20;
+    size = (size + granule - 1) / granule * granule;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = 1; /* CU_MEM_ALLOCATION_TYPE_PINNED */
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE, prop.location.id = 0;
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr va;
+    if (!step("cuMemCreate", create(&h, size, &prop, 0)) ||
+        !step("cuMemAddressReserve", reserve(&va, size, 0, 0, 0)) ||
+        !step("cuMemMap", map(va, size, 0, h, 0)) || !step("cuMemRelease", drop(h)))
+        return 1;
+    step("cuMemAlloc beside the mapping", alloc(&q, size));
+    return puts("smoke vmm done"), 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     unsigned long long mib = 1;
-    if (argc > 2) return puts("usage: kubeacc-cuda-smoke [MiB]"), 3;
-    if (argc == 2) {
+    const char *path = argc == 3 ? argv[2] : NULL;
+    if (argc > 3 || (path && strcmp(path, "vmm") && strcmp(path, "fork")))
+        return puts("usage: kubeacc-cuda-smoke [MiB [vmm|fork]]"), 3;
+    if (argc >= 2) {
         char *end;
         mib = strtoull(argv[1], &end, 10);
         if (*argv[1] < '0' || *argv[1] > '9' || *end || mib == 0 || mib > (1ULL << 24))
@@ -63,5 +119,5 @@ int main(int argc, char **argv) {
     printf("allocating %llu MiB\n", mib);
     if (!step("cuMemAlloc", alloc(&p, (size_t)(mib << 20))) || !step("cuMemFree", release(p))) return 1;
     puts("smoke ok");
-    return 0;
+    return path ? way_around(cuda, path, (size_t)(mib << 20), alloc) : 0;
 }

@@ -8,12 +8,14 @@
  *   KUBEACC_DEVICE_MEMORY_LIMIT  MiB per unit, comma-separated, in ACCELERATOR_UNITS order
  *   ACCELERATOR_UNITS            the units' PCI bus ids (a CUDA device is matched by its bus id;
  *                                without the variable, by its ordinal)
- *   KUBEACC_SHARELIMIT_ID        names the container's accounting file (shared by all processes
- *                                of the container; without it, accounting is per process)
- *   KUBEACC_SHARELIMIT_DIR       where that file lives (default /dev/shm)
+ *   KUBEACC_SHARELIMIT_SOCKET    the unix socket of the share's account in the agent's
+ *                                accounting service (mounted read-only into the container; all
+ *                                processes of the container share that account; without it,
+ *                                accounting is per process)
  *
- * Fail closed: a malformed variable, an unusable accounting file or a device without a limit
- * makes every allocation fail with CUDA_ERROR_OUT_OF_MEMORY and one message on stderr.
+ * Fail closed: a malformed variable, a device without a limit or units the account does not
+ * have makes every allocation fail with CUDA_ERROR_OUT_OF_MEMORY and one message on stderr; an
+ * account that cannot be reached (waited for KUBEACC_SHARELIMIT_WAIT_MS, 30 s) fails that allocation.
  * docs/sharing.md describes the design; tests/native/ runs it against a stand-in driver. */
 #define _GNU_SOURCE
 #include "cuda_api.h"
@@ -32,17 +34,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define EXPORT __attribute__((visibility("default")))
 #define MAX_DEV 16
-#define MAX_SLOTS 512
 #define MAX_ORDINAL 64
-#define MAGIC 0x6b75626561636332ULL /* "kubeacc2": slots held by open-file-description locks */
 #define PITCH_ALIGN 512
 
 /* ---- configuration (read once) ---- */
@@ -52,25 +54,11 @@ static unsigned long long limit[MAX_DEV]; /* bytes */
 static struct { unsigned dom, bus, dev, fn; int ok; } unit[MAX_DEV];
 static int have_units;
 static char broken[300]; /* non-empty: fail closed, this says why */
-static char shr_path[4200];
+static char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* empty: per process */
+static int svc_wait_ms = 30000; /* KUBEACC_SHARELIMIT_WAIT_MS: this process's own patience */
 
-/* ---- accounting: per device, the container's total and this process's part ---- */
-struct slot {
-    _Atomic int pid;
-    unsigned int pidns;
-    _Atomic unsigned long long used[MAX_DEV];
-};
-struct shared {
-    unsigned long long magic;
-    unsigned int ndev, pad;
-    _Atomic unsigned long long used[MAX_DEV];
-    struct slot slot[MAX_SLOTS];
-};
-static struct shared local_shr; /* per-process accounting when there is no file */
-static struct shared *shr = &local_shr;
-static struct slot *mine = &local_shr.slot[0];
-static int shr_fd = -1;
-static unsigned int my_pidns;
+/* ---- accounting without a service: this process's own, per device ---- */
+static _Atomic unsigned long long local_used[MAX_DEV];
 static _Atomic int denials;
 static _Atomic int ordinal_index[MAX_ORDINAL]; /* 0 unknown, else index + 1, -1 none */
 
@@ -266,117 +254,107 @@ static void read_config(void) {
                                n + 1, ndev);
         have_units = 1;
     }
-    const char *id = getenv("KUBEACC_SHARELIMIT_ID");
-    if (id) {
-        size_t n = strlen(id);
-        if (n == 0 || n > 128 || strspn(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                              "0123456789._-") != n || id[0] == '.')
-            return fail_closed("KUBEACC_SHARELIMIT_ID=%.64s: expected [A-Za-z0-9._-]{1,128}", id);
-        const char *dir = getenv("KUBEACC_SHARELIMIT_DIR");
-        if (!dir || !*dir) dir = "/dev/shm";
-        if (strlen(dir) > 4000) return fail_closed("KUBEACC_SHARELIMIT_DIR is too long");
-        snprintf(shr_path, sizeof shr_path, "%s/kubeacc-sharelimit-%s", dir, id);
+    const char *sock = getenv("KUBEACC_SHARELIMIT_SOCKET");
+    if (sock) {
+        if (!*sock || sock[0] != '/' || strlen(sock) >= sizeof sock_path)
+            return fail_closed("KUBEACC_SHARELIMIT_SOCKET=%.64s: expected an absolute path of at "
+                               "most %zu bytes", sock, sizeof sock_path - 1);
+        snprintf(sock_path, sizeof sock_path, "%s", sock);
+        const char *wait = getenv("KUBEACC_SHARELIMIT_WAIT_MS");
+        if (wait && *wait) svc_wait_ms = atoi(wait);
+    } else if (getenv("KUBEACC_SHARELIMIT_ID")) {
+        /* The container-wide account of an older kube-acc (a file the container could rewrite):
+         * a share must not fall back to one account per process. */
+        return fail_closed("KUBEACC_SHARELIMIT_ID without KUBEACC_SHARELIMIT_SOCKET: the share was "
+                           "prepared by an older kube-acc agent; prepare it again");
     }
 }
 
-/* ---- the container's accounting file ----
- * A slot is held by its process with an open-file-description lock on one byte of the file
- * (byte LOCK_BASE + slot): the kernel drops it when the process's last descriptor of its open
- * file is closed, which is at its exit (with its other files, the GPU's among them) or its
- * exec. So a slot is given back only once its process is gone, whatever the process did on
- * its way out, in any PID namespace, and a reused pid cannot keep a slot alive. */
-#define LOCK_BASE ((off_t)sizeof(struct shared))
-static int slot_lock(int s, int cmd, short type) {
-    struct flock l;
-    memset(&l, 0, sizeof l);
-    l.l_type = type, l.l_whence = SEEK_SET, l.l_start = LOCK_BASE + s, l.l_len = 1;
-    if (fcntl(shr_fd, cmd, &l) != 0) return -1;
-    return cmd == F_OFD_GETLK ? l.l_type != F_UNLCK : 0;
-}
-static int alive(int s) { return slot_lock(s, F_OFD_GETLK, F_WRLCK) != 0; /* error: keep it */ }
+/* ---- the container's account: kept by the agent's accounting service ----
+ * Each process keeps its part of the container's account in the agent's accounting service
+ * (kubeacc/node/shareaccount.py), over a connection of its own to the share's unix socket,
+ * which the CDI spec mounts read-only into the container: no process of the container can
+ * rewrite or remove the account, and what a process holds is tied to its connection, given
+ * back when the connection closes (the process is gone: exit, kill, or exec). A reservation is
+ * one round trip, a return one message. If the connection breaks (the agent restarted), the
+ * process reconnects, waiting up to svc_wait_ms, and declares again what it holds. */
+enum { OP_HELLO = 1, OP_RESERVE, OP_RELEASE, OP_ADOPT, OP_QUERY };
+struct svc_msg { uint32_t op, unit; unsigned long long bytes; };
+struct svc_reply { unsigned long long status, used; }; /* 64 bits each */
+static pthread_mutex_t svc_lock = PTHREAD_MUTEX_INITIALIZER;
+static int svc_fd = -1;
+static unsigned long long held_here[MAX_DEV]; /* this process's part, under svc_lock */
+/* The service's token of this process's connection: presented when it reconnects (the agent
+ * restarted), so that the new service drops the old connection's record. */
+static unsigned long long svc_token;
 
-/* Return the capacity of processes that ended without giving it back. Under the file lock. */
-static int reclaim_locked(void) {
-    int freed = 0;
-    for (int s = 0; s < MAX_SLOTS; s++) {
-        struct slot *sl = &shr->slot[s];
-        int pid = atomic_load(&sl->pid);
-        if (!pid || sl == mine || alive(s)) continue;
-        for (int d = 0; d < MAX_DEV; d++) {
-            unsigned long long u = atomic_exchange(&sl->used[d], 0);
-            if (u) {
-                atomic_fetch_sub(&shr->used[d], u);
-                freed = 1;
+static int svc_io(int out, void *buf, size_t n) {
+    for (size_t done = 0; done < n;) {
+        ssize_t r = out ? send(svc_fd, (char *)buf + done, n - done, MSG_NOSIGNAL)
+                        : recv(svc_fd, (char *)buf + done, n - done, 0);
+        if (r > 0) done += (size_t)r;
+        else if (r == 0 || errno != EINTR) return -1;
+    }
+    return 0;
+}
+/* Under svc_lock: one message (and its reply when rep is given); -1 and the connection
+ * closed if it broke. */
+static int svc_call_locked(uint32_t op, int unit, unsigned long long bytes, struct svc_reply *rep) {
+    struct svc_msg m = {op, (uint32_t)unit, bytes};
+    if (svc_fd >= 0 && svc_io(1, &m, sizeof m) == 0 && (!rep || svc_io(0, rep, sizeof *rep) == 0))
+        return 0;
+    if (svc_fd >= 0) close(svc_fd);
+    svc_fd = -1;
+    return -1;
+}
+/* Under svc_lock: connect (waiting for the service while it restarts), say hello, declare
+ * what this process holds. 0 when connected. */
+static int svc_connect_locked(void) {
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    memcpy(a.sun_path, sock_path, strlen(sock_path));
+    for (int waited = 0;; waited += 20) {
+        svc_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (svc_fd < 0) return -1;
+        struct svc_reply rep, tok;
+        if (connect(svc_fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            svc_call_locked(OP_HELLO, ndev, svc_token, &rep) == 0 && svc_io(0, &tok, sizeof tok) == 0) {
+            svc_token = tok.status;
+            if (rep.status != 0 || rep.used != (unsigned long long)ndev) {
+                close(svc_fd);
+                svc_fd = -1;
+                fail_closed("%s: the share's account has %llu units, KUBEACC_DEVICE_MEMORY_LIMIT %d",
+                            sock_path, rep.used, ndev);
+                return -1;
             }
+            for (int d = 0; d < ndev; d++)
+                if (held_here[d] && svc_call_locked(OP_ADOPT, d, held_here[d], NULL) != 0) break;
+            if (svc_fd >= 0) return 0;
         }
-        atomic_store(&sl->pid, 0);
-    }
-    return freed;
-}
-
-static int lock_file(int op) {
-    while (flock(shr_fd, op) != 0)
-        if (errno != EINTR) return 0;
-    return 1;
-}
-
-static int reclaim(void) {
-    if (shr_fd < 0 || !lock_file(LOCK_EX)) return 0;
-    int freed = reclaim_locked();
-    flock(shr_fd, LOCK_UN);
-    return freed;
-}
-
-static void claim_slot(void) {
-    if (!lock_file(LOCK_EX)) return fail_closed("%s: lock: %s", shr_path, strerror(errno));
-    reclaim_locked();
-    mine = NULL;
-    for (int s = 0; s < MAX_SLOTS && !mine; s++)
-        if (atomic_load(&shr->slot[s].pid) == 0 && slot_lock(s, F_OFD_SETLK, F_WRLCK) == 0)
-            mine = &shr->slot[s];
-    if (mine) {
-        for (int d = 0; d < MAX_DEV; d++) atomic_store(&mine->used[d], 0);
-        mine->pidns = my_pidns;
-        atomic_store(&mine->pid, (int)syscall(SYS_getpid));
-    }
-    flock(shr_fd, LOCK_UN);
-    if (!mine) {
-        mine = &local_shr.slot[0];
-        fail_closed("%s: more than %d processes use the share", shr_path, MAX_SLOTS);
+        if (svc_fd >= 0) close(svc_fd);
+        svc_fd = -1;
+        if (waited >= svc_wait_ms) return -1;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
 }
-
-static int open_file(void) {
-    shr_fd = open(shr_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-    return shr_fd >= 0;
+/* A request with a reply, reconnecting once if the connection broke; -1: no service. */
+static int svc_ask(uint32_t op, int unit, unsigned long long bytes, struct svc_reply *rep) {
+    pthread_mutex_lock(&svc_lock);
+    int r = -1;
+    for (int i = 0; i < 2 && r != 0; i++)
+        if (svc_fd >= 0 || svc_connect_locked() == 0) r = svc_call_locked(op, unit, bytes, rep);
+    if (r == 0 && op == OP_RESERVE && rep->status == 0) held_here[unit] += bytes;
+    pthread_mutex_unlock(&svc_lock);
+    return r;
 }
-
-static void open_accounting(void) {
-    struct stat st;
-    if (stat("/proc/self/ns/pid", &st) == 0) my_pidns = (unsigned)st.st_ino; /* for a reader */
-    if (!open_file()) return fail_closed("%s: %s", shr_path, strerror(errno));
-    fchmod(shr_fd, 0666); /* every user of the container shares it (the umask may narrow it) */
-    if (!lock_file(LOCK_EX)) return fail_closed("%s: lock: %s", shr_path, strerror(errno));
-    int ok = fstat(shr_fd, &st) == 0 &&
-             (st.st_size == sizeof(struct shared) ||
-              (st.st_size == 0 && ftruncate(shr_fd, sizeof(struct shared)) == 0));
-    void *m = ok ? mmap(NULL, sizeof(struct shared), PROT_READ | PROT_WRITE, MAP_SHARED, shr_fd, 0)
-                 : MAP_FAILED;
-    int err = errno;
-    if (m != MAP_FAILED) {
-        struct shared *s = m;
-        if (s->magic == 0) s->magic = MAGIC, s->ndev = (unsigned)ndev;
-        if (s->magic != MAGIC || s->ndev != (unsigned)ndev) {
-            munmap(m, sizeof(struct shared));
-            m = MAP_FAILED, err = EINVAL;
-        }
-    }
-    flock(shr_fd, LOCK_UN);
-    if (m == MAP_FAILED)
-        return fail_closed("%s: not a share-limit accounting file of %d units (%s)", shr_path, ndev,
-                           strerror(err));
-    shr = m;
-    claim_slot();
+static void svc_release(int unit, unsigned long long bytes) {
+    pthread_mutex_lock(&svc_lock);
+    held_here[unit] = held_here[unit] > bytes ? held_here[unit] - bytes : 0;
+    /* A broken connection: the next request reconnects and declares what is held then. */
+    if (svc_fd >= 0) svc_call_locked(OP_RELEASE, unit, bytes, NULL);
+    pthread_mutex_unlock(&svc_lock);
 }
 
 /* ---- the allocation table: what each handle took, so its free gives it back ---- */
@@ -444,29 +422,33 @@ static int table_take(unsigned long long key, int kind, struct entry *out) {
     return e != NULL;
 }
 
-/* ---- fork: the child keeps the accounting (its own slot, the container's total) ----
+/* ---- fork: the child keeps the accounting (its own connection, the container's total) ----
  * A child made by fork() runs the fork handlers; one made by syscall(SYS_fork) or clone runs
  * none, so the library also notices a new process by itself: a page of its own marked
  * MADV_WIPEONFORK reads zero in any child that does not share its memory (vfork shares it: a
- * vfork child is its parent's until it execs). Nothing is given back at exit: a slot comes back
- * when its process is gone (the locks above), never from a destructor, which may run in a vfork
- * child or before the process's memory is released (exit blocked flushing stdout). */
+ * vfork child is its parent's until it execs). Nothing is given back at exit: a process's part
+ * comes back when its connection closes, which is when the process is gone (the child's copy
+ * of the parent's connection is closed by the child, the parent's stays), never from a
+ * destructor, which may run in a vfork child or before the process's memory is released. */
 static struct mark {
     int pid; /* 0 in a child not yet set up */
 } fallback_mark, *mark = &fallback_mark;
 static int mark_wipes; /* 0: no MADV_WIPEONFORK (before Linux 4.14): compare the pid each call */
 
 static void new_process(void) {
-    /* Another thread of the parent may have held the table's lock at the fork. */
+    /* Another thread of the parent may have held a lock at the fork. */
     table_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
-    if (shr_fd >= 0) {
-        /* The parent's allocations stay the parent's; the child gets a slot and locks of its
-         * own (the locks belong to the open file, which the child shares until it reopens). */
+    svc_lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    /* With a container's account the parent's allocations stay the parent's (in its
+     * connection), the child connects on its first reservation; without, the child's own
+     * account starts with what the parent held (its copy of the memory may hold it). */
+    if (sock_path[0]) {
         table_len = 0;
         if (table) memset(table, 0, table_cap * sizeof *table);
-        close(shr_fd);
-        if (open_file()) claim_slot();
-        else fail_closed("%s: %s", shr_path, strerror(errno));
+        if (svc_fd >= 0) close(svc_fd);
+        svc_fd = -1;
+        for (int d = 0; d < MAX_DEV; d++) held_here[d] = 0;
+        svc_token = 0;
     }
     mark->pid = (int)syscall(SYS_getpid);
 }
@@ -482,7 +464,6 @@ static void init(void) {
     }
     mark->pid = (int)syscall(SYS_getpid);
     read_config();
-    if (ndev && !broken[0] && shr_path[0]) open_accounting();
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
@@ -546,28 +527,33 @@ static CUresult reserve(int idx, unsigned long long size) {
         denied(idx, size, "the device is not one of the share's units (ACCELERATOR_UNITS)");
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    _Atomic unsigned long long *used = &shr->used[idx];
-    for (int tries = 0;; tries++) {
-        unsigned long long cur = atomic_load_explicit(used, memory_order_relaxed);
-        while (size <= limit[idx] && cur <= limit[idx] - size)
-            if (atomic_compare_exchange_weak_explicit(used, &cur, cur + size, memory_order_acq_rel,
-                                                      memory_order_relaxed)) {
-                atomic_fetch_add_explicit(&mine->used[idx], size, memory_order_relaxed);
-                return CUDA_SUCCESS;
-            }
-        if (tries || !reclaim()) {
-            snprintf(why, sizeof why, "unit %d's share is %llu MiB, %llu bytes of it in use", idx,
-                     limit[idx] >> 20, cur);
-            denied(idx, size, why);
-            return CUDA_ERROR_OUT_OF_MEMORY;
+    if (sock_path[0]) {
+        struct svc_reply rep;
+        if (svc_ask(OP_RESERVE, idx, size, &rep) != 0) {
+            snprintf(why, sizeof why, "the share's accounting service (%s) is not reachable", sock_path);
+            return denied(idx, size, why), CUDA_ERROR_OUT_OF_MEMORY;
         }
+        if (rep.status == 0) return CUDA_SUCCESS;
+        snprintf(why, sizeof why, "unit %d's share is %llu MiB, %llu bytes of it in use", idx,
+                 limit[idx] >> 20, rep.used);
+        return denied(idx, size, why), CUDA_ERROR_OUT_OF_MEMORY;
     }
+    _Atomic unsigned long long *used = &local_used[idx];
+    unsigned long long cur = atomic_load_explicit(used, memory_order_relaxed);
+    while (size <= limit[idx] && cur <= limit[idx] - size)
+        if (atomic_compare_exchange_weak_explicit(used, &cur, cur + size, memory_order_acq_rel,
+                                                  memory_order_relaxed))
+            return CUDA_SUCCESS;
+    snprintf(why, sizeof why, "unit %d's share is %llu MiB, %llu bytes of it in use", idx,
+             limit[idx] >> 20, cur);
+    denied(idx, size, why);
+    return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 static void unreserve(int idx, unsigned long long size) {
     if (idx < 0 || !size) return;
-    atomic_fetch_sub_explicit(&mine->used[idx], size, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&shr->used[idx], size, memory_order_acq_rel);
+    if (sock_path[0]) svc_release(idx, size);
+    else atomic_fetch_sub_explicit(&local_used[idx], size, memory_order_acq_rel);
 }
 
 /* After a successful real allocation: remember it (or undo it if the table is out of memory). */
@@ -934,8 +920,9 @@ EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) {
 /* ---- memory queries: the share is the device's memory ---- */
 static void as_share(int idx, unsigned long long *total, unsigned long long *free_) {
     if (idx < 0 || idx >= ndev) return;
-    reclaim(); /* what ended processes held is free */
-    unsigned long long used = atomic_load(&shr->used[idx]);
+    unsigned long long used = atomic_load(&local_used[idx]);
+    struct svc_reply rep;
+    if (sock_path[0]) used = svc_ask(OP_QUERY, idx, 0, &rep) == 0 ? rep.used : limit[idx];
     if (limit[idx] < *total) *total = limit[idx];
     unsigned long long left = *total > used ? *total - used : 0;
     if (left < *free_) *free_ = left;

@@ -36,6 +36,7 @@ from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.discovery import discover
 from kubeacc.host import Host
 from kubeacc.node.cdi import spec_path
+from kubeacc.node.shareaccount import AccountService
 from kubeacc.node.sharelimit import Limiter, install
 from kubeacc.node.userspace.provider import DriverUserSpace
 from kubeacc.selftest.report import Check, failed, passed, skipped
@@ -50,6 +51,10 @@ SHARE_MIB = 1024
 #: What the share's container allocates: within the share, then beyond it.
 WITHIN_MIB, BEYOND_MIB = 512, 2048
 OUT_OF_MEMORY = "cuMemAlloc 2"
+#: The smoke program's ways around a share (kubeacc/native/cudasmoke.c) and the allocation
+#: that must be refused in each: WAY_MIB held, WAY_MIB more asked.
+WAY_MIB = 768
+WAYS = {"vmm": "cuMemAlloc beside the mapping", "fork": "cuMemAlloc after the child exited"}
 _SECTION = re.compile(r"^==kubeacc-selftest (\S+)$", re.MULTILINE)
 
 
@@ -79,7 +84,8 @@ def prepare_checks(
         return [skipped(WHOLE, reason), skipped(SHARE, reason)]
     with tempfile.TemporaryDirectory(prefix="kubeacc-selftest-") as tmp:
         state = Path(tmp)
-        limiter = Limiter(install(library, state) if library.is_file() else None)
+        accounts = AccountService(state / "sharelimit")
+        limiter = Limiter(install(library, state) if library.is_file() else None, accounts)
         result = {"driver": DRIVER_NAME, "pool": POOL, "device": gpu, "request": "gpu"}
         share = {
             **result,
@@ -109,7 +115,11 @@ def prepare_checks(
                 skipped(SHARE, f"no share-limit library at {library}: shares are advisory here")
             )
         else:
-            out.append(_share(rt, driver, claims["share"]))
+            accounts.start()
+            try:
+                out.append(_share(rt, driver, claims["share"]))
+            finally:
+                accounts.stop()
         return out
 
 
@@ -140,7 +150,8 @@ def _whole(rt: Runtime, driver: Driver, claim: dict[str, Any], info: DeviceInfo)
 
 
 def _share(rt: Runtime, driver: Driver, claim: dict[str, Any]) -> Check:
-    got = _in_container(rt, driver, claim, [str(WITHIN_MIB), str(BEYOND_MIB)])
+    ways = [f"{WAY_MIB} {way}" for way in WAYS]
+    got = _in_container(rt, driver, claim, [str(WITHIN_MIB), str(BEYOND_MIB), *ways])
     if isinstance(got, str):
         return failed(SHARE, got)
     within, beyond = got.get(f"smoke-{WITHIN_MIB}", ""), got.get(f"smoke-{BEYOND_MIB}", "")
@@ -152,10 +163,15 @@ def _share(rt: Runtime, driver: Driver, claim: dict[str, Any]) -> Check:
         return failed(SHARE, f"{WITHIN_MIB} MiB within the share: {_last(within)}")
     if OUT_OF_MEMORY not in beyond:
         return failed(SHARE, f"{BEYOND_MIB} MiB beyond the share was not refused: {_last(beyond)}")
+    for way, refused in WAYS.items():  # issue 44's ways around a share, on this node's driver
+        out = got.get(f"smoke-{WAY_MIB}-{way}", "")
+        if f"{refused} 2" not in out:
+            return failed(SHARE, f"{way}: {WAY_MIB} MiB more were not refused: {_last(out)}")
     return passed(
         SHARE,
         f"{SHARE_MIB} MiB share: the container sees {SHARE_MIB} MiB, {WITHIN_MIB} MiB "
-        f"allocated, {BEYOND_MIB} MiB refused (out of memory); spec and metadata removed",
+        f"allocated, {BEYOND_MIB} MiB refused (out of memory), and {WAY_MIB} MiB beside a "
+        f"released VMM mapping and after a raw-fork child's exit; spec and metadata removed",
     )
 
 
@@ -177,7 +193,8 @@ def _in_container(
                 f"echo ==kubeacc-selftest metadata; cat {inside}",
                 "echo ==kubeacc-selftest env; env",
                 *(
-                    f"echo ==kubeacc-selftest smoke-{s}; {CONTAINER_PROGRAM} {s} 2>&1"
+                    f"echo ==kubeacc-selftest smoke-{s.replace(' ', '-')}; "
+                    f"{CONTAINER_PROGRAM} {s} 2>&1"
                     for s in sizes
                 ),
                 "exit 0",

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim, PreparedDevice
-from kubeacc.agent.users import MAX_CONSUMERS, device_plugin_users, dra_users, merge
+from kubeacc.agent.users import (
+    MAX_CONSUMERS,
+    device_plugin_users,
+    dra_users,
+    merge,
+    plugin_accounts,
+)
 from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
+from kubeacc.node.shareaccount import AccountService
+from kubeacc.node.sharelimit import CONTAINER_ACCOUNT_PREFIX, container_account
 
 GPU = "gpu-0000-1b-00-0"
 NIC = "nic-0000-2c-00-0"
@@ -82,3 +91,28 @@ def test_merge_keeps_order_drops_repeats_and_caps() -> None:
     merged = merge({GPU: many[:3]}, {GPU: many}, {NIC: many[:1]})
     assert merged[GPU] == many[:MAX_CONSUMERS]
     assert merged[NIC] == many[:1]
+
+
+def test_the_accounts_to_keep_are_those_of_containers_with_kubeacc_resources(
+    tmp_path: Path,
+) -> None:
+    def pod(name: str, resource: str) -> pr.PodResources:
+        devices = [pr.ContainerDevices(resource_name=resource, device_ids=["m0-1"])]
+        return pr.PodResources(
+            name=name,
+            namespace="ns",
+            containers=[pr.ContainerResources(name="c", devices=devices)],
+        )
+
+    keep = plugin_accounts([pod("a", "kubeacc.io/gpu-memory"), pod("b", "other.io/x")])
+    assert keep == {container_account("ns/a", "c")}
+    # The agent closes the accounts of containers that are gone, once idle and old enough.
+    accounts = AccountService(tmp_path / "acc")
+    for name in (container_account("ns/a", "c"), container_account("ns/gone", "c"), "c-uid"):
+        accounts.open(name, "1024")
+    prefix = CONTAINER_ACCOUNT_PREFIX
+    assert accounts.prune(keep, prefix, min_age=60) == []  # too young
+    assert accounts.prune(keep, prefix, min_age=0) == [container_account("ns/gone", "c")]
+    assert accounts.names() == {container_account("ns/a", "c"), "c-uid"}
+    assert not (tmp_path / "acc" / container_account("ns/gone", "c")).exists()
+    accounts.stop()

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kubeacc.native import build
+from kubeacc.node.shareaccount import AccountService
 
 HERE = Path(__file__).resolve().parent
 
@@ -57,3 +61,16 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Native:
     probe = build.build_program(HERE / "shareprobe.c", out / "shareprobe", out)
     dlprobe = build.build_program(HERE / "dlprobe.c", out / "dlprobe", None)
     return Native(out, library, probe, dlprobe)
+
+
+@pytest.fixture
+def accounts() -> Iterator[AccountService]:
+    """The agent's accounting service on a root of its own (short: socket paths are limited)."""
+    root = Path(tempfile.mkdtemp(prefix="ka-", dir="/tmp"))
+    service = AccountService(root / "shares")
+    service.start()
+    try:
+        yield service
+    finally:
+        service.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -53,3 +53,20 @@ def test_a_bad_size_is_refused_before_the_driver_is_touched(
     assert done.returncode == 3
     assert done.stdout.startswith("not a size in MiB")
     assert "cuInit" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("way", "refused"),
+    [("vmm", "cuMemAlloc beside the mapping"), ("fork", "cuMemAlloc after the child exited")],
+)
+def test_the_ways_around_a_share_are_refused(
+    native: Native, smoke: Path, way: str, refused: str
+) -> None:
+    """The self-test's VMM and fork cases (issue 44): with a 1024 MiB share the second 768 MiB
+    are refused; without one they are allocated."""
+    inside = run(native, smoke, "768", way, KUBEACC_DEVICE_MEMORY_LIMIT="1024")
+    assert inside.returncode == 0, inside.stdout + inside.stderr
+    lines = inside.stdout.splitlines()
+    assert lines[-2:] == [f"{refused} 2", f"smoke {way} done"], inside.stdout
+    whole = run(native, smoke, "768", way)
+    assert whole.stdout.splitlines()[-2:] == [f"{refused} 0", f"smoke {way} done"], whole.stdout

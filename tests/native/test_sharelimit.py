@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kubeacc.node.shareaccount import SOCKET_NAME, AccountService
 from tests.native.conftest import Native
 
 OOM = 2  # CUDA_ERROR_OUT_OF_MEMORY
@@ -95,11 +96,13 @@ def test_racing_threads_never_exceed_the_share(native: Native) -> None:
         assert rows[2] == ["info", "0", "1", "1000"]
 
 
-@pytest.mark.parametrize("shared", [False, True], ids=["per-process", "container-file"])
-def test_a_forked_child_keeps_the_accounting(native: Native, tmp_path: Path, shared: bool) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["per-process", "container-account"])
+def test_a_forked_child_keeps_the_accounting(
+    native: Native, accounts: AccountService, shared: bool
+) -> None:
     env = {"KUBEACC_DEVICE_MEMORY_LIMIT": "1000"}
     if shared:
-        env |= {"KUBEACC_SHARELIMIT_ID": "c1", "KUBEACC_SHARELIMIT_DIR": str(tmp_path)}
+        env |= share(accounts, "c1", "1000")
     proc = native.run("ctx", 0, "alloc", 600, "fork", "alloc", 500, "alloc", 300, "info", **env)
     rows = results(proc)
     # The child's lines come first (the parent waits for it): 600 of the parent's still count.
@@ -179,12 +182,9 @@ def test_a_device_that_is_not_a_unit_gets_nothing(native: Native) -> None:
         {"KUBEACC_DEVICE_MEMORY_LIMIT": "-5"},
         {"KUBEACC_DEVICE_MEMORY_LIMIT": "99999999999999999"},
         {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024", "ACCELERATOR_UNITS": f"{GPU_A},{GPU_B}"},
-        {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024", "KUBEACC_SHARELIMIT_ID": "../etc"},
-        {
-            "KUBEACC_DEVICE_MEMORY_LIMIT": "1024",
-            "KUBEACC_SHARELIMIT_ID": "x",
-            "KUBEACC_SHARELIMIT_DIR": "/nonexistent",
-        },
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024", "KUBEACC_SHARELIMIT_SOCKET": "relative/sock"},
+        # A share prepared by an older agent (an account file): not one account per process.
+        {"KUBEACC_DEVICE_MEMORY_LIMIT": "1024", "KUBEACC_SHARELIMIT_ID": "x"},
     ],
     ids=lambda e: ",".join(f"{k}={v}" for k, v in e.items()),
 )
@@ -202,13 +202,15 @@ def test_no_limit_is_no_change(native: Native) -> None:
     assert proc.stderr == ""
 
 
-def account(native: Native, tmp_path: Path, name: str) -> dict[str, str]:
-    """A process environment whose processes keep one account (a file in ``tmp_path``)."""
-    return native.env(
-        KUBEACC_DEVICE_MEMORY_LIMIT="1000",
-        KUBEACC_SHARELIMIT_ID=name,
-        KUBEACC_SHARELIMIT_DIR=str(tmp_path),
-    )
+def share(accounts: AccountService, name: str, limits: str) -> dict[str, str]:
+    """The variables of a share whose processes keep one account in the service."""
+    d = accounts.open(name, limits)
+    return {"KUBEACC_SHARELIMIT_SOCKET": str(d / SOCKET_NAME)}
+
+
+def account(native: Native, accounts: AccountService, name: str) -> dict[str, str]:
+    """A process environment whose processes keep one account (1000 MiB) in the service."""
+    return native.env(KUBEACC_DEVICE_MEMORY_LIMIT="1000", **share(accounts, name, "1000"))
 
 
 def start(native: Native, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
@@ -221,8 +223,10 @@ def start(native: Native, env: dict[str, str], *args: str) -> subprocess.Popen[s
     )
 
 
-def test_processes_of_a_container_share_one_account(native: Native, tmp_path: Path) -> None:
-    env = account(native, tmp_path, "claim-1")
+def test_processes_of_a_container_share_one_account(
+    native: Native, accounts: AccountService
+) -> None:
+    env = account(native, accounts, "claim-1")
     first = start(native, env, "ctx", "0", "alloc", "600", "pause", "info")
     assert first.stdout is not None and first.stdin is not None
     try:
@@ -250,8 +254,8 @@ def test_processes_of_a_container_share_one_account(native: Native, tmp_path: Pa
     assert codes(native.run("ctx", 0, "alloc", 1000, **env)) == [0, 0]
 
 
-def test_a_killed_process_gives_its_share_back(native: Native, tmp_path: Path) -> None:
-    env = account(native, tmp_path, "claim-2")
+def test_a_killed_process_gives_its_share_back(native: Native, accounts: AccountService) -> None:
+    env = account(native, accounts, "claim-2")
     victim = start(native, env, "ctx", "0", "alloc", "900", "pause")
     assert victim.stdout is not None
     try:
@@ -342,11 +346,11 @@ def test_graph_memory_nodes_are_held_to_the_share(native: Native) -> None:
 
 @pytest.mark.parametrize("how", ["rawforkexit", "vforkexit", "forkexit"])
 def test_a_child_that_exits_does_not_return_its_parents_share(
-    native: Native, tmp_path: Path, how: str
+    native: Native, accounts: AccountService, how: str
 ) -> None:
     """A child made by syscall(SYS_fork) or vfork runs no fork handlers; its exit must not give
     back the parent's slot (3 rounds of the issue: +3,072 MiB)."""
-    env = {"KUBEACC_SHARELIMIT_ID": "f", "KUBEACC_SHARELIMIT_DIR": str(tmp_path)}
+    env = share(accounts, "f", "1024")
     proc = native.run(
         "ctx", 0, "alloc", 1000, *[how, "alloc", 1000] * 3, "held", 0,
         KUBEACC_DEVICE_MEMORY_LIMIT="1024", **env,
@@ -356,10 +360,10 @@ def test_a_child_that_exits_does_not_return_its_parents_share(
 
 @pytest.mark.parametrize("how", ["rawforkalloc", "forkalloc"])
 def test_a_child_made_by_any_means_gets_its_own_slot(
-    native: Native, tmp_path: Path, how: str
+    native: Native, accounts: AccountService, how: str
 ) -> None:
     """The child's allocations are its own: gone with it, and the parent's stay counted."""
-    env = {"KUBEACC_SHARELIMIT_ID": "g", "KUBEACC_SHARELIMIT_DIR": str(tmp_path)}
+    env = share(accounts, "g", "1000")
     proc = native.run(
         "ctx", 0, "alloc", 600, how, 300, "info", how, 500, "alloc", 400, "info",
         KUBEACC_DEVICE_MEMORY_LIMIT="1000", **env,
@@ -376,11 +380,11 @@ def test_a_child_made_by_any_means_gets_its_own_slot(
 
 
 def test_a_process_whose_exit_blocks_keeps_its_share_until_it_is_gone(
-    native: Native, tmp_path: Path
+    native: Native, accounts: AccountService
 ) -> None:
     """exit() runs the destructors, then blocks flushing stdout into a full pipe while the
     process still holds its memory: the share comes back only when the process is gone."""
-    env = account(native, tmp_path, "claim-3")
+    env = account(native, accounts, "claim-3")
     first = subprocess.Popen(
         [str(native.probe), "ctx", "0", "alloc", "1000", "blockexit", "512"],
         env=env,
@@ -432,7 +436,7 @@ def test_a_second_copy_of_the_driver_by_path_is_held_to_the_share(
 
 
 def test_a_killed_process_of_another_pid_namespace_gives_its_share_back(
-    native: Native, tmp_path: Path
+    native: Native, accounts: AccountService
 ) -> None:
     """Containers of one pod that share a claim share its account from their own PID
     namespaces: a pid says nothing there, the slot's lock does."""
@@ -441,7 +445,7 @@ def test_a_killed_process_of_another_pid_namespace_gives_its_share_back(
         or subprocess.run(["unshare", "--pid", "--fork", "true"], check=False).returncode != 0
     ):
         pytest.skip("unshare --pid is not permitted here")
-    env = account(native, tmp_path, "claim-4")
+    env = account(native, accounts, "claim-4")
     victim = subprocess.Popen(
         [
             "unshare",

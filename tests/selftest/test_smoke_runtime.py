@@ -178,6 +178,10 @@ def test_a_memory_share_is_held_to_its_size_in_the_container_only_by_the_library
     share = checks[prepare.SHARE]
     assert rc == 0 and share["status"] == "pass", share
     assert "sees 1024 MiB, 512 MiB allocated, 2048 MiB refused" in share["detail"]
+    assert (
+        "768 MiB beside a released VMM mapping and after a raw-fork child's exit"
+        in (share["detail"])
+    )
     assert not containerd.ctr("containers", "list", "--quiet").stdout.strip()
 
     # Another library in its place (it does not hold allocations): the check fails.

@@ -13,6 +13,7 @@ import pytest
 from kubeacc.agent.dra.driver import ClaimRef
 from kubeacc.agent.users import device_plugin_users, dra_users
 from kubeacc.contracts.unitid import id_gpu_key
+from kubeacc.deviceplugin.allocation import AllocationError
 from kubeacc.deviceplugin.config import parse_config
 from kubeacc.deviceplugin.manager import DevicePluginManager
 from kubeacc.deviceplugin.shared import MEMORY_RESOURCE as MEMORY
@@ -20,7 +21,17 @@ from kubeacc.deviceplugin.shared import Found, Kind, shared_allocate
 from kubeacc.model import DeviceType, Inventory
 from kubeacc.node import cdi
 from kubeacc.node.kubeletapi import podresources_v1_pb2 as pr
-from kubeacc.node.sharelimit import CONTAINER_LIBRARY, Enforcement, Limiter, install
+from kubeacc.node.shareaccount import AccountService
+from kubeacc.node.sharelimit import (
+    CONTAINER_LIBRARY,
+    REQUIRED_LABEL,
+    EditsError,
+    Enforcement,
+    Limiter,
+    Requirement,
+    install,
+    required_of,
+)
 from tests.agent.dra.sharing.test_sharing import GPU0, Claims, make_driver, share, spec_env
 from tests.hosts import HostFactory, discover
 
@@ -57,20 +68,26 @@ def share_device(spec: dict[str, Any]) -> dict[str, Any]:
 def test_a_dra_share_gets_the_library_read_only_and_preloaded(
     tmp_path: Path, dgx: Inventory
 ) -> None:
-    err, spec = prepare(tmp_path, dgx, Limiter(LIB))
+    accounts = AccountService(tmp_path / "acc")
+    err, spec = prepare(tmp_path, dgx, Limiter(LIB, accounts))
     assert err == ""
     env = spec_env(tmp_path, "u1", f"u1-{GPU0}-s1")
     assert env["LD_PRELOAD"] == CONTAINER_LIBRARY
-    assert env["KUBEACC_SHARELIMIT_ID"] == "u1"  # one account per claim
+    # One account per claim, in the agent's service, its directory read-only in the container.
+    assert env["KUBEACC_SHARELIMIT_SOCKET"] == "/run/kubeacc/sharelimit/account.sock"
     assert env["KUBEACC_SHARE_ENFORCEMENT"] == "library"
     assert env["KUBEACC_DEVICE_MEMORY_LIMIT"] == "4096"
+    ro = ["ro", "nosuid", "nodev", "bind"]
     assert share_device(spec)["mounts"] == [
+        {"hostPath": str(LIB), "containerPath": CONTAINER_LIBRARY, "options": ro},
         {
-            "hostPath": str(LIB),
-            "containerPath": CONTAINER_LIBRARY,
-            "options": ["ro", "nosuid", "nodev", "bind"],
-        }
+            "hostPath": str(tmp_path / "acc" / "c-u1"),
+            "containerPath": "/run/kubeacc/sharelimit",
+            "options": ro,
+        },
     ]
+    assert accounts.names() == {"c-u1"}
+    accounts.stop()
 
 
 def test_a_whole_gpu_gets_no_library(tmp_path: Path, dgx: Inventory) -> None:
@@ -117,10 +134,28 @@ def test_enforcement_by_vendor_and_mps() -> None:
     assert lib.enforcement("NVIDIA", mps=True, enforce=False) is Enforcement.ADVISORY
     assert lib.enforcement("AMD", mps=False) is Enforcement.ADVISORY  # no interception point
     assert lib.enforcement("KunLun", mps=False) is Enforcement.ADVISORY
-    env, mount = lib.edits(Enforcement.MPS, "u1")
-    assert env == {"KUBEACC_SHARE_ENFORCEMENT": "mps"} and mount is None
-    env, _ = lib.edits(Enforcement.LIBRARY, "../ns/pod.c")
-    assert env["KUBEACC_SHARELIMIT_ID"] == "_ns_pod.c"
+    env, mounts = lib.edits(Enforcement.MPS, "u1", "1024")
+    assert env == {"KUBEACC_SHARE_ENFORCEMENT": "mps"} and mounts == []
+    env, mounts = lib.edits(Enforcement.LIBRARY, "u1", "1024")
+    assert "KUBEACC_SHARELIMIT_SOCKET" not in env  # no service: each process its own account
+    assert mounts == [(str(LIB), "/usr/local/lib/kubeacc/libkubeacc-sharelimit.so")]
+
+
+def test_a_library_share_gets_its_account_read_only(tmp_path: Path) -> None:
+    accounts = AccountService(tmp_path / "acc")
+    lib = Limiter(LIB, accounts)
+    env, mounts = lib.edits(Enforcement.LIBRARY, "c-u1", "1024,512")
+    assert env["KUBEACC_SHARELIMIT_SOCKET"] == "/run/kubeacc/sharelimit/account.sock"
+    assert mounts[1] == (str(tmp_path / "acc" / "c-u1"), "/run/kubeacc/sharelimit")
+    assert (tmp_path / "acc" / "c-u1" / "limits").read_text() == "1024,512\n"
+    with pytest.raises(EditsError, match="expected"):
+        lib.edits(Enforcement.LIBRARY, "../x", "1024")
+    # Idle (no process connected): a container of that name again, with other limits.
+    lib.edits(Enforcement.LIBRARY, "c-u1", "2048")
+    assert (tmp_path / "acc" / "c-u1" / "limits").read_text() == "2048\n"
+    lib.close("c-u1")
+    assert not (tmp_path / "acc" / "c-u1").exists()
+    accounts.stop()
 
 
 def test_install_copies_the_library_to_the_host_once(tmp_path: Path) -> None:
@@ -141,15 +176,27 @@ def edge(hosts: HostFactory) -> Inventory:
 
 
 @pytest.mark.parametrize("enforce", [True, False])
-def test_a_device_plugin_memory_share_gets_the_library(edge: Inventory, enforce: bool) -> None:
+def test_a_device_plugin_memory_share_gets_the_library(
+    edge: Inventory, enforce: bool, tmp_path: Path
+) -> None:
     gpus = {d.pci_bus_id: d for d in edge.by_type(DeviceType.GPU) if d.pci_bus_id}
     (bdf,) = gpus
     found = Found("ns/train", "main", (bdf,), memory=4096, cores=0)
-    got = shared_allocate(Kind.MEMORY, found, gpus, None, Limiter(LIB) if enforce else None)
+    accounts = AccountService(tmp_path / "acc")
+    limiter = Limiter(LIB, accounts) if enforce else None
+    got = shared_allocate(Kind.MEMORY, found, gpus, None, limiter)
+    accounts.stop()
     if enforce:
         assert got.envs["LD_PRELOAD"] == CONTAINER_LIBRARY
-        assert got.envs["KUBEACC_SHARELIMIT_ID"] == "ns.train.main"
-        assert got.read_only_mounts == [(str(LIB), CONTAINER_LIBRARY)]
+        assert got.envs["KUBEACC_SHARELIMIT_SOCKET"] == "/run/kubeacc/sharelimit/account.sock"
+        (name,) = accounts.names() or [p.name for p in (tmp_path / "acc").iterdir()]
+        assert (
+            name.startswith("p-") and (tmp_path / "acc" / name / "limits").read_text() == "4096\n"
+        )
+        assert got.read_only_mounts == [
+            (str(LIB), CONTAINER_LIBRARY),
+            (str(tmp_path / "acc" / name), "/run/kubeacc/sharelimit"),
+        ]
     else:
         assert "LD_PRELOAD" not in got.envs and got.read_only_mounts == []
     assert got.envs["KUBEACC_SHARE_ENFORCEMENT"] == ("library" if enforce else "advisory")
@@ -227,3 +274,49 @@ def test_every_shared_unit_id_names_its_gpu(tmp_path: Path, hosts: HostFactory) 
     assert all(by_name[n].type is DeviceType.GPU for n in keys.values())
     enforcement = manager.share_enforcement(inv)
     assert set(enforcement.values()) == {"library"}
+
+
+def untrusted(need: str) -> Requirement:
+    """Namespace ``ns`` labelled ``kubeacc.io/share-enforcement=<need>``, others unlabelled."""
+    return lambda ns: required_of({REQUIRED_LABEL: need} if ns == "ns" else {})
+
+
+def test_a_namespace_that_requires_mps_refuses_a_library_share(
+    tmp_path: Path, dgx: Inventory
+) -> None:
+    err, _ = prepare(tmp_path, dgx, Limiter(LIB, required=untrusted("mps")))
+    assert "namespace ns requires memory shares enforced by mps" in err
+    assert "this share would be enforced by library" in err and "sharing strategy MPS" in err
+    assert not cdi.spec_path(tmp_path / "cdi", "u1").exists()
+    # A whole GPU is no share: nothing to refuse.
+    err, _ = prepare(tmp_path / "w", dgx, Limiter(LIB, required=untrusted("mps")), whole=True)
+    assert err == ""
+
+
+def test_a_namespace_that_requires_the_library_refuses_an_advisory_share(
+    tmp_path: Path, dgx: Inventory
+) -> None:
+    limiter = Limiter(LIB, required=untrusted("library"))
+    err, _ = prepare(tmp_path, dgx, limiter, gpu_config("FromClass", enforce=False))
+    assert "requires memory shares enforced by library" in err and "by advisory" in err
+    err, _ = prepare(tmp_path / "ok", dgx, limiter)
+    assert err == ""
+
+
+def test_an_unknown_requirement_refuses_the_share(tmp_path: Path, dgx: Inventory) -> None:
+    err, _ = prepare(tmp_path, dgx, Limiter(LIB, required=untrusted("strong")))
+    assert "label kubeacc.io/share-enforcement='strong': expected one of" in err
+
+
+@pytest.mark.parametrize("need", ["mps", "bogus"])
+def test_a_device_plugin_share_in_a_namespace_that_requires_more_is_refused(
+    edge: Inventory, need: str
+) -> None:
+    gpus = {d.pci_bus_id: d for d in edge.by_type(DeviceType.GPU) if d.pci_bus_id}
+    (bdf,) = gpus
+    found = Found("ns/train", "main", (bdf,), memory=4096, cores=0)
+    with pytest.raises(AllocationError, match=r"pod ns/train container main: .*share-enforcement"):
+        shared_allocate(Kind.MEMORY, found, gpus, None, Limiter(LIB, required=untrusted(need)))
+    other = Found("other/train", "main", (bdf,), memory=4096, cores=0)
+    got = shared_allocate(Kind.MEMORY, other, gpus, None, Limiter(LIB, required=untrusted(need)))
+    assert got.envs["KUBEACC_SHARE_ENFORCEMENT"] == "library"

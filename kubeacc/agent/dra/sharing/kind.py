@@ -13,12 +13,20 @@ from msgspec import structs
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.dra.kind import ClaimError, ClaimWork, DeviceWork, Kind, KindError
+from kubeacc.agent.dra.refs import ClaimRef
 from kubeacc.agent.dra.sharing.applied import AppliedSharing, GpuWant, SharingError, want_of
-from kubeacc.agent.dra.sharing.limits import ShareLimits, UnitLimits, limit_env, share_id_error
+from kubeacc.agent.dra.sharing.limits import (
+    ENV_MEMORY,
+    ShareLimits,
+    UnitLimits,
+    limit_env,
+    share_id_error,
+)
 from kubeacc.agent.dra.sharing.strategy import claim_strategy_problem, join_problem
 from kubeacc.crds.opaque import GpuConfig, SharingStrategy
 from kubeacc.node import cdi
-from kubeacc.node.sharelimit import Limiter
+from kubeacc.node.shareaccount import names_in
+from kubeacc.node.sharelimit import CLAIM_ACCOUNT_PREFIX, EditsError, Limiter, claim_account
 
 
 @dataclass
@@ -94,9 +102,7 @@ class SharingKind(Kind):
         limits = limit_env(shares.units)
         if limits:
             claim.cdi_devices = [
-                self._enforced(d, limits, claim.ref.uid, *shares.enforced[d.name])
-                if d.share_id
-                else d
+                self._enforced(d, limits, claim.ref, *shares.enforced[d.name]) if d.share_id else d
                 for d in claim.cdi_devices
             ]
 
@@ -104,7 +110,7 @@ class SharingKind(Kind):
         self,
         dev: cdi.CDIDevice,
         limits: Mapping[str, str],
-        uid: str,
+        ref: ClaimRef,
         vendor: str,
         mps: bool,
         enforce: bool,
@@ -112,8 +118,13 @@ class SharingKind(Kind):
         """A share's CDI device with the claim's limits and what enforces them; the claim's
         processes (in every container of a pod) keep one account, named by the claim."""
         how = self.limiter.enforcement(vendor, mps, enforce)
-        env, mount = self.limiter.edits(how, uid)
-        ro = (*dev.read_only_mounts, mount) if mount else dev.read_only_mounts
+        if why := self.limiter.refusal(ref.namespace, how):
+            raise ClaimError(f"device {dev.name}: {why}")
+        try:
+            env, mounts = self.limiter.edits(how, claim_account(ref.uid), limits[ENV_MEMORY])
+        except EditsError as exc:
+            raise ClaimError(f"device {dev.name}: {exc}") from None
+        ro = (*dev.read_only_mounts, *mounts)
         return structs.replace(dev, env={**dev.env, **limits, **env}, read_only_mounts=ro)
 
     def commit(self, claim: ClaimWork, others: Sequence[tuple[str, PreparedClaim]]) -> None:
@@ -132,11 +143,15 @@ class SharingKind(Kind):
 
     def abandon(self, uids: Sequence[str]) -> None:
         """Undo the GPU settings of claims that were not prepared after all."""
+        for uid in uids:
+            self.limiter.close(claim_account(uid))
         if self.sharing is not None:
             with contextlib.suppress(OSError):  # reconcile finishes it at the next start
                 self.sharing.abandon(uids)
 
     def unprepare(self, uids: Sequence[str]) -> None:
+        for uid in uids:
+            self.limiter.close(claim_account(uid))
         if self.sharing is None:
             return
         try:  # the GPU's strategy is undone before its last claim is forgotten
@@ -150,5 +165,9 @@ class SharingKind(Kind):
         )
 
     def recover(self, prepared: set[str]) -> None:
+        if self.limiter.accounts is not None:  # accounts of claims no longer prepared
+            for name in names_in(self.limiter.accounts.root, CLAIM_ACCOUNT_PREFIX):
+                if name.removeprefix(CLAIM_ACCOUNT_PREFIX) not in prepared:
+                    self.limiter.close(name)
         if self.sharing is not None:
             self.sharing.reconcile(prepared)

@@ -1,0 +1,96 @@
+"""The accounting service's own rules (kubeacc/node/shareaccount.py): names and limits it
+accepts, and what it counts after a restart. The protocol against the share-limit library is
+tests/native/test_sharelimit_account.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kubeacc.node.shareaccount import (
+    HELD_NAME,
+    HELLO,
+    QUERY,
+    REPLY,
+    REQUEST,
+    RESERVE,
+    SOCKET_NAME,
+    AccountError,
+    AccountService,
+    parse_limits,
+    process_start,
+)
+
+
+def test_limits_are_mib_per_unit() -> None:
+    assert parse_limits("1024,512\n") == [1 << 30, 512 << 20]
+    for bad in ("", "0", "-1", "1G", "1,,2", ",".join(["1"] * 17)):
+        with pytest.raises(AccountError, match="expected 1-16 positive MiB values"):
+            parse_limits(bad)
+
+
+@pytest.mark.parametrize("name", ["", ".hidden", "a/b", "x" * 129, "sp ace"])
+def test_a_bad_name_is_refused_before_anything_is_made(tmp_path: Path, name: str) -> None:
+    with pytest.raises(AccountError, match="expected"):
+        AccountService(tmp_path / "acc").open(name, "1024")
+    assert not (tmp_path / "acc").exists() or not list((tmp_path / "acc").iterdir())
+
+
+def ask(path: Path, *requests: tuple[int, int, int]) -> list[tuple[int, int]]:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(path))
+        out = []
+        for op, unit, n in requests:
+            sock.sendall(REQUEST.pack(op, unit, n))
+            out.append(REPLY.unpack(sock.recv(REPLY.size, socket.MSG_WAITALL)))
+            if op == HELLO:
+                sock.recv(REPLY.size, socket.MSG_WAITALL)  # the token
+        return out
+
+
+def test_a_restarted_service_counts_live_records_and_drops_gone_ones(tmp_path: Path) -> None:
+    root = Path(os.path.realpath(tmp_path)) / "acc"
+    first = AccountService(root)
+    d = first.open("s", "1024")
+    first.stop()
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = {"pid": sleeper.pid, "start": process_start(sleeper.pid), "held": [600 << 20]}
+        gone = {"pid": 2**22 + 7, "start": 1, "held": [300 << 20]}  # no such pid
+        hidden = {"pid": 0, "start": None, "held": [100 << 20], "token": "ab"}
+        (d / HELD_NAME).write_text(json.dumps({"records": [live, gone, hidden]}))
+        again = AccountService(root)
+        again.start()
+        try:
+            assert again.used("s") == [700 << 20]  # the live one and the one it cannot see
+            sock = d / SOCKET_NAME
+            assert ask(sock, (HELLO, 1, 0), (RESERVE, 0, 400 << 20)) == [(0, 1), (1, 700 << 20)]
+            sleeper.kill()
+            sleeper.wait(10)
+            assert ask(sock, (HELLO, 1, 0), (QUERY, 0, 0)) == [(0, 1), (0, 100 << 20)]
+        finally:
+            again.stop()
+    finally:
+        sleeper.kill()
+
+
+def test_an_account_in_use_keeps_its_limits(tmp_path: Path) -> None:
+    service = AccountService(Path(os.path.realpath(tmp_path)) / "acc")
+    service.start()
+    try:
+        d = service.open("p-x", "1024")
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(d / SOCKET_NAME))
+            sock.sendall(REQUEST.pack(HELLO, 1, 0))
+            sock.recv(2 * REPLY.size, socket.MSG_WAITALL)
+            with pytest.raises(AccountError, match="in use with other limits"):
+                service.open("p-x", "2048")
+        assert (d / "limits").read_text() == "1024\n"
+    finally:
+        service.stop()
