@@ -105,7 +105,7 @@ def test_a_queue_capability_of_a_per_model_resource_holds_a_job_back(
         tasks = [{"name": "xpu", "replicas": 2, "pod": pod_spec(limits={xpu: "2"})}]
         client.create(vcjob("capped", ns, tasks, 2, queue=name))
         # the Job needs 4 of the model, the queue may hold 2: Volcano keeps it out
-        eventually(lambda: client.list(PodGroup, namespace=ns), 60, "the Job's PodGroup")
+        eventually(lambda: list(client.list(PodGroup, namespace=ns)), 60, "the Job's PodGroup")
         end = time.monotonic() + 10
         while time.monotonic() < end:
             pods = job_pods(client, ns, "capped")

@@ -107,7 +107,9 @@ def test_plan_reads_the_gang_and_queue_of_volcano_pods_from_the_cluster(
     client.create(
         vcjob("big", ns, [{"name": "w", "replicas": SIZE, "pod": pod_spec(claims)}], SIZE)
     )
-    (group,) = eventually(lambda: client.list(PodGroup, namespace=ns), 60, "the Job's PodGroup")
+    (group,) = eventually(
+        lambda: list(client.list(PodGroup, namespace=ns)), 60, "the Job's PodGroup"
+    )
     name = as_dict(group)["metadata"]["name"]
     eventually(lambda: _claims_made(client, ns), 60, "the gang's pods and their claims")
 
