@@ -36,6 +36,7 @@ def read_pod_groups(
 ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The PodGroups of ``namespaces`` (as dicts with ``kind`` and ``apiVersion``), and for each
     namespace whose groups could not be read, why. Other API errors propagate."""
+    import httpx2
     from lightkube import ApiError
     from lightkube.generic_resource import create_namespaced_resource
 
@@ -48,8 +49,9 @@ def read_pod_groups(
     for ns in spaces:
         try:
             found = list(client.list(pod_group, namespace=ns))
-        except ApiError as e:
-            code = int(e.status.code or 0)
+        except (ApiError, httpx2.HTTPStatusError) as e:
+            # an API group the server does not serve answers 404 without a Status body
+            code = int(e.status.code or 0) if isinstance(e, ApiError) else e.response.status_code
             if code == 404:
                 unread[ns] = (
                     f"PodGroups ({API_VERSION}) are not served by this cluster (Volcano's "
@@ -61,9 +63,14 @@ def read_pod_groups(
             if code == 403:
                 unread[ns] = (
                     f"not allowed to list PodGroups ({API_VERSION}) in namespace {ns} "
-                    f"(RBAC: list podgroups.{GROUP}): {e.status.message}"
+                    f"(RBAC: list podgroups.{GROUP}): {_message(e)}"
                 )
                 continue
             raise
         groups += [{**as_dict(g), "kind": "PodGroup", "apiVersion": API_VERSION} for g in found]
     return groups, unread
+
+
+def _message(e: Exception) -> str:
+    status = getattr(e, "status", None)
+    return str(getattr(status, "message", None) or e)

@@ -32,6 +32,7 @@ from kubeacc.crds.resources import AcceleratorPolicy
 from kubeacc.synthetic.bitstreams import bitstream
 from kubeacc.synthetic.mig_state import read_calls
 from tests.agent.dra.test_sharing_e2e import cdi_env
+from tests.engine.helpers import device_class, slice_
 from tests.hosts import discover
 
 from ..testbed.helpers import eventually
@@ -179,23 +180,18 @@ def test_an_fpga_with_a_bitstream_is_programmed_at_prepare_under_volcano(
 
 
 #: A device of a driver no node runs, on ``mig``, that carries a binding condition.
-BOUND_LATER = {
-    "apiVersion": "resource.k8s.io/v1",
-    "kind": "ResourceSlice",
-    "metadata": {"name": "volcano-binding-conditions"},
-    "spec": {
-        "driver": "later.kubeacc.io",
-        "nodeName": "mig",
-        "pool": {"name": "mig", "generation": 1, "resourceSliceCount": 1},
-        "devices": [
-            {
-                "name": "dev-0",
-                "bindingConditions": ["kubeacc.io/Ready"],
-                "bindingFailureConditions": ["kubeacc.io/Failed"],
-            }
-        ],
-    },
-}
+BOUND_LATER = slice_(
+    "mig",
+    [
+        {
+            "name": "dev-0",
+            "bindingConditions": ["kubeacc.io/Ready"],
+            "bindingFailureConditions": ["kubeacc.io/Failed"],
+        }
+    ],
+    name="volcano-binding-conditions",
+    driver="later.kubeacc.io",
+)
 
 
 @pytest.fixture
@@ -203,12 +199,7 @@ def later_class(kubeacc_volcano: KubeaccStack) -> Iterator[str]:
     """A DeviceClass of :data:`BOUND_LATER`'s driver, and its slice."""
     client = kubeacc_volcano.client("kubeacc-test")
     client.create(from_dict(BOUND_LATER))
-    cls = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": "later.kubeacc.io"},
-        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "later.kubeacc.io"'}}]},
-    }
+    cls = device_class("later.kubeacc.io", 'device.driver == "later.kubeacc.io"')
     client.create(from_dict(cls))
     try:
         yield "later.kubeacc.io"
