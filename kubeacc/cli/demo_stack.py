@@ -57,6 +57,9 @@ class KubeaccStack:
     #: node name -> the GPUs its agent publishes memory-shared (``--memory-shared``)
     memory_shared: dict[str, tuple[ShareSelector, ...]] = field(default_factory=dict)
     nodes: dict[str, NodeComponents] = field(default_factory=dict)
+    #: load a claim's FPGA bitstream before its pod is bound (binding conditions) where the
+    #: cluster keeps them; False: at prepare (``--no-fpga-binding-conditions``)
+    fpga_binding_conditions: bool = True
     #: bitstream library path -> sha256 (the same files on every node)
     bitstreams: dict[str, str] = field(default_factory=dict)
     classes: list[str] = field(default_factory=list)
@@ -153,6 +156,7 @@ class KubeaccStack:
                 ),
                 prepare=PrepareOptions(
                     bitstream_dir=self.library,
+                    fpga_binding_conditions=self.fpga_binding_conditions,
                     # a synthetic node has no NVIDIA driver to hand to containers
                     driver_user_space=UserSpaceMode.TOOLKIT,
                 ),

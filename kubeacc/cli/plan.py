@@ -41,6 +41,7 @@ from kubeacc.cli.output import Format, OutputOption, dump, is_table, print_table
 from kubeacc.cli.planfix import Fixes, NodeShapes, find_fixes
 from kubeacc.cli.planheld import HEADER, Held, held_devices, wants_pod
 from kubeacc.cli.planhints import unknown_memory_hint
+from kubeacc.cli.planpodgroups import read_pod_groups, volcano_namespaces
 from kubeacc.cli.planscheduler import other_schedulers
 from kubeacc.cli.typerize import typer_command
 from kubeacc.engine.engine import Engine, Placement
@@ -76,8 +77,10 @@ def load_objects(folder: Path) -> list[dict[str, Any]]:
 
 def cluster_objects(
     kubeconfig: Path | None, namespace: str | None = None, context: str | None = None
-) -> list[dict[str, Any]]:
-    """ResourceSlices, DeviceClasses, Nodes and ResourceClaims of a live cluster, as dicts."""
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """ResourceSlices, DeviceClasses, Nodes, ResourceClaims, Pods and the Volcano pods'
+    PodGroups of a live cluster, as dicts; and the namespaces whose PodGroups could not be
+    read, with why (kubeacc.cli.planpodgroups)."""
     from lightkube.resources.core_v1 import Node, Pod
     from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 
@@ -108,7 +111,8 @@ def cluster_objects(
             objs.append(pod)
         elif asks_extended(pod) and (pod.get("spec") or {}).get("nodeName"):
             objs.append(pod)  # what device plugins gave out is the whole cluster's
-    return objs
+    groups, unread = read_pod_groups(client, volcano_namespaces(objs))
+    return objs + groups, unread
 
 
 def _taint_rules(client: Any) -> list[dict[str, Any]]:
@@ -332,14 +336,16 @@ def plan(
     scope = namespace_scope(namespace, all_namespaces)
     if folder is not None and (kubeconfig is not None or context is not None):
         fail("give a folder or --kubeconfig/--context, not both")
+    unread: dict[str, str] = {}
     try:
-        objs = (
-            load_objects(folder)
-            if folder is not None
-            else cluster_objects(kubeconfig, scope, context)
-        )
+        if folder is not None:
+            objs = load_objects(folder)
+        else:
+            objs, unread = cluster_objects(kubeconfig, scope, context)
     except InputError as err:
         fail(str(err))
+    for reason in sorted(set(unread.values())):
+        typer.echo(f"Volcano's gangs and queues unknown: {reason}", err=True)
     holders = held_devices(objs, scope)
     if add_node:
         from kubeacc.cli.planwhatif import WhatIfError, add_nodes
@@ -362,7 +368,7 @@ def plan(
     placements = [p for p, _ in explained]
     hints = {p.claim: unknown_memory_hint(objs, p) for p in placements}
     enforcement = share_enforcement(objs)
-    others = other_schedulers(objs)
+    others = other_schedulers(objs, unread)
     found = _find_fixes(objs, placements, which) if fixes else {}
     if is_table(output) and not placements:
         typer.echo("No pending ResourceClaims: nothing to plan.")

@@ -8,10 +8,13 @@ what is left out: for Volcano its queue's capability and share, fair share betwe
 jobs, the job order, the gang (the PodGroup's ``minMember`` pods are bound together or not at
 all; the plan places each pod's claims alone), and a pod that asks no CPU or memory, which
 Volcano treats as BestEffort and binds without its gang (docs/choosing.md, "With Volcano").
+The gang size and queue come from the pod's PodGroup: the input's, or the live cluster's
+(:mod:`kubeacc.cli.planpodgroups`); where the cluster's could not be read, the reason is said.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +65,9 @@ def _asks_cpu_or_memory(pod: dict[str, Any]) -> bool:
 
 
 def _volcano_lines(
-    pod: dict[str, Any], groups: dict[str, tuple[str | None, int | None]]
+    pod: dict[str, Any],
+    groups: dict[str, tuple[str | None, int | None]],
+    unread: Mapping[str, str],
 ) -> list[str]:
     meta = pod.get("metadata") or {}
     ns = meta.get("namespace") or "default"
@@ -70,15 +75,16 @@ def _volcano_lines(
     group = next((str(tags[k]) for k in GROUP_KEYS if tags.get(k)), None)
     queue, members = groups.get(f"{ns}/{group}", (None, None)) if group else (None, None)
     queue = queue or tags.get(QUEUE_KEY)
+    missing = f"(its PodGroup unknown: {unread[ns]})" if ns in unread else "(not in the input)"
     lines = [
         "whether and when Volcano binds the pod: the devices shown are kube-scheduler's "
         "allocator's choice, which Volcano's DRA filter shares, not a prediction of Volcano",
-        f"queue {queue or '(not in the input)'}: its capability and deserved share "
+        f"queue {queue or missing}: its capability and deserved share "
         "(Volcano's proportion or capacity plugin)",
         "fair share between queues and jobs (drf, proportion) and the order of jobs",
     ]
     if group:
-        size = f"its {members} members" if members is not None else "its minMember pods"
+        size = f"its {members} members" if members is not None else f"its minMember pods {missing}"
         lines.append(
             f"gang {ns}/{group}: bound together with {size} or not at all; this plan places "
             "the pod's claims alone"
@@ -91,9 +97,12 @@ def _volcano_lines(
     return lines
 
 
-def other_schedulers(objs: list[dict[str, Any]]) -> dict[str, OtherScheduler]:
+def other_schedulers(
+    objs: list[dict[str, Any]], unread: Mapping[str, str] | None = None
+) -> dict[str, OtherScheduler]:
     """``namespace/name`` of every pod of the input that names a scheduler other than
-    kube-scheduler -> what the plan does not predict for it."""
+    kube-scheduler -> what the plan does not predict for it. ``unread``: namespace -> why its
+    PodGroups could not be read from the cluster."""
     groups = _group_queues(objs)
     out: dict[str, OtherScheduler] = {}
     for o in objs:
@@ -103,7 +112,7 @@ def other_schedulers(objs: list[dict[str, Any]]) -> dict[str, OtherScheduler]:
         if name == DEFAULT_SCHEDULER:
             continue
         if name == VOLCANO:
-            lines = _volcano_lines(o, groups)
+            lines = _volcano_lines(o, groups, unread or {})
         else:
             lines = [
                 f"whether, when and where {name} binds the pod: the plan shows "

@@ -9,7 +9,7 @@
 * ``runtime_testbed`` (session): a one-node cluster (``node-r``) whose kubelet runs on the real
   runtime (containerd + runc + CNI, kubeacc.testbed.runtime): containers really run. Started
   only when a test asks for it. ``runtime_namespace``: a fresh namespace there.
-* ``volcano_testbed`` (session): four kubelets (``kubeacc.testbed.shapes.VOLCANO_SHAPES``) on a
+* ``volcano_testbed`` (session): seven kubelets (``kubeacc.testbed.shapes.VOLCANO_SHAPES``) on a
   cluster of their own that also runs
   Volcano's scheduler and controller manager (``kubeacc.testbed.volcano``, built from the
   pinned source first when missing); ``volcano_namespace``: a fresh namespace there.

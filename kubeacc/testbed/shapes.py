@@ -42,16 +42,21 @@ MULTINODE_SHAPES: tuple[NodeShape, ...] = (
 
 
 #: The nodes of the Volcano testbed (``volcano_testbed``): a DRA pool of H100s whose pairs share
-#: a PCIe root (3 whole pairs on ``gpu-server``, whose eighth GPU is in MIG mode, 1 more on
-#: ``h100-l4``, 4 in all: one 4-pod gang of 2-GPU pods), and two device-plugin nodes for
-#: per-model resources (two GPU models on ``amd-gpu``, KunLun XPUs on ``kunlun``). Short names:
-#: a device plugin's socket path (``<node dir>/kubelet/device-plugins/<resource>.sock``) must
-#: stay within 107 bytes.
+#: a PCIe root (3 whole pairs on ``gpu-server``, whose eighth GPU is in MIG mode with fixed
+#: instances, 1 more on ``h100-l4``, 4 in all: one 4-pod gang of 2-GPU pods; ``gpu-server`` also
+#: holds the two Intel FPGAs that claims program with a bitstream), KunLun XPUs (``xpu-dra``)
+#: and two MIG-mode GPUs without instances (``mig``) through DRA, and three device-plugin nodes
+#: for per-model resources (two GPU models on ``amd-gpu``, a third on ``l4``, KunLun XPUs on
+#: ``kunlun``). Short names: a device plugin's socket path
+#: (``<node dir>/kubelet/device-plugins/<resource>.sock``) must stay within 107 bytes.
 VOLCANO_SHAPES: tuple[NodeShape, ...] = (
-    MULTINODE_SHAPES[0],
+    NodeShape("gpu-server", "gpu-server", "large-mixed", "8x H100 + 2 Intel FPGAs (DFL)"),
     NodeShape("h100-l4", "gpu", "h100-l4", "2 H100 + 1 L4 on one PCIe root"),
-    NodeShape("kunlun", "kunlun", "kunlun-xpu", "Baidu KunLun XPUs"),
+    NodeShape("kunlun", "kunlun", "kunlun-xpu", "Baidu KunLun XPUs (device plugin)"),
     NodeShape("amd-gpu", "gpu", "amd-gpu", "4 AMD MI210 + 1 Intel Flex 170"),
+    NodeShape("l4", "gpu", "l4-pair", "2 L4 (device plugin)"),
+    NodeShape("xpu-dra", "kunlun", "kunlun-xpu", "Baidu KunLun XPUs (DRA)"),
+    NodeShape("mig", "gpu", "mig-pair", "H100 + A100 in MIG mode, no instances"),
 )
 
 

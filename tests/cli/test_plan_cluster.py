@@ -199,3 +199,42 @@ def test_plan_reads_the_clusters_device_taint_rules(
         assert "taint" in json.dumps(placement["explanation"])
     finally:
         kube_client.delete(DeviceTaintRule, rule)
+
+
+def test_plan_of_a_volcano_pod_on_a_cluster_without_volcano_says_so(
+    testbed: Testbed, kube_client: Client, namespace: str
+) -> None:
+    """A pod naming ``schedulerName: volcano`` where Volcano's CRDs are not installed: the
+    plan asks the cluster for its PodGroup, is told the API is not served, and says so (the
+    pod stays pending: no scheduler here is named volcano)."""
+    cls = f"plan-vc-{uuid.uuid4().hex[:6]}"
+    _three_devices(kube_client, testbed.node_name, f"{cls}.kubeacc.io", cls)
+    claim = _claim("w0", namespace, 2)
+    claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = cls  # type: ignore[index]
+    kube_client.create(from_dict(claim))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train-w-0",
+            "namespace": namespace,
+            "annotations": {"scheduling.k8s.io/group-name": "train"},
+        },
+        "spec": {
+            "schedulerName": "volcano",
+            "resourceClaims": [{"name": "c", "resourceClaimName": "w0"}],
+            "containers": [{"name": "c", "image": "x", "resources": {"claims": [{"name": "c"}]}}],
+        },
+    }
+    kube_client.create(from_dict(pod))
+    result = CliRunner().invoke(
+        app, ["plan", "--kubeconfig", str(testbed.kubeconfig), "-n", namespace, "-o", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    (placement,) = json.loads(result.stdout)
+    assert placement["allocated"] is True and placement["pod"] == f"{namespace}/train-w-0"
+    why = "PodGroups (scheduling.volcano.sh/v1beta1) are not served by this cluster"
+    assert why in result.stderr
+    said = "\n".join(placement["scheduler"]["notPredicted"])
+    assert f"gang {namespace}/train: bound together with its minMember pods" in said
+    assert f"(its PodGroup unknown: {why}" in said

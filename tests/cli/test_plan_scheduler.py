@@ -12,6 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from kubeacc.cli.plan import plan
+from kubeacc.cli.planpodgroups import volcano_namespaces
+from kubeacc.cli.planscheduler import other_schedulers
 from tests.engine.helpers import claim, device_class, exactly, node_gpus, slice_
 
 
@@ -94,3 +96,16 @@ def test_plan_warns_that_a_claim_only_volcano_pod_escapes_its_gang(tmp_path: Pat
     (line,) = out["default/x"]["scheduler"]["notPredicted"]
     assert out["default/x"]["scheduler"]["name"] == "my-scheduler"
     assert "where my-scheduler binds the pod" in line
+
+
+def test_an_unread_podgroup_says_why_and_only_volcano_pods_namespaces_are_asked() -> None:
+    pods = [
+        _pod("train-w-0", "w0", "volcano", group="train", cpu="1"),
+        {**_pod("web", "plain", None), "metadata": {"name": "web", "namespace": "web"}},
+    ]
+    assert volcano_namespaces(pods) == ["default"]
+    why = "not allowed to list PodGroups (scheduling.volcano.sh/v1beta1) in namespace default"
+    (other,) = other_schedulers(pods, {"default": why}).values()
+    said = "\n".join(other.not_predicted)
+    assert f"queue (its PodGroup unknown: {why})" in said
+    assert f"its minMember pods (its PodGroup unknown: {why})" in said

@@ -1,5 +1,5 @@
 """kube-acc under Volcano: the Volcano testbed (``volcano_testbed``: Volcano's scheduler and
-controller manager beside kube-scheduler, four real kubelets of ``VOLCANO_SHAPES``) with
+controller manager beside kube-scheduler, seven real kubelets of ``VOLCANO_SHAPES``) with
 kube-acc's agents on every node, and what the tests build Volcano objects with."""
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ SHARED_L4 = "0000:03:00.0"
 #: Nodes whose agents serve these types through the kubelet device plugin API, per model.
 PER_MODEL = {
     "amd-gpu": DevicePluginConfig(types={DeviceType.GPU: TypeConfig(per_model=True)}),
+    "l4": DevicePluginConfig(types={DeviceType.GPU: TypeConfig(per_model=True)}),
     "kunlun": DevicePluginConfig(types={DeviceType.XPU: TypeConfig(per_model=True)}),
 }
 DRA_GPU_NODES = ("gpu-server", "h100-l4")
@@ -43,8 +44,8 @@ def kubeacc_volcano(
     volcano_testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KubeaccStack]:
     """kube-acc on the Volcano testbed: DRA on the GPU servers (the L4 of ``h100-l4``
-    memory-shared), the device plugin with per-model resources on ``amd-gpu`` (GPUs) and
-    ``kunlun`` (XPUs)."""
+    memory-shared; FPGA bitstreams loaded at prepare), ``xpu-dra`` and ``mig``, the device
+    plugin with per-model resources on ``amd-gpu`` and ``l4`` (GPUs) and ``kunlun`` (XPUs)."""
     stack = KubeaccStack(
         volcano_testbed,
         tmp_path_factory.mktemp("volcano"),
@@ -52,6 +53,9 @@ def kubeacc_volcano(
         interval=1.0,
         device_plugins=dict(PER_MODEL),
         memory_shared={"h100-l4": (ShareSelector("pci", SHARED_L4),)},
+        # Volcano's scheduler crashes binding a pod whose device has binding conditions
+        # (test_dra_kinds.py): bitstreams are loaded at prepare under Volcano
+        fpga_binding_conditions=False,
     )
     stack.start()
     try:
