@@ -90,6 +90,7 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("agent.telemetryInterval=-1", "at '/agent/telemetryInterval'"),
         ("agent.healthTaintHold=0", "at '/agent/healthTaintHold'"),
         ("agent.deviceStatus=maybe", "at '/agent/deviceStatus'"),
+        ("agent.fpgaBindingConditions=maybe", "at '/agent/fpgaBindingConditions'"),
         ("agent.deviceMetadata=maybe", "at '/agent/deviceMetadata'"),
     ],
 )
@@ -141,7 +142,8 @@ def test_device_status_and_metadata_switches_reach_the_agent(helm: Helm) -> None
         out = helm("template", "t", str(CHART), K8S, *settings).stdout
         (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
         found: list[str] = ds["spec"]["template"]["spec"]["containers"][0]["args"]
-        return [a for a in found if a in ("--no-device-status", "--no-device-metadata")]
+        flags = ("--no-device-status", "--no-device-metadata", "--no-fpga-binding-conditions")
+        return [a for a in found if a in flags]
 
     assert args() == []  # both on by default, as in the agent
     assert args("--set", "agent.deviceStatus=false") == ["--no-device-status"]
@@ -150,6 +152,8 @@ def test_device_status_and_metadata_switches_reach_the_agent(helm: Helm) -> None
         "--no-device-status",
         "--no-device-metadata",
     ]
+    # under Volcano, FPGA bitstreams at prepare (docs/choosing.md, "With Volcano")
+    assert args("--set", "agent.fpgaBindingConditions=false") == ["--no-fpga-binding-conditions"]
 
 
 def test_host_root_moves_the_host_paths_and_the_device_root(helm: Helm) -> None:
