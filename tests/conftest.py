@@ -10,6 +10,8 @@ import pytest
 
 from kubeacc.cli.demo_stack import KubeaccStack
 from kubeacc.testbed import Testbed
+from kubeacc.testbed.cyborgcloud import CyborgCloud
+from kubeacc.testbed.procs import free_port
 from kubeacc.testbed.shapes import MULTINODE_SHAPES
 from tests.hosts import HostFactory
 
@@ -45,3 +47,23 @@ def kubeacc_multinode(
         yield stack
     finally:
         stack.stop()
+
+
+#: The compute host of the Cyborg cloud: a node of the tests that run kube-acc on Cyborg.
+CYBORG_NODE = "cyborg-node"
+
+
+@pytest.fixture(scope="session")
+def cyborg_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CyborgCloud]:
+    """RabbitMQ, Placement and Cyborg (API, conductor, one agent for :data:`CYBORG_NODE` with
+    the fake driver), installed from their packages (kubeacc.testbed.cyborgcloud), for the whole
+    session. Cyborg's ``[nova]`` endpoint is ``cyborg_cloud.nova_url``, on a port the tests'
+    kube-acc agent serves the bind events on."""
+    work = tmp_path_factory.mktemp("cyborg")
+    port = free_port()
+    cloud = CyborgCloud(work, work / "logs", (CYBORG_NODE,), f"http://127.0.0.1:{port}")
+    cloud.start()
+    try:
+        yield cloud
+    finally:
+        cloud.stop()
