@@ -49,8 +49,9 @@ def kubeacc_multinode(
         stack.stop()
 
 
-#: The compute host of the Cyborg cloud: a node of the tests that run kube-acc on Cyborg.
-CYBORG_NODE = "cyborg-node"
+#: The compute host of the Cyborg cloud: the testbed's node (kubeacc.testbed.kubelet's default
+#: name), so that kube-acc's agent on that node runs on Cyborg's devices.
+CYBORG_NODE = "node-a"
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,6 +35,13 @@ if TYPE_CHECKING:
     from kubeacc.deviceplugin.config import DevicePluginConfig
     from kubeacc.deviceplugin.shared import DecisionLookup
     from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
+
+
+class Inventory(StrEnum):
+    """Where the agent's devices come from (``--inventory``)."""
+
+    HOST = "host"
+    CYBORG = "cyborg"
 
 
 def agent_command(
@@ -226,6 +234,31 @@ def agent_command(
             "/opt/kubeacc/native/kubeacc-cdi-hook), copied to <state-dir>/native.",
         ),
     ] = None,
+    inventory: Annotated[
+        Inventory,
+        option(
+            help="Where the node's devices come from: host (discovered under --host-root) or "
+            "cyborg (OpenStack Cyborg's devices for this node; claims on them are bound "
+            "through Cyborg and Placement, docs/cyborg.md).",
+        ),
+    ] = Inventory.HOST,
+    cyborg_credentials: Annotated[
+        Path | None,
+        option(
+            help="With --inventory cyborg: the credentials file (a mounted Secret; YAML: "
+            "cyborgUrl, placementUrl, token or projectId/userId/roles, eventsToken).",
+        ),
+    ] = None,
+    cyborg_events_address: Annotated[
+        str | None,
+        option(
+            help="With --inventory cyborg: HOST:PORT to take Cyborg's bind events on (its "
+            "[nova] endpoint); unset: binds are learnt by asking Cyborg.",
+        ),
+    ] = None,
+    cyborg_bind_timeout: Annotated[
+        float, option(min=1, help="Seconds a claim's Cyborg ARQs may take to be bound.")
+    ] = 60.0,
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
     import faulthandler
@@ -241,6 +274,7 @@ def agent_command(
     from kubeacc.agent.options import (
         AgentOptions,
         ApiOptions,
+        CyborgOptions,
         NodePaths,
         ObserveOptions,
         PrepareOptions,
@@ -260,6 +294,17 @@ def agent_command(
     except ValueError as err:  # the config errors and MetricsAddressError
         fail(str(err))
     use_units_table(units_table)
+    cyborg = None
+    if inventory is Inventory.CYBORG:
+        if cyborg_credentials is None:
+            fail("--inventory cyborg needs --cyborg-credentials")
+        cyborg = CyborgOptions(
+            credentials=cyborg_credentials,
+            events_address=cyborg_events_address,
+            bind_timeout=cyborg_bind_timeout,
+        )
+    elif cyborg_credentials is not None or cyborg_events_address is not None:
+        fail("--cyborg-credentials and --cyborg-events-address need --inventory cyborg")
     try:
         nvml_library = expand(nvml_library)
         driver_library_dir = expand(driver_library_dir)
@@ -326,6 +371,7 @@ def agent_command(
                     health_taints=health_taints,
                     health_taint_hold=health_taint_hold,
                 ),
+                cyborg=cyborg,
             ),
         )
     except StateError as exc:

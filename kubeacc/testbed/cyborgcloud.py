@@ -269,6 +269,8 @@ class CyborgCloud:
         default = {
             "transport_url": f"rabbit://guest:guest@127.0.0.1:{self.ports['amqp']}/",
             "periodic_interval": "2",
+            # an RPC to a conductor that is down fails in seconds, not Oslo's minute
+            "rpc_response_timeout": "10",
             "debug": "false",
         }
         sections = {
@@ -326,6 +328,14 @@ class CyborgCloud:
     def check(self) -> None:
         for p in self.procs.values():
             p.check()
+
+    def restart(self, name: str, down: float = 0.0) -> None:
+        """Stop one service (``cyborg-api``, ``cyborg-conductor``, ...), keep it down ``down``
+        seconds, start it again (its log goes on)."""
+        proc = self.procs[name]
+        proc.stop(10.0)
+        time.sleep(down)
+        proc.start()
 
     def stop(self) -> None:
         """Stop everything, RabbitMQ's Erlang port mapper included."""

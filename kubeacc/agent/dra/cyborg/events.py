@@ -16,14 +16,17 @@ import hmac
 import json
 import logging
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from kubeacc.netserve.limits import Limits
+from kubeacc.netserve.server import BodyError, BoundedHandler, BoundedHTTPServer
 
 log = logging.getLogger(__name__)
 
 EVENT_NAME = "accelerator-request-bound"
 _PATH = "/os-server-external-events"
-_MAX_BODY = 1 << 20
+#: Cyborg's conductor: a few connections, small bodies (one event per ARQ of a bind).
+EVENT_LIMITS = Limits(max_connections=8, work_timeout=10.0, max_body=1 << 20)
 #: The compute microversion Cyborg's conductor asks for (2.82 added this event).
 _MICROVERSION = "2.82"
 
@@ -38,44 +41,36 @@ class BindEvents:
         self._seen: dict[str, str] = {}
         #: events taken since start (the tests: Cyborg did notify its consumer)
         self.received = 0
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: BoundedHTTPServer | None = None
         self._address = address
 
     @property
     def port(self) -> int:
         assert self._server is not None
-        return int(self._server.server_address[1])
+        return self._server.port
 
     def start(self) -> None:
         if self._address is None or self._server is not None:
             return
         events = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(BoundedHandler):
             def do_POST(self) -> None:
                 events._post(self)
 
             def do_GET(self) -> None:
                 events._versions(self)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("events: " + format, *args)
-
-        self._server = ThreadingHTTPServer(self._address, Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="cyborg-events", daemon=True
-        )
-        self._thread.start()
+        self._server = BoundedHTTPServer(self._address, Handler, EVENT_LIMITS, name="cyborg-events")
+        self._server.start()
+        log.info("Cyborg's bind events taken on port %d", self.port)
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.stop()
             self._server = None
 
-    def _versions(self, req: BaseHTTPRequestHandler) -> None:
+    def _versions(self, req: BoundedHandler) -> None:
         """The version document a Nova client reads before its first call (openstacksdk's
         discovery): the one version, 2.1, with Cyborg's microversion among those it takes."""
         host = req.headers.get("Host") or f"127.0.0.1:{self.port}"
@@ -92,7 +87,7 @@ class BindEvents:
         else:
             self._answer(req, 200, {"versions": [version]})
 
-    def _post(self, req: BaseHTTPRequestHandler) -> None:
+    def _post(self, req: BoundedHandler) -> None:
         if not req.path.rstrip("/").endswith(_PATH):
             self._answer(req, 404, {"error": "not found"})
             return
@@ -100,13 +95,12 @@ class BindEvents:
         if self.token and not hmac.compare_digest(given.encode(), self.token.encode()):
             self._answer(req, 401, {"error": "unauthorized"})
             return
-        length = int(req.headers.get("Content-Length") or 0)
-        if length > _MAX_BODY:
-            self._answer(req, 413, {"error": "too large"})
-            return
         try:
-            body = json.loads(req.rfile.read(length))
+            body = json.loads(req.read_body(req.body_length()))
             events = list(body["events"])
+        except BodyError as exc:
+            self._answer(req, exc.code, {"error": str(exc)})
+            return
         except (ValueError, KeyError, TypeError):
             self._answer(req, 400, {"error": "not a list of events"})
             return
@@ -123,13 +117,8 @@ class BindEvents:
         self._answer(req, 200, {"events": answered})
 
     @staticmethod
-    def _answer(req: BaseHTTPRequestHandler, code: int, body: Any) -> None:
-        data = json.dumps(body).encode()
-        req.send_response(code)
-        req.send_header("Content-Type", "application/json")
-        req.send_header("Content-Length", str(len(data)))
-        req.end_headers()
-        req.wfile.write(data)
+    def _answer(req: BoundedHandler, code: int, body: Any) -> None:
+        req.send_body(code, json.dumps(body).encode(), "application/json")
 
     def status(self, arq: str) -> str:
         """What the last event for ``arq`` said ("" if none came)."""

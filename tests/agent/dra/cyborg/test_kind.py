@@ -7,14 +7,19 @@ import json
 import uuid
 from pathlib import Path
 
+import msgspec
+import pytest
+
 from kubeacc.agent.dra.cyborg.backend import CyborgBackend
+from kubeacc.agent.dra.cyborg.client import CyborgUnavailable
 from kubeacc.agent.dra.cyborg.kind import ENV_ARQ, ENV_PCI
 from kubeacc.agent.dra.refs import ClaimRef
 from kubeacc.testbed.cyborgcloud import FAKE_SLOTS, CyborgCloud
 from tests.agent.dra.memclaims import Claims
 from tests.conftest import CYBORG_NODE
+from tests.testbed.helpers import eventually
 
-from .conftest import cyborg_driver, leftover
+from .conftest import PROJECT, USER, credentials, cyborg_driver, leftover
 
 
 def _claims(devices: list[str], uid: str) -> Claims:
@@ -61,3 +66,53 @@ def test_prepare_binds_arqs_allocates_and_unprepare_frees_both(
 
     assert driver.unprepare([ref]) == {uid: ""}
     assert leftover(cyborg_cloud) == {"arqs": [], "allocations": {}}
+
+
+def test_units_another_consumer_holds_are_not_published(
+    cyborg_cloud: CyborgCloud, backend: CyborgBackend
+) -> None:
+    rp = backend.discover().devices[0].attributes["resourceProvider"]
+    server = str(uuid.uuid4())  # a Nova server, say
+    body = {
+        "allocations": {rp: {"resources": {"FPGA": 3}}},
+        "project_id": PROJECT,
+        "user_id": USER,
+        "consumer_generation": None,
+        "consumer_type": "INSTANCE",
+    }
+    cyborg_cloud.placement("PUT", f"/allocations/{server}", body)
+    assert len(backend.discover().devices) == FAKE_SLOTS - 3
+    cyborg_cloud.placement("DELETE", f"/allocations/{server}")
+    assert len(backend.discover().devices) == FAKE_SLOTS
+
+
+def test_cyborg_unreachable_is_a_clear_error_and_leaves_nothing(
+    cyborg_cloud: CyborgCloud, tmp_path: Path
+) -> None:
+    creds = msgspec.structs.replace(credentials(cyborg_cloud), cyborg_url="http://127.0.0.1:9")
+    down = CyborgBackend(creds, CYBORG_NODE, tmp_path / "state", None)
+    with pytest.raises(CyborgUnavailable, match=r"Cyborg at http://127\.0\.0\.1:9 not reached"):
+        down.discover()
+
+
+def test_conductor_down_mid_bind_is_undone_once_it_is_back(
+    cyborg_cloud: CyborgCloud, backend: CyborgBackend, tmp_path: Path
+) -> None:
+    uid = str(uuid.uuid4())
+    names = [d.name for d in backend.discover().devices[:1]]
+    driver = cyborg_driver(tmp_path, _claims(names, uid), backend)
+    driver.reconcile()
+    cyborg_cloud.procs["cyborg-conductor"].stop()
+    try:
+        out = driver.prepare([ClaimRef("ns", "c", uid)])
+    finally:
+        cyborg_cloud.procs["cyborg-conductor"].start()
+    assert "Cyborg" in out[uid].error
+    assert driver.prepared() == {}
+    # the conductor back, the next discovery pass finishes the undo
+    eventually(
+        lambda: (backend.discover(), leftover(cyborg_cloud))[1] == {"arqs": [], "allocations": {}},
+        90,
+        "the half-made ARQ and allocation undone",
+    )
+    assert backend.records.all() == []
