@@ -9,20 +9,25 @@ offered."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from lightkube import Client
-from lightkube.resources.core_v1 import Pod
+from lightkube import ApiError, Client
+from lightkube.codecs import from_dict
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+from lightkube.types import PatchType
 
 from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.cyborgcloud import FAKE_SLOTS, CyborgCloud
+from kubeacc.testbed.identities import cert_client
 from tests.conftest import CYBORG_NODE
 
 from ....nodestack import claim_pod as pod_obj
@@ -240,3 +245,113 @@ def test_units_held_outside_kube_acc_are_never_offered(
     uid = _claim_uid(kube_client, "one", namespace)
     assert _allocation(cyborg_cloud, uid) == [{"FPGA": 1}]
     assert _allocation(cyborg_cloud, server) == [{"FPGA": FAKE_SLOTS - 1}]
+
+
+TENANT_USER = "mallory"
+
+
+def _grant_edit(client: Client, ns: str) -> None:
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "tenant-edit", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT_USER}
+        ],
+    }
+    client.create(from_dict(binding))
+
+
+def _refused(what: str, write: Callable[[], Any]) -> None:
+    try:
+        write()
+    except ApiError as exc:
+        assert exc.status.code == 403, (what, exc.status)
+        return
+    raise AssertionError(f"the tenant could {what}")
+
+
+def test_a_tenant_binds_and_unbinds_only_through_its_own_claims(
+    testbed: Testbed,
+    kube_client: Client,
+    namespace: str,
+    cyborg_cloud: CyborgCloud,
+    agent: CyborgAgent,
+    tmp_path: Path,
+) -> None:
+    """The tenant has ``edit`` in its own namespace. The victim's pod in another holds a
+    Cyborg unit; whatever the tenant tries (the victim's claim deleted or its status written, a
+    pod on the victim's claim by name, an opaque config that names Cyborg's fields), the
+    victim's ARQ stays Bound to the victim's claim, and the only ARQ the tenant gets bound is
+    one for its own claim, unbound when that claim goes."""
+    agent.start_on_cyborg()
+    kube_client.create(claim_obj("victim", namespace, fpgas()))
+    kube_client.create(pod_obj("victim", namespace, "victim"))
+    eventually(lambda: running(kube_client, "victim", namespace), 120, "the victim Running")
+    victim = _claim_uid(kube_client, "victim", namespace)
+    (held,) = _bound(cyborg_cloud, victim)
+
+    tenant_ns = f"tenant-{uuid.uuid4().hex[:6]}"
+    kube_client.create(Namespace(metadata=ObjectMeta(name=tenant_ns)))
+    try:
+        testbed.wait_service_account(tenant_ns)
+        _grant_edit(kube_client, tenant_ns)
+        tenant = cert_client(testbed, tmp_path / "mallory", TENANT_USER, (), TENANT_USER)
+        _refused(
+            "delete another namespace's claim",
+            lambda: tenant.delete(ResourceClaim, "victim", namespace=namespace),
+        )
+        _refused(
+            "write another namespace's claim status",
+            lambda: tenant.patch(
+                ResourceClaim,
+                "victim",
+                {"status": {"reservedFor": []}},
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+                subresource="status",
+            ),
+        )
+        # Cyborg's fields in an opaque config: not a config of kube-acc's, the claim refused
+        smuggled = fpgas()
+        smuggled["devices"]["config"] = [
+            {
+                "opaque": {
+                    "driver": DRIVER_NAME,
+                    "parameters": {
+                        "apiVersion": "kubeacc.io/v1alpha1",
+                        "kind": "CyborgBind",
+                        "instance_uuid": victim,
+                        "arq": held["uuid"],
+                    },
+                }
+            }
+        ]
+        tenant.create(claim_obj("smuggled", tenant_ns, smuggled))
+        tenant.create(pod_obj("smuggled", tenant_ns, "smuggled"))
+        # the victim's claim by name: in the tenant's namespace there is no such claim
+        tenant.create(pod_obj("by-name", tenant_ns, "victim"))
+        tenant.create(claim_obj("own", tenant_ns, fpgas()))
+        tenant.create(pod_obj("own", tenant_ns, "own"))
+        eventually(lambda: running(kube_client, "own", tenant_ns), 120, "the tenant's own pod")
+        own = _claim_uid(kube_client, "own", tenant_ns)
+        smuggled_uid = _claim_uid(kube_client, "smuggled", tenant_ns)
+        (own_arq,) = _bound(cyborg_cloud, own)
+        assert own_arq["state"] == "Bound"
+        agent.wait_log(f"prepare {tenant_ns}/smuggled", 60)
+        assert not running(kube_client, "smuggled", tenant_ns)
+        assert not running(kube_client, "by-name", tenant_ns)
+        assert _bound(cyborg_cloud, smuggled_uid) == []
+        instances = {a["instance_uuid"] for a in leftover(cyborg_cloud)["arqs"]}
+        assert instances == {victim, own}
+
+        tenant.delete(Pod, "own", namespace=tenant_ns, grace_period=0)
+        eventually(lambda: gone(kube_client, "own", tenant_ns), 120, "the tenant's pod gone")
+        tenant.delete(ResourceClaim, "own", namespace=tenant_ns)
+        eventually(lambda: _bound(cyborg_cloud, own) == [], 60, "the tenant's ARQ deleted")
+    finally:
+        kube_client.delete(Namespace, tenant_ns)
+    (still,) = _bound(cyborg_cloud, victim)
+    assert (still["uuid"], still["state"]) == (held["uuid"], "Bound")
+    assert running(kube_client, "victim", namespace)
