@@ -296,12 +296,11 @@ def test_a_tenant_binds_and_unbinds_only_through_its_own_claims(
         forbidden(
             "write another namespace's claim status",
             lambda: tenant.patch(
-                ResourceClaim,
+                ResourceClaim.Status,
                 "victim",
                 {"status": {"reservedFor": []}},
                 namespace=namespace,
                 patch_type=PatchType.MERGE,
-                subresource="status",
             ),
         )
         # Cyborg's fields in an opaque config: not a config of kube-acc's, the claim refused
