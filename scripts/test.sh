@@ -32,7 +32,8 @@ unset KUBEACC_K8S_VERSION
 .venv/bin/python -m kubeacc.testbed helm
 # OpenStack Cyborg and Placement for the Cyborg lane (tests that run kube-acc on Cyborg), from
 # PyPI into a venv of their own (they pin their own oslo/eventlet), cached in
-# ~/.cache/kubeacc/cyborg-*; ~35-60 s cold (about 117 packages), nothing when cached.
+# ~/.cache/kubeacc/cyborg-*; ~35-60 s cold (104 distributions; bench/cyborg_lane.py), nothing
+# when cached.
 .venv/bin/python -m kubeacc.testbed cyborg
 # The compatibility lane: Kubernetes 1.36 (testbed-1.36/), a documented subset of the cluster
 # tests (docs/testing.md, "Compatibility lane"; the list is tests/lane-1.36.txt). Only for a whole
