@@ -27,12 +27,15 @@ PROFILE_PREFIX = "kubeacc-"
 
 
 def profile_name(node: str, rp_uuid: str) -> str:
-    """The device profile of this node's ARQs on one resource provider (a deployable)."""
-    return f"{PROFILE_PREFIX}{node}-{rp_uuid[:8]}"
+    """The device profile of this node's ARQs on one resource provider (a deployable).
+
+    Cyborg takes only letters, digits, ``-`` and ``_`` in a profile's name: a node name's dots
+    become ``_``, which a node name never has, so two nodes never share a profile."""
+    return f"{PROFILE_PREFIX}{node.replace('.', '_')}-{rp_uuid[:8]}"
 
 
 def is_own_profile(name: str, node: str) -> bool:
-    head = f"{PROFILE_PREFIX}{node}-"
+    head = f"{PROFILE_PREFIX}{node.replace('.', '_')}-"
     return name.startswith(head) and len(name) == len(head) + 8
 
 
