@@ -6,19 +6,22 @@ from __future__ import annotations
 import subprocess
 
 from kubeacc.testbed.cyborgcloud import FAKE_SLOTS, CyborgCloud, cyborg_dir
-from tests.conftest import CYBORG_NODE
+from tests.conftest import CYBORG_NODE, CYBORG_RUNTIME_NODE
 
 
 def test_devices_deployables_and_providers_are_listed(cyborg_cloud: CyborgCloud) -> None:
     devices = cyborg_cloud.cyborg("GET", "/v2/devices")["devices"]
-    assert [(d["hostname"], d["type"]) for d in devices] == [(CYBORG_NODE, "FPGA")]
+    assert sorted((d["hostname"], d["type"]) for d in devices) == [
+        (CYBORG_NODE, "FPGA"),
+        (CYBORG_RUNTIME_NODE, "FPGA"),
+    ]
     deployables = cyborg_cloud.cyborg("GET", "/v2/deployables")["deployables"]
-    assert [d["num_accelerators"] for d in deployables] == [FAKE_SLOTS]
+    assert [d["num_accelerators"] for d in deployables] == [FAKE_SLOTS, FAKE_SLOTS]
     providers = cyborg_cloud.placement("GET", f"/resource_providers?name={CYBORG_NODE}")
     (root,) = providers["resource_providers"]
     tree = cyborg_cloud.placement("GET", f"/resource_providers?in_tree={root['uuid']}")
-    child = next(rp for rp in tree["resource_providers"] if rp["uuid"] != root["uuid"])
-    assert child["name"] == deployables[0]["name"]
+    (child,) = [rp for rp in tree["resource_providers"] if rp["uuid"] != root["uuid"]]
+    assert child["name"] in {d["name"] for d in deployables}
     inventories = cyborg_cloud.placement("GET", f"/resource_providers/{child['uuid']}/inventories")
     assert inventories["inventories"]["FPGA"]["total"] == FAKE_SLOTS
 
@@ -34,6 +37,7 @@ def test_every_service_runs_and_the_venv_is_the_cached_one(cyborg_cloud: CyborgC
         "cyborg-api",
         "cyborg-conductor",
         f"cyborg-agent-{CYBORG_NODE}",
+        f"cyborg-agent-{CYBORG_RUNTIME_NODE}",
     }
     # the project's own venv has none of OpenStack's libraries
     import importlib.util

@@ -55,30 +55,35 @@ class CyborgAgent(AgentProcess):
         self.wait_registered(90)
 
 
-@pytest.fixture
-def agent(testbed: Testbed, cyborg_cloud: CyborgCloud, tmp_path: Path) -> Iterator[CyborgAgent]:
-    assert testbed.node_name == CYBORG_NODE
+def cyborg_flags(cloud: CyborgCloud, tmp_path: Path) -> list[str]:
+    """The agent's flags for the tests' cloud, its credentials file written under ``tmp_path``."""
     creds = tmp_path / "cyborg-credentials.yaml"
     creds.write_text(
         yaml.safe_dump(
             {
-                "cyborgUrl": cyborg_cloud.cyborg_url,
-                "placementUrl": cyborg_cloud.placement_url,
+                "cyborgUrl": cloud.cyborg_url,
+                "placementUrl": cloud.placement_url,
                 "token": "admin",
                 "projectId": PROJECT,
                 "userId": USER,
             }
         )
     )
-    host = profiles.build("amd-gpu", tmp_path / "host")
-    a = CyborgAgent(testbed.node_name, host, testbed.kubeconfig, testbed.kubelet.root_dir, tmp_path)
-    port = events_address(cyborg_cloud)[1]
-    a.cyborg_flags = [
+    port = events_address(cloud)[1]
+    return [
         "--inventory=cyborg",
         f"--cyborg-credentials={creds}",
         f"--cyborg-events-address=127.0.0.1:{port}",
         "--cyborg-bind-timeout=30",
     ]
+
+
+@pytest.fixture
+def agent(testbed: Testbed, cyborg_cloud: CyborgCloud, tmp_path: Path) -> Iterator[CyborgAgent]:
+    assert testbed.node_name == CYBORG_NODE
+    host = profiles.build("amd-gpu", tmp_path / "host")
+    a = CyborgAgent(testbed.node_name, host, testbed.kubeconfig, testbed.kubelet.root_dir, tmp_path)
+    a.cyborg_flags = cyborg_flags(cyborg_cloud, tmp_path)
     try:
         yield a
     finally:
@@ -223,7 +228,10 @@ def test_units_held_outside_kube_acc_are_never_offered(
     cyborg_cloud: CyborgCloud,
     agent: CyborgAgent,
 ) -> None:
-    tree = cyborg_cloud.placement("GET", "/resource_providers")["resource_providers"]
+    root = cyborg_cloud.placement("GET", f"/resource_providers?name={CYBORG_NODE}")
+    tree = cyborg_cloud.placement(
+        "GET", f"/resource_providers?in_tree={root['resource_providers'][0]['uuid']}"
+    )["resource_providers"]
     rp = next(r for r in tree if r["parent_provider_uuid"])
     server = "5d3c1f7e-8a9b-4c2d-9e0f-1a2b3c4d5e6f"  # a Nova server, say
     body = {
