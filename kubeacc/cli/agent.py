@@ -269,6 +269,7 @@ def agent_command(
 
     from kubeacc.agent.compose import compose_agent
     from kubeacc.agent.dra.checkpoint import StateError
+    from kubeacc.agent.dra.cyborg.client import CyborgError
     from kubeacc.agent.dra.publishing import Publishing
     from kubeacc.agent.dra.sharing.limits import parse_selectors
     from kubeacc.agent.options import (
@@ -397,6 +398,8 @@ def agent_command(
         agent.start()
     except StateError as exc:
         fail(str(exc), FAILURE)
+    except CyborgError as exc:  # no inventory yet to keep: the old slices stay on the server
+        fail(f"Cyborg's devices of this node not read at start: {exc}", FAILURE)
     except MetricsAddressError as err:
         fail(str(err))
     logging.getLogger("kubeacc.agent").info("agent ready on node %s", node_name)
