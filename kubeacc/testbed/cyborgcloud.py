@@ -329,14 +329,6 @@ class CyborgCloud:
         for p in self.procs.values():
             p.check()
 
-    def restart(self, name: str, down: float = 0.0) -> None:
-        """Stop one service (``cyborg-api``, ``cyborg-conductor``, ...), keep it down ``down``
-        seconds, start it again (its log goes on)."""
-        proc = self.procs[name]
-        proc.stop(10.0)
-        time.sleep(down)
-        proc.start()
-
     def stop(self) -> None:
         """Stop everything, RabbitMQ's Erlang port mapper included."""
         for name in reversed(list(self.procs)):

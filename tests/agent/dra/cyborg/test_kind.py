@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from kubeacc.agent.dra.cyborg.backend import CyborgBackend
-from kubeacc.agent.dra.cyborg.client import CyborgUnavailable
+from kubeacc.agent.dra.cyborg.client import CyborgError, CyborgUnavailable
 from kubeacc.agent.dra.cyborg.kind import ENV_ARQ, ENV_PCI
 from kubeacc.agent.dra.refs import ClaimRef
 from kubeacc.testbed.cyborgcloud import FAKE_SLOTS, CyborgCloud
@@ -95,24 +95,30 @@ def test_cyborg_unreachable_is_a_clear_error_and_leaves_nothing(
         down.discover()
 
 
-def test_conductor_down_mid_bind_is_undone_once_it_is_back(
-    cyborg_cloud: CyborgCloud, backend: CyborgBackend, tmp_path: Path
+@pytest.mark.parametrize("service", ["cyborg-conductor", "cyborg-api"])
+def test_a_service_down_mid_prepare_is_undone_once_it_is_back(
+    cyborg_cloud: CyborgCloud, backend: CyborgBackend, tmp_path: Path, service: str
 ) -> None:
     uid = str(uuid.uuid4())
     names = [d.name for d in backend.discover().devices[:1]]
     driver = cyborg_driver(tmp_path, _claims(names, uid), backend)
     driver.reconcile()
-    cyborg_cloud.procs["cyborg-conductor"].stop()
+    cyborg_cloud.procs[service].stop()
     try:
         out = driver.prepare([ClaimRef("ns", "c", uid)])
     finally:
-        cyborg_cloud.procs["cyborg-conductor"].start()
+        cyborg_cloud.procs[service].start()
     assert "Cyborg" in out[uid].error
     assert driver.prepared() == {}
-    # the conductor back, the next discovery pass finishes the undo
-    eventually(
-        lambda: (backend.discover(), leftover(cyborg_cloud))[1] == {"arqs": [], "allocations": {}},
-        90,
-        "the half-made ARQ and allocation undone",
-    )
+
+    def undone() -> bool:
+        """A discovery pass (it retries the undo) once the service answers again; then nothing
+        of the claim left."""
+        try:
+            backend.discover()
+            return leftover(cyborg_cloud) == {"arqs": [], "allocations": {}}
+        except (CyborgError, OSError):
+            return False
+
+    eventually(undone, 90, "the half-made ARQ and allocation undone")
     assert backend.records.all() == []
