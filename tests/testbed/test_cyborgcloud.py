@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from kubeacc.testbed.cyborgcloud import FAKE_SLOTS, CyborgCloud, cyborg_dir
 from tests.conftest import CYBORG_NODE, CYBORG_RUNTIME_NODE
+
+pytestmark = pytest.mark.cyborg
 
 
 def test_devices_deployables_and_providers_are_listed(cyborg_cloud: CyborgCloud) -> None:

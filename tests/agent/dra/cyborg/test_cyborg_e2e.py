@@ -37,7 +37,7 @@ from ..agentproc import AgentProcess
 from ..test_e2e import claim_obj, gone, running
 from .conftest import PROJECT, USER, events_address, leftover
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.cyborg]
 
 
 def fpgas(count: int = 1) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from ..test_e2e import claim_obj, gone
 from .conftest import leftover
 from .test_cyborg_e2e import CyborgAgent, cyborg_flags, fpgas
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.cyborg]
 
 
 @pytest.fixture

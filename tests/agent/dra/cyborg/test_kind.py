@@ -21,6 +21,8 @@ from tests.testbed.helpers import eventually
 
 from .conftest import PROJECT, USER, credentials, cyborg_driver, leftover
 
+pytestmark = pytest.mark.cyborg
+
 
 def _claims(devices: list[str], uid: str) -> Claims:
     claims = Claims()
