@@ -13,6 +13,7 @@ import pytest
 from kubeacc.agent.dra.cyborg.backend import CyborgBackend
 from kubeacc.agent.dra.cyborg.client import CyborgError, CyborgUnavailable
 from kubeacc.agent.dra.cyborg.kind import ENV_ARQ, ENV_PCI
+from kubeacc.agent.dra.cyborg.records import profile_name
 from kubeacc.agent.dra.refs import ClaimRef
 from kubeacc.testbed.cyborgcloud import FAKE_SLOTS, CyborgCloud
 from tests.agent.dra.memclaims import Claims
@@ -124,3 +125,22 @@ def test_a_service_down_mid_prepare_is_undone_once_it_is_back(
 
     eventually(undone, 90, "the half-made ARQ and allocation undone")
     assert backend.records.all() == []
+
+
+def test_start_deletes_the_nodes_unrecorded_arqs_and_no_one_elses(
+    cyborg_cloud: CyborgCloud, backend: CyborgBackend
+) -> None:
+    """An ARQ of this node's profile that no record names (made just before a crash, its UUID
+    never written) is deleted at start; an ARQ of someone else's profile is left alone."""
+    dev = backend.discover().devices[0]
+    rp = dev.attributes["resourceProvider"]
+    group = {"resources:FPGA": "1", "trait:CUSTOM_FAKE_DEVICE": "required"}
+    own = profile_name(CYBORG_NODE, rp)
+    backend.client.ensure_profile(own, group)
+    backend.client.ensure_profile("someone-elses", group)
+    orphan = backend.client.create_arq(own)
+    foreign = backend.client.create_arq("someone-elses")
+    backend.kind.recover(set())
+    left = {a["uuid"] for a in leftover(cyborg_cloud)["arqs"]}
+    assert orphan not in left
+    assert foreign in left
