@@ -98,7 +98,7 @@ def test_cyborg_unreachable_is_a_clear_error_and_leaves_nothing(
         down.discover()
 
 
-@pytest.mark.parametrize("service", ["cyborg-conductor", "cyborg-api"])
+@pytest.mark.parametrize("service", ["cyborg-conductor", "cyborg-api", "rabbitmq"])
 def test_a_service_down_mid_prepare_is_undone_once_it_is_back(
     cyborg_cloud: CyborgCloud, backend: CyborgBackend, tmp_path: Path, service: str
 ) -> None:
