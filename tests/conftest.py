@@ -52,20 +52,19 @@ def kubeacc_multinode(
 #: The compute host of the Cyborg cloud: the testbed's node (kubeacc.testbed.kubelet's default
 #: name), so that kube-acc's agent on that node runs on Cyborg's devices.
 CYBORG_NODE = "node-a"
-#: The real-runtime testbed's node (containerd + runc), Cyborg's second compute host.
-CYBORG_RUNTIME_NODE = "node-r"
 
 
 @pytest.fixture(scope="session")
 def cyborg_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CyborgCloud]:
-    """RabbitMQ, Placement and Cyborg (API, conductor, one agent with the fake driver for each of
-    :data:`CYBORG_NODE` and :data:`CYBORG_RUNTIME_NODE`), installed from their packages
-    (kubeacc.testbed.cyborgcloud), for the whole session. Cyborg's ``[nova]`` endpoint is
-    ``cyborg_cloud.nova_url``, on a port the tests' kube-acc agent serves the bind events on."""
+    """RabbitMQ, Placement and Cyborg (API, conductor, one agent with the fake driver for the
+    compute host :data:`CYBORG_NODE`), installed from their packages
+    (kubeacc.testbed.cyborgcloud), for the whole session. One host only: the fake driver reports
+    the same PCI addresses on every host, and Cyborg's conductor then keeps one host's device.
+    Cyborg's ``[nova]`` endpoint is ``cyborg_cloud.nova_url``, on a port the tests' kube-acc
+    agent serves the bind events on."""
     work = tmp_path_factory.mktemp("cyborg")
     port = free_port()
-    hosts = (CYBORG_NODE, CYBORG_RUNTIME_NODE)
-    cloud = CyborgCloud(work, work / "logs", hosts, f"http://127.0.0.1:{port}")
+    cloud = CyborgCloud(work, work / "logs", (CYBORG_NODE,), f"http://127.0.0.1:{port}")
     cloud.start()
     try:
         yield cloud

@@ -157,7 +157,7 @@ def _cyborg(options: AgentOptions) -> CyborgBackend:
         raise StateError(str(exc)) from None
     return CyborgBackend(
         creds,
-        options.node.node_name,
+        options.cyborg.compute_host or options.node.node_name,
         options.node.state_dir,
         address,
         options.cyborg.bind_timeout,

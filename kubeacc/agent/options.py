@@ -134,6 +134,9 @@ class CyborgOptions(msgspec.Struct, frozen=True, kw_only=True):
     events_address: str | None = None
     #: Seconds a claim's ARQs may take to become Bound.
     bind_timeout: float = 60.0
+    #: The node's compute host in Cyborg and Placement ("": the node's name; a hypervisor's
+    #: name is often the host's full name where the Node's is its short one).
+    compute_host: str = ""
 
 
 class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):

@@ -259,6 +259,13 @@ def agent_command(
     cyborg_bind_timeout: Annotated[
         float, option(min=1, help="Seconds a claim's Cyborg ARQs may take to be bound.")
     ] = 60.0,
+    cyborg_compute_host: Annotated[
+        str | None,
+        option(
+            help="With --inventory cyborg: this node's compute host in Cyborg and Placement "
+            "(default: the node's name).",
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
     import faulthandler
@@ -303,9 +310,15 @@ def agent_command(
             credentials=cyborg_credentials,
             events_address=cyborg_events_address,
             bind_timeout=cyborg_bind_timeout,
+            compute_host=cyborg_compute_host or "",
         )
-    elif cyborg_credentials is not None or cyborg_events_address is not None:
-        fail("--cyborg-credentials and --cyborg-events-address need --inventory cyborg")
+    elif any(
+        o is not None for o in (cyborg_credentials, cyborg_events_address, cyborg_compute_host)
+    ):
+        fail(
+            "--cyborg-credentials, --cyborg-events-address and --cyborg-compute-host need "
+            "--inventory cyborg"
+        )
     try:
         nvml_library = expand(nvml_library)
         driver_library_dir = expand(driver_library_dir)

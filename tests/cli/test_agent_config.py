@@ -82,6 +82,8 @@ def test_cyborg_flags_go_together(tmp_path: Path) -> None:
     assert line == "error: --inventory cyborg needs --cyborg-credentials"
     (line,) = _refused(tmp_path, f"--cyborg-credentials={tmp_path / 'c.yaml'}")
     assert "need --inventory cyborg" in line
+    (line,) = _refused(tmp_path, "--cyborg-compute-host=h1")
+    assert "need --inventory cyborg" in line
 
 
 def _agent_on_cyborg(tmp_path: Path, creds: str) -> subprocess.CompletedProcess[str]:

@@ -8,19 +8,16 @@ import subprocess
 import pytest
 
 from kubeacc.testbed.cyborgcloud import FAKE_SLOTS, CyborgCloud, cyborg_dir
-from tests.conftest import CYBORG_NODE, CYBORG_RUNTIME_NODE
+from tests.conftest import CYBORG_NODE
 
 pytestmark = pytest.mark.cyborg
 
 
 def test_devices_deployables_and_providers_are_listed(cyborg_cloud: CyborgCloud) -> None:
     devices = cyborg_cloud.cyborg("GET", "/v2/devices")["devices"]
-    assert sorted((d["hostname"], d["type"]) for d in devices) == [
-        (CYBORG_NODE, "FPGA"),
-        (CYBORG_RUNTIME_NODE, "FPGA"),
-    ]
+    assert [(d["hostname"], d["type"]) for d in devices] == [(CYBORG_NODE, "FPGA")]
     deployables = cyborg_cloud.cyborg("GET", "/v2/deployables")["deployables"]
-    assert [d["num_accelerators"] for d in deployables] == [FAKE_SLOTS, FAKE_SLOTS]
+    assert [d["num_accelerators"] for d in deployables] == [FAKE_SLOTS]
     providers = cyborg_cloud.placement("GET", f"/resource_providers?name={CYBORG_NODE}")
     (root,) = providers["resource_providers"]
     tree = cyborg_cloud.placement("GET", f"/resource_providers?in_tree={root['uuid']}")
@@ -41,7 +38,6 @@ def test_every_service_runs_and_the_venv_is_the_cached_one(cyborg_cloud: CyborgC
         "cyborg-api",
         "cyborg-conductor",
         f"cyborg-agent-{CYBORG_NODE}",
-        f"cyborg-agent-{CYBORG_RUNTIME_NODE}",
     }
     # the project's own venv has none of OpenStack's libraries
     import importlib.util

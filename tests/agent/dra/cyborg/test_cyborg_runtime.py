@@ -1,6 +1,7 @@
 """A Cyborg unit reaching a real container (containerd + runc, ``runtime_testbed``): the CDI
 spec kube-acc wrote from Cyborg's attach handle is applied by containerd, so the workload sees
-the PCI address Cyborg bound and its ARQ, which nothing in the pod spec names."""
+the PCI address Cyborg bound and its ARQ, which nothing in the pod spec names. The node
+(``node-r``) is the cloud's compute host ``node-a`` in Cyborg (``--cyborg-compute-host``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.cyborgcloud import CyborgCloud
 from tests.agent.test_real_runtime import seen, wait_running, workload
-from tests.conftest import CYBORG_RUNTIME_NODE
+from tests.conftest import CYBORG_NODE
 from tests.testbed.helpers import eventually
 
 from ..test_e2e import claim_obj, gone
@@ -32,11 +33,15 @@ def agent(
     runtime_testbed: Testbed, cyborg_cloud: CyborgCloud, tmp_path: Path
 ) -> Iterator[CyborgAgent]:
     kubelet = runtime_testbed.kubelet
-    assert kubelet.node_name == CYBORG_RUNTIME_NODE
     host = profiles.build("amd-gpu", tmp_path / "host")
     a = CyborgAgent(kubelet.node_name, host, runtime_testbed.kubeconfig, kubelet.root_dir, tmp_path)
     a.cdi_dir = kubelet.cdi_dir  # the directory containerd reads its CDI specs from
-    a.cyborg_flags = [*cyborg_flags(cyborg_cloud, tmp_path), f"--device-root={kubelet.device_root}"]
+    a.cyborg_flags = [
+        *cyborg_flags(cyborg_cloud, tmp_path),
+        f"--device-root={kubelet.device_root}",
+        # the cloud's one compute host: the node's name in Cyborg is not its Node's name
+        f"--cyborg-compute-host={CYBORG_NODE}",
+    ]
     try:
         yield a
     finally:
@@ -60,7 +65,7 @@ def test_the_container_sees_the_unit_cyborg_bound(
     assert meta is not None and meta.uid is not None
     arqs = cyborg_cloud.cyborg("GET", f"/v2/accelerator_requests?instance={meta.uid}")["arqs"]
     (arq,) = arqs
-    assert arq["state"] == "Bound" and arq["hostname"] == CYBORG_RUNTIME_NODE
+    assert arq["state"] == "Bound" and arq["hostname"] == CYBORG_NODE
     handle = arq["attach_handle_info"]
     pci = f"{handle['domain']}:{handle['bus']}:{int(handle['device']):02x}.{handle['function']}"
     env = seen(tb, ns, "app").env

@@ -126,6 +126,19 @@ def test_a_service_down_mid_prepare_is_undone_once_it_is_back(
     eventually(undone, 90, "the half-made ARQ and allocation undone")
     assert backend.records.all() == []
 
+    def rpc_works() -> bool:
+        """Cyborg's API reaches its conductor again (after RabbitMQ, oslo.messaging takes a
+        while to reconnect): the next test starts on a whole cloud."""
+        name = f"probe-{uuid.uuid4().hex[:8]}"
+        try:
+            backend.client.ensure_profile(name, {"resources:FPGA": "1"})
+        except CyborgError:
+            return False
+        cyborg_cloud.cyborg("DELETE", f"/v2/device_profiles/{name}")
+        return True
+
+    eventually(rpc_works, 90, "Cyborg's API and conductor talking again")
+
 
 def test_start_deletes_the_nodes_unrecorded_arqs_and_no_one_elses(
     cyborg_cloud: CyborgCloud, backend: CyborgBackend
