@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv and installs kube-acc with its test tools. Idempotent; needs PyPI and, once,
-# the Debian archive (runc and busybox-static for the testbed's real container runtime).
+# the Debian archive (runc and busybox-static for the testbed's real container runtime,
+# rabbitmq-server for the Cyborg lane).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The real-runtime testbed (kubeacc/testbed/runtime.py) runs containers with Debian's runc and
@@ -8,6 +9,8 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
 [ -x /bin/busybox ] || missing+=(busybox-static)
+# The Cyborg lane (kubeacc/testbed/cyborgcloud.py) runs Debian's RabbitMQ for Cyborg's services.
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
 if [ ${#missing[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
     sudo=""

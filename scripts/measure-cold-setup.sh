@@ -28,5 +28,6 @@ step .venv/bin/python -m kubeacc.testbed image
 step .venv/bin/python -m kubeacc.differential.build 1.36
 step .venv/bin/python -m kubeacc.differential.build 1.37
 step .venv/bin/python -m kubeacc.testbed helm
+step .venv/bin/python -m kubeacc.testbed cyborg
 KUBEACC_K8S_VERSION=1.36 step .venv/bin/python -m kubeacc.testbed build
 echo "end $(date -u +%H:%M:%S) (log: $work/setup.log)"

@@ -10,6 +10,8 @@ import pytest
 
 from kubeacc.cli.demo_stack import KubeaccStack
 from kubeacc.testbed import Testbed
+from kubeacc.testbed.cyborgcloud import CyborgCloud
+from kubeacc.testbed.procs import free_port
 from kubeacc.testbed.shapes import MULTINODE_SHAPES
 from tests.hosts import HostFactory
 
@@ -45,3 +47,26 @@ def kubeacc_multinode(
         yield stack
     finally:
         stack.stop()
+
+
+#: The compute host of the Cyborg cloud: the testbed's node (kubeacc.testbed.kubelet's default
+#: name), so that kube-acc's agent on that node runs on Cyborg's devices.
+CYBORG_NODE = "node-a"
+
+
+@pytest.fixture(scope="session")
+def cyborg_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CyborgCloud]:
+    """RabbitMQ, Placement and Cyborg (API, conductor, one agent with the fake driver for the
+    compute host :data:`CYBORG_NODE`), installed from their packages
+    (kubeacc.testbed.cyborgcloud), for the whole session. One host only: the fake driver reports
+    the same PCI addresses on every host, and Cyborg's conductor then keeps one host's device.
+    Cyborg's ``[nova]`` endpoint is ``cyborg_cloud.nova_url``, on a port the tests' kube-acc
+    agent serves the bind events on."""
+    work = tmp_path_factory.mktemp("cyborg")
+    port = free_port()
+    cloud = CyborgCloud(work, work / "logs", (CYBORG_NODE,), f"http://127.0.0.1:{port}")
+    cloud.start()
+    try:
+        yield cloud
+    finally:
+        cloud.stop()

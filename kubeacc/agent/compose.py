@@ -42,6 +42,7 @@ from kubeacc.node.userspace.provider import DriverUserSpace, UserSpaceMode
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from kubeacc.agent.dra.cyborg.backend import CyborgBackend
     from kubeacc.agent.dra.fpga.binding import FpgaBinder
     from kubeacc.agent.fpga_claims import ClaimProgrammer
 
@@ -67,6 +68,9 @@ def compose_agent(
     )
     relay = Relay()
     metrics = AgentMetrics()
+    cyborg = _cyborg(options) if options.cyborg is not None else None
+    if cyborg is not None:
+        kinds = [*kinds, cyborg.kind]
     watch: WatchingClaimSource | None = None
     if claims is None and node.kubelet_plugin:
         claims = watch = WatchingClaimSource(
@@ -133,8 +137,35 @@ def compose_agent(
         claims=watch,
         status=status,
         binder=binder,
+        cyborg=cyborg,
     )
+    if cyborg is not None:
+        cyborg.start()
     return Agent(host, node, options.publish, options.observe, parts)
+
+
+def _cyborg(options: AgentOptions) -> CyborgBackend:
+    """The Cyborg backend of ``--inventory cyborg``; StateError for a bad credentials file or
+    events address."""
+    from kubeacc.agent.dra.cyborg.backend import CyborgBackend
+    from kubeacc.agent.dra.cyborg.client import read_credentials
+    from kubeacc.metrics.http import MetricsAddressError, parse_address
+
+    assert options.cyborg is not None
+    try:
+        creds = read_credentials(options.cyborg.credentials)
+        address = (
+            parse_address(options.cyborg.events_address) if options.cyborg.events_address else None
+        )
+    except (ValueError, MetricsAddressError) as exc:
+        raise StateError(str(exc)) from None
+    return CyborgBackend(
+        creds,
+        options.cyborg.compute_host or options.node.node_name,
+        options.node.state_dir,
+        address,
+        options.cyborg.bind_timeout,
+    )
 
 
 def _fpga_programmer(host: Host, prepare: PrepareOptions, client: Client) -> ClaimProgrammer | None:

@@ -124,6 +124,21 @@ class ObserveOptions(msgspec.Struct, frozen=True, kw_only=True):
     health_taint_hold: float = 300.0
 
 
+class CyborgOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """The node's devices from OpenStack Cyborg (``--inventory cyborg``; docs/cyborg.md)."""
+
+    #: The credentials file (a mounted Secret): URLs of Cyborg and Placement, token or identity.
+    credentials: Path
+    #: ``HOST:PORT`` where Cyborg's ``[nova]`` endpoint sends its bind events (None: not
+    #: served; the agent then learns each bind by asking Cyborg).
+    events_address: str | None = None
+    #: Seconds a claim's ARQs may take to become Bound.
+    bind_timeout: float = 60.0
+    #: The node's compute host in Cyborg and Placement ("": the node's name; a hypervisor's
+    #: name is often the host's full name where the Node's is its short one).
+    compute_host: str = ""
+
+
 class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     """Every group; only :func:`~kubeacc.agent.compose.compose_agent` reads it whole."""
 
@@ -132,6 +147,8 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     publish: PublishOptions = PublishOptions()
     prepare: PrepareOptions = PrepareOptions()
     observe: ObserveOptions = ObserveOptions()
+    #: None: the devices are the host's own (discovery); set: Cyborg's for this node.
+    cyborg: CyborgOptions | None = None
 
 
 def options_from(**settings: Any) -> AgentOptions:
@@ -153,5 +170,6 @@ _GROUPS: dict[str, type[msgspec.Struct]] = {
     "publish": PublishOptions,
     "prepare": PrepareOptions,
     "observe": ObserveOptions,
+    "cyborg": CyborgOptions,
 }
 _FIELDS: dict[type, set[str]] = {cls: set(cls.__struct_fields__) for cls in _GROUPS.values()}

@@ -18,6 +18,7 @@ from kubeacc.node.sharelimit import Limiter
 from kubeacc.node.userspace.provider import DriverUserSpace
 
 if TYPE_CHECKING:
+    from kubeacc.agent.dra.cyborg.backend import CyborgBackend
     from kubeacc.agent.dra.fpga.binding import FpgaBinder
 
 
@@ -52,3 +53,5 @@ class AgentParts(msgspec.Struct, kw_only=True):
     status: DeviceStatusWriter | None
     #: Loads claims' bitstreams before binding (None: off).
     binder: FpgaBinder | None
+    #: The node's devices are Cyborg's (its discovery replaces the host's; None: the host's).
+    cyborg: CyborgBackend | None = None

@@ -166,6 +166,8 @@ class Agent:
         self.user_space = parts.user_space
         #: Loads claims' bitstreams before binding (kubeacc.agent.dra.fpga.binding); None: off.
         self.binder = parts.binder
+        #: The devices are Cyborg's (kubeacc.agent.dra.cyborg); None: discovered on the host.
+        self.cyborg = parts.cyborg
         self._watch = parts.claims
         self._status = parts.status
         self._relay = parts.relay
@@ -531,6 +533,8 @@ class Agent:
             self._watch.stop()
         if self.binder is not None:
             self.binder.stop()
+        if self.cyborg is not None:
+            self.cyborg.stop()
         if self.accelerators is not None:
             self.accelerators.stop()
         if self.telemetry is not None:
@@ -611,7 +615,10 @@ class Agent:
 
     # -- loop -------------------------------------------------------------------------------
     def _discover(self) -> Inventory:
-        """One strict pass: :class:`HostReadError` when the machine failed a read."""
+        """One strict pass: :class:`HostReadError` when the machine failed a read (or Cyborg's
+        error when it did not answer whole)."""
+        if self.cyborg is not None:
+            return self.cyborg.discover()
         return discover(
             self.host,
             config=self.publish.discovery_config,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -34,6 +35,13 @@ if TYPE_CHECKING:
     from kubeacc.deviceplugin.config import DevicePluginConfig
     from kubeacc.deviceplugin.shared import DecisionLookup
     from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
+
+
+class Inventory(StrEnum):
+    """Where the agent's devices come from (``--inventory``)."""
+
+    HOST = "host"
+    CYBORG = "cyborg"
 
 
 def agent_command(
@@ -226,6 +234,38 @@ def agent_command(
             "/opt/kubeacc/native/kubeacc-cdi-hook), copied to <state-dir>/native.",
         ),
     ] = None,
+    inventory: Annotated[
+        Inventory,
+        option(
+            help="Where the node's devices come from: host (discovered under --host-root) or "
+            "cyborg (OpenStack Cyborg's devices for this node; claims on them are bound "
+            "through Cyborg and Placement, docs/cyborg.md).",
+        ),
+    ] = Inventory.HOST,
+    cyborg_credentials: Annotated[
+        Path | None,
+        option(
+            help="With --inventory cyborg: the credentials file (a mounted Secret; YAML: "
+            "cyborgUrl, placementUrl, token or projectId/userId/roles, eventsToken).",
+        ),
+    ] = None,
+    cyborg_events_address: Annotated[
+        str | None,
+        option(
+            help="With --inventory cyborg: HOST:PORT to take Cyborg's bind events on (its "
+            "[nova] endpoint); unset: binds are learnt by asking Cyborg.",
+        ),
+    ] = None,
+    cyborg_bind_timeout: Annotated[
+        float, option(min=1, help="Seconds a claim's Cyborg ARQs may take to be bound.")
+    ] = 60.0,
+    cyborg_compute_host: Annotated[
+        str | None,
+        option(
+            help="With --inventory cyborg: this node's compute host in Cyborg and Placement "
+            "(default: the node's name).",
+        ),
+    ] = None,
 ) -> None:
     """Run the node agent: discovery, ResourceSlices and the kubelet DRA plugin."""
     import faulthandler
@@ -236,11 +276,13 @@ def agent_command(
 
     from kubeacc.agent.compose import compose_agent
     from kubeacc.agent.dra.checkpoint import StateError
+    from kubeacc.agent.dra.cyborg.client import CyborgError
     from kubeacc.agent.dra.publishing import Publishing
     from kubeacc.agent.dra.sharing.limits import parse_selectors
     from kubeacc.agent.options import (
         AgentOptions,
         ApiOptions,
+        CyborgOptions,
         NodePaths,
         ObserveOptions,
         PrepareOptions,
@@ -260,6 +302,23 @@ def agent_command(
     except ValueError as err:  # the config errors and MetricsAddressError
         fail(str(err))
     use_units_table(units_table)
+    cyborg = None
+    if inventory is Inventory.CYBORG:
+        if cyborg_credentials is None:
+            fail("--inventory cyborg needs --cyborg-credentials")
+        cyborg = CyborgOptions(
+            credentials=cyborg_credentials,
+            events_address=cyborg_events_address,
+            bind_timeout=cyborg_bind_timeout,
+            compute_host=cyborg_compute_host or "",
+        )
+    elif any(
+        o is not None for o in (cyborg_credentials, cyborg_events_address, cyborg_compute_host)
+    ):
+        fail(
+            "--cyborg-credentials, --cyborg-events-address and --cyborg-compute-host need "
+            "--inventory cyborg"
+        )
     try:
         nvml_library = expand(nvml_library)
         driver_library_dir = expand(driver_library_dir)
@@ -326,6 +385,7 @@ def agent_command(
                     health_taints=health_taints,
                     health_taint_hold=health_taint_hold,
                 ),
+                cyborg=cyborg,
             ),
         )
     except StateError as exc:
@@ -351,6 +411,8 @@ def agent_command(
         agent.start()
     except StateError as exc:
         fail(str(exc), FAILURE)
+    except CyborgError as exc:  # no inventory yet to keep: the old slices stay on the server
+        fail(f"Cyborg's devices of this node not read at start: {exc}", FAILURE)
     except MetricsAddressError as err:
         fail(str(err))
     logging.getLogger("kubeacc.agent").info("agent ready on node %s", node_name)

@@ -1,4 +1,4 @@
-"""``python -m kubeacc.testbed build|runtime|image|helm|peers|volcano|up|bin-dir``."""
+"""``python -m kubeacc.testbed build|runtime|image|helm|peers|volcano|cyborg|up|bin-dir``."""
 
 from __future__ import annotations
 
@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         "volcano",
         help="build (or reuse) Volcano's scheduler and controller manager and its CRDs from "
         "the pinned source tarball (kubeacc.testbed.volcano); print their directory",
+    )
+    sub.add_parser(
+        "cyborg",
+        help="install (or reuse) OpenStack Cyborg and Placement in a venv of their own "
+        "(kubeacc.testbed.cyborgcloud); print its directory",
     )
     sub.add_parser(
         "runtime",
@@ -117,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         from kubeacc.testbed.volcano import ensure_built as ensure_volcano
 
         return _print_built("volcano", ensure_volcano)
+    if args.cmd == "cyborg":
+        from kubeacc.testbed.cyborgcloud import ensure_built as ensure_cyborg
+
+        return _print_built("cyborg", ensure_cyborg)
     if args.cmd == "image":
         from kubeacc.testbed.kubeacc_image import KubeaccImageError, ensure_image
 

@@ -92,6 +92,9 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("agent.deviceStatus=maybe", "at '/agent/deviceStatus'"),
         ("agent.fpgaBindingConditions=maybe", "at '/agent/fpgaBindingConditions'"),
         ("agent.deviceMetadata=maybe", "at '/agent/deviceMetadata'"),
+        ("cyborg.enabled=true", "at '/cyborg/credentialsSecret'"),
+        ("cyborg.eventsPort=70000", "at '/cyborg/eventsPort'"),
+        ("cyborg.bindTimeout=0", "at '/cyborg/bindTimeout'"),
     ],
 )
 def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
@@ -154,6 +157,33 @@ def test_device_status_and_metadata_switches_reach_the_agent(helm: Helm) -> None
     ]
     # under Volcano, FPGA bitstreams at prepare (docs/choosing.md, "With Volcano")
     assert args("--set", "agent.fpgaBindingConditions=false") == ["--no-fpga-binding-conditions"]
+
+
+def test_cyborg_values_reach_the_agent_and_mount_the_secret(helm: Helm) -> None:
+    def agent(*settings: str) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]]]:
+        out = helm("template", "t", str(CHART), K8S, *settings).stdout
+        (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
+        pod = ds["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        args = [a for a in container["args"] if "cyborg" in a or a.startswith("--inventory")]
+        mounts = [m for m in container["volumeMounts"] if m["name"] == "cyborg-credentials"]
+        volumes = [v for v in pod["volumes"] if v["name"] == "cyborg-credentials"]
+        return args, mounts, volumes
+
+    assert agent() == ([], [], [])  # off by default: the host's own devices
+    args, mounts, volumes = agent(
+        "--set", "cyborg.enabled=true,cyborg.credentialsSecret=os-creds,cyborg.eventsPort=8774"
+    )
+    assert args == [
+        "--inventory=cyborg",
+        "--cyborg-credentials=/etc/kubeacc-cyborg/credentials.yaml",
+        "--cyborg-bind-timeout=60",
+        "--cyborg-events-address=:8774",
+    ]
+    assert mounts == [
+        {"name": "cyborg-credentials", "mountPath": "/etc/kubeacc-cyborg", "readOnly": True}
+    ]
+    assert volumes[0]["secret"]["secretName"] == "os-creds"
 
 
 def test_host_root_moves_the_host_paths_and_the_device_root(helm: Helm) -> None:

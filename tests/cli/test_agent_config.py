@@ -75,3 +75,58 @@ def test_a_wrong_dra_publish_kind_is_one_line(tmp_path: Path) -> None:
     assert _refused(tmp_path, "--dra-publish=gpu", "--dra-publish=vf") == [
         "error: --dra-publish vf needs --dra-publish nic: VFs go with their NICs"
     ]
+
+
+def test_cyborg_flags_go_together(tmp_path: Path) -> None:
+    (line,) = _refused(tmp_path, "--inventory=cyborg")
+    assert line == "error: --inventory cyborg needs --cyborg-credentials"
+    (line,) = _refused(tmp_path, f"--cyborg-credentials={tmp_path / 'c.yaml'}")
+    assert "need --inventory cyborg" in line
+    (line,) = _refused(tmp_path, "--cyborg-compute-host=h1")
+    assert "need --inventory cyborg" in line
+
+
+def _agent_on_cyborg(tmp_path: Path, creds: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "c.yaml").write_text(creds)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "kubeacc"),
+            "agent",
+            "--node-name=n",
+            "--inventory=cyborg",
+            f"--cyborg-credentials={tmp_path / 'c.yaml'}",
+            f"--kubeconfig={kubeconfig}",
+            f"--host-root={tmp_path}",
+            f"--state-dir={tmp_path / 'state'}",
+            f"--cdi-dir={tmp_path / 'cdi'}",
+            f"--kubelet-root={tmp_path / 'kubelet'}",
+            "--driver-user-space=toolkit",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_bad_cyborg_credentials_file_is_one_line(tmp_path: Path) -> None:
+    done = _agent_on_cyborg(tmp_path, "placementUrl: http://127.0.0.1:9\n")
+    assert done.returncode == 1
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
+    assert "Cyborg credentials" in line and "cyborgUrl" in line
+
+
+def test_a_cyborg_that_does_not_answer_at_start_is_named(tmp_path: Path) -> None:
+    done = _agent_on_cyborg(
+        tmp_path, "cyborgUrl: http://127.0.0.1:9\nplacementUrl: http://127.0.0.1:9\n"
+    )
+    assert done.returncode == 1
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")]
+    assert line.startswith("error: Cyborg's devices of this node not read at start: ")
+    assert "not reached" in line

@@ -47,3 +47,13 @@ def eventually_refused(write: Callable[[], Any], timeout: float = 20) -> str:
         if time.monotonic() > deadline:
             raise AssertionError("the write was never refused")
         time.sleep(0.3)
+
+
+def forbidden(what: str, write: Callable[[], Any]) -> None:
+    """``write`` is refused by RBAC (403); ``what`` names it in the failure."""
+    try:
+        write()
+    except ApiError as exc:
+        assert exc.status.code == 403, (what, exc.status)
+        return
+    raise AssertionError(f"the tenant could {what}")

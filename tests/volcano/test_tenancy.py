@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.codecs import from_dict
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod
@@ -29,7 +28,7 @@ from kubeacc.crds.resources import as_dict
 from kubeacc.testbed.identities import cert_client
 from kubeacc.testbed.volcano import DEFAULT_QUEUE
 
-from ..testbed.helpers import eventually
+from ..testbed.helpers import eventually, forbidden
 from .conftest import (
     PodGroup,
     Queue,
@@ -86,15 +85,6 @@ def _grant(client: Client, ns: str) -> None:
         client.create(from_dict(binding))
 
 
-def _refused(what: str, write: Callable[[], Any]) -> None:
-    try:
-        write()
-    except ApiError as exc:
-        assert exc.status.code == 403, (what, exc.status)
-        return
-    raise AssertionError(f"the tenant could {what}")
-
-
 def _claim_state(client: Client, ns: str, name: str) -> tuple[Any, list[str]]:
     claim = as_dict(client.get(ResourceClaim, name, namespace=ns))
     status = claim["status"]
@@ -134,10 +124,10 @@ def test_a_tenant_cannot_take_another_namespaces_devices_through_volcano(
     # Through the API: nothing of the victim's namespace, nothing cluster-wide.
     spec = pod_spec([{"name": "gpus", "resourceClaimName": claim_name}])
     job = vcjob("steal", victim_ns, [{"name": "w", "replicas": 1, "pod": spec}], 1)
-    _refused("create a Volcano Job in another namespace", lambda: tenant.create(job))
+    forbidden("create a Volcano Job in another namespace", lambda: tenant.create(job))
     (group,) = admin.list(PodGroup, namespace=victim_ns)
     assert group.metadata and group.metadata.name
-    _refused(
+    forbidden(
         "change another namespace's PodGroup",
         lambda: tenant.patch(
             PodGroup,
@@ -153,18 +143,18 @@ def test_a_tenant_cannot_take_another_namespaces_devices_through_volcano(
         "metadata": {"name": "mallory"},
         "spec": {"weight": 1000, "reclaimable": False},
     }
-    _refused("create a Queue", lambda: tenant.create(Queue.from_dict(queue)))
-    _refused(
+    forbidden("create a Queue", lambda: tenant.create(Queue.from_dict(queue)))
+    forbidden(
         "change the default Queue",
         lambda: tenant.patch(
             Queue, DEFAULT_QUEUE, {"spec": {"weight": 1000}}, patch_type=PatchType.MERGE
         ),
     )
-    _refused(
+    forbidden(
         "read the victim's claim",
         lambda: tenant.get(ResourceClaim, claim_name, namespace=victim_ns),
     )
-    _refused(
+    forbidden(
         "delete the victim's pod",
         lambda: tenant.delete(Pod, str(victim_pod.metadata.name), namespace=victim_ns),  # type: ignore[union-attr]
     )

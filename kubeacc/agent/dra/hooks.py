@@ -13,6 +13,10 @@ so a test can SIGKILL the agent at exactly that moment. Points:
 * ``unprepare-after-checkpoint`` claim gone from the checkpoint, CDI spec still on disk
 * ``unprepare-after-cdi``      both removed, kubelet not yet answered
 
+and the Cyborg kind's (:mod:`kubeacc.agent.dra.cyborg.kind`): ``prepare-after-arq`` (ARQs made
+and recorded), ``prepare-after-allocation`` (Placement allocation made), ``prepare-after-bind``
+(bind asked, not yet Bound), ``unprepare-after-unbind``, ``unprepare-after-arq-delete``.
+
 Unset (the default) the hook costs one set lookup.
 """
 
@@ -31,6 +35,11 @@ POINTS = (
     "unprepare-after-sharing",
     "unprepare-after-checkpoint",
     "unprepare-after-cdi",
+    "prepare-after-arq",
+    "prepare-after-allocation",
+    "prepare-after-bind",
+    "unprepare-after-unbind",
+    "unprepare-after-arq-delete",
 )
 _ACTIVE = frozenset(p for p in os.environ.get("KUBEACC_AGENT_PAUSE_AT", "").split(",") if p)
 
