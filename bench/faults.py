@@ -40,6 +40,7 @@ def main() -> int:
         default="gpu,share,mig,nic,xpu,plugin",
         help="claim kinds of the workload (fpga needs a fault-fpga=fpga-arria node)",
     )
+    parser.add_argument("--max-live", type=int, default=8, help="at most this many pods at once")
     parser.add_argument(
         "--long-outage",
         type=float,
@@ -58,6 +59,7 @@ def main() -> int:
         nodes=nodes,
         kinds=tuple(args.kinds.split(",")),
         long_outage=args.long_outage,
+        max_live=args.max_live,
     )
     t0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="kubeacc-faults-"))

@@ -11,6 +11,13 @@ component is ready again.
   cards may), the node's CDI directory emptied as ``/var/run`` is; the state directory
   (``/var/lib/kubeacc``) and the kubelet's root are kept. Then runtime, kubelet and agent start
   again.
+- ``power-loss``: a node reboot whose power was cut: as ``node-reboot``, and every file the
+  agent writes without an fsync (the device metadata under ``<state>/dra-device-metadata``;
+  the CDI specs are gone with ``/var/run`` anyway) is left empty, as a rename of a never
+  flushed file can leave it. This is a model, not a dropped page cache: the files the agent
+  fsyncs before it answers (checkpoint, journal, MIG and sharing records) keep what they had;
+  their unflushed tails after a power cut are tried in-process by the layouts of
+  tests/agent/dra/powerloss.py and test_crash.py.
 - ``runtime-restart``: the node's CRI runtime process stopped and started under a running
   kubelet. The testbed's fake CRI runtime keeps its containers in memory only, so this is a
   runtime crash that loses them: the kubelet makes the pods' sandboxes again and asks for their
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubeacc.agent.dra.metadata import SUB_DIR as METADATA_DIR
 from kubeacc.synthetic import mig_state
 from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.tools import hoststate
@@ -46,9 +54,18 @@ AGENT_KILL = "agent-kill"
 KUBELET_RESTART = "kubelet-restart"
 APISERVER_OUTAGE = "apiserver-outage"
 NODE_REBOOT = "node-reboot"
+POWER_LOSS = "power-loss"
 RUNTIME_RESTART = "runtime-restart"
 WATCH_EXPIRY = "watch-expiry"
-KINDS = (AGENT_KILL, KUBELET_RESTART, APISERVER_OUTAGE, NODE_REBOOT, RUNTIME_RESTART, WATCH_EXPIRY)
+KINDS = (
+    AGENT_KILL,
+    KUBELET_RESTART,
+    APISERVER_OUTAGE,
+    NODE_REBOOT,
+    POWER_LOSS,
+    RUNTIME_RESTART,
+    WATCH_EXPIRY,
+)
 #: The faults that hit the API server (no node).
 CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY)
 
@@ -102,8 +119,9 @@ class Injector:
             return self._kubelet_restart(self.nodes[fault.node])
         if fault.kind == APISERVER_OUTAGE:
             return self._apiserver_outage(fault.seconds)
-        if fault.kind == NODE_REBOOT:
-            return self._reboot(self.nodes[fault.node], fault.keeps_bitstreams)
+        if fault.kind in (NODE_REBOOT, POWER_LOSS):
+            power_cut = fault.kind == POWER_LOSS
+            return self._reboot(self.nodes[fault.node], fault.keeps_bitstreams, power_cut)
         if fault.kind == RUNTIME_RESTART:
             return self._runtime_restart(self.nodes[fault.node])
         if fault.kind == WATCH_EXPIRY:
@@ -158,7 +176,7 @@ class Injector:
         self.testbed.wait_node_ready(node.name, timeout=self.ready_timeout)
         return time.monotonic() - t0
 
-    def _reboot(self, node: Node, keeps_bitstreams: bool) -> float:
+    def _reboot(self, node: Node, keeps_bitstreams: bool, power_cut: bool) -> float:
         node.agent.kill()
         kubelet = self.testbed.node(node.name)
         kubelet.stop_kubelet()
@@ -170,6 +188,10 @@ class Injector:
         if not keeps_bitstreams:
             for afu in (node.host / "sys" / "devices").rglob("afu_id"):
                 afu.write_text(ZERO_ID + "\n")
+        if power_cut:
+            for f in (node.agent.state_dir / METADATA_DIR).rglob("*"):
+                if f.is_file():
+                    f.write_bytes(b"")
         shutil.rmtree(node.agent.cdi_dir, ignore_errors=True)
         node.agent.cdi_dir.mkdir(parents=True)
         t0 = time.monotonic()

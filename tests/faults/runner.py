@@ -53,6 +53,8 @@ class Config:
     #: workload steps between two faults (uniform)
     steps_between: tuple[int, int] = (3, 8)
     step_pause: float = 0.5
+    #: at most this many pods at once
+    max_live: int = 8
     outage_seconds: tuple[float, float] = (3.0, 15.0)
     #: every component ready again within this after a fault ends
     ready_within: float = 90.0
@@ -148,7 +150,7 @@ def fault_plan(seed: int, config: Config) -> Iterator[tuple[int, F.Fault]]:
         if kind in F.CLUSTER_KINDS:
             return steps, F.Fault(kind)
         node = rng.choice(names)
-        if kind == F.NODE_REBOOT:
+        if kind in (F.NODE_REBOOT, F.POWER_LOSS):
             return steps, F.Fault(kind, node=node, keeps_bitstreams=rng.random() < 0.5)
         return steps, F.Fault(kind, node=node)
 
@@ -202,7 +204,7 @@ class Runner:
     def _run(self) -> None:
         cfg = self.config
         rng = random.Random(f"{cfg.seed}/workload")
-        workload = Workload(self.client, NAMESPACE, rng, cfg.kinds)
+        workload = Workload(self.client, NAMESPACE, rng, cfg.kinds, max_live=cfg.max_live)
         plan = fault_plan(cfg.seed, cfg)
         self._t0 = t0 = time.monotonic()
         last = "before-faults"

@@ -126,7 +126,7 @@ def test_a_share_whose_cdi_limits_differ_from_its_allocation_is_found(tmp_path: 
     capacity = {"kubeacc.io/memory": "9537Mi", "kubeacc.io/cores": "10"}
     claims = [_claim("uid-s", "gpu-0", shareID="s1", consumedCapacity=capacity)]
     checkpoint = {"uid-s": _prepared("uid-s", "gpu-0")}
-    spec = {
+    spec: dict[str, Any] = {
         "containerEdits": {"env": ["KUBEACC_DEVICE_CORES_LIMIT=10"]},
         "devices": [
             {

@@ -86,15 +86,23 @@ class Workload:
     api_errors: int = 0
     _next: int = 0
     _pending: tuple[str, str] | None = None
+    #: the kinds of the first creates: each kind once, in a seeded order
+    _first: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._first = list(self.kinds)
+        self.rng.shuffle(self._first)
 
     def step(self) -> None:
         """One decision of the seed (or the retry of the last one that met an API error)."""
         self._reap()
         if self._pending is None:
-            create = len(self.live) < self.max_live and (not self.live or self.rng.random() < 0.6)
+            create = len(self.live) < self.max_live and (
+                not self.live or bool(self._first) or self.rng.random() < 0.6
+            )
             if create:
                 self._next += 1
-                kind = self.rng.choice(self.kinds)
+                kind = self._first.pop(0) if self._first else self.rng.choice(self.kinds)
                 self._pending = ("create", f"w{self._next}-{kind}")
             else:
                 self._pending = ("delete", self.rng.choice(sorted(self.live)))
