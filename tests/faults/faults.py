@@ -43,6 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightkube import ApiError
+from lightkube.resources.core_v1 import ConfigMap
+
 from kubeacc.agent.dra.metadata import SUB_DIR as METADATA_DIR
 from kubeacc.synthetic import mig_state
 from kubeacc.synthetic.fpga import ZERO_ID
@@ -110,6 +113,8 @@ class Injector:
         self.testbed = testbed
         self.nodes = nodes
         self.ready_timeout = ready_timeout
+        #: watch-expiry faults after which a watch from before was answered 410 Gone
+        self.watches_expired = 0
 
     def inject(self, fault: Fault) -> float:
         """Inject ``fault``; return the seconds to recover (AssertionError past the timeout)."""
@@ -158,12 +163,22 @@ class Injector:
         return time.monotonic() - t0
 
     def _watch_expiry(self) -> float:
+        client = self.testbed.client(field_manager="kubeacc-faults")
+        seen = client.list(ConfigMap, namespace="default").resourceVersion
         self.testbed.stop_apiserver()
         etcd = self.testbed.control_plane.etcd_url
         put = {"key": _b64("/kubeacc-faults/compact-mark"), "value": _b64(str(time.time()))}
         revision = int(_etcd(etcd, "/v3/kv/put", put)["header"]["revision"])
         _etcd(etcd, "/v3/kv/compaction", {"revision": revision, "physical": True})
-        return self.apiserver_back()
+        took = self.apiserver_back()
+        # a watch from what a client saw before: answered 410 Gone, as every client's was
+        try:
+            for _ in client.watch(ConfigMap, namespace="default", resource_version=seen):
+                break
+        except ApiError as exc:
+            if exc.status.code == 410:
+                self.watches_expired += 1
+        return took
 
     def _runtime_restart(self, node: Node) -> float:
         kubelet = self.testbed.node(node.name)

@@ -19,6 +19,9 @@ Hardware (:mod:`tests.faults.hardware`), on a node whose view has it:
   prepared, for longer than ``hw_grace`` (after a reboot the agent makes it again): its MIG
   instance (the record's UUID) absent from the host, its FPGA not carrying the bitstream's AFU,
   a share's CDI device without the limits of the allocation's consumed capacity;
+- ``status-missing``: such a claim without this node's ``status.devices`` entry of one of its
+  devices, for longer than ``hw_grace`` (the agent writes them after prepare; an update lost
+  in an outage stays missing);
 - ``leaked-mig-instance`` / ``leaked-mig-record`` / ``leaked-metadata``: a MIG instance made
   after boot that no record of a prepared claim names, a record or a metadata directory of a
   claim not in the checkpoint, past ``leak_grace``;
@@ -230,6 +233,15 @@ def _running_claims(view: ClusterView, node: str) -> list[dict[str, Any]]:
     return out
 
 
+def _status_devices(claim: dict[str, Any], pool: str) -> set[tuple[str]]:
+    """The devices of ``pool`` that the claim's ``status.devices`` has an entry of."""
+    return {
+        (str(d.get("device")),)
+        for d in (claim.get("status") or {}).get("devices") or []
+        if d.get("driver") == DRIVER_NAME and d.get("pool") == pool
+    }
+
+
 def _mebibytes(quantity: str) -> int:
     """``9537Mi`` or a plain byte count, in MiB (rounded up)."""
     if quantity.endswith("Mi"):
@@ -298,6 +310,16 @@ def hardware(
                     if r.get("driver") != DRIVER_NAME or r.get("pool") != node.name:
                         continue
                     problem = _device_problem(node, hw, uid, r, afu)
+                    if not problem and (r["device"],) not in _status_devices(c, node.name):
+                        key = f"status-missing:{node.name}:{uid}:{r['device']}"
+                        if tracker.held(key, view.at, hw_grace):
+                            out.append(
+                                Violation(
+                                    "status-missing",
+                                    f"{node.name}: claim {_name(c)} has no status.devices entry "
+                                    f"of {r['device']}",
+                                )
+                            )
                     key = f"device-missing:{node.name}:{uid}:{r['device']}"
                     if problem and tracker.held(key, view.at, hw_grace):
                         out.append(Violation("device-missing", f"{node.name}: {problem}"))

@@ -5,7 +5,11 @@ own hosts. What each gets beyond the plain agent:
 
 - ``dgx-h100``: one GPU memory-shared (``--memory-shared``; the ``share`` kind) and the NICs'
   SR-IOV VFs published (``--dra-publish ... vf``; the ``nic`` kind takes a VF); GPU 7 is in MIG
-  mode (the ``mig`` kind);
+  mode (the ``mig`` kind), without the three instances the profile's admin made: a reboot takes
+  those and nothing here makes them again (an admin's MIG manager would at boot; kube-acc does
+  not make instances it did not make), so a claim allocated one before a reboot could never be
+  prepared after it (docs/testing.md, "Fault runner"). The node starts as after such a reboot,
+  and the ``mig`` kind gets partitions the agent makes;
 - ``fpga-arria``: two PAC Arria 10 cards, both empty, and a bitstream library holding one
   bitstream for them (``--bitstream-dir``, ``--simulate-kernel``: the synthetic kernel loads
   it); the ``fpga`` kind asks for that bitstream, which an AcceleratorPolicy allows
@@ -28,7 +32,7 @@ from lightkube.codecs import from_dict
 from kubeacc.agent.dra.publishing import KINDS as PUBLISH_KINDS
 from kubeacc.crds.api import API_VERSION
 from kubeacc.node.operations.bitstreams import make_gbs
-from kubeacc.synthetic import profiles
+from kubeacc.synthetic import mig_state, profiles
 from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.hosts_fpga import PAC_ARRIA10, intel_fpga_server
 from kubeacc.synthetic.tree import HostBuilder
@@ -67,6 +71,7 @@ def build(name: str, profile: str, workdir: Path) -> NodeSetup:
         return NodeSetup(host, ("--device-plugin-type=gpu",))
     profiles.build(profile, host)
     if profile == "dgx-h100":
+        mig_state.reboot(host)
         publish = tuple(f"--dra-publish={k}" for k in PUBLISH_KINDS)
         return NodeSetup(host, (f"--memory-shared=pci={SHARED_BDF}", *publish))
     return NodeSetup(host, ())

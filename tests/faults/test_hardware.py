@@ -17,10 +17,12 @@ NODE = "node-a"
 
 
 def _claim(uid: str, device: str, **result: Any) -> dict[str, Any]:
+    """An allocated claim whose status.devices has this node's entry (the agent wrote it)."""
     r = {"request": "acc", "driver": "kubeacc.io", "pool": NODE, "device": device, **result}
+    entry = {"driver": "kubeacc.io", "pool": NODE, "device": device}
     return {
         "metadata": {"name": uid, "uid": uid, "namespace": "ns"},
-        "status": {"allocation": {"devices": {"results": [r]}}},
+        "status": {"allocation": {"devices": {"results": [r]}}, "devices": [entry]},
     }
 
 
@@ -103,6 +105,9 @@ def test_a_running_pods_mig_instance_gone_after_a_reboot_is_found(tmp_path: Path
     claims = [_claim("uid-a", "gpu-7-mig-1g")]
     read = hardware.read(host, tmp_path / "state", tmp_path / "cdi", fpga=False)
     assert _kinds(read, checkpoint, claims) == []
+    # the agent's status.devices entry of it lost (an update the API server never got)
+    del claims[0]["status"]["devices"]
+    assert _kinds(read, checkpoint, claims) == ["status-missing"]
     mig_state.reboot(host)
     read = hardware.read(host, tmp_path / "state", tmp_path / "cdi", fpga=False)
     assert _kinds(read, checkpoint, claims) == ["device-missing"]
