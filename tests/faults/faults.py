@@ -164,7 +164,9 @@ class Injector:
 
     def _watch_expiry(self) -> float:
         client = self.testbed.client(field_manager="kubeacc-faults")
-        seen = client.list(ConfigMap, namespace="default").resourceVersion
+        listed = client.list(ConfigMap, namespace="default")
+        list(listed)  # the list's resourceVersion is known once it was read
+        seen = listed.resourceVersion
         self.testbed.stop_apiserver()
         etcd = self.testbed.control_plane.etcd_url
         put = {"key": _b64("/kubeacc-faults/compact-mark"), "value": _b64(str(time.time()))}
