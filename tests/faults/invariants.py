@@ -86,6 +86,22 @@ class Tracker:
         self.touched = set()
 
 
+def claim_names(pod: dict[str, Any]) -> list[str]:
+    """The ResourceClaims a pod uses: named in its spec (``resourceClaimName``), or made from a
+    template (``status.resourceClaimStatuses``; the status lists only those)."""
+    named = [
+        str(rc["resourceClaimName"])
+        for rc in (pod.get("spec") or {}).get("resourceClaims") or []
+        if rc.get("resourceClaimName")
+    ]
+    made = [
+        str(rcs["resourceClaimName"])
+        for rcs in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        if rcs.get("resourceClaimName")
+    ]
+    return list(dict.fromkeys(named + made))
+
+
 def _results(claim: dict[str, Any]) -> list[dict[str, Any]]:
     alloc = (claim.get("status") or {}).get("allocation") or {}
     return list((alloc.get("devices") or {}).get("results") or [])
@@ -139,8 +155,8 @@ def acknowledged_lost(view: ClusterView, settled: set[str]) -> list[Violation]:
         if node not in settled or node not in view.nodes:
             continue
         nv = view.nodes[node]
-        for rcs in status.get("resourceClaimStatuses") or []:
-            uid = uid_of.get(rcs.get("resourceClaimName") or "")
+        for claim_name in claim_names(pod):
+            uid = uid_of.get(claim_name)
             if uid is None:
                 continue
             if uid not in nv.checkpoint:
@@ -227,8 +243,8 @@ def _running_claims(view: ClusterView, node: str) -> list[dict[str, Any]]:
             continue
         if pod["metadata"].get("deletionTimestamp"):
             continue
-        for rcs in status.get("resourceClaimStatuses") or []:
-            if (c := by_name.get(rcs.get("resourceClaimName") or "")) is not None:
+        for claim_name in claim_names(pod):
+            if (c := by_name.get(claim_name)) is not None:
                 out.append(c)
     return out
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.faults import faults as F
-from tests.faults.invariants import ClusterView, NodeView, Tracker, hardware
+from tests.faults.invariants import ClusterView, NodeView, Tracker, claim_names, hardware
 from tests.faults.nodes import AFU
 
 
@@ -80,8 +80,8 @@ def held_claims(view: ClusterView) -> dict[str, list[str]]:
         node = (pod.get("spec") or {}).get("nodeName")
         if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
             continue
-        for rcs in status.get("resourceClaimStatuses") or []:
-            uid = uid_of.get(rcs.get("resourceClaimName") or "")
+        for claim_name in claim_names(pod):
+            uid = uid_of.get(claim_name)
             if uid and node in out and uid in view.nodes[node].checkpoint:
                 out[node].append(uid)
     return out

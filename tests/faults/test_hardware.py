@@ -29,11 +29,8 @@ def _claim(uid: str, device: str, **result: Any) -> dict[str, Any]:
 def _pod(claim: str) -> dict[str, Any]:
     return {
         "metadata": {"name": f"p-{claim}", "uid": f"pod-{claim}", "namespace": "ns"},
-        "spec": {"nodeName": NODE},
-        "status": {
-            "phase": "Running",
-            "resourceClaimStatuses": [{"name": "acc", "resourceClaimName": claim}],
-        },
+        "spec": {"nodeName": NODE, "resourceClaims": [{"name": "acc", "resourceClaimName": claim}]},
+        "status": {"phase": "Running"},
     }
 
 

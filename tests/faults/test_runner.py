@@ -95,11 +95,11 @@ def _claim(name: str, uid: str, device: str) -> dict[str, Any]:
 def _pod(name: str, claim: str) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "uid": f"pod-{name}", "namespace": "ns"},
-        "spec": {"nodeName": "node-a"},
-        "status": {
-            "phase": "Running",
-            "resourceClaimStatuses": [{"name": "acc", "resourceClaimName": claim}],
+        "spec": {
+            "nodeName": "node-a",
+            "resourceClaims": [{"name": "acc", "resourceClaimName": claim}],
         },
+        "status": {"phase": "Running"},
     }
 
 
