@@ -116,12 +116,12 @@ def run(
     """The outage; ``view`` reads the cluster (API up), ``node_views`` the nodes only, ``step``
     takes one workload step and returns the workload's API error count."""
     report = OutageReport(seconds)
+    errors0 = step()  # first: a pod it deletes is then terminating in the view, not held
     before = view()
     report.held = held_claims(before)
     nodes = injector.nodes
     restart = sorted(nodes)[0]
     report.agent_restart_node = restart
-    errors0 = step()
     injector.testbed.stop_apiserver()
     t0 = time.monotonic()
     restarted = False

@@ -273,7 +273,10 @@ class Runner:
 
     def _finish(self, workload: Workload) -> None:
         cfg = self.config
-        # every pod Running, or Pending/Failed with a reason, once the pods had time to settle
+        # every pod Running, unschedulable or Failed with a reason (a device-plugin pod the
+        # kubelet admitted while the plugin was not registered again after a restart fails
+        # with UnexpectedAdmissionError: Kubernetes' own behaviour, reported under what the
+        # workload saw), once the pods had time to settle
         deadline = time.monotonic() + cfg.settle_timeout
         stuck: list[str] = []
         while time.monotonic() < deadline:
@@ -281,8 +284,9 @@ class Runner:
             stuck = [
                 f"{p['metadata']['name']}: {pod_reason(p) or 'no reason'}"
                 for p in view.pods
-                if (p.get("status") or {}).get("phase") != "Running"
+                if (phase := (p.get("status") or {}).get("phase")) != "Running"
                 and pod_reason(p) != "Unschedulable"
+                and not (phase == "Failed" and pod_reason(p))
             ]
             if not stuck:
                 break

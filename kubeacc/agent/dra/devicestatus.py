@@ -86,14 +86,16 @@ def device_entries(
     migs: Mapping[str, str] | None = None,
     network: NetworkReader | None = None,
 ) -> list[dict[str, Any]]:
-    """The ``status.devices`` entries of one prepared claim (one per device, shares of one
-    device once); ``migs``: the MIG device UUID of each of its partition devices; ``network``:
-    reads an interface's network data on the host (None: the interface name only)."""
+    """The ``status.devices`` entries of one prepared claim (one per device, or per share of a
+    memory-shared device: the API server takes an entry only for an allocated device, and a
+    share is allocated as the device and its ``shareID``); ``migs``: the MIG device UUID of
+    each of its partition devices; ``network``: reads an interface's network data on the host
+    (None: the interface name only)."""
     migs = migs or {}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     now = _stamp()
     for p in prepared:
-        if p.device in out:
+        if (p.device, p.share_id or "") in out:
             continue
         info = infos.get(p.device)
         data: dict[str, str] = {}
@@ -130,8 +132,15 @@ def device_entries(
                 )
         if data:
             entry["data"] = data
-        out[p.device] = entry
+        if p.share_id:
+            entry["shareID"] = p.share_id
+        out[(p.device, p.share_id or "")] = entry
     return list(out.values())
+
+
+def entry_key(entry: Mapping[str, Any]) -> tuple[str, str]:
+    """An entry's device and share (``""``: the whole device)."""
+    return str(entry.get("device")), str(entry.get("shareID") or "")
 
 
 class DeviceStatusWriter:
@@ -283,13 +292,13 @@ def with_node_entries(
     the binding conditions), and the ``lastTransitionTime`` of a condition whose status stays
     the same; an entry of the pool not in ``devices`` goes (at unprepare, all of
     them); other drivers' and pools' entries stay as they are."""
-    new = {d["device"]: d for d in devices}
+    new = {entry_key(d): d for d in devices}
     out: list[dict[str, Any]] = []
     for e in entries:
         if (e.get("driver"), e.get("pool")) != (DRIVER_NAME, pool):
             out.append(e)
             continue
-        d = new.pop(str(e.get("device")), None)
+        d = new.pop(entry_key(e), None)
         if d is None:
             continue
         had = {c.get("type"): c for c in e.get("conditions") or []}
