@@ -1,13 +1,15 @@
 """The fault runner (tests/faults, docs/testing.md "Fault runner") run long.
 
-Starts a testbed with one kubelet per node of ``--nodes`` (name=profile pairs; default a
-dgx-h100 GPU node and a KunLun XPU node), runs the seeded workload with agent kills, kubelet
-restarts, API server outages and node reboots for ``--minutes``, and prints one JSON object: per
-fault kind how many were injected, the invariants they broke, the time to recover (p50, max),
-and what the workload saw (pods created/deleted, API errors, the reasons pods gave while not
-Running).
+Starts a testbed with one kubelet per node of ``--nodes`` (name=profile pairs, profiles of
+tests/faults/nodes.py; default a dgx-h100 GPU node and a KunLun XPU node), runs the seeded
+workload with every fault kind of tests/faults/faults.py for ``--minutes`` (after one API server
+outage of ``--long-outage`` seconds, when given: what the nodes kept and the agents' memory
+during it), and prints one JSON object: per fault kind how many were injected, the invariants
+they broke, the time to recover (p50, max), and what the workload saw (pods created/deleted,
+API errors, the reasons pods gave while not Running).
 
-    python bench/faults.py [--minutes 5] [--seed 46] [--nodes gpu=dgx-h100,xpu=kunlun-xpu]
+    python bench/faults.py [--minutes 5] [--seed 46] [--long-outage 300] \
+        [--nodes g=dgx-h100,x=kunlun-xpu,f=fpga-arria,p=l4-plugin] [--kinds gpu,fpga,...]
 """
 
 from __future__ import annotations
@@ -33,7 +35,18 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=46)
     parser.add_argument("--nodes", default=DEFAULT_NODES)
-    parser.add_argument("--kinds", default="gpu,xpu", help="claim kinds of the workload")
+    parser.add_argument(
+        "--kinds",
+        default="gpu,share,mig,nic,xpu,plugin",
+        help="claim kinds of the workload (fpga needs a fault-fpga=fpga-arria node)",
+    )
+    parser.add_argument("--max-live", type=int, default=8, help="at most this many pods at once")
+    parser.add_argument(
+        "--long-outage",
+        type=float,
+        default=0.0,
+        help="seconds of one API server outage under the workload before the mixed faults",
+    )
     parser.add_argument(
         "--keep", action="store_true", help="keep the testbed's and the agents' directories"
     )
@@ -45,6 +58,8 @@ def main() -> int:
         duration=args.minutes * 60,
         nodes=nodes,
         kinds=tuple(args.kinds.split(",")),
+        long_outage=args.long_outage,
+        max_live=args.max_live,
     )
     t0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="kubeacc-faults-"))

@@ -469,6 +469,11 @@ class Kubelet:
             self.process.check()
             time.sleep(0.05)
 
+    def start_runtime(self, timeout: float = 60) -> None:
+        """Start the CRI runtime again after it stopped (a runtime crash); the kubelet stays."""
+        if self.cri is None or not self.cri.running():
+            self._start_cri(timeout)
+
     def restart_runtime(self, timeout: float = 60) -> None:
         """Stop and start the real runtime (containerd); running containers stay."""
         if self.containerd is None:

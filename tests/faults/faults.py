@@ -6,9 +6,26 @@ component is ready again.
 - ``apiserver-outage``: kube-apiserver stopped for ``seconds``, then started on the same etcd.
 - ``node-reboot``: one node loses power as a reboot does: agent killed, kubelet and its CRI
   runtime stopped (containers gone), the synthetic host's hardware state back to boot
-  (``mig_state.reboot``: MIG instances gone), the node's CDI directory emptied as ``/var/run``
-  is; the state directory (``/var/lib/kubeacc``) and the kubelet's root are kept. Then runtime,
-  kubelet and agent start again.
+  (``mig_state.reboot``: MIG instances gone; GPU compute modes and time slices back to their
+  defaults; the FPGAs' bitstreams lost, or kept when ``keeps_bitstreams``, as flash-backed
+  cards may), the node's CDI directory emptied as ``/var/run`` is; the state directory
+  (``/var/lib/kubeacc``) and the kubelet's root are kept. Then runtime, kubelet and agent start
+  again.
+- ``power-loss``: a node reboot whose power was cut: as ``node-reboot``, and every file the
+  agent writes without an fsync (the device metadata under ``<state>/dra-device-metadata``;
+  the CDI specs are gone with ``/var/run`` anyway) is left empty, as a rename of a never
+  flushed file can leave it. This is a model, not a dropped page cache: the files the agent
+  fsyncs before it answers (checkpoint, journal, MIG and sharing records) keep what they had;
+  their unflushed tails after a power cut are tried in-process by the layouts of
+  tests/agent/dra/powerloss.py and test_crash.py.
+- ``runtime-restart``: the node's CRI runtime process stopped and started under a running
+  kubelet. The testbed's fake CRI runtime keeps its containers in memory only, so this is a
+  runtime crash that loses them: the kubelet makes the pods' sandboxes again and asks for their
+  claims again (NodePrepareResources of prepared claims).
+- ``watch-expiry``: the API server stopped, a write straight to etcd and an etcd compaction at
+  that revision (through etcd's own client API), the API server started again: every client's
+  watch resumes from a compacted revision and is answered ``410 Gone`` (too old resource
+  version), so each must list again.
 
 Each :meth:`Injector.inject` returns the seconds from the end of the fault (the process started
 again, the API server restarted) until every component of the node, or of the cluster for an
@@ -17,12 +34,22 @@ outage, is ready: the node Ready and the agent registered with its kubelet again
 
 from __future__ import annotations
 
+import base64
+import json
 import shutil
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from lightkube import ApiError
+from lightkube.resources.core_v1 import ConfigMap
+
+from kubeacc.agent.dra.metadata import SUB_DIR as METADATA_DIR
 from kubeacc.synthetic import mig_state
+from kubeacc.synthetic.fpga import ZERO_ID
+from kubeacc.synthetic.tools import hoststate
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
 
@@ -30,7 +57,20 @@ AGENT_KILL = "agent-kill"
 KUBELET_RESTART = "kubelet-restart"
 APISERVER_OUTAGE = "apiserver-outage"
 NODE_REBOOT = "node-reboot"
-KINDS = (AGENT_KILL, KUBELET_RESTART, APISERVER_OUTAGE, NODE_REBOOT)
+POWER_LOSS = "power-loss"
+RUNTIME_RESTART = "runtime-restart"
+WATCH_EXPIRY = "watch-expiry"
+KINDS = (
+    AGENT_KILL,
+    KUBELET_RESTART,
+    APISERVER_OUTAGE,
+    NODE_REBOOT,
+    POWER_LOSS,
+    RUNTIME_RESTART,
+    WATCH_EXPIRY,
+)
+#: The faults that hit the API server (no node).
+CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY)
 
 REGISTERED = "kubelet registered plugin kubeacc.io"
 
@@ -42,10 +82,13 @@ class Fault:
     node: str = ""
     #: how long the API server stays down
     seconds: float = 0.0
+    #: a reboot: the FPGAs keep their bitstreams
+    keeps_bitstreams: bool = False
 
     def describe(self) -> str:
         where = f" on {self.node}" if self.node else ""
-        return f"{self.kind}{where}" + (f" for {self.seconds:.0f}s" if self.seconds else "")
+        kept = " (bitstreams kept)" if self.keeps_bitstreams else ""
+        return f"{self.kind}{where}" + (f" for {self.seconds:.0f}s" if self.seconds else "") + kept
 
 
 @dataclass
@@ -55,9 +98,14 @@ class Node:
     name: str
     host: Path
     agent: AgentProcess
+    #: extra ``kubeacc agent`` flags (tests.faults.nodes)
+    agent_args: tuple[str, ...] = ()
 
     def registrations(self) -> int:
         return self.agent.log().count(REGISTERED)
+
+    def start_agent(self, *, apply_classes: bool = False) -> None:
+        self.agent.start(extra=list(self.agent_args), apply_classes=apply_classes)
 
 
 class Injector:
@@ -65,6 +113,8 @@ class Injector:
         self.testbed = testbed
         self.nodes = nodes
         self.ready_timeout = ready_timeout
+        #: watch-expiry faults after which a watch from before was answered 410 Gone
+        self.watches_expired = 0
 
     def inject(self, fault: Fault) -> float:
         """Inject ``fault``; return the seconds to recover (AssertionError past the timeout)."""
@@ -74,14 +124,19 @@ class Injector:
             return self._kubelet_restart(self.nodes[fault.node])
         if fault.kind == APISERVER_OUTAGE:
             return self._apiserver_outage(fault.seconds)
-        if fault.kind == NODE_REBOOT:
-            return self._reboot(self.nodes[fault.node])
+        if fault.kind in (NODE_REBOOT, POWER_LOSS):
+            power_cut = fault.kind == POWER_LOSS
+            return self._reboot(self.nodes[fault.node], fault.keeps_bitstreams, power_cut)
+        if fault.kind == RUNTIME_RESTART:
+            return self._runtime_restart(self.nodes[fault.node])
+        if fault.kind == WATCH_EXPIRY:
+            return self._watch_expiry()
         raise ValueError(f"unknown fault {fault.kind!r}")
 
     def _agent_kill(self, node: Node) -> float:
         node.agent.kill()
         t0 = time.monotonic()
-        node.agent.start()
+        node.start_agent()
         node.agent.wait_log(REGISTERED, self.ready_timeout, count=node.registrations() + 1)
         return time.monotonic() - t0
 
@@ -97,13 +152,48 @@ class Injector:
     def _apiserver_outage(self, seconds: float) -> float:
         self.testbed.stop_apiserver()
         time.sleep(seconds)
+        return self.apiserver_back()
+
+    def apiserver_back(self) -> float:
+        """Start the API server again; the seconds until it and every node are ready."""
         t0 = time.monotonic()
         self.testbed.start_apiserver(self.ready_timeout)
         for name in self.nodes:
             self.testbed.wait_node_ready(name, timeout=self.ready_timeout)
         return time.monotonic() - t0
 
-    def _reboot(self, node: Node) -> float:
+    def _watch_expiry(self) -> float:
+        client = self.testbed.client(field_manager="kubeacc-faults")
+        listed = client.list(ConfigMap, namespace="default")
+        list(listed)  # the list's resourceVersion is known once it was read
+        seen = listed.resourceVersion
+        self.testbed.stop_apiserver()
+        etcd = self.testbed.control_plane.etcd_url
+        put = {"key": _b64("/kubeacc-faults/compact-mark"), "value": _b64(str(time.time()))}
+        revision = int(_etcd(etcd, "/v3/kv/put", put)["header"]["revision"])
+        _etcd(etcd, "/v3/kv/compaction", {"revision": revision, "physical": True})
+        took = self.apiserver_back()
+        # a watch from what a client saw before: answered 410 Gone, as every client's was
+        try:
+            for _ in client.watch(ConfigMap, namespace="default", resource_version=seen):
+                break
+        except ApiError as exc:
+            if exc.status.code == 410:
+                self.watches_expired += 1
+        return took
+
+    def _runtime_restart(self, node: Node) -> float:
+        kubelet = self.testbed.node(node.name)
+        assert kubelet.cri is not None
+        kubelet.cri.stop()
+        kubelet.cri_socket.unlink(missing_ok=True)
+        t0 = time.monotonic()
+        kubelet.start_runtime(self.ready_timeout)
+        kubelet.wait_healthy(self.ready_timeout)
+        self.testbed.wait_node_ready(node.name, timeout=self.ready_timeout)
+        return time.monotonic() - t0
+
+    def _reboot(self, node: Node, keeps_bitstreams: bool, power_cut: bool) -> float:
         node.agent.kill()
         kubelet = self.testbed.node(node.name)
         kubelet.stop_kubelet()
@@ -111,12 +201,20 @@ class Injector:
             kubelet.cri.stop()
         kubelet.cri_socket.unlink(missing_ok=True)  # the runtime's socket, as in /run
         mig_state.reboot(node.host)
+        (node.host / hoststate.STATE).unlink(missing_ok=True)  # compute modes, time slices
+        if not keeps_bitstreams:
+            for afu in (node.host / "sys" / "devices").rglob("afu_id"):
+                afu.write_text(ZERO_ID + "\n")
+        if power_cut:
+            for f in (node.agent.state_dir / METADATA_DIR).rglob("*"):
+                if f.is_file():
+                    f.write_bytes(b"")
         shutil.rmtree(node.agent.cdi_dir, ignore_errors=True)
         node.agent.cdi_dir.mkdir(parents=True)
         t0 = time.monotonic()
         before = node.registrations()
         kubelet.launch(self.ready_timeout)
-        node.agent.start()
+        node.start_agent()
         self._node_ready(node, before)
         return time.monotonic() - t0
 
@@ -125,3 +223,17 @@ class Injector:
         kubelet.wait_healthy(self.ready_timeout)
         self.testbed.wait_node_ready(node.name, timeout=self.ready_timeout)
         node.agent.wait_log(REGISTERED, self.ready_timeout, count=registrations_before + 1)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _etcd(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One call of etcd's JSON client API (its gRPC gateway)."""
+    req = urllib.request.Request(
+        url + path, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        out: dict[str, Any] = json.loads(resp.read())
+    return out

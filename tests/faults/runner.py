@@ -29,11 +29,12 @@ from lightkube.resources.resource_v1 import ResourceClaim
 
 from kubeacc.crds.resources import as_dict, install_crds
 from kubeacc.node import cdi
-from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
 from tests.faults import faults as F
+from tests.faults import hardware, nodes, outage
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
+from tests.faults.outage import OutageReport
 from tests.faults.workload import API_ERRORS, Workload
 
 NAMESPACE = "faults"
@@ -44,14 +45,16 @@ class Config:
     seed: int
     #: seconds of workload and faults (at least one fault of each kind is always injected)
     duration: float
-    #: node name -> synthetic host profile
+    #: node name -> synthetic host profile (or tests.faults.nodes.FPGA_PROFILE)
     nodes: dict[str, str]
-    #: claim kinds of the workload (tests.faults.workload.CLASSES)
+    #: claim kinds of the workload (tests.faults.workload.KINDS)
     kinds: tuple[str, ...] = ("gpu", "xpu")
     fault_kinds: tuple[str, ...] = F.KINDS
     #: workload steps between two faults (uniform)
     steps_between: tuple[int, int] = (3, 8)
     step_pause: float = 0.5
+    #: at most this many pods at once
+    max_live: int = 8
     outage_seconds: tuple[float, float] = (3.0, 15.0)
     #: every component ready again within this after a fault ends
     ready_within: float = 90.0
@@ -60,7 +63,12 @@ class Config:
     #: scheduler's watches were seen to lag ~60 s (a bound pod unseen by its kubelet)
     leak_grace: float = 120.0
     pending_grace: float = 120.0
+    #: a Running pod's device not as prepared (after a reboot the agent makes it again)
+    hw_grace: float = 60.0
     settle_timeout: float = 120.0
+    #: > 0: one API server outage this long under the workload before the mixed faults
+    #: (tests.faults.outage)
+    long_outage: float = 0.0
 
 
 @dataclass
@@ -101,9 +109,14 @@ class Report:
     deleted: int = 0
     api_errors: int = 0
     sequence: list[str] = field(default_factory=list)
+    outage: OutageReport | None = None
+    #: watch-expiry faults after which a watch from the resourceVersion seen before the fault
+    #: was answered 410 Gone (as every component's was: they do not log it at their verbosity)
+    watches_expired: int = 0
 
     def violations(self) -> list[str]:
-        return [v for s in self.faults.values() for v in s.violations] + self.final
+        during = self.outage.violations if self.outage else []
+        return [v for s in self.faults.values() for v in s.violations] + self.final + during
 
     def as_json(self) -> dict[str, Any]:
         reasons = Counter(r for _, r in self.not_running_seen)
@@ -114,6 +127,8 @@ class Report:
             "steps": self.steps,
             "faults": {k: s.as_json() for k, s in self.faults.items()},
             "final_violations": self.final,
+            "long_outage": self.outage.as_json() if self.outage else None,
+            "watch_expiry_answered_410": self.watches_expired,
             "faults_injected": [s for s in self.sequence if not s.startswith("step")],
             "workload": {
                 "created": dict(self.created),
@@ -136,7 +151,12 @@ def fault_plan(seed: int, config: Config) -> Iterator[tuple[int, F.Fault]]:
         steps = rng.randint(*config.steps_between)
         if kind == F.APISERVER_OUTAGE:
             return steps, F.Fault(kind, seconds=round(rng.uniform(*config.outage_seconds), 1))
-        return steps, F.Fault(kind, node=rng.choice(names))
+        if kind in F.CLUSTER_KINDS:
+            return steps, F.Fault(kind)
+        node = rng.choice(names)
+        if kind in (F.NODE_REBOOT, F.POWER_LOSS):
+            return steps, F.Fault(kind, node=node, keeps_bitstreams=rng.random() < 0.5)
+        return steps, F.Fault(kind, node=node)
 
     first = list(config.fault_kinds)
     rng.shuffle(first)
@@ -153,11 +173,11 @@ class Runner:
         self.client = testbed.client(field_manager="kubeacc-faults")
         self.nodes: dict[str, F.Node] = {}
         for name, profile in sorted(config.nodes.items()):
-            host = profiles.build(profile, workdir / name / "host")
+            setup = nodes.build(name, profile, workdir / name)
             agent = AgentProcess(
-                name, host, testbed.kubeconfig, testbed.node(name).root_dir, workdir / name
+                name, setup.host, testbed.kubeconfig, testbed.node(name).root_dir, workdir / name
             )
-            self.nodes[name] = F.Node(name, host, agent)
+            self.nodes[name] = F.Node(name, setup.host, agent, setup.agent_args)
         self.injector = F.Injector(testbed, self.nodes, config.ready_within)
         self.tracker = Tracker()
         self.report = Report(config.seed, dict(config.nodes))
@@ -178,21 +198,25 @@ class Runner:
         install_crds(self.client)
         self.client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
         self.testbed.wait_service_account(NAMESPACE)
+        if nodes.FPGA_PROFILE in self.config.nodes.values():
+            nodes.allow_bitstream(self.client)
         for i, node in enumerate(self.nodes.values()):
             node.agent.cdi_dir.mkdir(parents=True, exist_ok=True)
-            node.agent.start(apply_classes=i == 0)
+            node.start_agent(apply_classes=i == 0)
             node.agent.wait_registered(self.config.ready_within)
 
     def _run(self) -> None:
         cfg = self.config
         rng = random.Random(f"{cfg.seed}/workload")
-        workload = Workload(self.client, NAMESPACE, rng, cfg.kinds)
+        workload = Workload(self.client, NAMESPACE, rng, cfg.kinds, max_live=cfg.max_live)
         plan = fault_plan(cfg.seed, cfg)
         self._t0 = t0 = time.monotonic()
         last = "before-faults"
         self.report.faults = {k: Stats() for k in ("before-faults", *cfg.fault_kinds)}
         first_round = len(cfg.fault_kinds)
         injected = 0
+        if cfg.long_outage > 0:
+            self._long_outage(workload)
         while injected < first_round or time.monotonic() - t0 < cfg.duration:
             steps, fault = next(plan)
             for _ in range(steps):
@@ -220,10 +244,39 @@ class Runner:
         self._finish(workload)
         self.report.deleted = workload.deleted
         self.report.api_errors = workload.api_errors
+        self.report.watches_expired = self.injector.watches_expired
+
+    def _long_outage(self, workload: Workload) -> None:
+        """Steps until pods run on every kind that can, then the long outage."""
+        deadline = time.monotonic() + self.config.settle_timeout
+        while time.monotonic() < deadline:
+            workload.step()
+            self.report.steps += 1
+            time.sleep(self.config.step_pause)
+            self._check("before-faults")
+            if len(self.report.running_seen) >= min(6, workload.max_live):
+                break
+
+        def step() -> int:
+            workload.step()
+            self.report.steps += 1
+            return workload.api_errors
+
+        def node_views() -> dict[str, NodeView]:
+            return {n: self._node_view(node) for n, node in self.nodes.items()}
+
+        self.report.sequence.append(f"long apiserver-outage for {self.config.long_outage:.0f}s")
+        self.report.outage = outage.run(
+            self.injector, self.config.long_outage, self._view, node_views, step
+        )
+        self._check("long-outage")
 
     def _finish(self, workload: Workload) -> None:
         cfg = self.config
-        # every pod Running, or Pending/Failed with a reason, once the pods had time to settle
+        # every pod Running, unschedulable or Failed with a reason (a device-plugin pod the
+        # kubelet admitted while the plugin was not registered again after a restart fails
+        # with UnexpectedAdmissionError: Kubernetes' own behaviour, reported under what the
+        # workload saw), once the pods had time to settle
         deadline = time.monotonic() + cfg.settle_timeout
         stuck: list[str] = []
         while time.monotonic() < deadline:
@@ -231,8 +284,9 @@ class Runner:
             stuck = [
                 f"{p['metadata']['name']}: {pod_reason(p) or 'no reason'}"
                 for p in view.pods
-                if (p.get("status") or {}).get("phase") != "Running"
+                if (phase := (p.get("status") or {}).get("phase")) != "Running"
                 and pod_reason(p) != "Unschedulable"
+                and not (phase == "Failed" and pod_reason(p))
             ]
             if not stuck:
                 break
@@ -254,7 +308,9 @@ class Runner:
         # leak_grace to forget what the API no longer has.
         deadline = time.monotonic() + cfg.leak_grace
         while True:
-            left = check(view, Tracker(), set(self.nodes), leak_grace=-1, pending_grace=-1)
+            left = check(
+                view, Tracker(), set(self.nodes), leak_grace=-1, pending_grace=-1, afu=nodes.AFU
+            )
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(1)
@@ -271,6 +327,8 @@ class Runner:
             set(self.nodes),
             leak_grace=cfg.leak_grace,
             pending_grace=cfg.pending_grace,
+            hw_grace=cfg.hw_grace,
+            afu=nodes.AFU,
         )
         stats = self.report.faults.setdefault(last, Stats())
         for v in found:
@@ -298,17 +356,18 @@ class Runner:
             try:
                 claims = [as_dict(c) for c in self.client.list(ResourceClaim, namespace=NAMESPACE)]
                 pods = [as_dict(p) for p in self.client.list(Pod, namespace=NAMESPACE)]
-                nodes = {n: self._node_view(node) for n, node in self.nodes.items()}
-                return ClusterView(claims, pods, nodes, time.monotonic())
+                views = {n: self._node_view(node) for n, node in self.nodes.items()}
+                return ClusterView(claims, pods, views, time.monotonic())
             except (*API_ERRORS, ValueError):
                 if attempt == 19:
                     raise
                 time.sleep(0.5)
         raise AssertionError("unreachable")
 
-    @staticmethod
-    def _node_view(node: F.Node) -> NodeView:
-        """The node's checkpoint (ValueError on a torn read: the caller reads again) and specs."""
-        return NodeView(
-            node.name, node.agent.checkpoint_claims(), cdi.spec_uids(node.agent.cdi_dir)
-        )
+    def _node_view(self, node: F.Node) -> NodeView:
+        """The node's checkpoint, specs and hardware (ValueError on a torn read: the caller
+        reads again)."""
+        a = node.agent
+        fpga = self.config.nodes[node.name] == nodes.FPGA_PROFILE
+        hw = hardware.read(node.host, a.state_dir, a.cdi_dir, fpga=fpga)
+        return NodeView(node.name, a.checkpoint_claims(), cdi.spec_uids(a.cdi_dir), hw)

@@ -13,7 +13,11 @@ claim's ``resourceVersion`` (:mod:`kubeacc.agent.dra.claimpatch` says why not a 
 apply), under the field manager ``kubeacc.io-<node>``: another driver's or pool's entries are
 never touched, and an empty list removes ours. They run on a thread of their own so
 that prepare and unprepare never wait for the API server: the status follows within moments, a
-claim already gone is skipped, and a write that fails is tried again a few times. Writes are
+claim already gone is skipped, and a write that fails is tried again until it is written or a
+newer write of the claim replaces it: after 1 s, doubling to :data:`MAX_RETRY_DELAY` (an API
+server outage of minutes must not lose the status of the claims prepared meanwhile; the fault
+runner found them lost after five tries). A failing write is logged at its fifth try and then
+once a minute. Writes are
 coalesced per claim (only its latest state is sent), so a burst of prepares and unprepares costs
 at most one write per claim in flight. The writer keeps the server's answer to its last write of
 each claim (:data:`KNOWN` claims at most): the next write of that claim starts from it (or from
@@ -26,6 +30,7 @@ claim again does not count as a change.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -43,8 +48,12 @@ from kubeacc.contracts.names import DRIVER_NAME
 
 log = logging.getLogger(__name__)
 
-#: Attempts per write before it is given up (logged).
+#: The try at which a failing write is first logged (it is tried again still).
 ATTEMPTS = 5
+#: The longest wait between two tries of a failing write (seconds).
+MAX_RETRY_DELAY = 30.0
+#: A write still failing is logged again after this many seconds of tries.
+LOG_EVERY = 60.0
 #: Claims whose last answer from the server the writer keeps (the most recently written).
 KNOWN = 256
 
@@ -56,6 +65,10 @@ class _Write:
     uid: str
     devices: tuple[dict[str, Any], ...]  # empty: remove ours
     attempt: int = 0
+    #: seconds of waits between its failed tries so far
+    waited: float = 0.0
+    #: the writer's sequence number of this state of the claim (a newer state: a larger one)
+    seq: int = 0
 
 
 def _stamp() -> str:
@@ -73,14 +86,16 @@ def device_entries(
     migs: Mapping[str, str] | None = None,
     network: NetworkReader | None = None,
 ) -> list[dict[str, Any]]:
-    """The ``status.devices`` entries of one prepared claim (one per device, shares of one
-    device once); ``migs``: the MIG device UUID of each of its partition devices; ``network``:
-    reads an interface's network data on the host (None: the interface name only)."""
+    """The ``status.devices`` entries of one prepared claim (one per device, or per share of a
+    memory-shared device: the API server takes an entry only for an allocated device, and a
+    share is allocated as the device and its ``shareID``); ``migs``: the MIG device UUID of
+    each of its partition devices; ``network``: reads an interface's network data on the host
+    (None: the interface name only)."""
     migs = migs or {}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     now = _stamp()
     for p in prepared:
-        if p.device in out:
+        if (p.device, p.share_id or "") in out:
             continue
         info = infos.get(p.device)
         data: dict[str, str] = {}
@@ -117,8 +132,15 @@ def device_entries(
                 )
         if data:
             entry["data"] = data
-        out[p.device] = entry
+        if p.share_id:
+            entry["shareID"] = p.share_id
+        out[(p.device, p.share_id or "")] = entry
     return list(out.values())
+
+
+def entry_key(entry: Mapping[str, Any]) -> tuple[str, str]:
+    """An entry's device and share (``""``: the whole device)."""
+    return str(entry.get("device")), str(entry.get("shareID") or "")
 
 
 class DeviceStatusWriter:
@@ -145,6 +167,10 @@ class DeviceStatusWriter:
         self._written: set[str] = set()
         #: Claim UID -> the server's answer to our last write of it (oldest first).
         self._known: dict[str, dict[str, Any]] = {}
+        #: Claim UID -> the sequence number of its latest state, while it is not written yet:
+        #: a failed write's retry that a newer state overtook is dropped (never a stale write).
+        self._latest: dict[str, int] = {}
+        self._seq = 0
         self._cond = threading.Condition()
         self._stopped = False
         self._thread: threading.Thread | None = None
@@ -168,13 +194,18 @@ class DeviceStatusWriter:
         with self._cond:
             if uid not in self._written and self._pending.get(uid) is not None:
                 del self._pending[uid]  # never written: nothing to remove
+                self._latest.pop(uid, None)
                 return
         self._put(_Write(namespace, name, uid, ()))
 
     def _put(self, w: _Write, *, retry: bool = False) -> None:
         with self._cond:
-            if retry and w.uid in self._pending:
-                return  # a newer write of that claim is waiting
+            if retry and (w.uid in self._pending or self._latest.get(w.uid) != w.seq):
+                return  # a newer state of that claim is waiting or was written
+            if not retry:
+                self._seq += 1
+                w = dataclasses.replace(w, seq=self._seq)
+                self._latest[w.uid] = w.seq
             self._pending.pop(w.uid, None)
             self._pending[w.uid] = w
             self._cond.notify()
@@ -190,17 +221,23 @@ class DeviceStatusWriter:
                 w = self._pending.pop(uid)
             try:
                 self.write(w.namespace, w.name, w.uid, list(w.devices))
-            except Exception as exc:  # API server away: a few more tries, then the log
-                if w.attempt + 1 >= ATTEMPTS:
-                    log.warning("status.devices of %s/%s not written: %s", w.namespace, w.name, exc)
-                    continue
-                again = _Write(w.namespace, w.name, w.uid, w.devices, w.attempt + 1)
-                timer = threading.Timer(self.retry_delay, self._put, args=(again,))
+            except Exception as exc:  # API server away: tried again until written or replaced
+                delay = min(self.retry_delay * 2 ** min(w.attempt, 16), MAX_RETRY_DELAY)
+                waited = w.waited + delay
+                if w.attempt + 1 == ATTEMPTS or int(waited / LOG_EVERY) > int(w.waited / LOG_EVERY):
+                    log.warning(
+                        "status.devices of %s/%s not written yet (try %d, trying again): %s",
+                        w.namespace, w.name, w.attempt + 1, exc,
+                    )  # fmt: skip
+                again = dataclasses.replace(w, attempt=w.attempt + 1, waited=waited)
+                timer = threading.Timer(delay, self._put, args=(again,))
                 timer.kwargs = {"retry": True}
                 timer.daemon = True
                 timer.start()
                 continue
             with self._cond:
+                if self._latest.get(uid) == w.seq:
+                    del self._latest[uid]
                 if w.devices:
                     self._written.add(uid)
                 else:
@@ -255,13 +292,13 @@ def with_node_entries(
     the binding conditions), and the ``lastTransitionTime`` of a condition whose status stays
     the same; an entry of the pool not in ``devices`` goes (at unprepare, all of
     them); other drivers' and pools' entries stay as they are."""
-    new = {d["device"]: d for d in devices}
+    new = {entry_key(d): d for d in devices}
     out: list[dict[str, Any]] = []
     for e in entries:
         if (e.get("driver"), e.get("pool")) != (DRIVER_NAME, pool):
             out.append(e)
             continue
-        d = new.pop(str(e.get("device")), None)
+        d = new.pop(entry_key(e), None)
         if d is None:
             continue
         had = {c.get("type"): c for c in e.get("conditions") or []}

@@ -50,7 +50,12 @@ from kubeacc.agent.dra import metadata
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
-from kubeacc.agent.dra.devicestatus import DeviceStatusWriter, NetworkReader, device_entries
+from kubeacc.agent.dra.devicestatus import (
+    DeviceStatusWriter,
+    NetworkReader,
+    device_entries,
+    entry_key,
+)
 from kubeacc.agent.dra.enforcement import claim_enforcement
 from kubeacc.agent.dra.fpga.kind import FpgaKind, FpgaProgrammer
 from kubeacc.agent.dra.guard import ClaimGuard
@@ -557,7 +562,7 @@ class Driver:
     ) -> tuple[dict[str, bytes], dict[str, int]]:
         """A claim's metadata files by request, and the index of each request's first device."""
         entries = {
-            e["device"]: e for e in device_entries(self.node, prepared, known, migs, self.network)
+            entry_key(e): e for e in device_entries(self.node, prepared, known, migs, self.network)
         }
         requests: dict[str, metadata.RequestMetadata] = {}
         first: dict[str, int] = {}
@@ -565,7 +570,8 @@ class Driver:
             for name in p.request_names:
                 base = metadata.base_request(name)
                 req = requests.setdefault(base, metadata.RequestMetadata(name))
-                dev = metadata.metadata_device(p.pool, p.device, entries[p.device])
+                entry = entries[(p.device, p.share_id or "")]
+                dev = metadata.metadata_device(p.pool, p.device, entry)
                 if dev not in req.devices:
                     req.devices.append(dev)
                 first.setdefault(base, i)

@@ -51,8 +51,14 @@ class SliceFeatures:
     taints: bool = True
     partitionable: bool = True
     consumable: bool = True
-    #: ``bindingConditions`` kept; None: not asked yet (no device carried them).
+    #: ``bindingConditions`` kept; None: not asked yet (no device carried them), or not
+    #: answered.
     binding: bool | None = None
+    #: Some group could not be asked (the API server away): counted as kept for now and asked
+    #: again before the next publish. An agent started during an API server outage kept what
+    #: it could not ask for good (issue 46's fault runner: FPGAs programmed at prepare until
+    #: the agent restarted).
+    unsure: bool = False
 
     def dropped(self) -> list[str]:
         """The gates whose fields are dropped, for messages."""
@@ -132,12 +138,14 @@ def probe(client: Client, node: str) -> SliceFeatures:
         ),
     }
     kept: dict[str, bool] = {}
+    unsure = False
     for name, (spec, path) in tests.items():
         try:
             kept[name] = _kept(client, node, spec, path)
         except Exception as exc:  # the API server away, RBAC, ...: do not block on it
             log.warning("cannot tell whether the API server keeps ResourceSlice %s: %s", name, exc)
             kept[name] = True
+            unsure = True
     if kept["partitionable"]:
         consumes = {
             "devices": [
@@ -150,17 +158,19 @@ def probe(client: Client, node: str) -> SliceFeatures:
             )
         except Exception as exc:
             log.warning("cannot tell whether the API server keeps consumesCounters: %s", exc)
-    return SliceFeatures(**kept)
+            unsure = True
+    return SliceFeatures(**kept, unsure=unsure)
 
 
 #: The device fields of binding conditions (KEP-5007).
 BINDING_FIELDS = ("bindingConditions", "bindingFailureConditions", "bindsToNode")
 
 
-def probe_binding(client: Client, node: str) -> bool:
-    """Does the API server keep a device's ``bindingConditions``? (unknown counts as no: a
-    device whose conditions were dropped would be given out unprogrammed, and programming at
-    prepare is the safe way round)."""
+def probe_binding(client: Client, node: str) -> bool | None:
+    """Does the API server keep a device's ``bindingConditions``? None when it could not be
+    asked (the caller publishes without them for now, as for no: a device whose conditions
+    were dropped would be given out unprogrammed, and programming at prepare is the safe way
+    round; and asks again before its next publish)."""
     spec = {
         "devices": [
             {
@@ -174,7 +184,7 @@ def probe_binding(client: Client, node: str) -> bool:
         return _kept(client, node, spec, ("devices", "0", "bindingConditions"))
     except Exception as exc:
         log.warning("cannot tell whether the API server keeps bindingConditions: %s", exc)
-        return False
+        return None
 
 
 def without_binding(devices: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -228,13 +228,14 @@ class SlicePublisher:
         self, devices: Sequence[dict[str, Any]], counter_sets: Sequence[dict[str, Any]]
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Only what the API server keeps the fields of (refused once, loudly, otherwise)."""
-        if self.features is None:
+        if self.features is None or self.features.unsure:
+            # asked again while some answer is missing (an agent started during an outage)
             self.features = probe(self.client, self.node)
         if any(k in d for d in devices for k in BINDING_FIELDS):
             if self.features.binding is None:
                 binding = probe_binding(self.client, self.node)
                 self.features = replace(self.features, binding=binding)
-                if not binding:
+                if binding is False:
                     log.warning(
                         "node %s: the API server drops bindingConditions "
                         "(DRADeviceBindingConditions off, or Kubernetes older than 1.36): "

@@ -16,7 +16,7 @@ def info(name: str, **kw: str) -> DeviceInfo:
     return DeviceInfo(name, "gpu", kw.pop("bus_id", ""), (), HealthState.HEALTHY, "", **kw)
 
 
-def test_each_device_once_with_what_is_known_of_it() -> None:
+def test_each_device_or_share_once_with_what_is_known_of_it() -> None:
     infos = {
         "gpu-a": info("gpu-a", bus_id="0000:1b:00.0", uuid="GPU-1234"),
         "nic-b-vf1": info("nic-b-vf1", bus_id="0000:5e:00.2", netdev="ens1f0v1"),
@@ -28,15 +28,17 @@ def test_each_device_once_with_what_is_known_of_it() -> None:
         PreparedDevice(["x"], "", "gone", []),  # no longer in the index: entry without data
     ]
     out = device_entries("node-a", prepared, infos)
-    assert [(e["device"], e["pool"]) for e in out] == [
-        ("gpu-a", "node-a"),
-        ("nic-b-vf1", "node-a"),
-        ("gone", "node-a"),
+    # one entry per share: the API server takes an entry only as allocated (device + shareID)
+    assert [(e["device"], e["pool"], e.get("shareID")) for e in out] == [
+        ("gpu-a", "node-a", "s1"),
+        ("gpu-a", "node-a", "s2"),
+        ("nic-b-vf1", "node-a", None),
+        ("gone", "node-a", None),
     ]
-    assert out[0]["data"] == {"pciBusID": "0000:1b:00.0", "uuid": "GPU-1234"}
+    assert out[0]["data"] == out[1]["data"] == {"pciBusID": "0000:1b:00.0", "uuid": "GPU-1234"}
     assert "networkData" not in out[0]
-    assert out[1]["networkData"] == {"interfaceName": "ens1f0v1"}
-    assert "data" in out[1] and "data" not in out[2]
+    assert out[2]["networkData"] == {"interfaceName": "ens1f0v1"}
+    assert "data" in out[2] and "data" not in out[3]
     for e in out:
         assert e["driver"] == "kubeacc.io"
         [c] = e["conditions"]

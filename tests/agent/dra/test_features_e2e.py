@@ -18,7 +18,8 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Event, Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from kubeacc.agent.dra.features import SliceFeatures, probe
+from kubeacc.agent.dra.features import SliceFeatures, probe, probe_binding
+from kubeacc.agent.dra.slices import SlicePublisher
 from kubeacc.crds.resources import as_dict
 from kubeacc.synthetic import profiles
 from kubeacc.testbed.kubelet import KubeletOptions
@@ -109,3 +110,24 @@ def test_kube_acc_refuses_what_the_cluster_cannot_enforce(
         assert sum(bool(p["spec"].get("nodeName")) for p in pods) == 1
     finally:
         agent.stop()
+
+
+def test_what_the_api_server_could_not_answer_is_asked_again(testbed: Testbed) -> None:
+    """An agent started during an API server outage (issue 46's fault runner): the probes it
+    could not make are made again before the next publish, so the node does not keep publishing
+    FPGAs without their binding conditions until the agent restarts."""
+    client = testbed.client(field_manager="kubeacc-test")
+    publisher = SlicePublisher(client, testbed.node_name)
+    fpga = {"name": "fpga-0", "bindingConditions": ["c"], "bindingFailureConditions": ["f"]}
+    testbed.stop_apiserver()
+    try:
+        away = probe(client, testbed.node_name)
+        assert away == SliceFeatures(unsure=True)
+        assert probe_binding(client, testbed.node_name) is None
+        devices, _ = publisher._enforceable([fpga], [])
+        assert devices == [{"name": "fpga-0"}]  # without, while nobody can tell
+    finally:
+        testbed.start_apiserver()
+    devices, _ = publisher._enforceable([fpga], [])
+    assert devices == [fpga]
+    assert publisher.features == SliceFeatures(binding=True)
