@@ -32,7 +32,6 @@ import hashlib
 import json
 import logging
 import os
-import secrets
 import selectors
 import socket
 import struct
@@ -382,7 +381,7 @@ class AccountService:
         share = conn.share
         if op == HELLO:  # n: the token of the process's previous connection (0: none)
             share.adopt_orphans_of(n)
-            conn.token = secrets.randbits(64) | 1
+            conn.token = int.from_bytes(os.urandom(8), "little") | 1
             if n:
                 _write(share)
             return REPLY.pack(OK, len(share.limits)) + REPLY.pack(conn.token, 0)

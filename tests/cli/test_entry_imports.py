@@ -88,7 +88,9 @@ FORBIDDEN_FOR = {
 #: extender's want parsing and the DRA checkpoint out of the device plugin (425), the FPGA
 #: binder, DeviceClasses and telemetry faults out of the agent's start (650); then
 #: prometheus_client and the probe server out of the device plugin without --metrics-address
-#: (373); then pydantic out of the life-cycle agent (520), then out of the controller (498).
+#: (373); then pydantic out of the life-cycle agent (520), then out of the controller (498);
+#: then the agent's share accounting service and namespace requirement (issue 44: 668, with
+#: Cyborg's client loaded only for ``--inventory cyborg``).
 BUDGET = {
     "agent": 670,
     "device-plugin": 385,
