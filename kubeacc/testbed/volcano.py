@@ -72,13 +72,32 @@ SCHEDULER_CONF = {
 
 def tarball() -> Path:
     """The source tarball: ``$KUBEACC_VOLCANO_TARBALL``, else ``shared/peers/`` beside the
-    checkout or beside one of the folders above it (a clone made in a subfolder)."""
+    checkout or beside one of the folders above it (a clone made in a subfolder), else beside
+    the repository it was cloned from or a folder above that (a clone made elsewhere)."""
     env = os.environ.get(TARBALL_ENV)
     if env:
         return Path(env)
     name = Path("shared", "peers", f"volcano-{COMMIT[:8]}.tar.gz")
-    candidates = [folder / name for folder in repo_root().parents]
+    root = repo_root()
+    folders = [*root.parents]
+    if (origin := _local_origin(root)) is not None:  # a clone made elsewhere (CI's, /tmp)
+        folders += origin.parents
+    candidates = [folder / name for folder in folders]
     return next((c for c in candidates if c.is_file()), candidates[0])
+
+
+def _local_origin(root: Path) -> Path | None:
+    """The repository ``root`` was cloned from, where that is a folder of this machine."""
+    got = subprocess.run(
+        ["git", "-C", str(root), "config", "--get", "remote.origin.url"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    url = got.stdout.strip().removeprefix("file://")
+    if got.returncode != 0 or not url.startswith("/"):
+        return None
+    return Path(url).resolve()
 
 
 def _command(out: Path) -> list[str]:

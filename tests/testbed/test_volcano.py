@@ -3,6 +3,7 @@ for, which cache directory a tarball maps to, and that a missing tarball is a cl
 
 from __future__ import annotations
 
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -23,6 +24,26 @@ def test_the_pinned_tarball_is_beside_the_repository() -> None:
         n.startswith("volcano/cmd/scheduler/") for n in names
     )
     assert any(n.startswith("volcano/config/crd/volcano/bases/") for n in names)
+
+
+def test_a_clone_made_elsewhere_finds_the_tarball_beside_its_origin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI clones the repository into a folder of its own (``git clone . /tmp/ci-check``): the
+    peers beside the repository it was cloned from are found."""
+    monkeypatch.delenv("KUBEACC_VOLCANO_TARBALL", raising=False)
+    origin, clone = tmp_path / "work" / "main", tmp_path / "elsewhere" / "clone"
+    peer = tmp_path / "work" / "shared" / "peers" / f"volcano-{volcano.COMMIT[:8]}.tar.gz"
+    peer.parent.mkdir(parents=True)
+    peer.write_bytes(b"tarball")
+    origin.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(origin)], check=True)
+    subprocess.run(["git", "init", "-q", str(clone)], check=True)
+    monkeypatch.setattr(volcano, "repo_root", lambda: clone)
+    assert not volcano.tarball().is_file()  # no origin: nothing above the clone has it
+    git = ["git", "-C", str(clone), "remote", "add", "origin", str(origin)]
+    subprocess.run(git, check=True)
+    assert volcano.tarball() == peer
 
 
 def test_the_cache_directory_follows_the_tarballs_content(
