@@ -41,6 +41,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kubeacc.node.atomic import tmp_path, write_atomic
+
 log = logging.getLogger(__name__)
 
 #: Where the container sees its share's directory (mounted read-only).
@@ -152,10 +154,8 @@ class _Share:
         ] + [
             {"pid": r.pid, "start": r.start, "held": r.held, "token": r.token} for r in self.orphans
         ]
-        tmp = self.dir / (HELD_NAME + ".tmp")
-        tmp.write_text(json.dumps({"records": records}))
-        tmp.chmod(0o644)
-        os.replace(tmp, self.dir / HELD_NAME)
+        # not flushed: a power loss takes the processes whose holdings it records too
+        write_atomic(self.dir / HELD_NAME, json.dumps({"records": records}).encode(), durable=False)
 
 
 class AccountService:
@@ -227,9 +227,9 @@ class AccountService:
             if share is not None:
                 self._close_sockets(share)
         d = self.root / name
-        for child in (SOCKET_NAME, LIMITS_NAME, HELD_NAME, HELD_NAME + ".tmp"):
+        for path in (d / SOCKET_NAME, d / LIMITS_NAME, d / HELD_NAME, tmp_path(d / HELD_NAME)):
             with contextlib.suppress(FileNotFoundError):
-                (d / child).unlink()
+                path.unlink()
         with contextlib.suppress(FileNotFoundError):
             d.rmdir()
 

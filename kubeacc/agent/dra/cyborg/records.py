@@ -12,12 +12,11 @@ device profile, which is this node's own (:func:`profile_name`).
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 
 import msgspec
 
-from kubeacc.node.atomic import write_atomic
+from kubeacc.node.atomic import fsync_dir, write_atomic
 
 PREPARING = "preparing"
 PREPARED = "prepared"
@@ -86,11 +85,7 @@ class Records:
     def remove(self, uid: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._path(uid).unlink()
-            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(self.dir)
 
     def all(self) -> list[ClaimRecord]:
         """Every record; one that does not decode (a torn disk) is skipped, named in the log by
