@@ -94,3 +94,49 @@ def test_an_account_in_use_keeps_its_limits(tmp_path: Path) -> None:
         assert (d / "limits").read_text() == "1024\n"
     finally:
         service.stop()
+
+
+def _admitted(path: Path, held: list[socket.socket]) -> bool:
+    """Connect to a share's socket and say hello: True when the service answers (the
+    connection is kept in ``held``), False when it closes the connection (refused)."""
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(10)
+    sock.connect(str(path / SOCKET_NAME))
+    try:
+        sock.sendall(REQUEST.pack(HELLO, 1, 0))
+        got = sock.recv(2 * REPLY.size, socket.MSG_WAITALL)
+    except (BrokenPipeError, ConnectionResetError):
+        got = b""
+    if len(got) == 2 * REPLY.size:
+        held.append(sock)
+        return True
+    sock.close()
+    return False
+
+
+def test_connections_are_capped_per_share_and_in_all_with_a_fair_part_kept(
+    tmp_path: Path,
+) -> None:
+    service = AccountService(Path(os.path.realpath(tmp_path)) / "acc", per_share=4, total=6)
+    service.start()
+    held: list[socket.socket] = []
+    try:
+        a, b = service.open("c-a", "1024"), service.open("c-b", "1024")
+        assert [_admitted(a, held) for _ in range(5)] == [True, True, True, True, False]
+        assert [_admitted(b, held) for _ in range(2)] == [True, True]
+        # 6 in all: b is below its fair part (6 // 2 = 3), a is not
+        assert _admitted(b, held)
+        assert not _admitted(b, held)
+        assert not _admitted(a, held)
+        assert service.refused == 3
+        # one of a's processes ends: 6 in all again (4 + 3 - 1), b at its fair part
+        held.pop(0).close()
+        assert not _admitted(b, held)
+        # below the total again: b gets up to its own cap
+        held.pop(0).close()
+        assert _admitted(b, held)
+        assert not _admitted(b, held)  # b holds 4 = per_share
+    finally:
+        for sock in held:
+            sock.close()
+        service.stop()
