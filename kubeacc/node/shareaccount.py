@@ -61,11 +61,12 @@ OK, DENIED = 0, 1
 #: Connections one share may have open (a process each, a thread of the agent each): more are
 #: refused.
 MAX_CONNECTIONS = 512
-#: Connections of all shares together (each a thread, ~21 KB resident: 512 measured +10.9 MB).
+#: Connections of all shares together (each a thread, ~22 KB resident: bench/share_connections.py).
 #: Past it a share is let in only below its fair part (this over the number of shares), so that
 #: one tenant's many processes cannot take the connections of another's shares; the threads
-#: then stay under twice this.
-MAX_TOTAL_CONNECTIONS = 2048
+#: then stay under twice this (~45 MB, inside the chart's 256 MiB for the agent, and under a
+#: kubelet's usual pod pids limit of 4,096).
+MAX_TOTAL_CONNECTIONS = 1024
 _NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -362,8 +363,13 @@ class AccountService:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 1, 0))
         zero = [0] * len(share.limits)
         conn = _Conn(sock, share, pid, process_start(pid), list(zero), list(zero))
+        try:  # the pod's pids limit reached: this connection is refused, the service goes on
+            threading.Thread(target=self._serve_conn, args=(conn,), daemon=True).start()
+        except RuntimeError:
+            self.refused += 1
+            sock.close()
+            return
         share.conns.add(conn)
-        threading.Thread(target=self._serve_conn, args=(conn,), daemon=True).start()
 
     def _admits(self, share: _Share) -> bool:
         """Under the lock: whether ``share`` may have one more connection. Before a refusal

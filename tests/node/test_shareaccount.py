@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,56 @@ def test_connections_are_capped_per_share_and_in_all_with_a_fair_part_kept(
         for sock in held:
             sock.close()
         service.stop()
+
+
+_SERVE_UNDER_PIDS_LIMIT = """
+import os, resource, sys, time
+from pathlib import Path
+from kubeacc.node.shareaccount import AccountService
+root = Path(sys.argv[1])
+os.setgid(65534)
+os.setuid(65534)
+# the service's own thread and three connections' threads, as a pod's pids limit would allow
+resource.setrlimit(resource.RLIMIT_NPROC, (5, 5))
+service = AccountService(root)
+service.start()
+print(service.open("c-a", "1024"), flush=True)
+sys.stdin.read()
+print(service.refused, flush=True)
+"""
+
+
+def test_a_thread_the_pids_limit_refuses_refuses_its_connection_only() -> None:
+    with tempfile.TemporaryDirectory() as tmp:  # pytest's own is private to root
+        os.chmod(tmp, 0o755)
+        root = Path(os.path.realpath(tmp)) / "acc"
+        root.mkdir()
+        os.chown(root, 65534, 65534)
+        _serve_under_pids_limit(root)
+
+
+def _serve_under_pids_limit(root: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVE_UNDER_PIDS_LIMIT, str(root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    held: list[socket.socket] = []
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        d = Path(proc.stdout.readline().strip())
+        got = [_admitted(d, held) for _ in range(6)]
+        assert got[:3] == [True, True, True] and not all(got), got
+        # the service goes on: a process that ended gives its thread back to the next one
+        for sock in held:
+            sock.close()
+        held.clear()
+        assert _admitted(d, held)
+        proc.stdin.close()
+        assert int(proc.stdout.readline()) == got.count(False)
+    finally:
+        for sock in held:
+            sock.close()
+        proc.kill()
+        proc.wait()
