@@ -429,7 +429,8 @@ class AccountService:
                 self._reap(share)
             if share.used[unit] + n > share.limits[unit]:
                 return REPLY.pack(DENIED, share.used[unit])
-            self._charge(conn, unit, n)
+            if not self._charge(conn, unit, n, unrecorded_refused=True):
+                return REPLY.pack(DENIED, share.used[unit])
             return REPLY.pack(OK, share.used[unit])
         if op == RELEASE:
             n = min(n, conn.held[unit])  # only what this connection holds
@@ -437,19 +438,33 @@ class AccountService:
             share.used[unit] -= n
             return b""
         if op == ADOPT:  # what the process holds after a reconnect: counted, even past the limit
-            self._charge(conn, unit, n)
+            self._charge(conn, unit, n, unrecorded_refused=False)
             return b""
         if op == QUERY:
             self._reap(share)
             return REPLY.pack(OK, share.used[unit])
         return None
 
-    def _charge(self, conn: _Conn, unit: int, n: int) -> None:
+    def _charge(self, conn: _Conn, unit: int, n: int, *, unrecorded_refused: bool) -> bool:
+        """Count ``n`` more bytes held by ``conn``, and record a new high-water mark in
+        ``held.json`` (what a restarted agent counts). Where that record cannot be written (a
+        full or failing disk) a reservation is refused and undone, so that a restart never
+        counts less than is held; what a process declares it holds is counted anyway, and
+        recorded at the next write that succeeds."""
         conn.held[unit] += n
         conn.share.used[unit] += n
-        if conn.held[unit] > conn.written[unit]:
-            conn.written[unit] = conn.held[unit]
-            _write(conn.share)
+        if conn.held[unit] <= conn.written[unit]:
+            return True
+        before = conn.written[unit]
+        conn.written[unit] = conn.held[unit]
+        if _write(conn.share):
+            return True
+        conn.written[unit] = before
+        if unrecorded_refused:
+            conn.held[unit] -= n
+            conn.share.used[unit] -= n
+            return False
+        return True
 
     def _reap(self, share: _Share) -> None:
         """Under the lock, before a refusal or an answer of what is in use: give back now what
@@ -492,11 +507,14 @@ def _digest(token: int) -> str:
     return hashlib.sha256(token.to_bytes(8, "little")).hexdigest()
 
 
-def _write(share: _Share) -> None:
+def _write(share: _Share) -> bool:
+    """Write ``held.json``; False (and a warning) where the disk refuses it."""
     try:
         share.write()
-    except OSError as exc:  # the account itself is in memory: only a restart would miss it
+    except OSError as exc:
         log.warning("share account %s: %s not written: %s", share.name, HELD_NAME, exc)
+        return False
+    return True
 
 
 def _read_records(path: Path, units: int) -> list[_Record]:

@@ -4,6 +4,7 @@ tests/native/test_sharelimit_account.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -18,6 +19,7 @@ from kubeacc.node.shareaccount import (
     HELD_NAME,
     HELLO,
     QUERY,
+    RELEASE,
     REPLY,
     REQUEST,
     RESERVE,
@@ -194,3 +196,54 @@ def _serve_under_pids_limit(root: Path) -> None:
             sock.close()
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to mount a small tmpfs")
+def test_on_a_full_disk_a_reservation_past_the_record_is_refused_and_a_restart_counts_all(
+    tmp_path: Path,
+) -> None:
+    disk = Path(os.path.realpath(tmp_path)) / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
+    try:
+        service = AccountService(disk / "acc")
+        service.start()
+        d = service.open("c-a", "1024")
+        mib = 1 << 20
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(d / SOCKET_NAME))
+
+            def call(op: int, n: int) -> tuple[int, int] | None:
+                sock.sendall(REQUEST.pack(op, 0, n))
+                if op == RELEASE:
+                    return None
+                got = REPLY.unpack(sock.recv(REPLY.size, socket.MSG_WAITALL))
+                if op == HELLO:
+                    sock.recv(REPLY.size, socket.MSG_WAITALL)
+                return got
+
+            call(HELLO, 0)
+            assert call(RESERVE, 100 * mib) == (0, 100 * mib)
+            fill = os.open(disk / "fill", os.O_WRONLY | os.O_CREAT, 0o600)
+            with contextlib.suppress(OSError):
+                while os.write(fill, b"\0" * 4096):
+                    pass
+            os.close(fill)
+            # past what held.json records: refused, nothing counted
+            assert call(RESERVE, 100 * mib) == (1, 100 * mib)
+            assert service.used("c-a") == [100 * mib]
+            # under the recorded mark: no write needed, granted
+            call(RELEASE, 50 * mib)
+            assert call(RESERVE, 50 * mib) == (0, 100 * mib)
+            (disk / "fill").unlink()
+            assert call(RESERVE, 100 * mib) == (0, 200 * mib)
+            service.stop()
+            # a restarted agent counts what this (live) process holds
+            again = AccountService(disk / "acc")
+            again.start()
+            try:
+                assert again.used("c-a") == [200 * mib]
+            finally:
+                again.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
