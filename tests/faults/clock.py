@@ -107,8 +107,7 @@ class Clocks:
         workdir.mkdir(parents=True, exist_ok=True)
         shim = build_shim(workdir)
         self.clocks = {
-            name: WallClock.make(workdir / f"{name}.offset", shim)
-            for name in (*nodes, CONTROLLER)
+            name: WallClock.make(workdir / f"{name}.offset", shim) for name in (*nodes, CONTROLLER)
         }
 
     def __getitem__(self, target: str) -> WallClock:
