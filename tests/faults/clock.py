@@ -1,12 +1,13 @@
 """Clock steps in the fault runner: kube-acc's processes under a wall clock the runner moves.
 
-Every node's ``kubeacc agent`` and both ``kubeacc controller`` replicas run under Debian's
-libfaketime (``LD_PRELOAD``), each group with a file of its own naming the offset of its wall
-clock (``FAKETIME_TIMESTAMP_FILE``, re-read at every call: ``FAKETIME_NO_CACHE=1``). The monotonic
-clock is left alone (``FAKETIME_DONT_FAKE_MONOTONIC=1``), as an NTP step leaves it. The file
-says ``+0`` until a ``clock-step`` fault writes ``+7200`` (two hours ahead) or ``-3600`` (an
-hour behind), and ``+0`` again after the seeded hold. The Go components (kubelets, API server)
-keep the true time: a node's or the controller's clock off the API server's is the real case.
+Every node's ``kubeacc agent`` and each of the two ``kubeacc controller`` replicas (as on two
+nodes) run under Debian's libfaketime (``LD_PRELOAD``), each with a file of its own naming the
+offset of its wall clock (``FAKETIME_TIMESTAMP_FILE``, re-read at every call:
+``FAKETIME_NO_CACHE=1``). The monotonic clock is left alone (``FAKETIME_DONT_FAKE_MONOTONIC=1``),
+as an NTP step leaves it. The file says ``+0`` until a ``clock-step`` fault writes one of
+:data:`OFFSETS` (``+7200``: two hours ahead, ``-3600``: an hour behind), and ``+0`` again after
+the seeded hold. The Go components (kubelets, API server) keep the true time: a node's or a
+controller replica's clock off the API server's is the real case.
 
 libfaketime 0.9.10 turns an absolute ``clock_nanosleep`` on ``CLOCK_MONOTONIC`` into a negative
 one when the monotonic clock is not faked (Python 3.11's ``time.sleep`` then raises EINVAL), so
@@ -33,8 +34,9 @@ LIBFAKETIME_GLOB = "/usr/lib/*/faketime/libfaketime.so.1"
 OFFSETS = (7200, 600, -120, -3600)
 #: Seconds the clock stays stepped (uniform): past a Lease's 15 s and a few telemetry passes.
 HOLD = (20.0, 45.0)
-#: The target of a step of the controller's clock (else a node's name).
-CONTROLLER = "controller"
+#: Steps further back than this put the API server's certificate (backdated 5 minutes by the
+#: testbed, as kubeadm does) in the stepped process's future: its TLS handshakes fail.
+REACHABLE = -300
 
 
 class ClockError(RuntimeError):
@@ -101,14 +103,12 @@ class WallClock:
 
 
 class Clocks:
-    """The wall clocks of a run: one per node and one for the controller's replicas."""
+    """The wall clocks of a run: one per node agent and one per controller replica."""
 
-    def __init__(self, workdir: Path, nodes: list[str]) -> None:
+    def __init__(self, workdir: Path, names: list[str]) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         shim = build_shim(workdir)
-        self.clocks = {
-            name: WallClock.make(workdir / f"{name}.offset", shim) for name in (*nodes, CONTROLLER)
-        }
+        self.clocks = {name: WallClock.make(workdir / f"{name}.offset", shim) for name in names}
 
     def __getitem__(self, target: str) -> WallClock:
         return self.clocks[target]

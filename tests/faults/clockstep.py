@@ -1,18 +1,21 @@
-"""The ``clock-step`` fault: one node's, or the controller's, wall clock stepped (NTP) and
-stepped back to true after a seeded hold, while the workload goes on.
+"""The ``clock-step`` fault: one node's, or one controller replica's, wall clock stepped (NTP)
+and stepped back to true after a seeded hold, while the workload goes on.
 
-What runs under the stepped clocks (tests/faults/clock.py): every node's agent, with its probe
-and metrics port, its telemetry every 2 s and health taints on (as a chart with metrics runs
-it), and the controller's two replicas (tests/faults/controllers.py). An AcceleratorPolicy gives
-every device a ``remediation`` section, so that the remediation loop is live.
+What runs under the stepped clocks (tests/faults/clock.py): every node's agent, with its probe and
+metrics port, its telemetry every 2 s and health taints on (as a chart with metrics runs it), and
+the controller's two replicas (tests/faults/controllers.py), each replica with a clock of its own.
+An AcceleratorPolicy gives every device a ``remediation`` section, so that the remediation loop is
+live.
 
-What must hold, checked after every workload step (:meth:`ClockSteps.violations`), whatever
-fault came last: no two controller replicas acting at once; no fault reported, no remediation
-started and no health taint on a device: the synthetic hardware never faults in a run, so any
-is the clock's doing. The checks of tests/faults/invariants.py (no claim unprepared, nothing
-given twice, nothing leaked) hold as for every fault, and after the step back every component
-is ready within the runner's ``ready_within``: the node Ready and its agent's /readyz answering
-200, or both controller replicas ready and one of them acting.
+What must hold, checked after every workload step (:meth:`ClockSteps.violations`), whatever fault
+came last: no two controller replicas acting at once; no fault reported, no remediation started and
+no health taint on a device: the synthetic hardware never faults in a run, so any is the clock's
+doing. While the stepped process can reach the API server (a step back of less than the
+certificates' 5 minutes), ``kubeacc status``'s controller check passes at every workload step: a
+leader whose clock is behind still leads. The checks of tests/faults/invariants.py (no claim
+unprepared, nothing given twice, nothing leaked) hold as for every fault, and after the step back
+every component is ready within the runner's ``ready_within``: the node Ready and its agent's
+/readyz answering 200, or both controller replicas ready and one of them acting.
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from kubeacc.contracts.names import DOMAIN, HEALTH_TAINT
 from kubeacc.crds.api import API_VERSION
 from kubeacc.crds.resources import Accelerator, AcceleratorOperation, as_dict
+from kubeacc.status import cluster
 from kubeacc.testbed import Testbed
 from tests.faults import clock
-from tests.faults.controllers import Controllers, free_port, http_get
+from tests.faults.controllers import IDENTITIES, LEASE_NAMESPACE, Controllers, free_port, http_get
 
 if TYPE_CHECKING:
     from tests.faults.faults import Fault, Node
@@ -48,10 +52,11 @@ class ClockSteps:
 
     def __init__(self, testbed: Testbed, workdir: Path, nodes: list[str]) -> None:
         self.testbed = testbed
-        self.clocks = clock.Clocks(workdir / "clocks", nodes)
+        self.clocks = clock.Clocks(workdir / "clocks", [*nodes, *IDENTITIES])
         self.ports = {n: free_port() for n in nodes}
-        wrapper = self.clocks[clock.CONTROLLER].wrapper()
-        self.controllers = Controllers(testbed.kubeconfig, workdir / "controllers", wrapper)
+        wrappers = {i: self.clocks[i].wrapper() for i in IDENTITIES}
+        self.controllers = Controllers(testbed.kubeconfig, workdir / "controllers", wrappers)
+        self.status_failures: list[str] = []
         #: one workload step and check: what goes on while a clock is stepped
         self.during: Callable[[], None] = lambda: time.sleep(1)
 
@@ -75,9 +80,6 @@ class ClockSteps:
         self.controllers.stop()
 
     # -- the fault ---------------------------------------------------------------------------
-    def plan(self, rng: random.Random) -> clock.Step:
-        return clock.plan(rng, self.clocks.targets())
-
     def inject(self, fault: Fault, nodes: dict[str, Node], ready_timeout: float) -> float:
         """Step ``fault.node``'s clock by ``fault.offset`` for ``fault.seconds`` of workload,
         step it back; the seconds until its component is ready again."""
@@ -87,10 +89,12 @@ class ClockSteps:
             end = time.monotonic() + fault.seconds
             while time.monotonic() < end:
                 self.during()
+                if fault.offset >= clock.REACHABLE:
+                    self._status(fault)
         finally:
             c.step(0)
         t0 = time.monotonic()
-        if fault.node == clock.CONTROLLER:
+        if fault.node in IDENTITIES:
             self.controllers.wait_ready(ready_timeout)
         else:
             self.testbed.wait_node_ready(fault.node, timeout=ready_timeout)
@@ -111,10 +115,19 @@ class ClockSteps:
             f"{node.agent.log()[-2000:]}"
         )
 
+    def _status(self, fault: Fault) -> None:
+        """``kubeacc status``'s controller check, as an admin runs it, must pass."""
+        client = self.testbed.client(field_manager="kubeacc-faults")
+        check = cluster.controller(client, LEASE_NAMESPACE)
+        if check.failed:
+            self.status_failures.append(f"kubeacc status during {fault.describe()}: {check.detail}")
+
     # -- the checks --------------------------------------------------------------------------
     def violations(self, client: Client) -> list[str]:
         """What a clock step must not cause (module docstring), seen now."""
         found = self.controllers.take_violations()
+        found += self.status_failures
+        self.status_failures = []
         for acc in (as_dict(a) for a in client.list(Accelerator)):
             name = acc["metadata"]["name"]
             notes = acc["metadata"].get("annotations") or {}
@@ -166,8 +179,8 @@ def _remediation_policy() -> dict[str, Any]:
 
 
 def fault(rng: random.Random, nodes: list[str]) -> Fault:
-    """A seeded ``clock-step`` of one of ``nodes`` or of the controller."""
+    """A seeded ``clock-step`` of one of ``nodes``' agents or of a controller replica."""
     from tests.faults.faults import CLOCK_STEP, Fault
 
-    step = clock.plan(rng, sorted([*nodes, clock.CONTROLLER]))
+    step = clock.plan(rng, sorted([*nodes, *IDENTITIES]))
     return Fault(CLOCK_STEP, node=step.target, seconds=step.hold, offset=step.offset)

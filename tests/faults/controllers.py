@@ -1,6 +1,6 @@
 """kube-acc's controller in the fault runner: two replicas of ``kubeacc controller`` with leader
-election, as the chart runs it (``controller.replicas: 2``), both under the controller's
-stepped clock (tests/faults/clock.py), and a watch on which of them acts.
+election, as the chart runs it (``controller.replicas: 2``), each under a stepped clock of its
+own (tests/faults/clock.py; as on two nodes), and a watch on which of them acts.
 
 A replica acts when it runs a reconcile pass (``kubeacc_controller_reconcile_passes_total`` on
 its /metrics goes up): only the leader does, and with ``--resync-seconds=1`` it does at least
@@ -99,10 +99,12 @@ class ControllerProcess:
 class Controllers:
     """The replicas and the watch on their passes (a thread, from :meth:`start` to :meth:`stop`)."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path, wrapper: tuple[str, ...]) -> None:
+    def __init__(
+        self, kubeconfig: Path, workdir: Path, wrappers: dict[str, tuple[str, ...]]
+    ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.replicas = [ControllerProcess(i, kubeconfig, workdir) for i in IDENTITIES]
-        self.wrapper = wrapper
+        self.wrappers = wrappers
         self._lock = threading.Lock()
         self._violations: list[str] = []
         #: identity -> runner-monotonic time of the last poll that saw its passes go up
@@ -114,7 +116,7 @@ class Controllers:
 
     def start(self, timeout: float) -> None:
         for r in self.replicas:
-            r.start(self.wrapper)
+            r.start(self.wrappers.get(r.identity, ()))
         self._thread = threading.Thread(target=self._watch, name="controllers", daemon=True)
         self._thread.start()
         self.wait_ready(timeout)

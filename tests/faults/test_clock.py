@@ -68,15 +68,15 @@ def test_a_process_under_the_clock_sees_its_wall_clock_step_and_not_its_monotoni
 
 
 def test_the_other_clocks_are_left_alone(tmp_path: Path) -> None:
-    clocks = clock.Clocks(tmp_path, ["node-a", "node-b"])
+    clocks = clock.Clocks(tmp_path, ["node-a", "node-b", "replica-a"])
     clocks["node-a"].step(7200)
     assert clocks["node-b"].offset() == 0
-    assert clocks[clock.CONTROLLER].offset() == 0
-    assert clocks.targets() == sorted(["node-a", "node-b", clock.CONTROLLER])
+    assert clocks["replica-a"].offset() == 0
+    assert clocks.targets() == ["node-a", "node-b", "replica-a"]
 
 
 def test_a_step_is_seeded() -> None:
-    targets = ["node-a", clock.CONTROLLER]
+    targets = ["node-a", "replica-a"]
     first = [clock.plan(random.Random("7"), targets) for _ in range(1)]
     assert first == [clock.plan(random.Random("7"), targets)]
     steps = [clock.plan(random.Random(str(i)), targets) for i in range(40)]
