@@ -52,8 +52,15 @@ def http_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
 class ControllerProcess:
     """One ``kubeacc controller`` replica."""
 
-    def __init__(self, identity: str, kubeconfig: Path, workdir: Path) -> None:
+    def __init__(
+        self,
+        identity: str,
+        kubeconfig: Path,
+        workdir: Path,
+        lease_namespace: str = LEASE_NAMESPACE,
+    ) -> None:
         self.identity = identity
+        self.lease_namespace = lease_namespace
         self.kubeconfig = kubeconfig
         self.log_path = workdir / f"controller-{identity}.log"
         self.port = free_port()
@@ -66,7 +73,7 @@ class ControllerProcess:
             "controller",
             f"--kubeconfig={self.kubeconfig}",
             f"--identity={self.identity}",
-            f"--lease-namespace={LEASE_NAMESPACE}",
+            f"--lease-namespace={self.lease_namespace}",
             "--resync-seconds=1",
             f"--metrics-address=127.0.0.1:{self.port}",
         ]
