@@ -38,6 +38,11 @@ from kubeacc.testbed import Testbed
 from tests.faults import clock
 from tests.faults.controllers import IDENTITIES, LEASE_NAMESPACE, Controllers, free_port, http_get
 
+#: The targets of a controller step, resolved when it is injected: the replica acting last, or
+#: the other one.
+LEADER = "controller-leader"
+STANDBY = "controller-standby"
+
 if TYPE_CHECKING:
     from tests.faults.faults import Fault, Node
 
@@ -83,7 +88,8 @@ class ClockSteps:
     def inject(self, fault: Fault, nodes: dict[str, Node], ready_timeout: float) -> float:
         """Step ``fault.node``'s clock by ``fault.offset`` for ``fault.seconds`` of workload,
         step it back; the seconds until its component is ready again."""
-        c = self.clocks[fault.node]
+        target = self._replica(fault.node)
+        c = self.clocks[target]
         c.step(fault.offset)
         try:
             end = time.monotonic() + fault.seconds
@@ -94,12 +100,19 @@ class ClockSteps:
         finally:
             c.step(0)
         t0 = time.monotonic()
-        if fault.node in IDENTITIES:
+        if target in IDENTITIES:
             self.controllers.wait_ready(ready_timeout)
         else:
             self.testbed.wait_node_ready(fault.node, timeout=ready_timeout)
             self._agent_ready(nodes[fault.node], ready_timeout)
         return time.monotonic() - t0
+
+    def _replica(self, target: str) -> str:
+        """The replica a controller step hits (a node's name stays as it is)."""
+        if target not in (LEADER, STANDBY):
+            return target
+        leader = self.controllers.leader()
+        return leader if target == LEADER else next(i for i in IDENTITIES if i != leader)
 
     def _agent_ready(self, node: Node, timeout: float) -> None:
         url = f"http://127.0.0.1:{self.ports[node.name]}/readyz"
@@ -182,5 +195,5 @@ def fault(rng: random.Random, nodes: list[str]) -> Fault:
     """A seeded ``clock-step`` of one of ``nodes``' agents or of a controller replica."""
     from tests.faults.faults import CLOCK_STEP, Fault
 
-    step = clock.plan(rng, sorted([*nodes, *IDENTITIES]))
+    step = clock.plan(rng, sorted([*nodes, LEADER, STANDBY]))
     return Fault(CLOCK_STEP, node=step.target, seconds=step.hold, offset=step.offset)

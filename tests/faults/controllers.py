@@ -189,6 +189,12 @@ class Controllers:
                         f"passes {now - at:.1f}s apart"
                     )
 
+    def leader(self) -> str:
+        """The replica that acted last (the first one before any acted)."""
+        if not self.acted_at:
+            return IDENTITIES[0]
+        return max(self.acted_at, key=lambda i: self.acted_at[i])
+
     def transitions(self) -> int:
         """Acting spells after the first (hand-overs seen)."""
         return max(0, sum(len(s) for s in self.spells.values()) - 1)
