@@ -9,7 +9,8 @@ they broke, the time to recover (p50, max), and what the workload saw (pods crea
 API errors, the reasons pods gave while not Running).
 
     python bench/faults.py [--minutes 5] [--seed 46] [--long-outage 300] \
-        [--nodes g=dgx-h100,x=kunlun-xpu,f=fpga-arria,p=l4-plugin] [--kinds gpu,fpga,...]
+        [--nodes g=dgx-h100,x=kunlun-xpu,f=fpga-arria,p=l4-plugin] [--kinds gpu,fpga,...] \
+        [--faults agent-kill,clock-step,...]
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def main() -> int:
         default="gpu,share,mig,nic,xpu,plugin",
         help="claim kinds of the workload (fpga needs a fault-fpga=fpga-arria node)",
     )
+    parser.add_argument(
+        "--faults", default="", help="fault kinds to inject (default: every kind of faults.py)"
+    )
     parser.add_argument("--max-live", type=int, default=8, help="at most this many pods at once")
     parser.add_argument(
         "--long-outage",
@@ -52,6 +56,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     runner = tests_module("faults.runner")
+    known = tests_module("faults.faults").KINDS
+    faults = tuple(args.faults.split(",")) if args.faults else known
+    if unknown := sorted(set(faults) - set(known)):
+        parser.error(f"unknown fault kinds {', '.join(unknown)} (known: {', '.join(known)})")
     nodes = dict(pair.split("=", 1) for pair in args.nodes.split(","))
     config = runner.Config(
         seed=args.seed,
@@ -60,6 +68,7 @@ def main() -> int:
         kinds=tuple(args.kinds.split(",")),
         long_outage=args.long_outage,
         max_live=args.max_live,
+        fault_kinds=faults,
     )
     t0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="kubeacc-faults-"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates .venv and installs kube-acc with its test tools. Idempotent; needs PyPI and, once,
 # the Debian archive (runc and busybox-static for the testbed's real container runtime,
-# rabbitmq-server for the Cyborg lane).
+# rabbitmq-server for the Cyborg lane, faketime for the fault runner's clock steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The real-runtime testbed (kubeacc/testbed/runtime.py) runs containers with Debian's runc and
@@ -11,6 +11,9 @@ command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
 [ -x /bin/busybox ] || missing+=(busybox-static)
 # The Cyborg lane (kubeacc/testbed/cyborgcloud.py) runs Debian's RabbitMQ for Cyborg's services.
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
+# The fault runner's clock steps (tests/faults/clock.py) run the agents and the controller under
+# Debian's libfaketime, their wall clock shifted through a file.
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing+=(faketime libfaketime)
 if [ ${#missing[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1; then
     sudo=""

@@ -79,11 +79,11 @@ class OperationDispatch:
         #: default); others need an AcceleratorPolicy grant (operations.validate).
         self.admin_namespaces = tuple(admin_namespaces)
         self.accelerators = accelerators
-        self.status = OperationStatusWriter(client, operations, metrics)
+        self.elapsed = Elapsed()
+        self.status = OperationStatusWriter(client, operations, metrics, self.elapsed)
         self.metrics = metrics
         self.cordons = cordons
         self.due_in = due_in
-        self.elapsed = Elapsed()
 
     def _fresh(
         self, names: list[str]

@@ -7,13 +7,13 @@ API server returns goes into the controller's cache at once.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any, cast
 
 import msgspec
 from lightkube import Client
 from lightkube.types import PatchType
 
+from kubeacc.controller.elapsed import Elapsed
 from kubeacc.crds.api import API_VERSION, OperationPhase
 from kubeacc.crds.controlread import policy_status
 from kubeacc.crds.events import emit_event
@@ -63,13 +63,32 @@ def apply_policy_status(
     cache.observe(written)
 
 
-class OperationStatusWriter:
-    """Writes the operation status fields the controller owns; ``cache``: the operations'."""
+def operation_seconds(op: dict[str, Any], start_time: str, elapsed: Elapsed) -> float:
+    """How long ``op`` ran, for the duration metric: its age since ``start_time`` as
+    ``elapsed`` measures it (the dispatcher's, which times the operation out: a step of this
+    process's clock once the start was seen changes nothing), and never less than zero (a
+    start stamped by a replica whose clock was ahead)."""
+    key = (op["metadata"].get("uid"), start_time)
+    took = elapsed.age(key, parse_time(start_time))
+    elapsed.forget(key)  # the operation is over
+    return max(0.0, took)
 
-    def __init__(self, client: Client, cache: WatchCache, metrics: ControllerMetrics) -> None:
+
+class OperationStatusWriter:
+    """Writes the operation status fields the controller owns; ``cache``: the operations';
+    ``elapsed``: the operations' ages (the dispatcher's)."""
+
+    def __init__(
+        self,
+        client: Client,
+        cache: WatchCache,
+        metrics: ControllerMetrics,
+        elapsed: Elapsed | None = None,
+    ) -> None:
         self.client = client
         self.cache = cache
         self.metrics = metrics
+        self.elapsed = elapsed or Elapsed()
 
     def finish(
         self,
@@ -87,8 +106,8 @@ class OperationStatusWriter:
         action = str((op.get("spec") or {}).get("action", ""))
         self.metrics.completed.labels(action, phase.value).inc()
         if status.start_time:
-            took = dt.datetime.now(dt.UTC) - parse_time(status.start_time)
-            self.metrics.duration.labels(action, phase.value).observe(took.total_seconds())
+            took = operation_seconds(op, status.start_time, self.elapsed)
+            self.metrics.duration.labels(action, phase.value).observe(took)
         ok = phase == OperationPhase.SUCCEEDED
         status.conditions = set_condition(
             status.conditions, "Complete" if ok else "Failed", True, reason, message, gen

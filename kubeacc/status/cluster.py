@@ -4,6 +4,7 @@ feature gates kube-acc relies on, its CRDs, the controller's leader Lease, the e
 from __future__ import annotations
 
 import datetime as dt
+import email.utils
 import re
 from typing import Any
 
@@ -125,6 +126,8 @@ def crds(client: Client) -> list[Check]:
 
 
 def controller(client: Client, namespace: str, now: dt.datetime | None = None) -> Check:
+    """The controller's leader Lease is held and renewed; ``now``: the API server's clock
+    (default: the ``Date`` of its answer to ``GET /version``)."""
     fix = (
         f"is the controller running? kubectl -n {namespace} get pods "
         "-l app.kubernetes.io/name=kubeacc-controller; its logs say why it does not lead"
@@ -137,22 +140,50 @@ def controller(client: Client, namespace: str, now: dt.datetime | None = None) -
         return failed(
             "controller", CLUSTER, f"no Lease {namespace}/{CONTROLLER_LEASE}: never led", fix
         )
+    return lease_check(lease, now or server_now(client), fix)
+
+
+def server_now(client: Client) -> dt.datetime:
+    """The API server's clock (the ``Date`` of an answer); this machine's if it gives none."""
+    try:
+        stamp = _raw_get(client, "/version").headers.get("date")
+        if stamp:
+            return email.utils.parsedate_to_datetime(stamp).astimezone(dt.UTC)
+    except (httpx2.HTTPError, ValueError, TypeError):
+        pass
+    return dt.datetime.now(dt.UTC)
+
+
+def recorded_at(lease: Lease) -> dt.datetime | None:
+    """When the API server last recorded a change of ``lease`` (the latest time of its
+    managedFields: the server's clock at each update that changed a field, as a renewal does)."""
+    times = [e.time for e in (lease.metadata.managedFields if lease.metadata else None) or []]
+    known = [t for t in times if t is not None]
+    return max(known) if known else None
+
+
+def lease_check(lease: Lease, now: dt.datetime, fix: str) -> Check:
+    """Judge the leader Lease at the API server's ``now``: its last renewal is when the API
+    server recorded it, not the holder's ``renewTime``, which is the holder's clock (a
+    controller whose clock is behind stamps an old time on a Lease it renews every 2 s)."""
     spec = lease.spec
     holder = spec.holderIdentity if spec else None
     renewed = spec.renewTime if spec else None
     duration = (spec.leaseDurationSeconds if spec else None) or 15
-    now = now or dt.datetime.now(dt.UTC)
     if not holder or renewed is None:
         return failed("controller", CLUSTER, "leader Lease released: no leader", fix)
-    age = (now - renewed).total_seconds()
+    seen = recorded_at(lease) or renewed
+    age = max(0.0, (now - seen).total_seconds())
+    skew = (renewed - seen).total_seconds()
+    off = f"; the holder's clock is {skew:+.0f} s off the API server's" if abs(skew) > 5 else ""
     if age > duration:
         return failed(
             "controller",
             CLUSTER,
-            f"leader {holder} last renewed {age:.0f} s ago (lease {duration} s): gone",
+            f"leader {holder} last renewed {age:.0f} s ago (lease {duration} s): gone{off}",
             fix,
         )
-    return passed("controller", CLUSTER, f"leader {holder}, renewed {age:.0f} s ago")
+    return passed("controller", CLUSTER, f"leader {holder}, renewed {age:.0f} s ago{off}")
 
 
 def extender(url: str, ca_file: str | None, timeout: float = 5) -> Check:

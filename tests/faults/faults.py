@@ -26,6 +26,9 @@ component is ready again.
   that revision (through etcd's own client API), the API server started again: every client's
   watch resumes from a compacted revision and is answered ``410 Gone`` (too old resource
   version), so each must list again.
+- ``clock-step``: one node's agent's, or the controller replicas', wall clock stepped ahead or
+  behind under libfaketime for a seeded while of workload, then back to true
+  (tests/faults/clockstep.py).
 
 Each :meth:`Injector.inject` returns the seconds from the end of the fault (the process started
 again, the API server restarted) until every component of the node, or of the cluster for an
@@ -41,7 +44,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightkube import ApiError
 from lightkube.resources.core_v1 import ConfigMap
@@ -53,6 +56,9 @@ from kubeacc.synthetic.tools import hoststate
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
 
+if TYPE_CHECKING:
+    from tests.faults.clockstep import ClockSteps
+
 AGENT_KILL = "agent-kill"
 KUBELET_RESTART = "kubelet-restart"
 APISERVER_OUTAGE = "apiserver-outage"
@@ -60,6 +66,7 @@ NODE_REBOOT = "node-reboot"
 POWER_LOSS = "power-loss"
 RUNTIME_RESTART = "runtime-restart"
 WATCH_EXPIRY = "watch-expiry"
+CLOCK_STEP = "clock-step"
 KINDS = (
     AGENT_KILL,
     KUBELET_RESTART,
@@ -68,6 +75,7 @@ KINDS = (
     POWER_LOSS,
     RUNTIME_RESTART,
     WATCH_EXPIRY,
+    CLOCK_STEP,
 )
 #: The faults that hit the API server (no node).
 CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY)
@@ -84,11 +92,15 @@ class Fault:
     seconds: float = 0.0
     #: a reboot: the FPGAs keep their bitstreams
     keeps_bitstreams: bool = False
+    #: a clock step: seconds the clock is put ahead (negative: behind)
+    offset: int = 0
 
     def describe(self) -> str:
         where = f" on {self.node}" if self.node else ""
         kept = " (bitstreams kept)" if self.keeps_bitstreams else ""
-        return f"{self.kind}{where}" + (f" for {self.seconds:.0f}s" if self.seconds else "") + kept
+        step = f" by {self.offset:+d}s" if self.offset else ""
+        held = f" for {self.seconds:.0f}s" if self.seconds else ""
+        return f"{self.kind}{where}{step}{held}{kept}"
 
 
 @dataclass
@@ -100,12 +112,15 @@ class Node:
     agent: AgentProcess
     #: extra ``kubeacc agent`` flags (tests.faults.nodes)
     agent_args: tuple[str, ...] = ()
+    #: the command prefix the agent runs under (its stepped clock)
+    wrapper: tuple[str, ...] = ()
 
     def registrations(self) -> int:
         return self.agent.log().count(REGISTERED)
 
     def start_agent(self, *, apply_classes: bool = False) -> None:
-        self.agent.start(extra=list(self.agent_args), apply_classes=apply_classes)
+        wrapper = list(self.wrapper) or None
+        self.agent.start(extra=list(self.agent_args), apply_classes=apply_classes, wrapper=wrapper)
 
 
 class Injector:
@@ -115,6 +130,8 @@ class Injector:
         self.ready_timeout = ready_timeout
         #: watch-expiry faults after which a watch from before was answered 410 Gone
         self.watches_expired = 0
+        #: the stepped clocks (set by the runner)
+        self.clock_steps: ClockSteps | None = None
 
     def inject(self, fault: Fault) -> float:
         """Inject ``fault``; return the seconds to recover (AssertionError past the timeout)."""
@@ -131,6 +148,8 @@ class Injector:
             return self._runtime_restart(self.nodes[fault.node])
         if fault.kind == WATCH_EXPIRY:
             return self._watch_expiry()
+        if fault.kind == CLOCK_STEP and self.clock_steps is not None:
+            return self.clock_steps.inject(fault, self.nodes, self.ready_timeout)
         raise ValueError(f"unknown fault {fault.kind!r}")
 
     def _agent_kill(self, node: Node) -> float:

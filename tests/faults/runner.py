@@ -31,8 +31,8 @@ from kubeacc.crds.resources import as_dict, install_crds
 from kubeacc.node import cdi
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
+from tests.faults import clockstep, hardware, nodes, outage
 from tests.faults import faults as F
-from tests.faults import hardware, nodes, outage
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
 from tests.faults.outage import OutageReport
 from tests.faults.workload import API_ERRORS, Workload
@@ -113,6 +113,8 @@ class Report:
     #: watch-expiry faults after which a watch from the resourceVersion seen before the fault
     #: was answered 410 Gone (as every component's was: they do not log it at their verbosity)
     watches_expired: int = 0
+    #: controller hand-overs seen (a replica acting after another did)
+    controller_handovers: int = 0
 
     def violations(self) -> list[str]:
         during = self.outage.violations if self.outage else []
@@ -129,6 +131,7 @@ class Report:
             "final_violations": self.final,
             "long_outage": self.outage.as_json() if self.outage else None,
             "watch_expiry_answered_410": self.watches_expired,
+            "controller_handovers": self.controller_handovers,
             "faults_injected": [s for s in self.sequence if not s.startswith("step")],
             "workload": {
                 "created": dict(self.created),
@@ -153,6 +156,8 @@ def fault_plan(seed: int, config: Config) -> Iterator[tuple[int, F.Fault]]:
             return steps, F.Fault(kind, seconds=round(rng.uniform(*config.outage_seconds), 1))
         if kind in F.CLUSTER_KINDS:
             return steps, F.Fault(kind)
+        if kind == F.CLOCK_STEP:
+            return steps, clockstep.fault(rng, names)
         node = rng.choice(names)
         if kind in (F.NODE_REBOOT, F.POWER_LOSS):
             return steps, F.Fault(kind, node=node, keeps_bitstreams=rng.random() < 0.5)
@@ -172,13 +177,16 @@ class Runner:
         self.config = config
         self.client = testbed.client(field_manager="kubeacc-faults")
         self.nodes: dict[str, F.Node] = {}
+        self.clocks = clockstep.ClockSteps(testbed, workdir, sorted(config.nodes))
         for name, profile in sorted(config.nodes.items()):
             setup = nodes.build(name, profile, workdir / name)
             agent = AgentProcess(
                 name, setup.host, testbed.kubeconfig, testbed.node(name).root_dir, workdir / name
             )
-            self.nodes[name] = F.Node(name, setup.host, agent, setup.agent_args)
+            args = (*setup.agent_args, *self.clocks.agent_args(name))
+            self.nodes[name] = F.Node(name, setup.host, agent, args, self.clocks.wrapper(name))
         self.injector = F.Injector(testbed, self.nodes, config.ready_within)
+        self.injector.clock_steps = self.clocks
         self.tracker = Tracker()
         self.report = Report(config.seed, dict(config.nodes))
         self._seen: set[str] = set()
@@ -192,6 +200,8 @@ class Runner:
         finally:
             for node in self.nodes.values():
                 node.agent.stop()
+            self.clocks.stop()
+        self.report.controller_handovers = self.clocks.controllers.transitions()
         return self.report
 
     def _start(self) -> None:
@@ -204,12 +214,14 @@ class Runner:
             node.agent.cdi_dir.mkdir(parents=True, exist_ok=True)
             node.start_agent(apply_classes=i == 0)
             node.agent.wait_registered(self.config.ready_within)
+        self.clocks.start(self.client, self.config.ready_within)
 
     def _run(self) -> None:
         cfg = self.config
         rng = random.Random(f"{cfg.seed}/workload")
         workload = Workload(self.client, NAMESPACE, rng, cfg.kinds, max_live=cfg.max_live)
         plan = fault_plan(cfg.seed, cfg)
+        self.clocks.during = lambda: self._step_during(workload, F.CLOCK_STEP)
         self._t0 = t0 = time.monotonic()
         last = "before-faults"
         self.report.faults = {k: Stats() for k in ("before-faults", *cfg.fault_kinds)}
@@ -245,6 +257,14 @@ class Runner:
         self.report.deleted = workload.deleted
         self.report.api_errors = workload.api_errors
         self.report.watches_expired = self.injector.watches_expired
+
+    def _step_during(self, workload: Workload, kind: str) -> None:
+        """One workload step and check while a fault lasts (a clock step)."""
+        workload.step()
+        self.report.steps += 1
+        self.report.sequence.append(f"step {self.report.steps}")
+        time.sleep(self.config.step_pause)
+        self._check(kind)
 
     def _long_outage(self, workload: Workload) -> None:
         """Steps until pods run on every kind that can, then the long outage."""
@@ -331,12 +351,17 @@ class Runner:
             afu=nodes.AFU,
         )
         stats = self.report.faults.setdefault(last, Stats())
-        for v in found:
-            text = f"{v.kind}: {v.detail}"
+        for text in [f"{v.kind}: {v.detail}" for v in found] + self._clock_violations():
             if text not in self._seen:
                 self._seen.add(text)
                 stats.violations.append(f"{text} (at {time.monotonic() - self._t0:.0f}s)")
         self._observe(view)
+
+    def _clock_violations(self) -> list[str]:
+        try:
+            return [f"clock: {t}" for t in self.clocks.violations(self.client)]
+        except API_ERRORS:
+            return []  # the API server away: the next check looks again
 
     def _observe(self, view: ClusterView) -> None:
         """What the workload saw: pod states and reasons, claims prepared."""

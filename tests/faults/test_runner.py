@@ -55,7 +55,8 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
         settle_timeout=240,
     )
     t0 = time.monotonic()
-    with Testbed.start(nodes=[KubeletOptions(node_name=n) for n in NODES]) as tb:
+    keep = os.environ.get("KUBEACC_TESTBED_KEEP") == "1"  # the logs, for a failed run
+    with Testbed.start(nodes=[KubeletOptions(node_name=n) for n in NODES], keep=keep) as tb:
         report = Runner(tb, tmp_path, config).run()
         summary = json.dumps(report.as_json(), indent=1)
         print(summary)

@@ -205,9 +205,11 @@ class Driver:
 
     def _count(self) -> None:
         """The prepared claims and shares, by what enforces each share (metrics)."""
-        self.metrics.prepared_claims.set(len(self.checkpoint.claims))
+        # a copy: prepares and unprepares of other kubelet calls change the claims meanwhile
+        claims = list(self.checkpoint.claims.items())
+        self.metrics.prepared_claims.set(len(claims))
         tally = dict.fromkeys((e.value for e in Enforcement), 0)
-        for uid, claim in self.checkpoint.claims.items():
+        for uid, claim in claims:
             for how in claim_enforcement(uid, claim).values():
                 tally[how] = tally.get(how, 0) + 1
         for how, n in tally.items():

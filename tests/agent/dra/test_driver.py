@@ -9,7 +9,11 @@ import json
 import threading
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import pytest
+
+from kubeacc.agent.dra import driver as driver_module
 from kubeacc.agent.dra.checkpoint import JOURNAL_NAME, Checkpoint, read_claims
 from kubeacc.agent.dra.devices import device_index
 from kubeacc.agent.dra.driver import ClaimRef, Driver
@@ -258,3 +262,28 @@ def test_unprepare_nowait_leaves_gpu_settings_to_a_worker_thread(
     assert set(driver.prepared()) == {"u1"}
     with driver.lock:  # the workers change those records under the driver lock: not read here
         assert driver.unprepare_nowait([ClaimRef("ns", "a", "u1")]) is None
+
+
+def test_counting_the_prepared_claims_survives_a_concurrent_unprepare(
+    driver: Driver, claims: Claims, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kubelet calls from several threads: an unprepare that ends while another call counts
+    # the prepared claims (metrics) changed the dict under the count, and the other call failed
+    # with "dictionary changed size during iteration" (seen in the fault runner).
+    claims.add("a", "ua", ["gpu-0000-1b-00-0"])
+    claims.add("b", "ub", ["gpu-0000-1d-00-0"])
+    refs = [ClaimRef("ns", "a", "ua"), ClaimRef("ns", "b", "ub")]
+    assert all(r.error == "" for r in driver.prepare(refs).values())
+    real = driver_module.claim_enforcement
+    concurrent: list[str] = []
+
+    def enforcement(uid: str, claim: Any) -> Any:
+        if not concurrent:  # the other call's unprepare, mid-count
+            concurrent.append(uid)
+            other = refs[1] if uid == "ua" else refs[0]
+            assert all(r == "" for r in driver.unprepare([other]).values())
+        return real(uid, claim)
+
+    monkeypatch.setattr(driver_module, "claim_enforcement", enforcement)
+    driver._count()
+    assert concurrent and len(driver.checkpoint.claims) == 1
