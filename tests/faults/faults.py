@@ -52,6 +52,7 @@ from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.tools import hoststate
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
+from tests.faults import throttle
 
 AGENT_KILL = "agent-kill"
 KUBELET_RESTART = "kubelet-restart"
@@ -68,9 +69,10 @@ KINDS = (
     POWER_LOSS,
     RUNTIME_RESTART,
     WATCH_EXPIRY,
+    *throttle.KINDS,
 )
 #: The faults that hit the API server (no node).
-CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY)
+CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY, *throttle.KINDS)
 
 REGISTERED = "kubelet registered plugin kubeacc.io"
 
@@ -115,6 +117,8 @@ class Injector:
         self.ready_timeout = ready_timeout
         #: watch-expiry faults after which a watch from before was answered 410 Gone
         self.watches_expired = 0
+        logs = lambda: {n: node.agent.log() for n, node in nodes.items()}  # noqa: E731
+        self.api = throttle.ApiFaults(testbed, logs, ready_timeout)
 
     def inject(self, fault: Fault) -> float:
         """Inject ``fault``; return the seconds to recover (AssertionError past the timeout)."""
@@ -131,6 +135,8 @@ class Injector:
             return self._runtime_restart(self.nodes[fault.node])
         if fault.kind == WATCH_EXPIRY:
             return self._watch_expiry()
+        if fault.kind in throttle.KINDS:
+            return self.api.inject(fault.kind, fault.seconds)
         raise ValueError(f"unknown fault {fault.kind!r}")
 
     def _agent_kill(self, node: Node) -> float:

@@ -27,12 +27,14 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.crds.resources import as_dict, install_crds
 from kubeacc.node import cdi
 from kubeacc.testbed import Testbed
+from kubeacc.testbed.identities import install_agent_access
 from tests.agent.dra.agentproc import AgentProcess
 from tests.faults import faults as F
-from tests.faults import hardware, nodes, outage
+from tests.faults import hardware, nodes, outage, throttle
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
 from tests.faults.outage import OutageReport
 from tests.faults.workload import API_ERRORS, Workload
@@ -113,6 +115,7 @@ class Report:
     #: watch-expiry faults after which a watch from the resourceVersion seen before the fault
     #: was answered 410 Gone (as every component's was: they do not log it at their verbosity)
     watches_expired: int = 0
+    api_faults: throttle.ApiFaultLog = field(default_factory=throttle.ApiFaultLog)
 
     def violations(self) -> list[str]:
         during = self.outage.violations if self.outage else []
@@ -129,6 +132,7 @@ class Report:
             "final_violations": self.final,
             "long_outage": self.outage.as_json() if self.outage else None,
             "watch_expiry_answered_410": self.watches_expired,
+            **self.api_faults.as_json(),
             "faults_injected": [s for s in self.sequence if not s.startswith("step")],
             "workload": {
                 "created": dict(self.created),
@@ -149,7 +153,7 @@ def fault_plan(seed: int, config: Config) -> Iterator[tuple[int, F.Fault]]:
 
     def one(kind: str) -> tuple[int, F.Fault]:
         steps = rng.randint(*config.steps_between)
-        if kind == F.APISERVER_OUTAGE:
+        if kind in (F.APISERVER_OUTAGE, *throttle.KINDS):
             return steps, F.Fault(kind, seconds=round(rng.uniform(*config.outage_seconds), 1))
         if kind in F.CLUSTER_KINDS:
             return steps, F.Fault(kind)
@@ -174,8 +178,9 @@ class Runner:
         self.nodes: dict[str, F.Node] = {}
         for name, profile in sorted(config.nodes.items()):
             setup = nodes.build(name, profile, workdir / name)
+            kubeconfig = throttle.agent_identity(testbed, name, workdir / name)
             agent = AgentProcess(
-                name, setup.host, testbed.kubeconfig, testbed.node(name).root_dir, workdir / name
+                name, setup.host, kubeconfig, testbed.node(name).root_dir, workdir / name
             )
             self.nodes[name] = F.Node(name, setup.host, agent, setup.agent_args)
         self.injector = F.Injector(testbed, self.nodes, config.ready_within)
@@ -183,6 +188,7 @@ class Runner:
         self.report = Report(config.seed, dict(config.nodes))
         self._seen: set[str] = set()
         self._t0 = time.monotonic()
+        self._workdir = workdir
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> Report:
@@ -196,19 +202,23 @@ class Runner:
 
     def _start(self) -> None:
         install_crds(self.client)
+        install_agent_access(self.client)  # the agents run with their own certificates
+        apply_device_classes(self.client)
         self.client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
         self.testbed.wait_service_account(NAMESPACE)
         if nodes.FPGA_PROFILE in self.config.nodes.values():
             nodes.allow_bitstream(self.client)
-        for i, node in enumerate(self.nodes.values()):
+        for node in self.nodes.values():
             node.agent.cdi_dir.mkdir(parents=True, exist_ok=True)
-            node.start_agent(apply_classes=i == 0)
+            node.start_agent()
             node.agent.wait_registered(self.config.ready_within)
 
     def _run(self) -> None:
         cfg = self.config
         rng = random.Random(f"{cfg.seed}/workload")
-        workload = Workload(self.client, NAMESPACE, rng, cfg.kinds, max_live=cfg.max_live)
+        client = throttle.workload_client(self.testbed, self._workdir)
+        workload = Workload(client, NAMESPACE, rng, cfg.kinds, max_live=cfg.max_live)
+        self.injector.api.during = workload.step
         plan = fault_plan(cfg.seed, cfg)
         self._t0 = t0 = time.monotonic()
         last = "before-faults"
@@ -245,6 +255,7 @@ class Runner:
         self.report.deleted = workload.deleted
         self.report.api_errors = workload.api_errors
         self.report.watches_expired = self.injector.watches_expired
+        self.report.api_faults = self.injector.api.log
 
     def _long_outage(self, workload: Workload) -> None:
         """Steps until pods run on every kind that can, then the long outage."""
