@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import socket
 import ssl
 import threading
 import time
@@ -76,7 +77,7 @@ _REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$", re.M)
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def _bind_cluster_admin(admin: Client, user: str) -> None:
+def bind_cluster_admin(admin: Client, user: str) -> None:
     name = user.replace(":", "-")
     binding = ClusterRoleBinding(
         metadata=ObjectMeta(name=name),
@@ -91,7 +92,7 @@ def _bind_cluster_admin(admin: Client, user: str) -> None:
 def workload_client(testbed: Testbed, workdir: Path) -> Client:
     """The workload's client: cluster-admin by RBAC but not in ``system:masters``, so that the
     API server's in-flight limits apply to it as to any user's."""
-    _bind_cluster_admin(testbed.client(field_manager="kubeacc-faults"), WORKLOAD_USER)
+    bind_cluster_admin(testbed.client(field_manager="kubeacc-faults"), WORKLOAD_USER)
     kubeconfig = cert_kubeconfig(testbed, workdir, WORKLOAD_USER, ())
     return Client(KubeConfig.from_file(kubeconfig), field_manager="kubeacc-faults")
 
@@ -134,6 +135,37 @@ def answers_429(testbed: Testbed) -> Counter[str]:
     return out
 
 
+class MutatingSlotHeld:
+    """``with MutatingSlotHeld(testbed):`` one write's headers sent, its body never finished: it
+    holds a mutating in-flight slot (the API server reads a body after admitting the request)
+    until the block ends and the connection is closed. Under :data:`LIMIT_FLAGS` every other
+    write of a user outside ``system:masters`` is answered 429 meanwhile."""
+
+    def __init__(self, testbed: Testbed) -> None:
+        self.testbed = testbed
+        self._sock: ssl.SSLSocket | None = None
+
+    def __enter__(self) -> MutatingSlotHeld:
+        pki = self.testbed.control_plane.pki
+        assert pki is not None
+        port = self.testbed.control_plane.apiserver_port
+        raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self._sock = _tls(self.testbed, pki.admin).wrap_socket(raw, server_hostname="127.0.0.1")
+        head = (
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{port}\r\n"
+            "Content-Type: application/json\r\n"
+            "Content-Length: 100000\r\n\r\n{"
+        )
+        self._sock.sendall(head.encode())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+
+
 class Load:
     """Threads that keep kube-apiserver's in-flight slots busy as :data:`LOAD_USER`: readers
     list :data:`LOAD_NAMESPACE`'s ConfigMaps, writers create and delete one. A refused request
@@ -161,7 +193,7 @@ class Load:
             meta = ObjectMeta(name=f"load-{i}", namespace=LOAD_NAMESPACE)
             with contextlib.suppress(ApiError):
                 admin.create(ConfigMap(metadata=meta, data={"blob": blob}))
-        _bind_cluster_admin(admin, LOAD_USER)
+        bind_cluster_admin(admin, LOAD_USER)
         pki = self.testbed.control_plane.pki
         assert pki is not None
         self._pair = pki.ca.issue("faults-load", LOAD_USER, client=True)
