@@ -23,7 +23,7 @@ from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.config.models import User
 from lightkube.core.exceptions import ConfigError
 
-from kubeacc.retryafter import RetryAfterTransport
+from kubeacc.retryafter import BUDGET, RetryAfterTransport
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
@@ -81,6 +81,7 @@ def make_client(
     *,
     timeout: float | None = None,
     context: str | None = None,
+    wait_budget: float = BUDGET,
 ) -> Client:
     """A lightkube client for the resolved configuration; bad configuration raises
     :class:`KubeconfigError` here, before any request is made. ``timeout``: per-request
@@ -92,7 +93,7 @@ def make_client(
         single = _context(resolved, context)
         _check_files(single)
         tls = verify_cluster(single.cluster, single.user or User(), single.abs_file)
-        transport = RetryAfterTransport(httpx2.HTTPTransport(verify=tls))
+        transport = RetryAfterTransport(httpx2.HTTPTransport(verify=tls), budget=wait_budget)
         limit = None if timeout is None else httpx2.Timeout(timeout)
         return Client(single, field_manager=field_manager, timeout=limit, transport=transport)
     except (ConfigError, KeyError, TypeError, ValueError, OSError, ssl.SSLError) as exc:

@@ -77,3 +77,13 @@ def test_a_write_refused_with_429_is_sent_again_once_the_server_has_room(tmp_pat
         assert retryafter.waited[429] > before
         got = plain.get(ConfigMap, "ours", namespace="default")
         assert got.data == {"k": "v"}
+
+        # a client with a deadline (the agent's claim reads) gives the 429 back within its
+        # budget while the server stays busy
+        hurried = make_client(kubeconfig, field_manager="kubeacc-test", wait_budget=2.0)
+        with MutatingSlotHeld(tb):
+            before = retryafter.waited.get(429, 0)
+            with pytest.raises(ApiError) as given_back:
+                hurried.create(_configmap("hurried"))
+            assert given_back.value.status.code == 429
+            assert retryafter.waited.get(429, 0) - before <= 1  # 1 s + jitter fits 2 s once
