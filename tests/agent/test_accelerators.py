@@ -46,4 +46,5 @@ def test_failed_rounds_back_off_doubling(
         assert base <= pause <= base * 1.5 + 0.05, planned
     # and the rounds were that far apart (no round before its pause was over)
     gaps = [b - a for a, b in itertools.pairwise(rounds)]
-    assert all(g >= p for g, p in zip(gaps, planned, strict=False)), (gaps, planned)
+    # (the log rounds the pause to 0.1 s)
+    assert all(g >= p - 0.05 for g, p in zip(gaps, planned, strict=False)), (gaps, planned)

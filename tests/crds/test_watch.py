@@ -177,3 +177,8 @@ def test_a_relist_after_a_429_waits_at_least_its_retry_after() -> None:
     # without Retry-After, or another failure: the backoff with jitter alone
     assert all(0.25 <= relist_delay(_refused(None), 0.5) <= 0.5 for _ in range(50))
     assert all(0.25 <= relist_delay(ConnectionError("reset"), 0.5) <= 0.5 for _ in range(50))
+    # the max-in-flight filter's own answer is plain text: lightkube raises httpx2's error
+    request = httpx2.Request("GET", "https://127.0.0.1/api/v1/nodes")
+    text = httpx2.Response(429, text="Too many requests", headers={"Retry-After": "1"})
+    plain = httpx2.HTTPStatusError("429", request=request, response=text)
+    assert relist_delay(plain, 0.5) >= 1.0
