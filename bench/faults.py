@@ -9,7 +9,8 @@ they broke, the time to recover (p50, max), and what the workload saw (pods crea
 API errors, the reasons pods gave while not Running).
 
     python bench/faults.py [--minutes 5] [--seed 46] [--long-outage 300] \
-        [--nodes g=dgx-h100,x=kunlun-xpu,f=fpga-arria,p=l4-plugin] [--kinds gpu,fpga,...]
+        [--nodes g=dgx-h100,x=kunlun-xpu,f=fpga-arria,p=l4-plugin] [--kinds gpu,fpga,...] \
+        [--faults apiserver-throttled,etcd-outage]
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def main() -> int:
     )
     parser.add_argument("--max-live", type=int, default=8, help="at most this many pods at once")
     parser.add_argument(
+        "--faults", default="", help="fault kinds to inject (default: every kind of faults.py)"
+    )
+    parser.add_argument(
         "--long-outage",
         type=float,
         default=0.0,
@@ -60,6 +64,7 @@ def main() -> int:
         kinds=tuple(args.kinds.split(",")),
         long_outage=args.long_outage,
         max_live=args.max_live,
+        **({"fault_kinds": tuple(args.faults.split(","))} if args.faults else {}),
     )
     t0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="kubeacc-faults-"))

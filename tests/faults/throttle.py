@@ -102,15 +102,18 @@ def agent_identity(testbed: Testbed, node: str, workdir: Path) -> Path:
     return agent_kubeconfig(testbed, node, workdir)
 
 
-def restart_apiserver(testbed: Testbed, flags: tuple[str, ...], timeout: float) -> None:
+def restart_apiserver(testbed: Testbed, flags: tuple[str, ...], timeout: float) -> float:
     """kube-apiserver stopped and started with ``flags`` in place of :data:`LIMIT_FLAGS`'s
-    (none: its defaults), on the same etcd, address and certificates."""
+    (none: its defaults), on the same etcd, address and certificates; returns when it was
+    started again (``time.monotonic()``), once it is ready."""
     proc = testbed.control_plane.apiserver
     assert proc is not None
     names = {f.split("=", 1)[0] for f in LIMIT_FLAGS}
     proc.argv = [a for a in proc.argv if a.split("=", 1)[0] not in names] + list(flags)
     testbed.stop_apiserver()
+    started = time.monotonic()
     testbed.start_apiserver(timeout)
+    return started
 
 
 def _tls(testbed: Testbed, pair: CertPair) -> ssl.SSLContext:
@@ -300,8 +303,7 @@ class ApiFaults:
         # the load's own: its verbs on configmaps (nobody else touches configmaps meanwhile)
         own = {k: n for k, n in refused.items() if k.endswith(" configmaps")}
         others = {k: n for k, n in refused.items() if k not in own}
-        restart_apiserver(self.testbed, (), self.ready_timeout)
-        t0 = time.monotonic()
+        t0 = restart_apiserver(self.testbed, (), self.ready_timeout)
         self._ready()
         took = time.monotonic() - t0
         agents = {
@@ -352,54 +354,66 @@ class ApiFaults:
 
 
 class _Probe:
-    """During an etcd outage: a read, a list and a write every second, as the admin, each
-    answer recorded as ``"<verb> <code or exception> <seconds, rounded up to 5>"``."""
+    """During an etcd outage: every second a read, a list and a write, each on a thread of its
+    own, as the admin with a 65 s timeout (past kube-apiserver's own 60 s), each answer recorded
+    as ``"<verb> <code or exception> ~<seconds, rounded up to 5>s"``."""
+
+    TIMEOUT = 65.0
 
     def __init__(self, testbed: Testbed) -> None:
         self.client = Client(
             KubeConfig.from_file(testbed.kubeconfig),
             field_manager="kubeacc-faults",
-            timeout=httpx2.Timeout(30.0),
+            timeout=httpx2.Timeout(self.TIMEOUT),
         )
         self.answers: Counter[str] = Counter()
+        self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._ticker = threading.Thread(target=self._tick, daemon=True)
+        self._calls: list[threading.Thread] = []
         self._n = 0
 
     def __enter__(self) -> _Probe:
+        self._ticker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._ticker.join(10)
+        for t in self._calls:
+            t.join(self.TIMEOUT + 5)
+
+    def _tick(self) -> None:
         calls: list[tuple[str, Callable[[], object]]] = [
             ("GET", lambda: self.client.get(Namespace, "default")),
             ("LIST", lambda: list(self.client.list(Pod, namespace="faults"))),
             ("CREATE", self._create),
         ]
-        self._threads = [
-            threading.Thread(target=self._run, args=(verb, call), daemon=True)
-            for verb, call in calls
-        ]
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(60)
+        while not self._stop.is_set():
+            for verb, call in calls:
+                t = threading.Thread(target=self._one, args=(verb, call), daemon=True)
+                t.start()
+                self._calls.append(t)
+            self._stop.wait(1.0)
 
     def _create(self) -> object:
-        self._n += 1
+        with self._lock:
+            self._n += 1
+            n = self._n
         meta = ObjectMeta(generateName="etcd-probe-", namespace="default")
-        return self.client.create(ConfigMap(metadata=meta, data={"n": str(self._n)}))
+        return self.client.create(ConfigMap(metadata=meta, data={"n": str(n)}))
 
-    def _run(self, verb: str, call: Callable[[], object]) -> None:
-        while not self._stop.is_set():
-            t0 = time.monotonic()
-            try:
-                call()
-                got = "200"
-            except ApiError as exc:
-                got = str(exc.status.code)
-            except httpx2.HTTPError as exc:
-                got = type(exc).__name__
-            took = time.monotonic() - t0
+    def _one(self, verb: str, call: Callable[[], object]) -> None:
+        t0 = time.monotonic()
+        try:
+            call()
+            got = "200"
+        except ApiError as exc:
+            got = str(exc.status.code)
+        except httpx2.HTTPStatusError as exc:
+            got = str(exc.response.status_code)
+        except httpx2.HTTPError as exc:
+            got = type(exc).__name__
+        took = time.monotonic() - t0
+        with self._lock:
             self.answers[f"{verb} {got} ~{5 * (int(took) // 5 + 1)}s"] += 1
-            self._stop.wait(1.0)
