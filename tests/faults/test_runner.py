@@ -74,6 +74,8 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
     # the throttled API server is real: others than the load were answered 429 each time
     bit = report.api_faults.bit()
     assert len(bit) == report.faults[throttle.THROTTLED].injected and all(bit), summary
+    waited = [n for t in report.api_faults.throttled for n in t["agents_waited_out_429"].values()]
+    assert sum(waited) > 0, f"no agent was answered 429\n{summary}"
     assert len(report.api_faults.etcd) == report.faults[throttle.ETCD_OUTAGE].injected, summary
     assert sentinel.read_text() == "kept", "a fault removed a file of the working directory"
     print(f"fault run took {time.monotonic() - t0:.0f}s")
