@@ -326,8 +326,9 @@ class ApiFaults:
         probe = _Probe(self.testbed)
         self._marks = {n: len(log) for n, log in self.agent_logs().items()}
         cp.etcd.stop()
+        down = time.monotonic()
         with probe:
-            self._keep_stepping(seconds)
+            self._keep_stepping(seconds)  # a step blocked on the API server may take longer
             cp.etcd.start()
             t0 = time.monotonic()
         wait_for(
@@ -335,7 +336,13 @@ class ApiFaults:
         )
         self._ready()
         took = time.monotonic() - t0
-        self.log.etcd.append({"seconds": seconds, "answers": dict(sorted(probe.answers.items()))})
+        self.log.etcd.append(
+            {
+                "seconds": seconds,
+                "down_s": round(t0 - down, 1),
+                "answers": dict(sorted(probe.answers.items())),
+            }
+        )
         return took
 
     def _ready(self) -> None:
