@@ -18,8 +18,12 @@ from typing import Any
 import httpx2
 import yaml
 from lightkube import Client
+from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+from lightkube.config.models import User
 from lightkube.core.exceptions import ConfigError
+
+from kubeacc.retryafter import BUDGET, RetryAfterTransport
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_KUBECONFIG = Path("~/.kube/config")
@@ -77,18 +81,21 @@ def make_client(
     *,
     timeout: float | None = None,
     context: str | None = None,
+    wait_budget: float = BUDGET,
 ) -> Client:
     """A lightkube client for the resolved configuration; bad configuration raises
     :class:`KubeconfigError` here, before any request is made. ``timeout``: per-request
     deadline in seconds (lightkube's default without). ``context``: the kubeconfig context to
-    use instead of its ``current-context`` (``--context``)."""
+    use instead of its ``current-context`` (``--context``). Answers with ``Retry-After`` (429
+    from a busy API server) are waited out and sent again (:mod:`kubeacc.retryafter`)."""
     resolved = resolve(flag)
     try:
         single = _context(resolved, context)
         _check_files(single)
-        if timeout is None:
-            return Client(single, field_manager=field_manager)
-        return Client(single, field_manager=field_manager, timeout=httpx2.Timeout(timeout))
+        tls = verify_cluster(single.cluster, single.user or User(), single.abs_file)
+        transport = RetryAfterTransport(httpx2.HTTPTransport(verify=tls), budget=wait_budget)
+        limit = None if timeout is None else httpx2.Timeout(timeout)
+        return Client(single, field_manager=field_manager, timeout=limit, transport=transport)
     except (ConfigError, KeyError, TypeError, ValueError, OSError, ssl.SSLError) as exc:
         raise KubeconfigError(f"{resolved.source}: {_reason(exc)}") from exc
 

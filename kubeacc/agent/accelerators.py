@@ -9,13 +9,16 @@ ResourceSlice and is advertised Unhealthy through the device plugin (see the run
 Both come from one watch of the node's Accelerators (label ``kubeacc.io/node``). The users are
 recomputed when something wakes the loop (a claim prepared or unprepared, a claim's
 ``reservedFor`` changed, an Accelerator appeared) and every ``poll`` seconds (the kubelet's
-pod-resources API has no watch); only lists that differ from the object are written.
+pod-resources API has no watch); only lists that differ from the object are written. A failed
+round (API server away or answering 429, kubelet away) is tried again after a backoff (1 s
+doubling to :data:`RETRY_MAX`, with jitter), each time from the watch's current copies.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 
 #: Annotation the controller sets next to ``spec.cordoned``: who cordoned the device.
 CORDONED_BY = CORDONED_BY_ANNOTATION
+#: Longest pause between two failed writes of the users (seconds, before jitter).
+RETRY_MAX = 30.0
 
 
 def _key(consumers: list[dict[str, Any]]) -> str:
@@ -115,6 +120,7 @@ class AcceleratorSync:
             self._thread.join(10)
 
     def _loop(self) -> None:
+        backoff = 0.0
         while not self._stop.is_set():
             self._wake.wait(self.poll)
             self._wake.clear()
@@ -124,9 +130,16 @@ class AcceleratorSync:
                 continue  # the watch is (re)starting; it wakes us when it has listed
             try:
                 self.sync_once()
+                backoff = 0.0
             except Exception as exc:  # kubelet or API server away: keep what was written
-                log.warning("updating the devices' users failed (%s); retrying", exc)
-                self._stop.wait(1.0)
+                # 1 s doubling to RETRY_MAX, with jitter: a fleet of agents does not hammer an
+                # API server that is busy (429) or just back, nor come back in lockstep
+                backoff = min(max(backoff * 2, 1.0), RETRY_MAX)
+                delay = backoff * random.uniform(1.0, 1.5)
+                log.warning(
+                    "updating the devices' users failed (%s); retrying in %.1f s", exc, delay
+                )
+                self._stop.wait(delay)
                 self._wake.set()
 
     def sync_once(self) -> None:

@@ -63,7 +63,11 @@ def compose_agent(
         client
         if client is not None
         else make_client(
-            options.api.kubeconfig, timeout=READ_TIMEOUT_S, context=options.api.context
+            options.api.kubeconfig,
+            timeout=READ_TIMEOUT_S,
+            context=options.api.context,
+            # a busy API server's 429s waited out within the prepare's own budget
+            wait_budget=2 * READ_TIMEOUT_S,
         )
     )
     relay = Relay()

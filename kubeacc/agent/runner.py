@@ -674,7 +674,7 @@ class Agent:
         return changed
 
     def _loop(self) -> None:
-        backoff = 0.0
+        backoff, failures = 0.0, 0
         classes_done = not self.publish.apply_classes
         last_resync = 0.0
         next_trim = time.monotonic() + TRIM_INTERVAL
@@ -724,9 +724,12 @@ class Agent:
                 self._label(force)
                 if force:
                     last_resync = time.monotonic()
-                backoff = 0.0
+                if failures:
+                    log.info("publishing works again after %d failed tries", failures)
+                backoff, failures = 0.0, 0
             except Exception as exc:
                 self.metrics.publish_errors.inc()
+                failures += 1
                 backoff = min(max(backoff * 2, 1.0), 30.0)
                 log.warning("publishing failed (%s); retrying in %.0f s", exc, backoff)
                 if self._stop.wait(backoff):

@@ -7,6 +7,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+import httpx2
 from lightkube import ApiError, Client
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
@@ -62,5 +63,5 @@ def emit_event(
     )
     try:
         client.create(event, namespace=namespace)
-    except ApiError as exc:
+    except (ApiError, httpx2.HTTPError) as exc:  # refused, timed out, API server away
         log.warning("event %s on %s not recorded: %s", reason, meta.get("name"), exc)

@@ -9,7 +9,8 @@ up at once instead of polling.
   resourceVersion: nothing that happens between the two is lost.
 * A broken watch (API server away, connection reset, 410 Gone after a long outage) clears
   ``synced`` and starts over with a LIST, after a backoff with jitter (0.5 s doubling to
-  ``max_backoff``) so that a fleet of agents does not come back in lockstep. A watch the server
+  ``max_backoff``; at least the ``Retry-After`` of a 429) so that a fleet of agents does not
+  come back in lockstep and a busy API server gets the pause it asked for. A watch the server
   ends normally is resumed by lightkube from the last resourceVersion seen.
 * Big kinds read for a few fields are cut down as they arrive (``keep``, on listed objects,
   watch events and :meth:`WatchCache.observe` alike) and listed in pages (``page``), so that
@@ -40,6 +41,7 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.core.client import FieldSelector
 
 from kubeacc.crds.resources import as_dict
+from kubeacc.retryafter import retry_after
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,17 @@ def _newer(candidate: dict[str, Any], cached: dict[str, Any] | None) -> bool:
     if new.isdigit() and old.isdigit():
         return int(new) >= int(old)
     return True
+
+
+def relist_delay(exc: BaseException, backoff: float) -> float:
+    """Seconds before listing again after ``exc``: ``backoff`` with jitter, and never less
+    than the ``Retry-After`` of a refusal (429 from a busy API server) plus jitter."""
+    delay = backoff * random.uniform(0.5, 1.0)
+    if isinstance(exc, httpx2.HTTPStatusError):
+        wait = retry_after(exc.response)
+        if wait is not None:
+            delay = max(delay, wait * random.uniform(1.0, 1.5))
+    return delay
 
 
 class _InterruptibleTransport(httpx2.BaseTransport):
@@ -207,7 +220,7 @@ class WatchCache:
                 self.synced.clear()
                 if self._listed_ok:  # the LIST worked, the watch broke later: start over
                     backoff = 0.5
-                delay = backoff * random.uniform(0.5, 1.0)
+                delay = relist_delay(exc, backoff)
                 log.warning(
                     "%s: watch of %s ended (%s); listing again in %.1f s",
                     self.name,

@@ -6,10 +6,11 @@ import threading
 import uuid
 from typing import Any
 
-from lightkube import Client
+import httpx2
+from lightkube import ApiError, Client
 
 from kubeacc.crds.resources import AcceleratorPolicy
-from kubeacc.crds.watch import WatchCache, ignoring, membership
+from kubeacc.crds.watch import WatchCache, ignoring, membership, relist_delay
 from kubeacc.testbed.testbed import Testbed
 from tests.crdfixtures import put_policy, wait_for
 
@@ -158,3 +159,26 @@ def test_wake_filters() -> None:
     assert wake(None, acc) and wake(acc, None)
     assert acc["status"]["lastSeen"] == "t1"  # the objects themselves are left alone
     assert membership(None, acc) and membership(acc, None) and not membership(acc, sick)
+
+
+def _refused(retry: str | None) -> ApiError:
+    """A 429 as kube-apiserver's max-in-flight filter answers it."""
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429}
+    headers = {"Content-Type": "application/json", **({"Retry-After": retry} if retry else {})}
+    request = httpx2.Request("GET", "https://127.0.0.1/api/v1/nodes")
+    return ApiError(request=request, response=httpx2.Response(429, json=body, headers=headers))
+
+
+def test_a_relist_after_a_429_waits_at_least_its_retry_after() -> None:
+    # the watch's own backoff starts at half a second; the server asked for one
+    delays = [relist_delay(_refused("1"), 0.5) for _ in range(50)]
+    assert min(delays) >= 1.0
+    assert max(delays) <= 1.5
+    # without Retry-After, or another failure: the backoff with jitter alone
+    assert all(0.25 <= relist_delay(_refused(None), 0.5) <= 0.5 for _ in range(50))
+    assert all(0.25 <= relist_delay(ConnectionError("reset"), 0.5) <= 0.5 for _ in range(50))
+    # the max-in-flight filter's own answer is plain text: lightkube raises httpx2's error
+    request = httpx2.Request("GET", "https://127.0.0.1/api/v1/nodes")
+    text = httpx2.Response(429, text="Too many requests", headers={"Retry-After": "1"})
+    plain = httpx2.HTTPStatusError("429", request=request, response=text)
+    assert relist_delay(plain, 0.5) >= 1.0

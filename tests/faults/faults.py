@@ -55,6 +55,7 @@ from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.tools import hoststate
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
+from tests.faults import throttle
 
 if TYPE_CHECKING:
     from tests.faults.clockstep import ClockSteps
@@ -76,9 +77,10 @@ KINDS = (
     RUNTIME_RESTART,
     WATCH_EXPIRY,
     CLOCK_STEP,
+    *throttle.KINDS,
 )
 #: The faults that hit the API server (no node).
-CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY)
+CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY, *throttle.KINDS)
 
 REGISTERED = "kubelet registered plugin kubeacc.io"
 
@@ -132,6 +134,8 @@ class Injector:
         self.watches_expired = 0
         #: the stepped clocks (set by the runner)
         self.clock_steps: ClockSteps | None = None
+        logs = lambda: {n: node.agent.log() for n, node in nodes.items()}  # noqa: E731
+        self.api = throttle.ApiFaults(testbed, logs, ready_timeout)
 
     def inject(self, fault: Fault) -> float:
         """Inject ``fault``; return the seconds to recover (AssertionError past the timeout)."""
@@ -150,6 +154,8 @@ class Injector:
             return self._watch_expiry()
         if fault.kind == CLOCK_STEP and self.clock_steps is not None:
             return self.clock_steps.inject(fault, self.nodes, self.ready_timeout)
+        if fault.kind in throttle.KINDS:
+            return self.api.inject(fault.kind, fault.seconds)
         raise ValueError(f"unknown fault {fault.kind!r}")
 
     def _agent_kill(self, node: Node) -> float:

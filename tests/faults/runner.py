@@ -27,11 +27,13 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from kubeacc.agent.dra.classes import apply_device_classes
 from kubeacc.crds.resources import as_dict, install_crds
 from kubeacc.node import cdi
 from kubeacc.testbed import Testbed
+from kubeacc.testbed.identities import install_agent_access
 from tests.agent.dra.agentproc import AgentProcess
-from tests.faults import clockstep, hardware, nodes, outage
+from tests.faults import clockstep, hardware, nodes, outage, throttle
 from tests.faults import faults as F
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
 from tests.faults.outage import OutageReport
@@ -115,6 +117,7 @@ class Report:
     watches_expired: int = 0
     #: controller hand-overs seen (a replica acting after another did)
     controller_handovers: int = 0
+    api_faults: throttle.ApiFaultLog = field(default_factory=throttle.ApiFaultLog)
 
     def violations(self) -> list[str]:
         during = self.outage.violations if self.outage else []
@@ -132,6 +135,7 @@ class Report:
             "long_outage": self.outage.as_json() if self.outage else None,
             "watch_expiry_answered_410": self.watches_expired,
             "controller_handovers": self.controller_handovers,
+            **self.api_faults.as_json(),
             "faults_injected": [s for s in self.sequence if not s.startswith("step")],
             "workload": {
                 "created": dict(self.created),
@@ -152,7 +156,7 @@ def fault_plan(seed: int, config: Config) -> Iterator[tuple[int, F.Fault]]:
 
     def one(kind: str) -> tuple[int, F.Fault]:
         steps = rng.randint(*config.steps_between)
-        if kind == F.APISERVER_OUTAGE:
+        if kind in (F.APISERVER_OUTAGE, *throttle.KINDS):
             return steps, F.Fault(kind, seconds=round(rng.uniform(*config.outage_seconds), 1))
         if kind in F.CLUSTER_KINDS:
             return steps, F.Fault(kind)
@@ -180,8 +184,9 @@ class Runner:
         self.clocks = clockstep.ClockSteps(testbed, workdir, sorted(config.nodes))
         for name, profile in sorted(config.nodes.items()):
             setup = nodes.build(name, profile, workdir / name)
+            kubeconfig = throttle.agent_identity(testbed, name, workdir / name)
             agent = AgentProcess(
-                name, setup.host, testbed.kubeconfig, testbed.node(name).root_dir, workdir / name
+                name, setup.host, kubeconfig, testbed.node(name).root_dir, workdir / name
             )
             args = (*setup.agent_args, *self.clocks.agent_args(name))
             self.nodes[name] = F.Node(name, setup.host, agent, args, self.clocks.wrapper(name))
@@ -191,6 +196,7 @@ class Runner:
         self.report = Report(config.seed, dict(config.nodes))
         self._seen: set[str] = set()
         self._t0 = time.monotonic()
+        self._workdir = workdir
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> Report:
@@ -206,20 +212,24 @@ class Runner:
 
     def _start(self) -> None:
         install_crds(self.client)
+        install_agent_access(self.client)  # the agents run with their own certificates
+        apply_device_classes(self.client)
         self.client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
         self.testbed.wait_service_account(NAMESPACE)
         if nodes.FPGA_PROFILE in self.config.nodes.values():
             nodes.allow_bitstream(self.client)
-        for i, node in enumerate(self.nodes.values()):
+        for node in self.nodes.values():
             node.agent.cdi_dir.mkdir(parents=True, exist_ok=True)
-            node.start_agent(apply_classes=i == 0)
+            node.start_agent()
             node.agent.wait_registered(self.config.ready_within)
         self.clocks.start(self.client, self.config.ready_within)
 
     def _run(self) -> None:
         cfg = self.config
         rng = random.Random(f"{cfg.seed}/workload")
-        workload = Workload(self.client, NAMESPACE, rng, cfg.kinds, max_live=cfg.max_live)
+        client = throttle.workload_client(self.testbed, self._workdir)
+        workload = Workload(client, NAMESPACE, rng, cfg.kinds, max_live=cfg.max_live)
+        self.injector.api.during = workload.step
         plan = fault_plan(cfg.seed, cfg)
         self.clocks.during = lambda: self._step_during(workload, F.CLOCK_STEP)
         self._t0 = t0 = time.monotonic()
@@ -257,6 +267,7 @@ class Runner:
         self.report.deleted = workload.deleted
         self.report.api_errors = workload.api_errors
         self.report.watches_expired = self.injector.watches_expired
+        self.report.api_faults = self.injector.api.log
 
     def _step_during(self, workload: Workload, kind: str) -> None:
         """One workload step and check while a fault lasts (a clock step)."""

@@ -21,7 +21,7 @@ from kubeacc.agent.dra.checkpoint import (
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.kubelet import KubeletOptions
 from tests.faults import faults as F
-from tests.faults import nodes
+from tests.faults import nodes, throttle
 from tests.faults.invariants import ClusterView, NodeView, Tracker, check
 from tests.faults.runner import Config, Runner, fault_plan
 from tests.faults.workload import KINDS
@@ -72,6 +72,12 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
     assert report.deleted >= 1, summary
     # the watch-expiry fault is real: a watch from before it was answered 410 Gone
     assert report.watches_expired == report.faults[F.WATCH_EXPIRY].injected, summary
+    # the throttled API server is real: others than the load were answered 429 each time
+    bit = report.api_faults.bit()
+    assert len(bit) == report.faults[throttle.THROTTLED].injected and all(bit), summary
+    waited = [n for t in report.api_faults.throttled for n in t["agents_waited_out_429"].values()]
+    assert sum(waited) > 0, f"no agent was answered 429\n{summary}"
+    assert len(report.api_faults.etcd) == report.faults[throttle.ETCD_OUTAGE].injected, summary
     assert sentinel.read_text() == "kept", "a fault removed a file of the working directory"
     print(f"fault run took {time.monotonic() - t0:.0f}s")
 
