@@ -20,9 +20,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from kubeacc.agent.dra.cyborg.client import CyborgClient, CyborgError
-from kubeacc.agent.dra.cyborg.records import Records
 from kubeacc.model import Device, DeviceType, Health, HealthState, Inventory
+from kubeacc.node.cyborg.client import CyborgClient, CyborgError
+from kubeacc.node.cyborg.records import Records
 
 SOURCE = "cyborg"
 _GPU_CLASSES = frozenset({"PGPU", "VGPU"})
@@ -58,10 +58,20 @@ def _text(value: object, default: str = "") -> str:
 class CyborgInventory:
     """Reads the node's deployables from Cyborg and Placement; remembers the last slots."""
 
-    def __init__(self, client: CyborgClient, node: str, records: Records) -> None:
+    def __init__(
+        self,
+        client: CyborgClient,
+        node: str,
+        records: Records | None,
+        *,
+        every_unit: bool = False,
+    ) -> None:
         self.client = client
         self.node = node
         self.records = records
+        #: publish the units others hold too (the life-cycle agent's Accelerators: a device is
+        #: there whoever holds it; Placement says who does when an operation asks)
+        self.every_unit = every_unit
         self._slots: dict[str, Slot] = {}
         self._lock = threading.Lock()
 
@@ -84,7 +94,7 @@ class CyborgInventory:
         }
         deployables = [d for d in self.client.deployables() if d.get("name") in children]
         devices = [d for d in self.client.devices() if d.get("hostname") == self.node]
-        records = self.records.all()
+        records = self.records.all() if self.records is not None else []
         held: dict[str, set[str]] = {}
         for rec in records:
             for name, rp in rec.devices.items():
@@ -129,7 +139,7 @@ class CyborgInventory:
         )
         names = [slot_name(rp_uuid, n) for n in range(max(total, 0))]
         free = [n for n in names if n not in ours]
-        keep = max(len(free) - outside, 0)
+        keep = len(free) if self.every_unit else max(len(free) - outside, 0)
         published = [n for n in names if n in ours or n in free[:keep]]
         one = devices[0] if len(devices) == 1 else {}
         status = _text(one.get("status"), "enabled")
