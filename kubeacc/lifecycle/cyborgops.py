@@ -21,7 +21,6 @@ which Cyborg does not offer: they fail with ``NotSupportedByCyborg``. ``Drain`` 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 
@@ -32,36 +31,18 @@ from kubeacc.host.kernel import HostError
 from kubeacc.model import Device, DeviceType
 from kubeacc.node.cyborg.client import CyborgClient, CyborgError, CyborgRefused
 from kubeacc.node.cyborg.glance import GlanceImages
-from kubeacc.node.cyborg.inventory import CyborgInventory
+from kubeacc.node.cyborg.inventory import (
+    FUNCTION_TRAIT,
+    REGION_TRAIT,
+    CyborgInventory,
+    deployable_traits,
+    trait_id,
+)
 from kubeacc.node.operations.bitstreams import BitstreamLibrary
 from kubeacc.node.operations.outcome import Outcome
 
 #: How long Cyborg may take to report the new AFU (its agent reports every 60 s).
 AFU_REPORT_S = 90.0
-_FUNCTION = "CUSTOM_FPGA_FUNCTION_ID_INTEL_"
-_REGION = "CUSTOM_FPGA_REGION_INTEL_"
-
-
-def deployable_traits(dep: dict[str, object]) -> list[str]:
-    """The trait attributes of a deployable as Cyborg's v2 API lists them."""
-    try:
-        attrs = json.loads(str(dep.get("attributes_list") or "[]"))
-    except ValueError:
-        return []
-    return [
-        str(v)
-        for a in attrs
-        if isinstance(a, dict)
-        for k, v in a.items()
-        if str(k).startswith("trait")
-    ]
-
-
-def _trait_id(traits: list[str], prefix: str) -> str | None:
-    for t in traits:
-        if t.startswith(prefix):
-            return t[len(prefix) :].lower()
-    return None
 
 
 class CyborgOperations:
@@ -156,7 +137,7 @@ class CyborgOperations:
         data: bytes,
     ) -> Outcome:
         dep = self.client.deployable(deployable)
-        region = _trait_id(deployable_traits(dep), _REGION)
+        region = trait_id(deployable_traits(dep), REGION_TRAIT)
         if interface and region and interface != region:
             raise HostError(
                 "IncompatibleBitstream",
@@ -175,7 +156,7 @@ class CyborgOperations:
         how = "uploaded to" if uploaded else "found in"
         deadline = time.monotonic() + self.afu_report_s
         while True:
-            got = _trait_id(deployable_traits(self.client.deployable(deployable)), _FUNCTION)
+            got = trait_id(deployable_traits(self.client.deployable(deployable)), FUNCTION_TRAIT)
             if got == afu:
                 return Outcome(
                     True,

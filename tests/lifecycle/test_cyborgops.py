@@ -6,8 +6,6 @@ Glance's images, the runs of ``fpgaconf``, the card's ``afu_id`` and Cyborg's de
 from __future__ import annotations
 
 import hashlib
-import json
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,53 +14,19 @@ import pytest
 
 from kubeacc.crds.apiread import operation_spec
 from kubeacc.host.kernel import HostError
-from kubeacc.lifecycle.cyborgops import CyborgOperations, deployable_traits
+from kubeacc.lifecycle.cyborgops import CyborgOperations
 from kubeacc.model import Device
-from kubeacc.node.cyborg.client import Credentials, CyborgClient
 from kubeacc.node.cyborg.glance import GlanceImages, image_name
-from kubeacc.node.cyborg.inventory import CyborgInventory
-from kubeacc.node.operations.bitstreams import BitstreamLibrary, make_gbs
+from kubeacc.node.cyborg.inventory import deployable_traits
+from kubeacc.node.operations.bitstreams import make_gbs
 from kubeacc.testbed.cyborgcloud import CyborgCloud
 from kubeacc.testbed.cyborgfpga import FpgaHost
 from kubeacc.testbed.procs import free_port
-from tests.agent.dra.cyborg.conftest import PROJECT, USER
 from tests.conftest import CYBORG_FPGA_NODE
+from tests.lifecycle.cyborgparts import credentials, glance_images, operations, sha
 
 AFU = "5eed0000c0ffee00c0ffee0000005eed"
 OTHER_AFU = "0a0b0c0d0e0f10111213141516171819"
-
-
-def credentials(cloud: CyborgCloud, **override: str) -> Credentials:
-    values = {
-        "cyborg_url": cloud.cyborg_url,
-        "placement_url": cloud.placement_url,
-        "glance_url": cloud.glance_url,
-        **override,
-    }
-    return Credentials(**values, token="admin", project_id=PROJECT, user_id=USER)
-
-
-def operations(cloud: CyborgCloud, library: Path, **override: str) -> CyborgOperations:
-    creds = credentials(cloud, **override)
-    client = CyborgClient(creds)
-    inventory = CyborgInventory(client, CYBORG_FPGA_NODE, None, every_unit=True)
-    return CyborgOperations(
-        client,
-        inventory,
-        BitstreamLibrary(library),
-        lambda: GlanceImages(creds),
-        afu_report_s=120,
-        poll_s=0.5,
-    )
-
-
-def glance_images(cloud: CyborgCloud) -> list[dict[str, Any]]:
-    return list(cloud_get(cloud.glance_url + "/v2/images")["images"])
-
-
-def cloud_get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as resp:
-        return json.loads(resp.read())
 
 
 @pytest.fixture
@@ -81,10 +45,6 @@ def library(tmp_path: Path, card: FpgaHost) -> Path:
     return lib
 
 
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def the_fpga(ops: CyborgOperations) -> Device:
     (dev,) = ops.discover().values()
     return dev
@@ -95,6 +55,7 @@ def test_the_pac_card_is_cyborgs_deployable_and_a_kube_acc_device(
 ) -> None:
     dev = the_fpga(operations(cyborg_cloud, library))
     assert dev.type.value == "fpga"
+    assert dev.fpga is not None and dev.fpga.interface_id == card.interface_id()
     dep = cyborg_cloud.cyborg("GET", f"/v2/deployables/{dev.attributes['cyborgDeployable']}")
     assert dep["driver_name"] == "intel"
     traits = deployable_traits(dep)
