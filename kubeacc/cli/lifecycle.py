@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from kubeacc.cli.controller import controller_command
 from kubeacc.cli.declare import option
-from kubeacc.cli.errors import fail
+from kubeacc.cli.errors import FAILURE, fail
 from kubeacc.cli.hosts import (
     HostKind,
     HostKindOption,
@@ -133,7 +133,7 @@ def cyborg_operations(
     try:
         creds = read_credentials(credentials)
     except ValueError as exc:
-        fail(str(exc))
+        fail(str(exc), FAILURE)
     client = CyborgClient(creds)
     # every unit is an Accelerator: no claim records are read (Placement says who holds one)
     inventory = CyborgInventory(client, compute_host, None, every_unit=True)
