@@ -35,6 +35,8 @@ from tests.conftest import CYBORG_FPGA_NODE
 from tests.crdfixtures import create_operation, running, wait_for
 from tests.lifecycle.cyborgparts import glance_images, operations, sha
 
+pytestmark = [pytest.mark.cluster, pytest.mark.cyborg]
+
 NODE = "node-a"
 E2E_AFU = "e2e0000000000000000000000000a0f1"
 

@@ -25,6 +25,8 @@ from kubeacc.testbed.procs import free_port
 from tests.conftest import CYBORG_FPGA_NODE
 from tests.lifecycle.cyborgparts import credentials, glance_images, operations, sha
 
+pytestmark = pytest.mark.cyborg
+
 AFU = "5eed0000c0ffee00c0ffee0000005eed"
 OTHER_AFU = "0a0b0c0d0e0f10111213141516171819"
 
