@@ -111,7 +111,12 @@ class CyborgOperations:
         if not deployable or not rp_uuid:
             raise HostError("NotACyborgDevice", f"{device.name} names no Cyborg deployable")
         try:
+            images = self.images()
+        except CyborgError as exc:
+            raise HostError("GlanceNotConfigured", str(exc)) from None
+        try:
             return self._program(
+                images,
                 device,
                 bitstream,
                 image.afu_id,
@@ -127,6 +132,7 @@ class CyborgOperations:
 
     def _program(
         self,
+        images: GlanceImages,
         device: Device,
         bitstream: str,
         afu: str,
@@ -151,7 +157,7 @@ class CyborgOperations:
                 f"Cyborg's deployable {deployable} ({device.name}) is allocated in Placement to "
                 f"{', '.join(users)}; drain it first (spec.drainFirst)",
             )
-        image, uploaded = self.images().ensure(sha256, data)
+        image, uploaded = images.ensure(sha256, data)
         self.client.program(deployable, image)
         how = "uploaded to" if uploaded else "found in"
         deadline = time.monotonic() + self.afu_report_s

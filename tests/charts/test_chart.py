@@ -95,6 +95,7 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("cyborg.enabled=true", "at '/cyborg/credentialsSecret'"),
         ("cyborg.eventsPort=70000", "at '/cyborg/eventsPort'"),
         ("cyborg.bindTimeout=0", "at '/cyborg/bindTimeout'"),
+        ("cyborg.lifecycleInterval=0", "at '/cyborg/lifecycleInterval'"),
     ],
 )
 def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
@@ -193,13 +194,18 @@ def test_cyborg_values_reach_the_lifecycle_agent_too(helm: Helm) -> None:
         (container,) = [
             c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "lifecycle"
         ]
-        args = [a for a in container["args"] if "cyborg" in a or a.startswith("--inventory")]
+        args = [
+            a
+            for a in container["args"]
+            if "cyborg" in a or a.startswith(("--inventory", "--interval"))
+        ]
         mounts = [m for m in container["volumeMounts"] if m["name"] == "cyborg-credentials"]
         return args, mounts
 
-    assert lifecycle() == ([], [])
+    assert lifecycle() == (["--interval=1"], [])
     args, mounts = lifecycle("--set", "cyborg.enabled=true,cyborg.credentialsSecret=os-creds")
     assert args == [
+        "--interval=10",
         "--inventory=cyborg",
         "--cyborg-credentials=/etc/kubeacc-cyborg/credentials.yaml",
     ]

@@ -141,6 +141,18 @@ def test_a_deployable_allocated_in_placement_is_not_programmed(
     assert (glance_images(cyborg_cloud), card.fpgaconf_runs(), card.afu_id()) == before
 
 
+def test_without_glance_in_the_credentials_program_is_refused(
+    cyborg_cloud: CyborgCloud, library: Path, card: FpgaHost
+) -> None:
+    ops = operations(cyborg_cloud, library, glance_url="")
+    digest = sha(library / "other.gbs")
+    before = (glance_images(cyborg_cloud), card.fpgaconf_runs(), card.afu_id())
+    with pytest.raises(HostError) as err:
+        ops.program(the_fpga(ops), "other.gbs", digest, {digest})
+    assert err.value.reason == "GlanceNotConfigured" and "glanceUrl" in err.value.message
+    assert (glance_images(cyborg_cloud), card.fpgaconf_runs(), card.afu_id()) == before
+
+
 @pytest.mark.parametrize("down", ["glance_url", "cyborg_url"])
 def test_glance_or_cyborg_down_fails_clearly_and_programs_nothing(
     cyborg_cloud: CyborgCloud, library: Path, card: FpgaHost, down: str
