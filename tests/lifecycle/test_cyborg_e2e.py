@@ -164,29 +164,32 @@ def test_program_through_cyborg_succeeds_and_the_card_runs_the_afu(
     assert any(i["kubeacc_sha256"] == stack.sha for i in glance_images(stack.cloud))
 
 
-def test_a_wrong_digest_and_an_action_cyborg_has_not_fail_and_touch_nothing(
-    stack: Stack, namespace: str
+@pytest.mark.parametrize(
+    ("spec", "reason", "agent"),
+    [
+        # a digest no policy allows: the controller refuses it before it dispatches
+        ({"bitstream": "e2e.gbs", "sha256": "e" * 64}, "BitstreamNotAllowed", False),
+        # an allowed digest, but no such file in the node's library: the agent refuses it
+        ({"bitstream": "missing.gbs", "sha256": ""}, "BitstreamNotFound", True),
+        # an action on the functions, which are Cyborg's: none in kube-acc's model
+        (None, "NotAPCIDevice", False),
+    ],
+)
+def test_refused_operations_fail_and_touch_nothing(
+    stack: Stack, namespace: str, spec: dict[str, str] | None, reason: str, agent: bool
 ) -> None:
     wait_for("the PAC's Accelerator", lambda: _acc(stack.client, stack.accelerator))
     before = (stack.card.fpgaconf_runs(), stack.card.afu_id(), glance_images(stack.cloud))
-    wrong = _run_op(
-        stack,
-        namespace,
-        "program-wrong-digest",
-        {
-            "action": "Program",
-            "targets": [stack.accelerator],
-            "program": {"bitstream": "e2e.gbs", "sha256": "e" * 64},
-        },
-    )
-    reset = _run_op(
-        stack, namespace, "reset-cyborg", {"action": "Reset", "targets": [stack.accelerator]}
-    )
-    for op in (wrong, reset):
-        assert op["status"]["phase"] == "Failed", op["status"]
-    reasons = [op["status"]["results"][0]["reason"] for op in (wrong, reset)]
-    # the controller refuses a digest no policy allows before it dispatches
-    assert reasons[0] in ("BitstreamNotAllowed", "DigestMismatch"), wrong["status"]
-    assert reasons[1] == "NotSupportedByCyborg", reset["status"]
+    if spec is None:
+        body: dict[str, Any] = {"action": "Reset", "targets": [stack.accelerator]}
+    else:
+        program = {**spec, "sha256": spec["sha256"] or stack.sha}
+        body = {"action": "Program", "targets": [stack.accelerator], "program": program}
+    op = _run_op(stack, namespace, f"refused-{reason.lower()}", body)
+    assert op["status"]["phase"] == "Failed", op["status"]
+    failed = next(c for c in op["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == reason, failed
+    if agent:
+        assert op["status"]["results"][0]["phase"] == "Failed"
     after = (stack.card.fpgaconf_runs(), stack.card.afu_id(), glance_images(stack.cloud))
     assert after == before
