@@ -29,7 +29,12 @@ from kubeacc.crds.views import OperationSpecView
 from kubeacc.host.files import HostReadError
 from kubeacc.host.kernel import HostError
 from kubeacc.model import Device, DeviceType
-from kubeacc.node.cyborg.client import CyborgClient, CyborgError, CyborgRefused
+from kubeacc.node.cyborg.client import (
+    CyborgClient,
+    CyborgError,
+    CyborgRefused,
+    CyborgUnavailable,
+)
 from kubeacc.node.cyborg.glance import GlanceImages
 from kubeacc.node.cyborg.inventory import (
     FUNCTION_TRAIT,
@@ -43,6 +48,13 @@ from kubeacc.node.operations.outcome import Outcome
 
 #: How long Cyborg may take to report the new AFU (its agent reports every 60 s).
 AFU_REPORT_S = 90.0
+
+
+def _unanswered(exc: CyborgUnavailable) -> bool:
+    """The program request got no verdict: timed out here, or Cyborg's API timed out waiting
+    for its agent (oslo.messaging's ``MessagingTimeout``), as opposed to an answer."""
+    text = str(exc)
+    return "timed out" in text or "MessagingTimeout" in text or "Timed out waiting" in text
 
 
 class CyborgOperations:
@@ -158,8 +170,16 @@ class CyborgOperations:
                 f"{', '.join(users)}; drain it first (spec.drainFirst)",
             )
         image, uploaded = images.ensure(sha256, data)
-        self.client.program(deployable, image)
         how = "uploaded to" if uploaded else "found in"
+        unanswered = ""
+        try:
+            self.client.program(deployable, image)
+        except CyborgUnavailable as exc:
+            if not _unanswered(exc):
+                raise
+            # Cyborg's API gave up waiting for its agent (or kube-acc for the API): the tool
+            # may still have loaded the bitstream, which Cyborg's next report shows
+            unanswered = str(exc)
         deadline = time.monotonic() + self.afu_report_s
         while True:
             got = trait_id(deployable_traits(self.client.deployable(deployable)), FUNCTION_TRAIT)
@@ -168,8 +188,15 @@ class CyborgOperations:
                     True,
                     "Programmed",
                     f"{bitstream} ({how} Glance as image {image}) loaded by Cyborg into "
-                    f"deployable {deployable}; Cyborg reports AFU {got}",
+                    f"deployable {deployable}"
+                    + (f" (its program API did not answer: {unanswered})" if unanswered else "")
+                    + f"; Cyborg reports AFU {got}",
                     afu_id=got,
+                )
+            if unanswered and time.monotonic() >= deadline:
+                raise CyborgUnavailable(
+                    f"Cyborg's program API did not answer and after {self.afu_report_s:.0f} s "
+                    f"deployable {deployable} reports AFU {got}: {unanswered}"
                 )
             if time.monotonic() >= deadline:
                 return Outcome(

@@ -28,7 +28,8 @@ from typing import Any
 from kubeacc.synthetic.hosts_fpga import intel_pac_opae
 from kubeacc.synthetic.tree import HostBuilder
 
-REPO = Path(__file__).resolve().parents[2]
+#: The stand-in tool, a standard-library script.
+FPGACONF = Path(__file__).resolve().parents[1] / "synthetic/tools/fpgaconf.py"
 _RECORD = ".synthetic/fpgaconf.jsonl"
 
 
@@ -86,9 +87,8 @@ def make_fpga_host(name: str, workdir: Path) -> FpgaHost:
     tool = workdir / "usr-bin/fpgaconf"
     tool.write_text(
         "#!/bin/sh\n"
-        f'export PYTHONPATH="{REPO}"\n'
         f'export KUBEACC_FPGACONF_RECORD="{host.root / _RECORD}"\n'
-        f'exec "{sys.executable}" -m kubeacc.synthetic.tools.fpgaconf "$@"\n'
+        f'exec "{sys.executable}" -I -S "{FPGACONF}" "$@"\n'
     )
     tool.chmod(0o755)
     return host

@@ -29,6 +29,8 @@ CYBORG_VERSION = "accelerator 2.0"
 #: Placement's: consumer generations (1.28) and resource provider trees (1.14) are needed.
 PLACEMENT_VERSION = "placement 1.28"
 TIMEOUT_S = 10.0
+#: Cyborg's program API answers when its agent's tool has loaded the bitstream.
+PROGRAM_TIMEOUT_S = 120.0
 
 
 class CyborgError(Exception):
@@ -131,6 +133,7 @@ class _Api:
         body: Any = None,
         ok: tuple[int, ...] = (),
         content_type: str = "application/json",
+        timeout: float = TIMEOUT_S,
     ) -> Any:
         """The decoded answer (None when empty); a status in ``ok`` counts as success. A body
         of bytes is sent as it is, as ``content_type``; any other as JSON."""
@@ -143,7 +146,7 @@ class _Api:
             headers["Content-Type"] = content_type
         req = urllib.request.Request(self.base + path, data, headers, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 text = resp.read()
         except urllib.error.HTTPError as exc:
             if exc.code in ok:
@@ -179,7 +182,8 @@ class CyborgClient:
     def program(self, deployable: str, image: str) -> None:
         """Cyborg's agent on the deployable's host loads Glance image ``image`` into it."""
         body = [{"op": "replace", "path": "/bitstream_id", "value": [{"image_uuid": image}]}]
-        self.cyborg.call("PATCH", f"/v2/deployables/{urllib.parse.quote(deployable)}/program", body)
+        path = f"/v2/deployables/{urllib.parse.quote(deployable)}/program"
+        self.cyborg.call("PATCH", path, body, timeout=PROGRAM_TIMEOUT_S)
 
     def providers(self, **query: str) -> list[dict[str, Any]]:
         q = urllib.parse.urlencode(query)
