@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from kubeacc.agent.dra.cyborg.backend import CyborgBackend
-from kubeacc.agent.dra.cyborg.client import Credentials
 from kubeacc.agent.dra.devices import device_index
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.refs import ClaimRef
+from kubeacc.node.cyborg.client import Credentials
 from kubeacc.testbed.cyborgcloud import CyborgCloud, cyborg_dir, ensure_built
 from kubeacc.testbed.procs import free_port, rss_bytes
 

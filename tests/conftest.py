@@ -52,19 +52,30 @@ def kubeacc_multinode(
 #: The compute host of the Cyborg cloud: the testbed's node (kubeacc.testbed.kubelet's default
 #: name), so that kube-acc's agent on that node runs on Cyborg's devices.
 CYBORG_NODE = "node-a"
+#: The Cyborg cloud's compute host with a (synthetic) Intel PAC card that Cyborg's own Intel FPGA
+#: driver discovers and programs (kubeacc.testbed.cyborgfpga).
+CYBORG_FPGA_NODE = "fpga-pac"
 
 
 @pytest.fixture(scope="session")
 def cyborg_cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CyborgCloud]:
-    """RabbitMQ, Placement and Cyborg (API, conductor, one agent with the fake driver for the
-    compute host :data:`CYBORG_NODE`), installed from their packages
-    (kubeacc.testbed.cyborgcloud), for the whole session. One host only: the fake driver reports
-    the same PCI addresses on every host, and Cyborg's conductor then keeps one host's device.
-    Cyborg's ``[nova]`` endpoint is ``cyborg_cloud.nova_url``, on a port the tests' kube-acc
-    agent serves the bind events on."""
+    """RabbitMQ, Placement, Glance and Cyborg (API, conductor, one agent with the fake driver for
+    the compute host :data:`CYBORG_NODE`, one with the Intel FPGA driver on a synthetic PAC card
+    for :data:`CYBORG_FPGA_NODE`), installed from their packages (kubeacc.testbed.cyborgcloud),
+    for the whole session. One fake-driver host only: the fake driver reports the same PCI
+    addresses on every host, and Cyborg's conductor then keeps one host's device. Cyborg's
+    ``[nova]`` endpoint is ``cyborg_cloud.nova_url``, on a port the tests' kube-acc agent serves
+    the bind events on."""
     work = tmp_path_factory.mktemp("cyborg")
     port = free_port()
-    cloud = CyborgCloud(work, work / "logs", (CYBORG_NODE,), f"http://127.0.0.1:{port}")
+    cloud = CyborgCloud(
+        work,
+        work / "logs",
+        (CYBORG_NODE, CYBORG_FPGA_NODE),
+        f"http://127.0.0.1:{port}",
+        glance=True,
+        fpga_hosts=(CYBORG_FPGA_NODE,),
+    )
     cloud.start()
     try:
         yield cloud

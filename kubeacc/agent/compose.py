@@ -152,8 +152,8 @@ def _cyborg(options: AgentOptions) -> CyborgBackend:
     """The Cyborg backend of ``--inventory cyborg``; StateError for a bad credentials file or
     events address."""
     from kubeacc.agent.dra.cyborg.backend import CyborgBackend
-    from kubeacc.agent.dra.cyborg.client import read_credentials
     from kubeacc.metrics.http import MetricsAddressError, parse_address
+    from kubeacc.node.cyborg.client import read_credentials
 
     assert options.cyborg is not None
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -22,6 +21,7 @@ from kubeacc.cli.options import (
     ContextOption,
     DeviceRootOption,
     HostRootOption,
+    Inventory,
     KubeconfigOption,
     MetricsAddressOption,
     UnitsTableOption,
@@ -35,13 +35,6 @@ if TYPE_CHECKING:
     from kubeacc.deviceplugin.config import DevicePluginConfig
     from kubeacc.deviceplugin.shared import DecisionLookup
     from kubeacc.discovery.backends.adminconfig import DiscoveryConfig
-
-
-class Inventory(StrEnum):
-    """Where the agent's devices come from (``--inventory``)."""
-
-    HOST = "host"
-    CYBORG = "cyborg"
 
 
 def agent_command(
@@ -410,7 +403,7 @@ def agent_command(
     #: a host agent's start: tests/cli/test_entry_imports.py).
     cyborg_errors: tuple[type[Exception], ...] = ()
     if inventory is Inventory.CYBORG:
-        from kubeacc.agent.dra.cyborg.client import CyborgError
+        from kubeacc.node.cyborg.client import CyborgError
 
         cyborg_errors = (CyborgError,)
     try:

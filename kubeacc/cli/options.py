@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -80,3 +81,10 @@ def namespace_scope(namespace: str | None, all_namespaces: bool) -> str | None:
 
         fail("give -n/--namespace or -A/--all-namespaces, not both")
     return namespace
+
+
+class Inventory(StrEnum):
+    """Where a node daemon's devices come from (``--inventory``)."""
+
+    HOST = "host"
+    CYBORG = "cyborg"

@@ -98,7 +98,13 @@ def validate(
                 f"allowedNamespaces); without a grant only namespace(s) "
                 f"{', '.join(sorted(admins))} may",
             )
-        if spec.action not in CONTROLLER_ACTIONS and dev.pci is None:
+        # Program needs an FPGA's state (checked below), not a PCI function: an FPGA that
+        # OpenStack Cyborg reports has one without the other (docs/cyborg.md)
+        if (
+            spec.action not in CONTROLLER_ACTIONS
+            and spec.action != Action.PROGRAM
+            and dev.pci is None
+        ):
             return Refusal("NotAPCIDevice", f"{name}: {spec.action} needs a PCI device")
         if spec.action == Action.MIG_MODE and (
             dev.type is not DeviceType.GPU or dev.vendor.lower() != "nvidia"

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event
@@ -77,6 +77,9 @@ from kubeacc.node.operations.bitstreams import BitstreamLibrary
 from kubeacc.node.operations.executor import VFIO, Executor
 from kubeacc.node.operations.outcome import Outcome
 
+if TYPE_CHECKING:
+    from kubeacc.lifecycle.cyborgops import CyborgOperations
+
 log = logging.getLogger(__name__)
 
 _AGENT_CONDITIONS = ("Present", "Healthy")
@@ -98,8 +101,11 @@ class LifecycleAgent:
         interval: float = 1.0,
         resync_seconds: float = RESYNC_SECONDS,
         nvml: str = "auto",
+        cyborg: CyborgOperations | None = None,
     ) -> None:
         self.client = client
+        #: The node's devices are Cyborg's, and so are its operations (kubeacc.lifecycle.cyborgops).
+        self.cyborg = cyborg
         self.nvml = nvml
         self.metrics = LifecycleMetrics()
         self.node = node_name
@@ -202,6 +208,8 @@ class LifecycleAgent:
 
     # -- inventory ---------------------------------------------------------------------------
     def _discover(self) -> dict[str, Device]:
+        if self.cyborg is not None:
+            return self.cyborg.discover()
         # strict: a pass the machine failed raises, so no Accelerator is marked absent for it
         return {d.name: d for d in discover(self.host, nvml=self.nvml, strict=True).devices}
 
@@ -396,8 +404,12 @@ class LifecycleAgent:
             )
         except (SchemaViolation, ModelError) as exc:
             return Outcome(False, "InvalidObject", str(exc))
+        except HostReadError as exc:  # the device not read now: nothing was done to it
+            return Outcome(False, "DiscoveryFailed", str(exc))
         log.info("%s: %s on %s", op["metadata"]["name"], spec.action, device_name)
         try:
+            if self.cyborg is not None:
+                return self.cyborg.run(spec, device, allowed_digests=allowed)
             return self.executor.run(
                 spec, device, host_driver=acc_status.host_driver, allowed_digests=allowed
             )

@@ -142,3 +142,20 @@ def aws_f1(b: HostBuilder) -> None:
         )
         b.drm(app, slot, slot)
     b.pci_ids()
+
+
+def intel_pac_opae(b: HostBuilder, hostname: str = "fpga-pac-01") -> str:
+    """One PAC Arria 10 under the OPAE driver, its PR region empty (all-zero AFU), with the
+    SR-IOV capability the real card's PF has (one VF possible, none made): the card OpenStack
+    Cyborg's Intel FPGA driver discovers. Returns the card's PCI address."""
+    _fpga_server(b, hostname)
+    addr = _intel_card(b, 0x3A, 0, PAC_ARRIA10, "intel-fpga-pci")
+    b.sriov(addr, 1, 0, PAC_ARRIA10.device + 1, None)
+    b.opae_fpga(
+        addr,
+        afu_id=fpga.ZERO_ID,
+        interface_id=PAC_ARRIA10.compat_id,
+        bitstream_id=PAC_ARRIA10.bitstream_id,
+    )
+    b.pci_ids()
+    return addr

@@ -16,6 +16,12 @@ would have given), ``cyborg-conductor`` and one ``cyborg-agent`` per compute hos
 synthetic host's tree. What Nova does at deployment, making each compute node's resource
 provider in Placement, is done here before the agents start. Cyborg's ``[nova]`` endpoint is
 ``nova_url``: where kube-acc serves ``os-server-external-events`` as the consumer.
+
+With ``glance``, Glance runs too (:mod:`kubeacc.testbed.glanceservice`; sqlite, the file store,
+no Keystone) and Cyborg's ``[glance]`` section points at it. The agents of ``fpga_hosts`` run
+Cyborg's ``intel_fpga_driver`` instead of the fake one, each on a synthetic PAC card in a mount
+namespace of its own (:mod:`kubeacc.testbed.cyborgfpga`), so that Cyborg's program API
+(``PATCH /v2/deployables/{uuid}/program``) downloads from Glance and programs that card.
 """
 
 from __future__ import annotations
@@ -36,11 +42,18 @@ from pathlib import Path
 from typing import Any
 
 from kubeacc.testbed.build import BuildError, _lock, cache_root
+from kubeacc.testbed.cyborgfpga import FpgaHost, make_fpga_host
+from kubeacc.testbed.glanceservice import glance_config
 from kubeacc.testbed.procs import Process, free_port, wait_for
 
 CYBORG_VERSION = "17.0.0"
 PLACEMENT_VERSION = "16.0.0"
-PACKAGES = (f"openstack-cyborg=={CYBORG_VERSION}", f"openstack-placement=={PLACEMENT_VERSION}")
+GLANCE_VERSION = "33.0.0"
+PACKAGES = (
+    f"openstack-cyborg=={CYBORG_VERSION}",
+    f"openstack-placement=={PLACEMENT_VERSION}",
+    f"glance=={GLANCE_VERSION}",
+)
 #: Debian's RabbitMQ, run directly (the wrapper in /usr/sbin switches to the rabbitmq user).
 RABBITMQ_DIR = Path("/usr/lib/rabbitmq/bin")
 #: How many accelerators the fake driver's one deployable has (cyborg's FakeDriver).
@@ -147,7 +160,12 @@ class CyborgCloud:
     #: where Cyborg's conductor sends ``os-server-external-events`` (kube-acc's endpoint)
     nova_url: str
     venv: Path | None = None
+    #: run Glance, Cyborg's image service (the program API needs it)
+    glance: bool = False
+    #: hosts (of ``hosts``) whose agent runs Cyborg's Intel FPGA driver on a synthetic PAC
+    fpga_hosts: tuple[str, ...] = ()
     procs: dict[str, Process] = field(default_factory=dict)
+    fpga: dict[str, FpgaHost] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -157,6 +175,10 @@ class CyborgCloud:
     @property
     def cyborg_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['cyborg']}"
+
+    @property
+    def glance_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['glance']}"
 
     def start(self, timeout: float = 120) -> CyborgCloud:
         """Start everything and wait until every agent's device is in Cyborg; on failure stop
@@ -178,10 +200,12 @@ class CyborgCloud:
             raise BuildError(missing)
         self.venv = self.venv or ensure_built() / "venv"
         self.workdir.mkdir(parents=True, exist_ok=True)
-        for name in ("amqp", "dist", "epmd", "placement", "cyborg"):
+        for name in ("amqp", "dist", "epmd", "placement", "cyborg", "glance"):
             self.ports[name] = free_port()
         self._start_rabbitmq(timeout)
         self._start_placement(timeout)
+        if self.glance:
+            self._start_glance(timeout)
         conf = self._cyborg_conf()
         self._run([self._bin("cyborg-dbsync"), "--config-file", str(conf), "create_schema"])
         for host in self.hosts:
@@ -194,10 +218,12 @@ class CyborgCloud:
         ).start()
         for host in self.hosts:
             own = self._cyborg_conf(host)
+            argv = [self._bin("cyborg-agent"), "--config-file", str(own)]
+            if host in self.fpga_hosts:
+                self.fpga[host] = make_fpga_host(host, self.workdir / "fpga" / host)
+                argv = self.fpga[host].wrap(argv)
             self.procs[f"cyborg-agent-{host}"] = Process(
-                f"cyborg-agent-{host}",
-                [self._bin("cyborg-agent"), "--config-file", str(own)],
-                self.logs / f"cyborg-agent-{host}.log",
+                f"cyborg-agent-{host}", argv, self.logs / f"cyborg-agent-{host}.log"
             ).start()
         watch = list(self.procs.values())
         wait_for("cyborg-api", partial(_get_ok, f"{self.cyborg_url}/", {}), timeout, watch=watch)
@@ -260,12 +286,23 @@ class CyborgCloud:
         proc = self._serve("placement", "placement", conf_dir)
         wait_for("Placement", partial(_get_ok, f"{self.placement_url}/", {}), timeout, watch=[proc])
 
+    def _start_glance(self, timeout: float) -> None:
+        assert self.venv is not None
+        conf_dir = glance_config(self.workdir, self.venv, self.ports["glance"])
+        conf = str(conf_dir / "glance-api.conf")
+        self._run([self._bin("glance-manage"), "--config-file", conf, "db_sync"])
+        proc = self._serve("glance", "glance", conf_dir)
+        wait_for(
+            "Glance", partial(_get_ok, f"{self.glance_url}/v2/images", {}), timeout, watch=[proc]
+        )
+
     def _cyborg_conf(self, host: str = "") -> Path:
         conf_dir = self.workdir / "cyborg"
         conf_dir.mkdir(parents=True, exist_ok=True)
         paste = conf_dir / "api-paste.ini"
         paste.write_text(_PASTE)
         token = {"auth_type": "admin_token", "token": PLACEMENT_TOKEN}
+        driver = "intel_fpga_driver" if host in self.fpga_hosts else "fake_driver"
         default = {
             "transport_url": f"rabbit://guest:guest@127.0.0.1:{self.ports['amqp']}/",
             "periodic_interval": "2",
@@ -280,9 +317,12 @@ class CyborgCloud:
             "placement": {**token, "endpoint": self.placement_url},
             "nova": {**token, "endpoint": self.nova_url},
             "oslo_concurrency": {"lock_path": str(conf_dir / "locks")},
-            "agent": {"enabled_drivers": "fake_driver", "resource_provider_name": host}
+            "agent": {"enabled_drivers": driver, "resource_provider_name": host}
             if host
-            else {"enabled_drivers": "fake_driver"},
+            else {"enabled_drivers": driver},
+            "glance": {"endpoint_override": self.glance_url, "num_retries": "0"},
+            # root already: the privsep daemon is the venv's helper, without sudo
+            "cyborg_sys_admin": {"helper_command": self._bin("privsep-helper")},
         }
         path = conf_dir / (f"cyborg-{host}.conf" if host else "cyborg.conf")
         path.write_text(_ini(sections))

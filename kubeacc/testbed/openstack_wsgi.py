@@ -1,10 +1,12 @@
-"""Serve Placement's or Cyborg's WSGI application on one port (run by the OpenStack venv's Python).
+"""Serve Placement's, Cyborg's or Glance's WSGI application on one port (run by the OpenStack
+venv's Python).
 
-``python -P openstack_wsgi.py placement PORT CONFIG_DIR`` or ``python cyborg_wsgi.py cyborg PORT
-CONFIG_FILE``. A threaded server from the standard library: Cyborg's ``cyborg-api`` console
-script does not run under oslo.service's threading backend, and neither project ships a server
-of its own. This file imports nothing of kube-acc: it runs in the separate venv that
-:mod:`kubeacc.testbed.cyborgcloud` builds, which pins its own libraries.
+``python -P openstack_wsgi.py placement PORT CONFIG_DIR``, ``... cyborg PORT CONFIG_FILE`` or
+``... glance PORT CONFIG_DIR``. A threaded server from the standard library: Cyborg's
+``cyborg-api`` console script does not run under oslo.service's threading backend, and neither
+project ships a server of its own (Glance's ``glance-api`` needs eventlet's). This file imports
+nothing of kube-acc: it runs in the separate venv that :mod:`kubeacc.testbed.cyborgcloud`
+builds, which pins its own libraries.
 """
 
 from __future__ import annotations
@@ -41,9 +43,19 @@ def _cyborg(config_file: str) -> Callable[..., Any]:
     return api.application  # type: ignore[no-any-return]
 
 
+def _glance(config_dir: str) -> Callable[..., Any]:
+    os.environ["OS_GLANCE_CONFIG_DIR"] = config_dir
+    from glance.common import wsgi_app  # type: ignore[import-not-found]
+
+    return wsgi_app.init_app()  # type: ignore[no-any-return]
+
+
+_APPS = {"placement": _placement, "cyborg": _cyborg, "glance": _glance}
+
+
 def main() -> None:
     which, port, config = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    app = _placement(config) if which == "placement" else _cyborg(config)
+    app = _APPS[which](config)
     server = make_server("127.0.0.1", port, app, server_class=_Server, handler_class=_Quiet)
     sys.stderr.write(f"{which} serving on 127.0.0.1:{port}\n")
     sys.stderr.flush()

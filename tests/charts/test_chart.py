@@ -95,6 +95,7 @@ def test_lint_is_clean(helm: Helm, tmp_path: Path) -> None:
         ("cyborg.enabled=true", "at '/cyborg/credentialsSecret'"),
         ("cyborg.eventsPort=70000", "at '/cyborg/eventsPort'"),
         ("cyborg.bindTimeout=0", "at '/cyborg/bindTimeout'"),
+        ("cyborg.lifecycleInterval=0", "at '/cyborg/lifecycleInterval'"),
     ],
 )
 def test_wrong_values_fail(helm: Helm, setting: str, message: str) -> None:
@@ -184,6 +185,33 @@ def test_cyborg_values_reach_the_agent_and_mount_the_secret(helm: Helm) -> None:
         {"name": "cyborg-credentials", "mountPath": "/etc/kubeacc-cyborg", "readOnly": True}
     ]
     assert volumes[0]["secret"]["secretName"] == "os-creds"
+
+
+def test_cyborg_values_reach_the_lifecycle_agent_too(helm: Helm) -> None:
+    def lifecycle(*settings: str) -> tuple[list[str], list[dict[str, Any]]]:
+        out = helm("template", "t", str(CHART), K8S, *settings).stdout
+        (ds,) = [d for d in _docs(out) if d["kind"] == "DaemonSet"]
+        (container,) = [
+            c for c in ds["spec"]["template"]["spec"]["containers"] if c["name"] == "lifecycle"
+        ]
+        args = [
+            a
+            for a in container["args"]
+            if "cyborg" in a or a.startswith(("--inventory", "--interval"))
+        ]
+        mounts = [m for m in container["volumeMounts"] if m["name"] == "cyborg-credentials"]
+        return args, mounts
+
+    assert lifecycle() == (["--interval=1"], [])
+    args, mounts = lifecycle("--set", "cyborg.enabled=true,cyborg.credentialsSecret=os-creds")
+    assert args == [
+        "--interval=10",
+        "--inventory=cyborg",
+        "--cyborg-credentials=/etc/kubeacc-cyborg/credentials.yaml",
+    ]
+    assert mounts == [
+        {"name": "cyborg-credentials", "mountPath": "/etc/kubeacc-cyborg", "readOnly": True}
+    ]
 
 
 def test_host_root_moves_the_host_paths_and_the_device_root(helm: Helm) -> None:

@@ -119,6 +119,29 @@ def test_validate(devices: dict[str, Device]) -> None:
     assert refusal and refusal.reason == "BitstreamNotAllowed"
 
 
+def test_an_fpga_without_a_pci_function_may_be_programmed_not_reset(
+    devices: dict[str, Device],
+) -> None:
+    """An FPGA as OpenStack Cyborg reports it: its FIM and AFU, no PCI function."""
+    fpga = msgspec.structs.replace(devices["fpga"], pci=None)
+    pol = {
+        "fpgas": policy_spec(
+            {
+                "spec": {
+                    "selector": {"types": ["fpga"]},
+                    "allowedBitstreams": [{"name": "a.gbs", "sha256": SHA}],
+                }
+            }
+        )
+    }
+    program = {"bitstream": "a.gbs", "sha256": SHA}
+    prog = operation_spec({"spec": {"action": "Program", "targets": ["t"], "program": program}})
+    assert validate("ns", prog, {"t": _view(fpga)}, pol) is None
+    reset = operation_spec({"spec": {"action": "Reset", "targets": ["t"]}})
+    refusal = validate("ns", reset, {"t": _view(fpga)}, pol)
+    assert refusal and refusal.reason == "NotAPCIDevice"
+
+
 def test_operations_need_a_grant_outside_the_admin_namespaces(devices: dict[str, Device]) -> None:
     gpu = {"t": _view(devices["gpu"])}
     reset = operation_spec({"spec": {"action": "Reset", "targets": ["t"]}})

@@ -77,6 +77,11 @@ class BitstreamLibrary:
         return real
 
     def load(self, name: str, sha256: str) -> FpgaImage:
+        return self.read(name, sha256)[1]
+
+    def read(self, name: str, sha256: str) -> tuple[bytes, FpgaImage]:
+        """The file's bytes, checked against ``sha256``, and its parsed header (the bytes that
+        were checked, for a caller that hands the whole file on)."""
         path = self.resolve(name)
         if path.stat().st_size > _MAX_BITSTREAM:
             raise HostError("InvalidBitstream", f"{name}: larger than {_MAX_BITSTREAM} bytes")
@@ -87,7 +92,7 @@ class BitstreamLibrary:
                 "DigestMismatch",
                 f"{name}: sha256 is {digest}, the operation expects {sha256}",
             )
-        return parse_gbs(name, digest, data)
+        return data, parse_gbs(name, digest, data)
 
 
 def parse_gbs(name: str, digest: str, data: bytes) -> FpgaImage:

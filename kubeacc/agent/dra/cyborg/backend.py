@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kubeacc.agent.dra.cyborg.client import Credentials, CyborgClient
 from kubeacc.agent.dra.cyborg.events import BindEvents
-from kubeacc.agent.dra.cyborg.inventory import CyborgInventory
 from kubeacc.agent.dra.cyborg.kind import BIND_TIMEOUT_S, CyborgKind
-from kubeacc.agent.dra.cyborg.records import Records
 from kubeacc.model import Inventory
+from kubeacc.node.cyborg.client import Credentials, CyborgClient
+from kubeacc.node.cyborg.inventory import CyborgInventory
+from kubeacc.node.cyborg.records import Records
 
 
 class CyborgBackend:

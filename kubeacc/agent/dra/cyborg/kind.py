@@ -1,7 +1,7 @@
 """Claims on Cyborg's devices: the steps Nova takes for a server, taken for a claim.
 
-For a new claim whose devices are Cyborg slots (:mod:`kubeacc.agent.dra.cyborg.inventory`),
-:meth:`CyborgKind.finish` records the claim (:mod:`~kubeacc.agent.dra.cyborg.records`), then per
+For a new claim whose devices are Cyborg slots (:mod:`kubeacc.node.cyborg.inventory`),
+:meth:`CyborgKind.finish` records the claim (:mod:`~kubeacc.node.cyborg.records`), then per
 device an ARQ of this node's device profile for the slot's deployable, then one Placement
 allocation with the claim's UID as the consumer, then one bind of all its ARQs (hostname this
 node, instance the claim's UID), and waits for every ARQ to be ``Bound`` (Cyborg's event, or its
@@ -28,10 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim
-from kubeacc.agent.dra.cyborg.client import CyborgClient, CyborgError, CyborgRefused
 from kubeacc.agent.dra.cyborg.events import BindEvents
-from kubeacc.agent.dra.cyborg.inventory import CyborgInventory, Slot
-from kubeacc.agent.dra.cyborg.records import (
+from kubeacc.agent.dra.hooks import pause_point
+from kubeacc.agent.dra.kind import ClaimError, ClaimWork, DeviceWork, Kind, KindError
+from kubeacc.agent.dra.refs import ClaimRef
+from kubeacc.node import cdi
+from kubeacc.node.cyborg.client import CyborgClient, CyborgError, CyborgRefused
+from kubeacc.node.cyborg.inventory import CyborgInventory, Slot
+from kubeacc.node.cyborg.records import (
     PREPARED,
     RELEASING,
     Arq,
@@ -40,10 +44,6 @@ from kubeacc.agent.dra.cyborg.records import (
     is_own_profile,
     profile_name,
 )
-from kubeacc.agent.dra.hooks import pause_point
-from kubeacc.agent.dra.kind import ClaimError, ClaimWork, DeviceWork, Kind, KindError
-from kubeacc.agent.dra.refs import ClaimRef
-from kubeacc.node import cdi
 
 log = logging.getLogger(__name__)
 

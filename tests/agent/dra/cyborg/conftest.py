@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from kubeacc.agent.dra.cyborg.backend import CyborgBackend
-from kubeacc.agent.dra.cyborg.client import Credentials
 from kubeacc.agent.dra.devices import device_index
 from kubeacc.agent.dra.driver import Driver
+from kubeacc.node.cyborg.client import Credentials
 from kubeacc.testbed.cyborgcloud import CyborgCloud
 from tests.agent.dra.memclaims import Claims
 from tests.conftest import CYBORG_NODE

@@ -11,10 +11,10 @@ import msgspec
 import pytest
 
 from kubeacc.agent.dra.cyborg.backend import CyborgBackend
-from kubeacc.agent.dra.cyborg.client import CyborgError, CyborgUnavailable
 from kubeacc.agent.dra.cyborg.kind import ENV_ARQ, ENV_PCI
-from kubeacc.agent.dra.cyborg.records import profile_name
 from kubeacc.agent.dra.refs import ClaimRef
+from kubeacc.node.cyborg.client import CyborgError, CyborgUnavailable
+from kubeacc.node.cyborg.records import profile_name
 from kubeacc.testbed.cyborgcloud import FAKE_SLOTS, CyborgCloud
 from tests.agent.dra.memclaims import Claims
 from tests.conftest import CYBORG_NODE

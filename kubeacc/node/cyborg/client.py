@@ -29,6 +29,8 @@ CYBORG_VERSION = "accelerator 2.0"
 #: Placement's: consumer generations (1.28) and resource provider trees (1.14) are needed.
 PLACEMENT_VERSION = "placement 1.28"
 TIMEOUT_S = 10.0
+#: Cyborg's program API answers when its agent's tool has loaded the bitstream.
+PROGRAM_TIMEOUT_S = 120.0
 
 
 class CyborgError(Exception):
@@ -54,10 +56,13 @@ class Credentials(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     tokens, or a test cloud), the identity headers below are sent too; ``service`` adds
     ``X-Service-Roles: service``, which Cyborg requires to bind and unbind (Nova's role).
     ``eventsToken``: the token Cyborg's ``[nova]`` section sends to kube-acc's event endpoint
-    (empty: the endpoint takes any caller, only for a private address)."""
+    (empty: the endpoint takes any caller, only for a private address). ``glanceUrl``: Glance,
+    where the life-cycle agent uploads the bitstreams Cyborg programs (empty: FPGA programming
+    through Cyborg is refused)."""
 
     cyborg_url: str
     placement_url: str
+    glance_url: str = ""
     token: str = ""
     project_id: str = ""
     user_id: str = ""
@@ -105,7 +110,8 @@ def _message(body: bytes) -> str:
         if isinstance(data.get("error_message"), str):  # Cyborg: JSON in a string
             try:
                 inner = json.loads(data["error_message"])
-                return str(inner.get("faultstring", inner))
+                # a remote error carries the agent's traceback after its first line
+                return str(inner.get("faultstring", inner)).split("\n")[0]
             except (ValueError, AttributeError):
                 return str(data["error_message"])
         errors = data.get("errors")
@@ -120,15 +126,27 @@ class _Api:
         self.headers = headers
         self.what = what
 
-    def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> Any:
-        """The decoded answer (None when empty); a status in ``ok`` counts as success."""
-        data = None if body is None else json.dumps(body).encode()
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        ok: tuple[int, ...] = (),
+        content_type: str = "application/json",
+        timeout: float = TIMEOUT_S,
+    ) -> Any:
+        """The decoded answer (None when empty); a status in ``ok`` counts as success. A body
+        of bytes is sent as it is, as ``content_type``; any other as JSON."""
+        if isinstance(body, bytes):
+            data: bytes | None = body
+        else:
+            data = None if body is None else json.dumps(body).encode()
         headers = dict(self.headers)
         if data is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         req = urllib.request.Request(self.base + path, data, headers, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 text = resp.read()
         except urllib.error.HTTPError as exc:
             if exc.code in ok:
@@ -157,6 +175,15 @@ class CyborgClient:
 
     def deployables(self) -> list[dict[str, Any]]:
         return list(self.cyborg.call("GET", "/v2/deployables")["deployables"])
+
+    def deployable(self, uuid: str) -> dict[str, Any]:
+        return dict(self.cyborg.call("GET", f"/v2/deployables/{urllib.parse.quote(uuid)}"))
+
+    def program(self, deployable: str, image: str) -> None:
+        """Cyborg's agent on the deployable's host loads Glance image ``image`` into it."""
+        body = [{"op": "replace", "path": "/bitstream_id", "value": [{"image_uuid": image}]}]
+        path = f"/v2/deployables/{urllib.parse.quote(deployable)}/program"
+        self.cyborg.call("PATCH", path, body, timeout=PROGRAM_TIMEOUT_S)
 
     def providers(self, **query: str) -> list[dict[str, Any]]:
         q = urllib.parse.urlencode(query)

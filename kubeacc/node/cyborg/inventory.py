@@ -17,15 +17,68 @@ does not say which device a deployable belongs to); with several, from the deplo
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass
 
-from kubeacc.agent.dra.cyborg.client import CyborgClient, CyborgError
-from kubeacc.agent.dra.cyborg.records import Records
-from kubeacc.model import Device, DeviceType, Health, HealthState, Inventory
+from kubeacc.model import (
+    Device,
+    DeviceType,
+    FPGADriver,
+    FPGAState,
+    Health,
+    HealthState,
+    Inventory,
+)
+from kubeacc.node.cyborg.client import CyborgClient, CyborgError
+from kubeacc.node.cyborg.records import Records
 
 SOURCE = "cyborg"
 _GPU_CLASSES = frozenset({"PGPU", "VGPU"})
+#: Cyborg's Intel FPGA driver's traits: the AFU loaded, and the FIM (the PR region's interface).
+FUNCTION_TRAIT = "CUSTOM_FPGA_FUNCTION_ID_INTEL_"
+REGION_TRAIT = "CUSTOM_FPGA_REGION_INTEL_"
+#: Cyborg's FPGA drivers (a deployable's ``driver_name``) -> the layout kube-acc knows them by.
+_FPGA_DRIVERS = {"intel": FPGADriver.OPAE, "xilinx": FPGADriver.XILINX}
+
+
+def deployable_traits(dep: dict[str, object]) -> list[str]:
+    """The trait attributes of a deployable as Cyborg's v2 API lists them."""
+    try:
+        attrs = json.loads(str(dep.get("attributes_list") or "[]"))
+    except ValueError:
+        return []
+    if not isinstance(attrs, list):
+        return []
+    return [
+        str(v)
+        for a in attrs
+        if isinstance(a, dict)
+        for k, v in a.items()
+        if str(k).startswith("trait")
+    ]
+
+
+def trait_id(traits: list[str], prefix: str) -> str | None:
+    """The lower-case ID of the first trait with ``prefix``."""
+    for t in traits:
+        if t.startswith(prefix):
+            return t[len(prefix) :].lower()
+    return None
+
+
+def fpga_state(dep: dict[str, object]) -> FPGAState | None:
+    """An FPGA deployable's FIM and AFU as Cyborg's driver reports them (None: not a driver
+    kube-acc knows the layout of)."""
+    driver = _FPGA_DRIVERS.get(str(dep.get("driver_name") or ""))
+    if driver is None:
+        return None
+    traits = deployable_traits(dep)
+    return FPGAState(
+        driver=driver,
+        interface_id=trait_id(traits, REGION_TRAIT),
+        afu_id=trait_id(traits, FUNCTION_TRAIT),
+    )
 
 
 @dataclass(frozen=True)
@@ -58,10 +111,20 @@ def _text(value: object, default: str = "") -> str:
 class CyborgInventory:
     """Reads the node's deployables from Cyborg and Placement; remembers the last slots."""
 
-    def __init__(self, client: CyborgClient, node: str, records: Records) -> None:
+    def __init__(
+        self,
+        client: CyborgClient,
+        node: str,
+        records: Records | None,
+        *,
+        every_unit: bool = False,
+    ) -> None:
         self.client = client
         self.node = node
         self.records = records
+        #: publish the units others hold too (the life-cycle agent's Accelerators: a device is
+        #: there whoever holds it; Placement says who does when an operation asks)
+        self.every_unit = every_unit
         self._slots: dict[str, Slot] = {}
         self._lock = threading.Lock()
 
@@ -84,7 +147,7 @@ class CyborgInventory:
         }
         deployables = [d for d in self.client.deployables() if d.get("name") in children]
         devices = [d for d in self.client.devices() if d.get("hostname") == self.node]
-        records = self.records.all()
+        records = self.records.all() if self.records is not None else []
         held: dict[str, set[str]] = {}
         for rec in records:
             for name, rp in rec.devices.items():
@@ -129,7 +192,7 @@ class CyborgInventory:
         )
         names = [slot_name(rp_uuid, n) for n in range(max(total, 0))]
         free = [n for n in names if n not in ours]
-        keep = max(len(free) - outside, 0)
+        keep = len(free) if self.every_unit else max(len(free) - outside, 0)
         published = [n for n in names if n in ours or n in free[:keep]]
         one = devices[0] if len(devices) == 1 else {}
         status = _text(one.get("status"), "enabled")
@@ -149,6 +212,7 @@ class CyborgInventory:
                 index=n,
                 source=SOURCE,
                 health=health,
+                fpga=fpga_state(dep) if device_type(rc) is DeviceType.FPGA else None,
                 attributes={
                     "cyborgDeployable": slot.deployable,
                     "resourceProvider": rp_uuid,

@@ -1,4 +1,4 @@
-"""The Cyborg kind's claim records and device profile names (kubeacc.agent.dra.cyborg.records)."""
+"""The Cyborg kind's claim records and device profile names (kubeacc.node.cyborg.records)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeacc.agent.dra.cyborg.records import (
+from kubeacc.node.cyborg.records import (
     PREPARED,
     Arq,
     ClaimRecord,
