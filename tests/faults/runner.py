@@ -32,7 +32,7 @@ from kubeacc.node import cdi
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
 from tests.faults import faults as F
-from tests.faults import hardware, nodes, outage
+from tests.faults import hardware, nodes, outage, powerloss
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
 from tests.faults.outage import OutageReport
 from tests.faults.workload import API_ERRORS, Workload
@@ -192,6 +192,7 @@ class Runner:
         finally:
             for node in self.nodes.values():
                 node.agent.stop()
+                powerloss.unmount(node)
         return self.report
 
     def _start(self) -> None:
@@ -201,7 +202,7 @@ class Runner:
         if nodes.FPGA_PROFILE in self.config.nodes.values():
             nodes.allow_bitstream(self.client)
         for i, node in enumerate(self.nodes.values()):
-            node.agent.cdi_dir.mkdir(parents=True, exist_ok=True)
+            powerloss.mount(node)
             node.start_agent(apply_classes=i == 0)
             node.agent.wait_registered(self.config.ready_within)
 
