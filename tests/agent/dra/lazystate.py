@@ -32,7 +32,7 @@ class LazyState:
         unmounted. ``cdi_kept``: False for a CDI directory in ``/var/run``, a tmpfs a reboot
         empties."""
         if self.agent.proc is not None and self.agent.proc.poll() is None:
-            self.agent.kill()
+            AgentProcess.kill(self.agent)  # the SIGKILL itself (PowerCutAgent.kill cuts)
         self.state.power_cut()
         self.cdi.power_cut()
         self.cuts += 1
