@@ -391,7 +391,9 @@ class LazyMount:
             raise RuntimeError(f"{self.mountpoint} is mounted already")
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "kubeacc.testbed.lazyfs", str(self.backing)]
+        # this file run as a script (it imports only the standard library and mfusepy), so that
+        # the daemon does not depend on the caller's working directory or installed tree
+        argv = [sys.executable, str(Path(__file__).resolve()), str(self.backing)]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(
                 [*argv, str(self.mountpoint)], stdout=log, stderr=subprocess.STDOUT

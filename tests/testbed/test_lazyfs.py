@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from kubeacc.testbed import lazyfs
 from kubeacc.testbed.lazyfs import CUT_NAME, LazyMount
 
 #: helpers the programs below call: fsync of a file by name, of a directory
@@ -196,7 +197,7 @@ def test_the_cut_file_is_never_listed_and_a_second_mount_starts_from_the_durable
 
 def test_a_missing_backing_directory_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "kubeacc.testbed.lazyfs", str(tmp_path / "no"), str(tmp_path)],
+        [sys.executable, lazyfs.__file__, str(tmp_path / "no"), str(tmp_path)],
         capture_output=True,
         text=True,
         check=False,
