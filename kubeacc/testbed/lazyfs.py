@@ -54,6 +54,7 @@ _STAT_KEYS = (
 )
 
 
+_UTIME_NOW, _UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2
 _STATVFS_KEYS = (
     "f_bavail",
     "f_bfree",
@@ -350,11 +351,18 @@ def _fs_class() -> type:
         def utimens(self, path: str | None, times: tuple[int, int] | None = None) -> int:
             self._live()
             if path is None:
-                pass
-            elif times is None:
-                os.utime(self._real(path), follow_symlinks=False)
-            else:
-                os.utime(self._real(path), ns=times, follow_symlinks=False)
+                raise mfusepy.FuseOSError(errno.EBADF)
+            real = self._real(path)
+            st = os.lstat(real)
+            now = time.time_ns()
+            atime, mtime = times or (_UTIME_NOW, _UTIME_NOW)
+
+            def resolve(value: int, current: int) -> int:
+                # libfuse hands UTIME_NOW / UTIME_OMIT through as nanoseconds of second 0
+                return now if value == _UTIME_NOW else current if value == _UTIME_OMIT else value
+
+            ns = (resolve(atime, st.st_atime_ns), resolve(mtime, st.st_mtime_ns))
+            os.utime(real, ns=ns, follow_symlinks=False)
             return 0
 
     return LazyFS

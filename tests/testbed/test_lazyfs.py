@@ -204,3 +204,18 @@ def test_a_missing_backing_directory_is_refused(tmp_path: Path) -> None:
     )
     assert done.returncode == 2
     assert "is not a directory" in done.stderr
+
+
+def test_modes_and_times_pass_through(lazy: LazyMount) -> None:
+    run(
+        lazy,
+        """
+        os.chmod("old", 0o600)
+        os.utime("old", ns=(10**18, 10**18))
+        put("new", b"", sync=False)
+        os.utime("new")  # now (UTIME_NOW through libfuse)
+        """,
+    )
+    old, new = lazy.backing / "old", lazy.backing / "new"
+    assert (old.stat().st_mode & 0o777, old.stat().st_mtime_ns) == (0o600, 10**18)
+    assert new.stat().st_mtime_ns > old.stat().st_mtime_ns
