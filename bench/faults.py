@@ -41,6 +41,7 @@ def main() -> int:
         help="claim kinds of the workload (fpga needs a fault-fpga=fpga-arria node)",
     )
     parser.add_argument("--max-live", type=int, default=8, help="at most this many pods at once")
+    parser.add_argument("--faults", default="", help="fault kinds to inject (default: every kind)")
     parser.add_argument(
         "--long-outage",
         type=float,
@@ -60,6 +61,7 @@ def main() -> int:
         kinds=tuple(args.kinds.split(",")),
         long_outage=args.long_outage,
         max_live=args.max_live,
+        **({"fault_kinds": tuple(args.faults.split(","))} if args.faults else {}),
     )
     t0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="kubeacc-faults-"))

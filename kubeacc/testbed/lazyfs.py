@@ -171,6 +171,23 @@ def _fs_class() -> type:
             parent, name = self._parent(path)
             parent.entries[name] = node
 
+        def undurable(self) -> tuple[int, int]:
+            """(directory entries, files) whose state now differs from their durable one."""
+            names = datas = 0
+            seen: set[int] = set()
+            stack = [(self.root, self.backing)]
+            while stack:
+                node, path = stack.pop()
+                if id(node) in seen:
+                    continue
+                seen.add(id(node))
+                if stat.S_ISDIR(node.mode):
+                    names += len(set(node.entries.items()) ^ set(node.durable_entries.items()))
+                    stack += [(child, path / name) for name, child in node.entries.items()]
+                elif stat.S_ISREG(node.mode) and path.read_bytes() != node.durable:
+                    datas += 1
+            return names, datas
+
         def power_cut(self) -> None:
             self.cut = True
             for fd in list(self.files):
@@ -234,11 +251,18 @@ def _fs_class() -> type:
             self._live()
             if path.lstrip("/") == CUT_NAME:
                 try:
+                    names, datas = self.undurable()
                     self.power_cut()
                 except Exception:
                     logging.exception("lazyfs: the power cut failed")
                     raise mfusepy.FuseOSError(errno.EIO) from None
-                logging.info("lazyfs: power cut; %s holds the durable state", self.backing)
+                logging.info(
+                    "lazyfs: power cut: %d directory entries and %d files' bytes not durable "
+                    "dropped; %s holds the durable state",
+                    names,
+                    datas,
+                    self.backing,
+                )
                 raise mfusepy.FuseOSError(errno.ESHUTDOWN)
             fd = os.open(self._real(path), (flags & ~os.O_ACCMODE) | os.O_RDWR | os.O_CREAT, mode)
             node = Inode(os.fstat(fd).st_mode)
