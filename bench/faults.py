@@ -9,7 +9,8 @@ they broke, the time to recover (p50, max), and what the workload saw (pods crea
 API errors, the reasons pods gave while not Running).
 
     python bench/faults.py [--minutes 5] [--seed 46] [--long-outage 300] \
-        [--nodes g=dgx-h100,x=kunlun-xpu,f=fpga-arria,p=l4-plugin] [--kinds gpu,fpga,...]
+        [--nodes g=dgx-h100,x=kunlun-xpu,f=fpga-arria,p=l4-plugin] [--kinds gpu,fpga,...] \
+        [--faults power-loss,...]
 """
 
 from __future__ import annotations
