@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv and installs kube-acc with its test tools. Idempotent; needs PyPI and, once,
 # the Debian archive (runc and busybox-static for the testbed's real container runtime,
-# rabbitmq-server for the Cyborg lane, faketime for the fault runner's clock steps).
+# rabbitmq-server for the Cyborg lane, faketime for the fault runner's clock steps, fuse3 for
+# the power-loss tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The real-runtime testbed (kubeacc/testbed/runtime.py) runs containers with Debian's runc and
@@ -9,6 +10,9 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || missing+=(runc)
 [ -x /bin/busybox ] || missing+=(busybox-static)
+# The power-loss tests mount the lazy file system (kubeacc/testbed/lazyfs.py) through libfuse3;
+# fuse3 brings the library and fusermount3.
+command -v fusermount3 >/dev/null 2>&1 || missing+=(fuse3)
 # The Cyborg lane (kubeacc/testbed/cyborgcloud.py) runs Debian's RabbitMQ for Cyborg's services.
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || missing+=(rabbitmq-server)
 # The fault runner's clock steps (tests/faults/clock.py) run the agents and the controller under

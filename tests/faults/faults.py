@@ -11,13 +11,11 @@ component is ready again.
   cards may), the node's CDI directory emptied as ``/var/run`` is; the state directory
   (``/var/lib/kubeacc``) and the kubelet's root are kept. Then runtime, kubelet and agent start
   again.
-- ``power-loss``: a node reboot whose power was cut: as ``node-reboot``, and every file the
-  agent writes without an fsync (the device metadata under ``<state>/dra-device-metadata``;
-  the CDI specs are gone with ``/var/run`` anyway) is left empty, as a rename of a never
-  flushed file can leave it. This is a model, not a dropped page cache: the files the agent
-  fsyncs before it answers (checkpoint, journal, MIG and sharing records) keep what they had;
-  their unflushed tails after a power cut are tried in-process by the layouts of
-  tests/agent/dra/powerloss.py and test_crash.py.
+- ``power-loss``: a node reboot whose power was cut: the node's state and CDI directories live
+  on the lazy file system for the run (tests/faults/powerloss.py): at a random moment while the
+  agent runs it is SIGKILLed and every write neither directory had made durable is dropped
+  (unflushed file data, unflushed directory entries); then the reboot above. A plain
+  ``node-reboot`` unmounts them cleanly (every write kept).
 - ``runtime-restart``: the node's CRI runtime process stopped and started under a running
   kubelet. The testbed's fake CRI runtime keeps its containers in memory only, so this is a
   runtime crash that loses them: the kubelet makes the pods' sandboxes again and asks for their
@@ -49,13 +47,12 @@ from typing import TYPE_CHECKING, Any
 from lightkube import ApiError
 from lightkube.resources.core_v1 import ConfigMap
 
-from kubeacc.agent.dra.metadata import SUB_DIR as METADATA_DIR
 from kubeacc.synthetic import mig_state
 from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.tools import hoststate
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
-from tests.faults import throttle
+from tests.faults import powerloss, throttle
 
 if TYPE_CHECKING:
     from tests.faults.clockstep import ClockSteps
@@ -219,7 +216,7 @@ class Injector:
         return time.monotonic() - t0
 
     def _reboot(self, node: Node, keeps_bitstreams: bool, power_cut: bool) -> float:
-        node.agent.kill()
+        powerloss.power_off(node, cut=power_cut)
         kubelet = self.testbed.node(node.name)
         kubelet.stop_kubelet()
         if kubelet.cri is not None:
@@ -230,15 +227,12 @@ class Injector:
         if not keeps_bitstreams:
             for afu in (node.host / "sys" / "devices").rglob("afu_id"):
                 afu.write_text(ZERO_ID + "\n")
-        if power_cut:
-            for f in (node.agent.state_dir / METADATA_DIR).rglob("*"):
-                if f.is_file():
-                    f.write_bytes(b"")
         shutil.rmtree(node.agent.cdi_dir, ignore_errors=True)
         node.agent.cdi_dir.mkdir(parents=True)
         t0 = time.monotonic()
         before = node.registrations()
         kubelet.launch(self.ready_timeout)
+        powerloss.power_on(node)
         node.start_agent()
         self._node_ready(node, before)
         return time.monotonic() - t0

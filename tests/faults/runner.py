@@ -33,7 +33,7 @@ from kubeacc.node import cdi
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.identities import install_agent_access
 from tests.agent.dra.agentproc import AgentProcess
-from tests.faults import clockstep, hardware, nodes, outage, throttle
+from tests.faults import clockstep, hardware, nodes, outage, powerloss, throttle
 from tests.faults import faults as F
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
 from tests.faults.outage import OutageReport
@@ -206,6 +206,7 @@ class Runner:
         finally:
             for node in self.nodes.values():
                 node.agent.stop()
+                powerloss.unmount(node)
             self.clocks.stop()
         self.report.controller_handovers = self.clocks.controllers.transitions()
         return self.report
@@ -219,7 +220,7 @@ class Runner:
         if nodes.FPGA_PROFILE in self.config.nodes.values():
             nodes.allow_bitstream(self.client)
         for node in self.nodes.values():
-            node.agent.cdi_dir.mkdir(parents=True, exist_ok=True)
+            powerloss.mount(node)
             node.start_agent()
             node.agent.wait_registered(self.config.ready_within)
         self.clocks.start(self.client, self.config.ready_within)

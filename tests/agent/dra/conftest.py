@@ -70,12 +70,16 @@ def api_node(kube_client: Client) -> Iterator[str]:
 
 
 @pytest.fixture
-def lone_agent(testbed: Testbed, kube_client: Client, tmp_path: Path) -> Iterator[AgentProcess]:
-    """An agent for a Node without kubelet: only this test calls its socket."""
+def lone_agent(
+    testbed: Testbed, kube_client: Client, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[AgentProcess]:
+    """An agent for a Node without kubelet: only this test calls its socket. Parametrized
+    indirectly, the AgentProcess class to run it with (lazystate.PowerCutAgent)."""
     node = f"lone-{uuid.uuid4().hex[:6]}"
     kube_client.create(Node(metadata=ObjectMeta(name=node)))
     host = profiles.build("dgx-h100", tmp_path / "host")
-    agent = AgentProcess(node, host, testbed.kubeconfig, tmp_path / "kubelet", tmp_path)
+    cls: type[AgentProcess] = getattr(request, "param", AgentProcess)
+    agent = cls(node, host, testbed.kubeconfig, tmp_path / "kubelet", tmp_path)
     try:
         yield agent
     finally:

@@ -64,6 +64,18 @@ def create_allocated_claim(client: Client, ns: str, name: str, pool: str, device
     return str(client.get(ResourceClaim, name, namespace=ns).metadata.uid)
 
 
+#: the GPUs of the dgx-h100 profile the claims of :func:`allocated_refs` take, in turn
+GPUS = [f"gpu-0000-{b}-00-0" for b in ("1b", "1d", "3d", "3f")]
+
+
+def allocated_refs(client: Client, ns: str, node: str, count: int = 8) -> list[Ref]:
+    """``count`` claims c0, c1, ... allocated a GPU of ``node`` each (GPUs shared in turn)."""
+    return [
+        (ns, f"c{i}", create_allocated_claim(client, ns, f"c{i}", node, GPUS[i % len(GPUS)]))
+        for i in range(count)
+    ]
+
+
 def socket_path(agent: AgentProcess) -> Path:
     return agent.kubelet_root / "plugins" / DRIVER_NAME / "dra.sock"
 

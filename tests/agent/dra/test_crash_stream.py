@@ -16,22 +16,11 @@ from .agentproc import AgentProcess
 
 pytestmark = pytest.mark.cluster
 
-GPUS = [f"gpu-0000-{b}-00-0" for b in ("1b", "1d", "3d", "3f")]
-
 
 def test_random_kills_lose_and_resurrect_nothing(
     kube_client: Client, namespace: str, lone_agent: AgentProcess
 ) -> None:
-    refs = [
-        (
-            namespace,
-            f"c{i}",
-            crashstream.create_allocated_claim(
-                kube_client, namespace, f"c{i}", lone_agent.node, GPUS[i % len(GPUS)]
-            ),
-        )
-        for i in range(8)
-    ]
+    refs = crashstream.allocated_refs(kube_client, namespace, lone_agent.node)
     seed = int.from_bytes(os.urandom(4), "big")
     tally = crashstream.run(lone_agent, refs, kills=15, seed=seed)
     print(f"seed {seed}: {tally}")
