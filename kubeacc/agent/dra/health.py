@@ -1,11 +1,14 @@
 """Device health for the kubelet's DRAResourceHealth stream (NodeWatchResources).
 
 :class:`HealthBoard` holds each device's current health; the stream sends the whole board when
-it opens and again after every change.
+it opens, again after every change, and again every :data:`RESEND_S` seconds without one: the
+kubelet takes a device it has not heard of for its health timeout (30 s unless the device says
+otherwise) as Unknown, in the pod's status too, however healthy it was last said to be.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -19,6 +22,10 @@ _STATE = {
     HealthState.UNHEALTHY: hpb.UNHEALTHY,
     HealthState.UNKNOWN: hpb.UNKNOWN,
 }
+
+
+#: Seconds between two sends of an unchanged board (a third of the kubelet's default timeout).
+RESEND_S = 10.0
 
 
 class HealthBoard:
@@ -63,9 +70,16 @@ class HealthBoard:
             dh.message = msg
         return resp
 
-    async def watch(self) -> AsyncIterator[hpb.NodeWatchResourcesResponse]:
-        """The board now, then after each change; ends when the board is closed."""
+    async def watch(self, every: float = RESEND_S) -> AsyncIterator[hpb.NodeWatchResourcesResponse]:
+        """The board now, then after each change and at least every ``every`` seconds; ends
+        when the board is closed."""
         seen = -1
-        while (version := await self._changes.wait(seen)) is not None:
+        while True:
+            try:
+                version = await asyncio.wait_for(self._changes.wait(seen), every)
+            except TimeoutError:
+                version = seen  # nothing changed: the same board again, so it stays fresh
+            if version is None:
+                return
             seen = version
             yield self.snapshot()

@@ -31,8 +31,10 @@ from kubeacc.node.rpc import UnixServer, received
 
 log = logging.getLogger(__name__)
 
-#: What registration advertises, most recent first ("<proto package tail>.<service>").
-SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+#: What registration advertises, most recent first ("<proto package tail>.<service>"). The
+#: health service is named too: a 1.37 kubelet opens the health stream only with a plugin
+#: that advertises it (a 1.36 one opens it with every plugin and ignores the extra name).
+SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
 
 
 def _refs(req: Any) -> list[ClaimRef]:

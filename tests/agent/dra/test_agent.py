@@ -68,7 +68,11 @@ def test_serves_the_kubelet_while_the_api_server_is_away(
         assert info.type == "DRAPlugin"
         assert info.name == DRIVER_NAME
         assert info.endpoint == str(opts.node.dra_socket)
-        assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        assert list(info.supported_versions) == [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1alpha1.DRAResourceHealth",
+        ]
         with grpc.insecure_channel(f"unix://{opts.node.dra_socket}") as ch:
             stub = v1_grpc.DRAPluginStub(ch)
             claim = v1.Claim(namespace="ns", name="c", uid="u1")

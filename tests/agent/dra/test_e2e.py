@@ -138,6 +138,40 @@ def test_pod_runs_with_our_cdi_devices_and_unprepares(
     eventually(lambda: not agent.spec_uids(), 30, "CDI spec removed", log=agent.log)
 
 
+def test_a_running_pods_device_stays_healthy_in_its_status_past_the_kubelets_timeout(
+    testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
+) -> None:
+    """The kubelet calls a device it has not heard of for 30 s Unknown in the pod's status
+    (ResourceHealthStatus, beta and on since 1.36); the agent sends its health again before."""
+    kube_client.create(claim_obj("gpu", namespace, one_gpu()))
+    kube_client.create(pod_obj("app", namespace, "gpu"))
+    eventually(lambda: running(kube_client, "app", namespace), 90, "pod Running")
+
+    def health() -> list[str]:
+        pod = kube_client.get(Pod, "app", namespace=namespace)
+        return [
+            r.health
+            for cs in (pod.status.containerStatuses or [])
+            if pod.status
+            for st in cs.allocatedResourcesStatus or []
+            for r in st.resources or []
+        ]
+
+    eventually(
+        lambda: health() == ["Healthy"],
+        60,
+        "the device Healthy in the pod's status",
+        log=lambda: f"the pod's status reads {health()}",
+    )
+    # past the kubelet's timeout and a few of its pod status syncs (10 s in the testbed)
+    seen = set()
+    deadline = time.monotonic() + 55
+    while time.monotonic() < deadline:
+        seen.update(health())
+        time.sleep(2)
+    assert seen == {"Healthy"}, agent.log()[-2000:]
+
+
 def _call_prepare(agent: AgentProcess, claims: list[tuple[str, str, str]], beta: bool = False):  # type: ignore[no-untyped-def]
     sock = agent.kubelet_root / "plugins" / DRIVER_NAME / "dra.sock"
     with grpc.insecure_channel(f"unix://{sock}") as ch:

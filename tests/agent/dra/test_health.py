@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import threading
 from pathlib import Path
@@ -56,3 +57,32 @@ def test_stream_follows_the_board_and_ends_when_it_closes() -> None:
                 assert stream.code() == grpc.StatusCode.OK
         finally:
             server.stop()
+
+
+def test_an_unchanged_board_is_sent_again_so_the_kubelet_keeps_it_fresh() -> None:
+    """The kubelet calls a device Unknown once it has not heard of it for its timeout (30 s by
+    default), so an unchanged board must still be sent again; a change still goes at once."""
+    board = HealthBoard("node-a")
+    board.update({"gpu-0": (HealthState.HEALTHY, "")})
+
+    async def first(n: int) -> list[hpb.NodeWatchResourcesResponse]:
+        out = []
+        async for msg in board.watch(every=0.05):
+            out.append(msg)
+            if len(out) == n:
+                break
+        return out
+
+    sent = asyncio.run(asyncio.wait_for(first(3), 10))
+    assert [_states(m) for m in sent] == [{"gpu-0": hpb.HEALTHY}] * 3
+    # the unchanged board keeps its last-change time: only its sending is repeated
+    assert len({m.devices[0].last_updated_time for m in sent}) == 1
+
+    async def after_change() -> hpb.NodeWatchResourcesResponse:
+        stream = board.watch(every=3600)
+        await anext(stream)
+        board.update({"gpu-0": (HealthState.UNHEALTHY, "XID 79")})
+        return await anext(stream)
+
+    changed = asyncio.run(asyncio.wait_for(after_change(), 10))
+    assert _states(changed) == {"gpu-0": hpb.UNHEALTHY}
