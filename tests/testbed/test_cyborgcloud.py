@@ -1,5 +1,6 @@
 """The Cyborg cloud of the tests (kubeacc.testbed.cyborgcloud): the real services, installed from
-their packages, report the fake driver's device through Cyborg's v2 API and Placement."""
+their packages, report the fake driver's device and the synthetic PAC card (Cyborg's Intel
+driver) through Cyborg's v2 API and Placement."""
 
 from __future__ import annotations
 
@@ -8,16 +9,18 @@ import subprocess
 import pytest
 
 from kubeacc.testbed.cyborgcloud import FAKE_SLOTS, CyborgCloud, cyborg_dir
-from tests.conftest import CYBORG_NODE
+from tests.conftest import CYBORG_FPGA_NODE, CYBORG_NODE
 
 pytestmark = pytest.mark.cyborg
 
 
 def test_devices_deployables_and_providers_are_listed(cyborg_cloud: CyborgCloud) -> None:
     devices = cyborg_cloud.cyborg("GET", "/v2/devices")["devices"]
-    assert [(d["hostname"], d["type"]) for d in devices] == [(CYBORG_NODE, "FPGA")]
+    assert sorted((d["hostname"], d["type"]) for d in devices) == sorted(
+        [(CYBORG_NODE, "FPGA"), (CYBORG_FPGA_NODE, "FPGA")]
+    )
     deployables = cyborg_cloud.cyborg("GET", "/v2/deployables")["deployables"]
-    assert [d["num_accelerators"] for d in deployables] == [FAKE_SLOTS]
+    assert len(deployables) == 2 and FAKE_SLOTS in [d["num_accelerators"] for d in deployables]
     providers = cyborg_cloud.placement("GET", f"/resource_providers?name={CYBORG_NODE}")
     (root,) = providers["resource_providers"]
     tree = cyborg_cloud.placement("GET", f"/resource_providers?in_tree={root['uuid']}")
@@ -38,6 +41,8 @@ def test_every_service_runs_and_the_venv_is_the_cached_one(cyborg_cloud: CyborgC
         "cyborg-api",
         "cyborg-conductor",
         f"cyborg-agent-{CYBORG_NODE}",
+        f"cyborg-agent-{CYBORG_FPGA_NODE}",
+        "glance",
     }
     # the project's own venv has none of OpenStack's libraries
     import importlib.util
