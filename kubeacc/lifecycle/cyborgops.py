@@ -43,7 +43,7 @@ from kubeacc.node.cyborg.inventory import (
     deployable_traits,
     trait_id,
 )
-from kubeacc.node.operations.bitstreams import BitstreamLibrary
+from kubeacc.node.operations.bitstreams import BitstreamLibrary, check_allowed
 from kubeacc.node.operations.outcome import Outcome
 
 #: How long Cyborg may take to report the new AFU (its agent reports every 60 s).
@@ -111,12 +111,7 @@ class CyborgOperations:
     ) -> Outcome:
         if device.type is not DeviceType.FPGA:
             raise HostError("NotAnFPGA", f"{device.name} is not an FPGA")
-        if sha256 not in allowed_digests:
-            raise HostError(
-                "BitstreamNotAllowed",
-                f"{bitstream} (sha256 {sha256[:12]}…) is not allowed by the policies of "
-                f"{device.name}",
-            )
+        check_allowed(device.name, bitstream, sha256, allowed_digests)
         data, image = self.library.read(bitstream, sha256)
         deployable = str(device.attributes.get("cyborgDeployable") or "")
         rp_uuid = str(device.attributes.get("resourceProvider") or "")

@@ -43,7 +43,7 @@ from typing import Any
 
 from kubeacc.testbed.build import BuildError, _lock, cache_root
 from kubeacc.testbed.cyborgfpga import FpgaHost, make_fpga_host
-from kubeacc.testbed.glanceservice import glance_config
+from kubeacc.testbed.glanceservice import glance_config, ini_text
 from kubeacc.testbed.procs import Process, free_port, wait_for
 
 CYBORG_VERSION = "17.0.0"
@@ -113,15 +113,6 @@ def rabbitmq_missing() -> str:
     if not (RABBITMQ_DIR / "rabbitmq-server").is_file():
         return "rabbitmq-server is not installed (Debian's package; scripts/bootstrap.sh)"
     return ""
-
-
-def _ini(sections: dict[str, dict[str, str]]) -> str:
-    out = []
-    for name, values in sections.items():
-        out.append(f"[{name}]")
-        out += [f"{k} = {v}" for k, v in values.items()]
-        out.append("")
-    return "\n".join(out)
 
 
 def _port_open(port: int) -> bool:
@@ -274,7 +265,7 @@ class CyborgCloud:
         conf_dir.mkdir(parents=True, exist_ok=True)
         conf = conf_dir / "placement.conf"
         conf.write_text(
-            _ini(
+            ini_text(
                 {
                     "DEFAULT": {"debug": "false"},
                     "api": {"auth_strategy": "noauth2"},
@@ -325,7 +316,7 @@ class CyborgCloud:
             "cyborg_sys_admin": {"helper_command": self._bin("privsep-helper")},
         }
         path = conf_dir / (f"cyborg-{host}.conf" if host else "cyborg.conf")
-        path.write_text(_ini(sections))
+        path.write_text(ini_text(sections))
         return path
 
     def placement(self, method: str, path: str, body: Any = None) -> Any:

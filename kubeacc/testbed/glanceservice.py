@@ -16,7 +16,8 @@ import shutil
 from pathlib import Path
 
 
-def _ini(sections: dict[str, dict[str, str]]) -> str:
+def ini_text(sections: dict[str, dict[str, str]]) -> str:
+    """An oslo.config / paste INI file's text."""
     out = []
     for name, values in sections.items():
         out.append(f"[{name}]")
@@ -33,7 +34,7 @@ def glance_config(workdir: Path, venv: Path, port: int) -> Path:
         (conf_dir / sub).mkdir(parents=True, exist_ok=True)
     shutil.copy(venv / "etc/glance/glance-api-paste.ini", conf_dir / "glance-api-paste.ini")
     (conf_dir / "glance-api.conf").write_text(
-        _ini(
+        ini_text(
             {
                 "DEFAULT": {
                     "enabled_backends": "fs:file",

@@ -118,3 +118,12 @@ def parse_gbs(name: str, digest: str, data: bytes) -> FpgaImage:
         interface_id=_norm_uuid(iface) if iface else None,
         payload=payload,
     )
+
+
+def check_allowed(device_name: str, bitstream: str, sha256: str, allowed: set[str]) -> None:
+    """Refuse a bitstream whose digest no policy of the device allows (host and Cyborg alike)."""
+    if sha256 not in allowed:
+        raise HostError(
+            "BitstreamNotAllowed",
+            f"{bitstream} (sha256 {sha256[:12]}…) is not allowed by the policies of {device_name}",
+        )

@@ -18,7 +18,7 @@ from kubeacc.crds.views import OperationSpecView
 from kubeacc.host import Host
 from kubeacc.host.kernel import FpgaPort, HostError, HostKernel, host_path
 from kubeacc.model import Device, DeviceType
-from kubeacc.node.operations.bitstreams import BitstreamLibrary
+from kubeacc.node.operations.bitstreams import BitstreamLibrary, check_allowed
 from kubeacc.node.operations.migmode import set_mig_mode
 from kubeacc.node.operations.outcome import Outcome
 
@@ -190,12 +190,7 @@ class Executor:
     ) -> Outcome:
         if device.type is not DeviceType.FPGA or device.fpga is None:
             raise HostError("NotAnFPGA", f"{device.name} is not an FPGA")
-        if sha256 not in allowed_digests:
-            raise HostError(
-                "BitstreamNotAllowed",
-                f"{bitstream} (sha256 {sha256[:12]}…) is not allowed by the policies of "
-                f"{device.name}",
-            )
+        check_allowed(device.name, bitstream, sha256, allowed_digests)
         image = self.library.load(bitstream, sha256)
         want_iface = device.fpga.interface_id
         if image.interface_id and want_iface and image.interface_id != want_iface:
