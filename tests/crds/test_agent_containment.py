@@ -691,6 +691,13 @@ def test_the_reported_cross_node_attempts(
     op = kube_client.get(AcceleratorOperation, w.operation, namespace=w.namespace)
     results = {r["accelerator"]: r["node"] for r in op.status["results"]}
     assert results == {acc_name("cx-c"): "cx-c", acc_name("cx-b"): "cx-b"}
+    # Cyborg-backed Accelerators (<node>-cyborg-<resource provider>-<unit>, docs/cyborg.md): B
+    # writes its own; C's is refused.
+    cy = "cyborg-0123abcd-3"
+    _apply_acc(b, accelerator_body(acc_name("cx-b", cy), "cx-b", cy, "cx-b"))
+    theirs = accelerator_body(acc_name("cx-c", cy), "cx-c", cy, "cx-c")
+    msg = _refused(lambda: _apply_acc(b, theirs))
+    assert "cx-b" in msg, msg
     # B overwrites the operation's message: refused.
     msg = _refused(lambda: op_message(b, "cx-b", "cx-c", w))
     assert "status.message belongs to the controller" in msg
