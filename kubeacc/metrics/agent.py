@@ -98,6 +98,12 @@ class AgentMetrics(DevicePluginMetrics):
             "Claims whose unpreparation failed.",
             registry=r,
         )
+        self.claims_swept = Counter(
+            "kubeacc_agent_claims_swept_total",
+            "Prepared claims the agent unprepared itself, found gone or deallocated on the API "
+            "server (at start: an unprepare a power loss dropped; later: one the kubelet missed).",
+            registry=r,
+        )
         self.prepared_claims = Gauge(
             "kubeacc_agent_prepared_claims", "Claims prepared on this node now.", registry=r
         )

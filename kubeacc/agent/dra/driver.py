@@ -607,6 +607,31 @@ class Driver:
         assert out is not None
         return self._unprepared(refs, out)
 
+    def unprepare_unused(
+        self, refs: Iterable[ClaimRef], why: Callable[[ClaimRef], str]
+    ) -> dict[str, tuple[str, str]]:
+        """Unprepare those of ``refs`` still prepared for which ``why`` (read with the claims
+        held, so that no kubelet call for them runs in between) gives a reason; the others are
+        left alone. Returns uid -> (reason, error) for each unprepared or failed one. Raises what
+        ``why`` raises (API server away), changing nothing."""
+        refs = list(refs)
+        reasons: dict[str, str] = {}
+        out: dict[str, str] = {}
+        todo = self._checked(refs, out)
+        with self.guard.hold(set(todo)):
+            with self.lock:
+                present = {u: r for u, r in todo.items() if u in self.checkpoint.claims}
+            for uid, ref in present.items():
+                if reason := why(ref):
+                    reasons[uid] = reason
+            if not reasons:
+                return {}
+            done: dict[str, str] = {}
+            with self.metrics.unprepare_seconds.time(), self.lock:
+                self._unprepare_held({u: present[u] for u in reasons}, done)
+        self._unprepared([present[u] for u in reasons], done)
+        return {uid: (reasons[uid], err) for uid, err in done.items()}
+
     def unprepare_nowait(self, refs: Iterable[ClaimRef]) -> dict[str, str] | None:
         """:meth:`unprepare`, or None at once where it would wait or touch a device.
 

@@ -10,12 +10,21 @@ deallocates a claim when its last consumer stops using it (deleted or finished p
 whose containers may still run keeps its claim allocated. A claim allocated but reserved for no
 pod is kept: an allocation without a reservation is legal (the controller leaves such a claim
 alone) and says nothing about this node's use of it.
+
+After the start the same check runs every :data:`INTERVAL_S`: a kubelet that missed an unprepare
+(it was down when its pod was force-deleted, its watch lagged behind an API server or etcd
+outage) would otherwise leave the claim prepared until the agent's next start. A claim found
+unused then is unprepared only once it has been found unused for :data:`GRACE_S` (the kubelet
+normally unprepares within seconds of its pod going, and its call is the ordinary path), and
+only after a last read made with the claim held (:meth:`Driver.unprepare_unused`), so that a
+kubelet prepare of the same claim, allocated again in between, cannot interleave.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim
@@ -26,6 +35,11 @@ if TYPE_CHECKING:
     from kubeacc.agent.dra.driver import Driver
 
 log = logging.getLogger(__name__)
+
+#: How often, after the start-up sweep, prepared claims are checked against the API server.
+INTERVAL_S = 30.0
+#: A claim found unused is unprepared once it has been found unused this long.
+GRACE_S = 60.0
 
 
 def unused_reason(claim: dict[str, Any] | None, uid: str) -> str:
@@ -57,22 +71,64 @@ def unused(
 
 
 def sweep(driver: Driver) -> list[str]:
-    """Unprepare the driver's unused claims; the UIDs unprepared (errors logged)."""
-    found = unused(driver.prepared(), driver.claims)
-    if not found:
-        return []
-    errors = driver.unprepare([ref for ref, _ in found.values()])
-    done = []
-    for uid, (ref, why) in found.items():
-        if err := errors.get(uid, ""):
-            log.error(
-                "claim %s/%s (%s) is unused but stays prepared: %s",
-                ref.namespace,
-                ref.name,
-                why,
-                err,
-            )
-        else:
-            log.info("unprepared claim %s/%s: %s", ref.namespace, ref.name, why)
+    """The start-up sweep: unprepare the driver's unused claims at once; the UIDs unprepared
+    (errors logged). Raises what the claim source raises (API server away)."""
+    return Sweeper(driver, grace=0.0).pass_once()
+
+
+class Sweeper:
+    """The periodic check: each :meth:`pass_once` unprepares the claims found unused for at
+    least ``grace`` seconds across passes."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        *,
+        grace: float = GRACE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.driver = driver
+        self.grace = grace
+        self.clock = clock
+        #: uid -> when it was first found unused (forgotten once found in use again)
+        self.since: dict[str, float] = {}
+
+    def pass_once(self) -> list[str]:
+        """One check; the UIDs unprepared. Raises what the claim source raises, changing
+        nothing (the caller tries again later)."""
+        found = unused(self.driver.prepared(), self.driver.claims)
+        now = self.clock()
+        self.since = {uid: self.since.get(uid, now) for uid in found}
+        due = [ref for uid, (ref, _) in found.items() if now - self.since[uid] >= self.grace]
+        if not due:
+            return []
+        claims = self.driver.claims
+        results = self.driver.unprepare_unused(
+            due, lambda ref: unused_reason(claims.get(ref.namespace, ref.name, ref.uid), ref.uid)
+        )
+        done = []
+        for uid, (why, err) in results.items():
+            ref = found[uid][0]
+            if err:
+                log.error(
+                    "claim %s/%s (%s) is unused but stays prepared: %s",
+                    ref.namespace,
+                    ref.name,
+                    why,
+                    err,
+                )
+                continue
+            if self.grace:
+                log.warning(
+                    "unprepared claim %s/%s: %s for %.0f s and the kubelet did not unprepare it",
+                    ref.namespace,
+                    ref.name,
+                    why,
+                    now - self.since[uid],
+                )
+            else:
+                log.info("unprepared claim %s/%s: %s", ref.namespace, ref.name, why)
+            self.since.pop(uid, None)
             done.append(uid)
-    return done
+        self.driver.metrics.claims_swept.inc(len(done))
+        return done
