@@ -25,6 +25,7 @@ from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.tools.hoststate import read_calls
 from kubeacc.testbed import Testbed
+from kubeacc.testbed.versions import LANE
 from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
 from tests.kubeletclient import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from tests.kubeletclient import drahealth_v1alpha1_pb2_grpc as hpb_grpc
@@ -142,7 +143,8 @@ def test_a_running_pods_device_stays_healthy_in_its_status_past_the_kubelets_tim
     testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
 ) -> None:
     """The kubelet calls a device it has not heard of for 30 s Unknown in the pod's status
-    (ResourceHealthStatus, beta and on since 1.36); the agent sends its health again before."""
+    (ResourceHealthStatus, beta and on since 1.36); the agent sends its health again before.
+    The stream is in the newest health API the kubelet knows: v1 from 1.37, v1alpha1 in 1.36."""
     kube_client.create(claim_obj("gpu", namespace, one_gpu()))
     kube_client.create(pod_obj("app", namespace, "gpu"))
     eventually(lambda: running(kube_client, "app", namespace), 90, "pod Running")
@@ -170,6 +172,12 @@ def test_a_running_pods_device_stays_healthy_in_its_status_past_the_kubelets_tim
         seen.update(health())
         time.sleep(2)
     assert seen == {"Healthy"}, agent.log()[-2000:]
+    opened = {
+        v: agent.log().count(f"kubelet opened the resource health stream ({v}.DRAResourceHealth)")
+        for v in ("v1", "v1alpha1")
+    }
+    chosen = "v1alpha1" if LANE.minor == "1.36" else "v1"
+    assert opened[chosen] >= 1 and sum(opened.values()) == opened[chosen], opened
 
 
 def _call_prepare(agent: AgentProcess, claims: list[tuple[str, str, str]], beta: bool = False):  # type: ignore[no-untyped-def]
