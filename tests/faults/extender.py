@@ -28,6 +28,7 @@ its own with its ServiceAccount's token. Its managed resources are only the shar
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -329,24 +330,25 @@ class ExtenderRun:
         return took
 
     def _wait_scheduler_live(self) -> bool:
-        """Wait (up to ``ready_within``) until every unbound pod older than
-        :data:`DOWN_REASON_AFTER` has been tried by kube-scheduler (a PodScheduled condition)."""
+        """Wait (up to ``ready_within``) until kube-scheduler has tried a new pod: a canary no
+        node can take, deleted once it is marked unschedulable."""
         assert self._client is not None
+        name = f"canary-{self.kills}"
+        canary = limits_pod(name, self._namespace, {}, nodeSelector={"kubeacc.io/none": "x"})
         deadline = time.monotonic() + self.ready_within
-        while time.monotonic() < deadline:
+        seen = False
+        while time.monotonic() < deadline and not seen:
             try:
-                pods = [as_dict(x) for x in self._client.list(Pod, namespace=self._namespace)]
+                with contextlib.suppress(ApiError):
+                    self._client.create(canary)
+                p = as_dict(self._client.get(Pod, name, namespace=self._namespace))
+                seen = bool(_scheduled(p))
             except API_ERRORS:
-                pods = None
-            if pods is not None and not any(
-                not p["spec"].get("nodeName")
-                and not _scheduled(p)
-                and time.time() - _epoch(p["metadata"].get("creationTimestamp")) > DOWN_REASON_AFTER
-                for p in pods
-            ):
-                return True
-            time.sleep(1)
-        return False
+                pass
+            time.sleep(0.5)
+        with contextlib.suppress(*API_ERRORS):
+            self._client.delete(Pod, name, namespace=self._namespace, grace_period=0)
+        return seen
 
     def _note_down(self) -> None:
         """The extender pods unbound while it was down, and the reasons they give."""

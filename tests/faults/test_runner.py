@@ -1,5 +1,6 @@
-"""The fault runner: a short seeded run on a two-node testbed with every fault kind, and the
-invariant checker shown to fail on planted violations (so that a clean run means something)."""
+"""The fault runner: a short seeded run on a four-node testbed (one of them for kubeacc extender's
+pods) with every fault kind, and the invariant checker shown to fail on planted violations (so
+that a clean run means something)."""
 
 from __future__ import annotations
 
