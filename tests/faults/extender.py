@@ -13,17 +13,18 @@ its own with its ServiceAccount's token. Its managed resources are only the shar
 - ``extender`` pods ask :data:`SHARE_MIB` MiB and :data:`SHARE_CORES` % of one GPU;
 - ``extender-kill``: SIGKILL of the extender, a seeded pause of workload steps, started again;
   the recovery is the time until it is ready (listening, leading, watches synced);
-- invariants (:meth:`ExtenderRun.check`, after every step):
-  ``extender-placement``: a Running extender pod not on an extender node, or without a decision
-  naming its node and at least the memory it asked; ``extender-overcommit``: a GPU given more
-  memory than it has or more than 100 % of its cores, by the decisions of the pods bound or in
-  the extender's own bookkeeping (``/state``); ``extender-bookkeeping``: the extender's holders
-  of a node and the extender pods bound there disagree for longer than ``leak_grace`` (after an
-  API server outage or a watch expiry its caches must list again); ``extender-exited``: the
-  process ended without being killed; ``extender-down-silent``: a pod unbound for over
-  :data:`DOWN_REASON_AFTER` s while the extender was down that gives no reason;
-  ``extender-not-back``: such a pod still unbound ``ready_within`` after the extender is ready
-  again (not for a pod the extender itself refuses as unschedulable).
+- invariants (:meth:`ExtenderRun.check`, after every step): ``extender-placement``: a Running
+  extender pod not on an extender node, or without a decision naming its node and at least the
+  memory it asked; ``extender-overcommit``: a GPU given more memory than it has or more than 100 %
+  of its cores, by the decisions of the pods bound or in the extender's own bookkeeping
+  (``/state``); ``extender-bookkeeping``: the extender's holders of a node and the extender pods
+  bound there disagree for longer than ``leak_grace`` (after an API server outage or a watch expiry
+  its caches must list again); ``extender-exited``: the process ended without being killed;
+  ``extender-down-silent``: a pod unbound for over :data:`DOWN_REASON_AFTER` s while the extender
+  was down that gives no reason (once kube-scheduler marked a canary pod unschedulable before the
+  kill: its pod watch lags after an API server restart); ``extender-not-back``: such a pod still
+  unbound ``ready_within`` after the extender is ready again (not for a pod the extender itself
+  refuses as unschedulable).
 """
 
 from __future__ import annotations
