@@ -233,6 +233,10 @@ class ExtenderRun:
     to_bind: dict[str, float] = field(default_factory=dict)
     reasons_down: Counter[str] = field(default_factory=Counter)
     bound_after_return: int = 0
+    #: per kill: seconds from the extender's return until its probe pod was bound
+    probe_bound_s: list[float] = field(default_factory=list)
+    probes_full: int = 0
+    _late: list[Violation] = field(default_factory=list)
     kills: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -306,14 +310,21 @@ class ExtenderRun:
 
     # -- the fault -------------------------------------------------------------------------
     def inject(self, seconds: float) -> float:
-        """SIGKILL, ``seconds`` of workload steps, start; the seconds until it is ready."""
-        assert self.extender is not None
+        """SIGKILL, ``seconds`` of workload steps, start; the seconds until it is ready.
+
+        A probe pod of the extender kind, made right after the kill, waits for certain while
+        it is down: the seconds from the extender's return until it is bound are reported
+        (``bound_after_return_s``), past ``ready_within`` a violation; it is deleted then."""
+        assert self.extender is not None and self._client is not None
         # kube-scheduler's watches lag after an API server restart (docs/testing.md): the pods
         # waiting while the extender is down are held to a reason once it sees new pods again
         self._scheduler_live = self._wait_scheduler_live()
         self.extender.kill()
         self.kills += 1
         self.down_since = time.monotonic()
+        probe = f"probe{self.kills}-{KIND}"
+        with contextlib.suppress(*API_ERRORS):
+            self._client.create(pod(probe, self._namespace))
         end = self.down_since + seconds
         while time.monotonic() < end:
             if self.during is not None:
@@ -326,9 +337,35 @@ class ExtenderRun:
         took = time.monotonic() - t0
         back = time.monotonic()
         self.down_since = None
-        self.to_bind = {name: back for name in self.waited_down}
+        self.to_bind = {name: back for name in self.waited_down if name != probe}
         self.waited_down = {}
+        self._probe_bound(probe, back)
         return took
+
+    def _probe_bound(self, name: str, back: float) -> None:
+        """Wait for the probe to be bound (or refused as full); then delete it."""
+        assert self._client is not None
+        p: dict[str, Any] = {}
+        while time.monotonic() - back < self.ready_within:
+            with contextlib.suppress(*API_ERRORS):
+                p = as_dict(self._client.get(Pod, name, namespace=self._namespace))
+            if p and p["spec"].get("nodeName"):
+                self.probe_bound_s.append(round(time.monotonic() - back, 2))
+                break
+            if p and _full(p):
+                self.probes_full += 1
+                break
+            time.sleep(0.2)
+        else:
+            self._late.append(
+                Violation(
+                    "extender-not-back",
+                    f"{name} unbound {self.ready_within}s after the extender returned: "
+                    f"{_scheduling_message(p) or 'no reason'}",
+                )
+            )
+        with contextlib.suppress(*API_ERRORS):
+            self._client.delete(Pod, name, namespace=self._namespace, grace_period=0)
 
     def _wait_scheduler_live(self) -> bool:
         """Wait (up to ``ready_within``) until kube-scheduler has tried a new pod: a canary no
@@ -379,6 +416,8 @@ class ExtenderRun:
             out.append(Violation("extender-exited", f"exit {code}"))
         out += self._silent_while_down(view)
         out += self._not_back(view)
+        out += self._late
+        self._late = []
         return out
 
     def _silent_while_down(self, view: ClusterView) -> list[Violation]:
@@ -403,7 +442,7 @@ class ExtenderRun:
             if p is None or p["spec"].get("nodeName") or p["metadata"].get("deletionTimestamp"):
                 self.bound_after_return += p is not None and bool(p["spec"].get("nodeName"))
                 del self.to_bind[name]
-            elif _scheduling_reason(p) == "Unschedulable" and "no GPU" in _scheduling_message(p):
+            elif _full(p):
                 del self.to_bind[name]  # the extender itself refused it: full
             elif time.monotonic() - back > self.ready_within:
                 del self.to_bind[name]
@@ -436,6 +475,8 @@ class ExtenderRun:
             "kills": self.kills,
             "pods_unbound_while_down_by_reason": dict(self.reasons_down),
             "bound_after_return": self.bound_after_return,
+            "probe_bound_after_return_s": self.probe_bound_s,
+            "probes_refused_as_full": self.probes_full,
         }
 
 
@@ -453,6 +494,11 @@ def _scheduled(p: dict[str, Any]) -> dict[str, Any]:
 
 def _scheduling_reason(p: dict[str, Any]) -> str:
     return str(_scheduled(p).get("reason") or "")
+
+
+def _full(p: dict[str, Any]) -> bool:
+    """The extender refused the pod: no GPU of a node has its share free."""
+    return _scheduling_reason(p) == "Unschedulable" and "no GPU" in _scheduling_message(p)
 
 
 def _scheduling_message(p: dict[str, Any]) -> str:

@@ -89,10 +89,12 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
     waited = [n for t in report.api_faults.throttled for n in t["agents_waited_out_429"].values()]
     assert sum(waited) > 0, f"no agent was answered 429\n{summary}"
     assert len(report.api_faults.etcd) == report.faults[throttle.ETCD_OUTAGE].injected, summary
-    # the extender-kill fault is real: extender pods waited while it was down and were placed
-    # after it came back, or it had none to place then (the report says which)
+    # the extender-kill fault is real: the extender was killed as often as the fault was drawn
     ext = report.as_json()["extender"]
     assert ext["kills"] == report.faults[extender.EXTENDER_KILL].injected, summary
+    # its probe pod waited while it was down and was bound after its return (or refused as full)
+    probes = len(ext["probe_bound_after_return_s"]) + ext["probes_refused_as_full"]
+    assert probes == ext["kills"], summary
     assert sentinel.read_text() == "kept", "a fault removed a file of the working directory"
     print(f"fault run took {time.monotonic() - t0:.0f}s")
 
