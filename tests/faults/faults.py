@@ -27,6 +27,8 @@ component is ready again.
 - ``clock-step``: one node's agent's, or the controller replicas', wall clock stepped ahead or
   behind under libfaketime for a seeded while of workload, then back to true
   (tests/faults/clockstep.py).
+- ``extender-kill``: SIGKILL of ``kubeacc extender``, a seeded pause of workload steps, started
+  again (tests/faults/extender.py).
 
 Each :meth:`Injector.inject` returns the seconds from the end of the fault (the process started
 again, the API server restarted) until every component of the node, or of the cluster for an
@@ -52,10 +54,11 @@ from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.tools import hoststate
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
-from tests.faults import powerloss, throttle
+from tests.faults import extender, powerloss, throttle
 
 if TYPE_CHECKING:
     from tests.faults.clockstep import ClockSteps
+    from tests.faults.extender import ExtenderRun
 
 AGENT_KILL = "agent-kill"
 KUBELET_RESTART = "kubelet-restart"
@@ -75,9 +78,10 @@ KINDS = (
     WATCH_EXPIRY,
     CLOCK_STEP,
     *throttle.KINDS,
+    extender.EXTENDER_KILL,
 )
-#: The faults that hit the API server (no node).
-CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY, *throttle.KINDS)
+#: The faults that hit the API server or the extender (no node).
+CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY, *throttle.KINDS, extender.EXTENDER_KILL)
 
 REGISTERED = "kubelet registered plugin kubeacc.io"
 
@@ -131,6 +135,8 @@ class Injector:
         self.watches_expired = 0
         #: the stepped clocks (set by the runner)
         self.clock_steps: ClockSteps | None = None
+        #: the extender (set by the runner when the run has it)
+        self.extender: ExtenderRun | None = None
         logs = lambda: {n: node.agent.log() for n, node in nodes.items()}  # noqa: E731
         self.api = throttle.ApiFaults(testbed, logs, ready_timeout)
 
@@ -153,6 +159,8 @@ class Injector:
             return self.clock_steps.inject(fault, self.nodes, self.ready_timeout)
         if fault.kind in throttle.KINDS:
             return self.api.inject(fault.kind, fault.seconds)
+        if fault.kind == extender.EXTENDER_KILL and self.extender is not None:
+            return self.extender.inject(fault.seconds)
         raise ValueError(f"unknown fault {fault.kind!r}")
 
     def _agent_kill(self, node: Node) -> float:

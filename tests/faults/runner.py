@@ -33,7 +33,7 @@ from kubeacc.node import cdi
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.identities import install_agent_access
 from tests.agent.dra.agentproc import AgentProcess
-from tests.faults import clockstep, hardware, nodes, outage, powerloss, throttle
+from tests.faults import clockstep, extender, hardware, nodes, outage, powerloss, throttle
 from tests.faults import faults as F
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
 from tests.faults.outage import OutageReport
@@ -71,6 +71,9 @@ class Config:
     #: > 0: one API server outage this long under the workload before the mixed faults
     #: (tests.faults.outage)
     long_outage: float = 0.0
+    #: kube-scheduler configured with ``kubeacc extender`` (tests.faults.extender: the
+    #: ``extender`` kind and the ``extender-kill`` fault need it)
+    extender: extender.Plan | None = None
 
 
 @dataclass
@@ -118,6 +121,7 @@ class Report:
     #: controller hand-overs seen (a replica acting after another did)
     controller_handovers: int = 0
     api_faults: throttle.ApiFaultLog = field(default_factory=throttle.ApiFaultLog)
+    extender: dict[str, Any] | None = None
 
     def violations(self) -> list[str]:
         during = self.outage.violations if self.outage else []
@@ -136,6 +140,7 @@ class Report:
             "watch_expiry_answered_410": self.watches_expired,
             "controller_handovers": self.controller_handovers,
             **self.api_faults.as_json(),
+            "extender": self.extender,
             "faults_injected": [s for s in self.sequence if not s.startswith("step")],
             "workload": {
                 "created": dict(self.created),
@@ -156,7 +161,7 @@ def fault_plan(seed: int, config: Config) -> Iterator[tuple[int, F.Fault]]:
 
     def one(kind: str) -> tuple[int, F.Fault]:
         steps = rng.randint(*config.steps_between)
-        if kind in (F.APISERVER_OUTAGE, *throttle.KINDS):
+        if kind in (F.APISERVER_OUTAGE, *throttle.KINDS, extender.EXTENDER_KILL):
             return steps, F.Fault(kind, seconds=round(rng.uniform(*config.outage_seconds), 1))
         if kind in F.CLUSTER_KINDS:
             return steps, F.Fault(kind)
@@ -192,6 +197,11 @@ class Runner:
             self.nodes[name] = F.Node(name, setup.host, agent, args, self.clocks.wrapper(name))
         self.injector = F.Injector(testbed, self.nodes, config.ready_within)
         self.injector.clock_steps = self.clocks
+        asked = (*config.kinds, *config.fault_kinds)
+        self.ext = extender.ExtenderRun.of(
+            testbed, config.extender, config.nodes, self.nodes, workdir, config.ready_within, asked
+        )
+        self.injector.extender = self.ext
         self.tracker = Tracker()
         self.report = Report(config.seed, dict(config.nodes))
         self._seen: set[str] = set()
@@ -204,6 +214,9 @@ class Runner:
             self._start()
             self._run()
         finally:
+            if self.ext is not None:
+                self.report.extender = self.ext.as_json()
+                self.ext.stop()
             for node in self.nodes.values():
                 node.agent.stop()
                 powerloss.unmount(node)
@@ -224,6 +237,8 @@ class Runner:
             node.start_agent()
             node.agent.wait_registered(self.config.ready_within)
         self.clocks.start(self.client, self.config.ready_within)
+        if self.ext is not None:
+            self.ext.start(self.client, NAMESPACE)
 
     def _run(self) -> None:
         cfg = self.config
@@ -233,6 +248,8 @@ class Runner:
         self.injector.api.during = workload.step
         plan = fault_plan(cfg.seed, cfg)
         self.clocks.during = lambda: self._step_during(workload, F.CLOCK_STEP)
+        if self.ext is not None:
+            self.ext.during = lambda: self._step_during(workload, extender.EXTENDER_KILL)
         self._t0 = t0 = time.monotonic()
         last = "before-faults"
         self.report.faults = {k: Stats() for k in ("before-faults", *cfg.fault_kinds)}
@@ -353,7 +370,8 @@ class Runner:
     def _check(self, last: str) -> None:
         cfg = self.config
         view = self._view()
-        found: list[Violation] = check(
+        ext = self.ext.check(view, self.tracker, cfg.leak_grace) if self.ext else []
+        found: list[Violation] = ext + check(
             view,
             self.tracker,
             set(self.nodes),
