@@ -36,6 +36,8 @@ from tests.agent.dra.agentproc import AgentProcess
 from tests.faults import clockstep, hardware, nodes, outage, powerloss, throttle
 from tests.faults import faults as F
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
+from tests.faults.lifecycle import LifecycleProcess
+from tests.faults.operations import Operations
 from tests.faults.outage import OutageReport
 from tests.faults.workload import API_ERRORS, Workload
 
@@ -118,6 +120,8 @@ class Report:
     #: controller hand-overs seen (a replica acting after another did)
     controller_handovers: int = 0
     api_faults: throttle.ApiFaultLog = field(default_factory=throttle.ApiFaultLog)
+    #: the AcceleratorOperations (tests/faults/operations.py)
+    operations: dict[str, Any] = field(default_factory=dict)
 
     def violations(self) -> list[str]:
         during = self.outage.violations if self.outage else []
@@ -136,6 +140,7 @@ class Report:
             "watch_expiry_answered_410": self.watches_expired,
             "controller_handovers": self.controller_handovers,
             **self.api_faults.as_json(),
+            "operations": self.operations,
             "faults_injected": [s for s in self.sequence if not s.startswith("step")],
             "workload": {
                 "created": dict(self.created),
@@ -190,6 +195,10 @@ class Runner:
             )
             args = (*setup.agent_args, *self.clocks.agent_args(name))
             self.nodes[name] = F.Node(name, setup.host, agent, args, self.clocks.wrapper(name))
+            self.nodes[name].lifecycle = LifecycleProcess(
+                name, setup.host, kubeconfig, workdir / name / "bitstreams", workdir / name
+            )
+        self.ops = Operations.of(self.nodes, config.nodes, f"{config.seed}/operations")
         self.injector = F.Injector(testbed, self.nodes, config.ready_within)
         self.injector.clock_steps = self.clocks
         self.tracker = Tracker()
@@ -206,6 +215,8 @@ class Runner:
         finally:
             for node in self.nodes.values():
                 node.agent.stop()
+                if node.lifecycle is not None:
+                    node.lifecycle.stop()
                 powerloss.unmount(node)
             self.clocks.stop()
         self.report.controller_handovers = self.clocks.controllers.transitions()
@@ -223,6 +234,7 @@ class Runner:
             powerloss.mount(node)
             node.start_agent()
             node.agent.wait_registered(self.config.ready_within)
+        self.ops.start(self.config.ready_within)
         self.clocks.start(self.client, self.config.ready_within)
 
     def _run(self) -> None:
@@ -230,6 +242,8 @@ class Runner:
         rng = random.Random(f"{cfg.seed}/workload")
         client = throttle.workload_client(self.testbed, self._workdir)
         workload = Workload(client, NAMESPACE, rng, cfg.kinds, max_live=cfg.max_live)
+        self.ops.client = client
+        workload.also.append(self.ops.step)
         self.injector.api.during = workload.step
         plan = fault_plan(cfg.seed, cfg)
         self.clocks.during = lambda: self._step_during(workload, F.CLOCK_STEP)
@@ -305,6 +319,8 @@ class Runner:
 
     def _finish(self, workload: Workload) -> None:
         cfg = self.config
+        self.report.final += [f"{v.kind}: {v.detail}" for v in self.ops.finish()]
+        self.report.operations = self.ops.as_json()
         # every pod Running, unschedulable or Failed with a reason (a device-plugin pod the
         # kubelet admitted while the plugin was not registered again after a restart fails
         # with UnexpectedAdmissionError: Kubernetes' own behaviour, reported under what the
@@ -362,6 +378,7 @@ class Runner:
             hw_grace=cfg.hw_grace,
             afu=nodes.AFU,
         )
+        found += self.ops.check(view)
         stats = self.report.faults.setdefault(last, Stats())
         for text in [f"{v.kind}: {v.detail}" for v in found] + self._clock_violations():
             if text not in self._seen:
