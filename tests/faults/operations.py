@@ -91,6 +91,12 @@ class Target:
     host: Path
     #: an FPGA's port (its afu_id)
     port: str = ""
+    #: its PCI function (an FPGA's reset is recorded under it, its programming under the port)
+    bdf: str = ""
+
+    def recorded(self, action: dict[str, Any]) -> bool:
+        """Whether the host's record of ``action`` is one on this device."""
+        return action.get("device") in (self.key, self.bdf)
 
 
 @dataclass
@@ -125,15 +131,16 @@ def targets(node: str, profile: str, host: Path) -> list[Target]:
                 ("Program", "Program", "Reset"),
                 host,
                 d.fpga.ports[0],
+                d.pci.bus_id,
             )
             for d in sorted(found.values(), key=lambda d: d.name)
-            if d.fpga is not None and d.fpga.ports
+            if d.fpga is not None and d.fpga.ports and d.pci is not None
         ]
     out = []
     for name, acts in PROFILE_TARGETS.get(profile, ()):
         dev = found[name]
         assert dev.pci is not None
-        out.append(Target(node, name, dev.pci.bus_id, acts, host))
+        out.append(Target(node, name, dev.pci.bus_id, acts, host, bdf=dev.pci.bus_id))
     return out
 
 
@@ -311,11 +318,7 @@ class Operations:
 
     def _count(self, target: Target) -> int:
         pids = self.agents[target.node].pids
-        return sum(
-            1
-            for a in actions(target.host)
-            if a.get("device") == target.key and a.get("pid") in pids
-        )
+        return sum(1 for a in actions(target.host) if target.recorded(a) and a.get("pid") in pids)
 
     # -- the checks --------------------------------------------------------------------------
     def check(self, view: ClusterView) -> list[Violation]:
@@ -330,7 +333,7 @@ class Operations:
             record = actions(host)
             new = record[self._seen_actions.get(host, 0) :]
             self._seen_actions[host] = len(record)
-            names = {t.key: t.device for t in self.targets if t.host == host}
+            names = {k: t.device for t in self.targets if t.host == host for k in (t.key, t.bdf)}
             for a in new:
                 if a.get("pid") not in self.agents[node].pids:
                     continue
