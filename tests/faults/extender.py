@@ -30,7 +30,6 @@ its own with its ServiceAccount's token. Its managed resources are only the shar
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -53,7 +52,6 @@ from tests.extender.clusterlib import (
     extender_kubeconfig,
     limits_pod,
     scheduler_side,
-    start_lifecycle,
 )
 from tests.faults.invariants import ClusterView, Tracker, Violation, pod_reason
 from tests.testbed.helpers import eventually
@@ -238,8 +236,6 @@ class ExtenderRun:
     probes_full: int = 0
     _late: list[Violation] = field(default_factory=list)
     kills: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _threads: list[threading.Thread] = field(default_factory=list)
     _memory: dict[tuple[str, str], int] = field(default_factory=dict)
     _client: Client | None = None
     _namespace: str = ""
@@ -274,8 +270,8 @@ class ExtenderRun:
 
     def start(self, client: Client, namespace: str) -> None:
         self._client, self._namespace = client, namespace
-        for node, (host, kubeconfig, work) in sorted(self.nodes.items()):
-            self._threads.append(start_lifecycle(kubeconfig, node, host, work, self._stop))
+        # The Accelerators the extender reads come from the runner's life-cycle agents
+        # (tests/faults/lifecycle.py), one per node: a second one here would fight it.
         gpus = GPUS_PER_NODE * len(self.nodes)
         for node in self.nodes:
             taints = [t.to_dict() for t in (client.get(Node, node).spec.taints or [])]  # type: ignore[union-attr]
@@ -304,9 +300,6 @@ class ExtenderRun:
     def stop(self) -> None:
         if self.extender is not None:
             self.extender.stop()
-        self._stop.set()
-        for t in self._threads:
-            t.join(10)
 
     # -- the fault -------------------------------------------------------------------------
     def inject(self, seconds: float) -> float:

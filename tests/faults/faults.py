@@ -24,6 +24,9 @@ component is ready again.
   that revision (through etcd's own client API), the API server started again: every client's
   watch resumes from a compacted revision and is answered ``410 Gone`` (too old resource
   version), so each must list again.
+- ``lifecycle-kill``: SIGKILL of one node's ``kubeacc lifecycle-agent`` at a seeded instant
+  after an operation was made to run on that node, started again (tests/faults/lifecycle.py).
+  Node reboots and power losses kill it too, and start it again after the node agent.
 - ``clock-step``: one node's agent's, or the controller replicas', wall clock stepped ahead or
   behind under libfaketime for a seeded while of workload, then back to true
   (tests/faults/clockstep.py).
@@ -54,7 +57,7 @@ from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.tools import hoststate
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
-from tests.faults import extender, powerloss, throttle
+from tests.faults import extender, lifecycle, powerloss, throttle
 
 if TYPE_CHECKING:
     from tests.faults.clockstep import ClockSteps
@@ -77,6 +80,7 @@ KINDS = (
     RUNTIME_RESTART,
     WATCH_EXPIRY,
     CLOCK_STEP,
+    lifecycle.LIFECYCLE_KILL,
     *throttle.KINDS,
     extender.EXTENDER_KILL,
 )
@@ -117,6 +121,8 @@ class Node:
     agent_args: tuple[str, ...] = ()
     #: the command prefix the agent runs under (its stepped clock)
     wrapper: tuple[str, ...] = ()
+    #: its ``kubeacc lifecycle-agent`` (tests/faults/lifecycle.py)
+    lifecycle: lifecycle.LifecycleProcess | None = None
 
     def registrations(self) -> int:
         return self.agent.log().count(REGISTERED)
@@ -157,6 +163,8 @@ class Injector:
             return self._watch_expiry()
         if fault.kind == CLOCK_STEP and self.clock_steps is not None:
             return self.clock_steps.inject(fault, self.nodes, self.ready_timeout)
+        if fault.kind == lifecycle.LIFECYCLE_KILL and (lc := self.nodes[fault.node].lifecycle):
+            return lifecycle.kill_fault(lc, self.ready_timeout)
         if fault.kind in throttle.KINDS:
             return self.api.inject(fault.kind, fault.seconds)
         if fault.kind == extender.EXTENDER_KILL and self.extender is not None:
@@ -225,6 +233,8 @@ class Injector:
 
     def _reboot(self, node: Node, keeps_bitstreams: bool, power_cut: bool) -> float:
         powerloss.power_off(node, cut=power_cut)
+        if node.lifecycle is not None:
+            node.lifecycle.kill()  # it keeps no files (tests/faults/lifecycle.py)
         kubelet = self.testbed.node(node.name)
         kubelet.stop_kubelet()
         if kubelet.cri is not None:
@@ -243,6 +253,9 @@ class Injector:
         powerloss.power_on(node)
         node.start_agent()
         self._node_ready(node, before)
+        if node.lifecycle is not None:
+            node.lifecycle.start()
+            node.lifecycle.wait_ready(self.ready_timeout)
         return time.monotonic() - t0
 
     def _node_ready(self, node: Node, registrations_before: int) -> None:

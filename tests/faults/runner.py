@@ -36,6 +36,8 @@ from tests.agent.dra.agentproc import AgentProcess
 from tests.faults import clockstep, extender, hardware, nodes, outage, powerloss, throttle
 from tests.faults import faults as F
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
+from tests.faults.lifecycle import LifecycleProcess
+from tests.faults.operations import Operations
 from tests.faults.outage import OutageReport
 from tests.faults.workload import API_ERRORS, Workload
 
@@ -122,6 +124,8 @@ class Report:
     controller_handovers: int = 0
     api_faults: throttle.ApiFaultLog = field(default_factory=throttle.ApiFaultLog)
     extender: dict[str, Any] | None = None
+    #: the AcceleratorOperations (tests/faults/operations.py)
+    operations: dict[str, Any] = field(default_factory=dict)
 
     def violations(self) -> list[str]:
         during = self.outage.violations if self.outage else []
@@ -141,6 +145,7 @@ class Report:
             "controller_handovers": self.controller_handovers,
             **self.api_faults.as_json(),
             "extender": self.extender,
+            "operations": self.operations,
             "faults_injected": [s for s in self.sequence if not s.startswith("step")],
             "workload": {
                 "created": dict(self.created),
@@ -195,6 +200,10 @@ class Runner:
             )
             args = (*setup.agent_args, *self.clocks.agent_args(name))
             self.nodes[name] = F.Node(name, setup.host, agent, args, self.clocks.wrapper(name))
+            self.nodes[name].lifecycle = LifecycleProcess(
+                name, setup.host, kubeconfig, workdir / name / "bitstreams", workdir / name
+            )
+        self.ops = Operations.of(self.nodes, config.nodes, f"{config.seed}/operations")
         self.injector = F.Injector(testbed, self.nodes, config.ready_within)
         self.injector.clock_steps = self.clocks
         asked = (*config.kinds, *config.fault_kinds)
@@ -219,6 +228,8 @@ class Runner:
                 self.ext.stop()
             for node in self.nodes.values():
                 node.agent.stop()
+                if node.lifecycle is not None:
+                    node.lifecycle.stop()
                 powerloss.unmount(node)
             self.clocks.stop()
         self.report.controller_handovers = self.clocks.controllers.transitions()
@@ -236,6 +247,7 @@ class Runner:
             powerloss.mount(node)
             node.start_agent()
             node.agent.wait_registered(self.config.ready_within)
+        self.ops.start(self.config.ready_within)
         self.clocks.start(self.client, self.config.ready_within)
         if self.ext is not None:
             self.ext.start(self.client, NAMESPACE)
@@ -245,6 +257,8 @@ class Runner:
         rng = random.Random(f"{cfg.seed}/workload")
         client = throttle.workload_client(self.testbed, self._workdir)
         workload = Workload(client, NAMESPACE, rng, cfg.kinds, max_live=cfg.max_live)
+        self.ops.client = client
+        workload.also.append(self.ops.step)
         self.injector.api.during = workload.step
         plan = fault_plan(cfg.seed, cfg)
         self.clocks.during = lambda: self._step_during(workload, F.CLOCK_STEP)
@@ -322,6 +336,8 @@ class Runner:
 
     def _finish(self, workload: Workload) -> None:
         cfg = self.config
+        self.report.final += [f"{v.kind}: {v.detail}" for v in self.ops.finish()]
+        self.report.operations = self.ops.as_json()
         # every pod Running, unschedulable or Failed with a reason (a device-plugin pod the
         # kubelet admitted while the plugin was not registered again after a restart fails
         # with UnexpectedAdmissionError: Kubernetes' own behaviour, reported under what the
@@ -380,6 +396,7 @@ class Runner:
             hw_grace=cfg.hw_grace,
             afu=nodes.AFU,
         )
+        found += self.ops.check(view)
         stats = self.report.faults.setdefault(last, Stats())
         for text in [f"{v.kind}: {v.detail}" for v in found] + self._clock_violations():
             if text not in self._seen:

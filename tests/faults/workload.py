@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,8 @@ class Workload:
     _pending: tuple[str, str] | None = None
     #: the kinds of the first creates: each kind once, in a seeded order
     _first: list[str] = field(default_factory=list)
+    #: more work each step does (tests/faults/operations.py)
+    also: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._first = list(self.kinds)
@@ -108,6 +111,8 @@ class Workload:
                 self._pending = ("create", f"w{self._next}-{kind}")
             else:
                 self._pending = ("delete", self.rng.choice(sorted(self.live)))
+        for more in self.also:
+            more()
         action, name = self._pending
         try:
             if action == "create":
