@@ -172,7 +172,11 @@ class Workload:
             self.api_errors += 1
 
     def delete_all(self) -> None:
-        """Delete every live pod (the end of a run)."""
+        """Delete every live pod (the end of a run), and what a create cut off by an API error
+        left: its claim without its pod, or both without an answer."""
+        if self._pending is not None and self._pending[0] == "create":
+            self.live.append(self._pending[1])
+            self._pending = None
         for name in list(self.live):
             self._delete(name)
 
