@@ -1,7 +1,10 @@
 """The fault runner (tests/faults, docs/testing.md "Fault runner") run long.
 
 Starts a testbed with one kubelet per node of ``--nodes`` (name=profile pairs, profiles of
-tests/faults/nodes.py; default a dgx-h100 GPU node and a KunLun XPU node), runs the seeded
+tests/faults/nodes.py; default a dgx-h100 GPU node and a KunLun XPU node), the nodes of
+``--containerd`` on containerd + runc (default: the first ``dgx-h100`` node, whose kinds are
+whole GPUs, shares, MIG partitions and NIC VFs; ``--containerd ''``: none), the others on the
+fake CRI runtime (tests/faults/runtime.py), runs the seeded
 workload with every fault kind of tests/faults/faults.py for ``--minutes`` (after one API server
 outage of ``--long-outage`` seconds, when given: what the nodes kept and the agents' memory
 during it), and prints one JSON object: per fault kind how many were injected, the invariants
@@ -10,7 +13,7 @@ API errors, the reasons pods gave while not Running).
 
     python bench/faults.py [--minutes 5] [--seed 46] [--long-outage 300] \
         [--nodes g=dgx-h100,x=kunlun-xpu,f=fpga-arria,p=l4-plugin] [--kinds gpu,fpga,...] \
-        [--faults agent-kill,clock-step,...]
+        [--faults agent-kill,clock-step,...] [--containerd fault-gpu,...]
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from pathlib import Path
 from kubelet_client import tests_module
 
 from kubeacc.testbed import Testbed
-from kubeacc.testbed.kubelet import KubeletOptions
+from kubeacc.testbed.mountns import shared
 
 DEFAULT_NODES = "fault-gpu=dgx-h100,fault-xpu=kunlun-xpu"
 
@@ -44,6 +47,12 @@ def main() -> int:
     parser.add_argument(
         "--faults", default="", help="fault kinds to inject (default: every kind of faults.py)"
     )
+    parser.add_argument(
+        "--containerd",
+        default=None,
+        help="nodes whose kubelet runs on containerd + runc (comma-separated; '' for none; "
+        "default: the first dgx-h100 node)",
+    )
     parser.add_argument("--max-live", type=int, default=8, help="at most this many pods at once")
     parser.add_argument(
         "--long-outage",
@@ -56,11 +65,19 @@ def main() -> int:
     )
     args = parser.parse_args()
     runner = tests_module("faults.runner")
+    rt = tests_module("faults.runtime")
     known = tests_module("faults.faults").KINDS
     faults = tuple(args.faults.split(",")) if args.faults else known
     if unknown := sorted(set(faults) - set(known)):
         parser.error(f"unknown fault kinds {', '.join(unknown)} (known: {', '.join(known)})")
     nodes = dict(pair.split("=", 1) for pair in args.nodes.split(","))
+    if args.containerd is None:
+        args.containerd = next((n for n, p in sorted(nodes.items()) if p == "dgx-h100"), "")
+    runtimes = {n: rt.CONTAINERD for n in args.containerd.split(",") if n}
+    try:
+        options = rt.kubelet_options(nodes, runtimes)
+    except ValueError as exc:
+        parser.error(str(exc))
     config = runner.Config(
         seed=args.seed,
         duration=args.minutes * 60,
@@ -69,10 +86,12 @@ def main() -> int:
         long_outage=args.long_outage,
         max_live=args.max_live,
         fault_kinds=faults,
+        runtimes=runtimes,
     )
     t0 = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="kubeacc-faults-"))
-    with Testbed.start(nodes=[KubeletOptions(node_name=n) for n in nodes], keep=args.keep) as tb:
+    # the agents' lazy mounts under work show in the containerd nodes' mount namespaces
+    with shared(work), Testbed.start(nodes=options, keep=args.keep) as tb:
         report = runner.Runner(tb, work, config).run()
     if args.keep:
         print(f"agents' logs and state kept in {work}; testbed in {tb.workdir}", file=sys.stderr)

@@ -551,16 +551,23 @@ class Agent:
 
     def _sweep_unused(self) -> None:
         """Unprepare recorded claims no pod can use (kubeacc.agent.dra.stale), once the API
-        server has answered for every one of them."""
+        server has answered for every one of them; then, every second, those of them that were
+        allocated but reserved for no pod, until each is unprepared or reserved."""
         pause = 1.0
+        watched: set[str] | None = None
         while not self._stop.is_set():
             try:
-                stale.sweep(self.driver)
-                return
+                stale.sweep(self.driver, only=watched)
+                prepared = self.driver.prepared()
+                uids = set(prepared) if watched is None else watched
+                watched = stale.unreserved(prepared, self.driver.claims, uids)
+                if not watched:
+                    return
+                pause = 1.0
             except Exception as exc:
                 log.warning("checking prepared claims failed (%s); again in %.0f s", exc, pause)
+                pause = min(pause * 2, 60.0)
             self._stop.wait(pause)
-            pause = min(pause * 2, 60.0)
 
     def request_stop(self) -> None:
         self._stop.set()

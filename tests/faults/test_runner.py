@@ -19,14 +19,16 @@ from kubeacc.agent.dra.checkpoint import (
     read_claims,
 )
 from kubeacc.testbed import Testbed
-from kubeacc.testbed.kubelet import KubeletOptions
+from kubeacc.testbed.mountns import shared
 from tests.faults import faults as F
-from tests.faults import nodes, throttle
+from tests.faults import nodes, runtime, throttle
 from tests.faults.invariants import ClusterView, NodeView, Tracker, check
 from tests.faults.runner import Config, Runner, fault_plan
 from tests.faults.workload import KINDS
 
 NODES = {"fault-gpu": "dgx-h100", "fault-xpu": "kunlun-xpu", "fault-fpga": nodes.FPGA_PROFILE}
+#: the GPU node (share, MIG and NIC kinds) runs its pods on containerd + runc
+RUNTIMES = {"fault-gpu": runtime.CONTAINERD}
 SEED = int(os.environ.get("KUBEACC_FAULTS_SEED", "46"))
 
 
@@ -53,10 +55,13 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
         leak_grace=240,
         pending_grace=240,
         settle_timeout=240,
+        runtimes=RUNTIMES,
     )
     t0 = time.monotonic()
     keep = os.environ.get("KUBEACC_TESTBED_KEEP") == "1"  # the logs, for a failed run
-    with Testbed.start(nodes=[KubeletOptions(node_name=n) for n in NODES], keep=keep) as tb:
+    options = runtime.kubelet_options(NODES, RUNTIMES)
+    # the agents' lazy mounts under tmp_path show in the containerd node's mount namespace
+    with shared(tmp_path), Testbed.start(nodes=options, keep=keep) as tb:
         report = Runner(tb, tmp_path, config).run()
         summary = json.dumps(report.as_json(), indent=1)
         print(summary)
@@ -70,6 +75,8 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
     assert len(report.running_seen) >= 3, summary
     assert len(report.prepared_seen) >= 3, summary
     assert report.deleted >= 1, summary
+    # pods really ran on containerd and their containers saw their claims' devices
+    assert any(v.startswith("fault-gpu/") for v in report.containers_verified), summary
     # the watch-expiry fault is real: a watch from before it was answered 410 Gone
     assert report.watches_expired == report.faults[F.WATCH_EXPIRY].injected, summary
     # the throttled API server is real: others than the load were answered 429 each time

@@ -75,3 +75,35 @@ def test_an_unreachable_api_server_fails_the_sweep_and_changes_nothing(
     with pytest.raises(ConnectionRefusedError):
         stale.sweep(driver)
     assert set(driver.prepared()) == {"u1"}
+
+
+def test_a_claim_allocated_for_no_pod_is_watched_until_deleted_then_unprepared(
+    driver: Driver, claims: Claims
+) -> None:
+    # after a power loss: the unprepare of a deleted pod's claim was dropped; at start the
+    # claim is still allocated, reserved for nobody, and deleted by its owner a moment later
+    for name, uid in (("dropped", "u1"), ("used", "u2")):
+        claims.add(name, uid, [GPU if uid == "u1" else "gpu-0000-1d-00-0"])
+    refs = [ClaimRef("ns", "dropped", "u1"), ClaimRef("ns", "used", "u2")]
+    assert all(not r.error for r in driver.prepare(refs).values())
+    claims.objs[("ns", "used")]["status"]["reservedFor"] = RESERVED
+
+    assert stale.sweep(driver) == []  # the first sweep keeps both
+    watched = stale.unreserved(driver.prepared(), driver.claims, set(driver.prepared()))
+    assert watched == {"u1"}
+    del claims.objs[("ns", "dropped")]
+    assert stale.sweep(driver, only=watched) == ["u1"]
+    assert set(driver.prepared()) == {"u2"}
+    assert stale.unreserved(driver.prepared(), driver.claims, watched) == set()
+
+
+def test_a_watched_claim_a_pod_reserves_is_no_longer_watched(
+    driver: Driver, claims: Claims
+) -> None:
+    claims.add("c", "u1", [GPU])
+    driver.prepare([ClaimRef("ns", "c", "u1")])
+    assert stale.unreserved(driver.prepared(), driver.claims, {"u1"}) == {"u1"}
+    claims.objs[("ns", "c")]["status"]["reservedFor"] = RESERVED
+    assert stale.unreserved(driver.prepared(), driver.claims, {"u1"}) == set()
+    assert stale.sweep(driver, only={"u1"}) == []
+    assert set(driver.prepared()) == {"u1"}
