@@ -19,6 +19,13 @@ unprepare it), and the device it holds, free in the API, was prepared for the ne
 allocated it: one device in two prepared claims (seen by the fault runner, docs/testing.md).
 Each watched claim is unprepared once it is unused, and no longer watched once a pod reserves
 it (the kubelet then prepares and unprepares it as any other).
+
+A prepare meets the same stale claims (:func:`holders`): a whole device allocated to the claim
+being prepared that the checkpoint still records for another claim. After a reboot the kubelet
+may fail to unprepare a deleted pod's claim (the plugin not registered again yet) and retry only
+in its reconcile loop, a minute later; meanwhile the claim was deleted and its device allocated
+to the next one (seen by the fault runner on containerd). The driver unprepares such a holder
+if it is unused (as the sweep would) and refuses the prepare otherwise (the kubelet retries).
 """
 
 from __future__ import annotations
@@ -80,6 +87,22 @@ def unreserved(
         used = obj is not None and not unused_reason(obj, uid)
         if used and obj is not None and not (obj.get("status") or {}).get("reservedFor"):
             out.add(uid)
+    return out
+
+
+def holders(
+    recorded: Mapping[str, PreparedClaim], devices: Collection[tuple[str, str]], skip: set[str]
+) -> dict[str, tuple[PreparedClaim, str]]:
+    """The recorded claims (but ``skip``) that hold one of the whole ``devices`` ((pool, device)
+    pairs): uid -> (claim, the device)."""
+    out = {}
+    for uid, claim in recorded.items():
+        if uid in skip:
+            continue
+        for d in claim.devices:
+            if d.share_id is None and (d.pool, d.device) in devices:
+                out[uid] = (claim, d.device)
+                break
     return out
 
 
