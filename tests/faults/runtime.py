@@ -152,10 +152,13 @@ def containers(kubelet: Kubelet) -> dict[str, str]:
 
 
 def pod_containers(pods: list[dict[str, Any]], node: str) -> dict[str, tuple[str, int]]:
-    """Running pods on ``node``: pod name -> (container ID, restart count)."""
+    """Running pods on ``node`` (not being deleted): pod name -> (container ID, restart
+    count)."""
     out = {}
     for pod in pods:
         if (pod.get("spec") or {}).get("nodeName") != node:
+            continue
+        if pod["metadata"].get("deletionTimestamp"):
             continue
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             if cs.get("containerID") and "running" in (cs.get("state") or {}):
@@ -168,12 +171,12 @@ def pod_containers(pods: list[dict[str, Any]], node: str) -> dict[str, tuple[str
 
 def restart(testbed: Testbed, name: str, timeout: float) -> tuple[float, list[str]]:
     """``runtime-restart`` on a containerd node: containerd SIGKILLed and started again while
-    the kubelet runs. Returns the seconds until the node is ready again and what broke: a
-    container no longer RUNNING in containerd, a pod's container replaced or restarted."""
+    the kubelet runs. Returns the seconds until the node is ready again and what broke: the
+    container of a pod Running before (and not deleted meanwhile) no longer RUNNING in
+    containerd, or replaced, or restarted."""
     kubelet = testbed.node(name)
     assert kubelet.containerd is not None
     client = testbed.client(field_manager="kubeacc-faults")
-    before_tasks = {i: s for i, s in containers(kubelet).items() if s == "RUNNING"}
     before = pod_containers(_pods(client), name)
     proc = kubelet.containerd.process
     assert proc is not None
@@ -183,16 +186,19 @@ def restart(testbed: Testbed, name: str, timeout: float) -> tuple[float, list[st
     kubelet.wait_healthy(timeout)
     testbed.wait_node_ready(name, timeout=timeout)
     took = time.monotonic() - t0
-    broken = []
-    after_tasks = containers(kubelet)
-    if gone := sorted(i for i in before_tasks if after_tasks.get(i) != "RUNNING"):
-        broken.append(f"containers not RUNNING after containerd came back: {gone}")
+    tasks = containers(kubelet)
     # the kubelet's next relist (1 s) and status sync: what the pods say then
     time.sleep(3)
-    after = pod_containers(_pods(client), name)
+    pods = _pods(client)
+    after = pod_containers(pods, name)
+    kept = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+    broken = []
     for pod, (cid, restarts) in sorted(before.items()):
-        now = after.get(pod)
-        if now is not None and now != (cid, restarts):
+        if pod not in kept:
+            continue  # deleted meanwhile (a delete of the step before): its containers go
+        if tasks.get(cid) != "RUNNING":
+            broken.append(f"pod {pod}: container {cid} {tasks.get(cid, 'gone')} in containerd")
+        elif (now := after.get(pod)) is not None and now != (cid, restarts):
             broken.append(f"pod {pod}: container {cid} x{restarts} became {now[0]} x{now[1]}")
     return took, broken
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -27,9 +28,21 @@ from tests.faults.runner import Config, Runner, fault_plan
 from tests.faults.workload import KINDS
 
 NODES = {"fault-gpu": "dgx-h100", "fault-xpu": "kunlun-xpu", "fault-fpga": nodes.FPGA_PROFILE}
-#: the GPU node (share, MIG and NIC kinds) runs its pods on containerd + runc
-RUNTIMES = {"fault-gpu": runtime.CONTAINERD}
 SEED = int(os.environ.get("KUBEACC_FAULTS_SEED", "46"))
+#: the faults that are the real runtime's own on a containerd node
+RUNTIME_FAULTS = (F.RUNTIME_RESTART, F.NODE_REBOOT, F.POWER_LOSS)
+
+
+def containerd_nodes(config: Config) -> dict[str, str]:
+    """The nodes on containerd + runc: the GPU node (share, MIG and NIC kinds) and every node
+    the seed's first runtime restart, reboot and power loss hit, so that each of those is the
+    real runtime's (another set: KUBEACC_FAULTS_CONTAINERD=node,...; "" for none)."""
+    chosen = os.environ.get("KUBEACC_FAULTS_CONTAINERD")
+    if chosen is not None:
+        return {n: runtime.CONTAINERD for n in chosen.split(",") if n}
+    first = [f for _, f in islice(fault_plan(config.seed, config), len(config.fault_kinds))]
+    hit = {f.node for f in first if f.kind in RUNTIME_FAULTS}
+    return {n: runtime.CONTAINERD for n in sorted({"fault-gpu", *hit})}
 
 
 @pytest.mark.cluster
@@ -55,11 +68,11 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
         leak_grace=240,
         pending_grace=240,
         settle_timeout=240,
-        runtimes=RUNTIMES,
     )
+    config = replace(config, runtimes=containerd_nodes(config))
     t0 = time.monotonic()
     keep = os.environ.get("KUBEACC_TESTBED_KEEP") == "1"  # the logs, for a failed run
-    options = runtime.kubelet_options(NODES, RUNTIMES)
+    options = runtime.kubelet_options(NODES, config.runtimes)
     # the agents' lazy mounts under tmp_path show in the containerd node's mount namespace
     with shared(tmp_path), Testbed.start(nodes=options, keep=keep) as tb:
         report = Runner(tb, tmp_path, config).run()
@@ -76,7 +89,11 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
     assert len(report.prepared_seen) >= 3, summary
     assert report.deleted >= 1, summary
     # pods really ran on containerd and their containers saw their claims' devices
-    assert any(v.startswith("fault-gpu/") for v in report.containers_verified), summary
+    for kind in RUNTIME_FAULTS if config.runtimes else ():
+        on = [f" {kind} on {n}" for n in config.runtimes]
+        assert any(any(o in s for o in on) for s in report.sequence), (kind, summary)
+    for node in config.runtimes:
+        assert any(v.startswith(f"{node}/") for v in report.containers_verified), summary
     # the watch-expiry fault is real: a watch from before it was answered 410 Gone
     assert report.watches_expired == report.faults[F.WATCH_EXPIRY].injected, summary
     # the throttled API server is real: others than the load were answered 429 each time
