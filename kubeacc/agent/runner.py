@@ -237,7 +237,8 @@ class Agent:
         #: Until then, every loop pass re-reads the server's slices (see _on_registered).
         self._force_until = 0.0
         self._thread: threading.Thread | None = None
-        #: Unprepares recorded claims no pod can use, once at start (kubeacc.agent.dra.stale).
+        #: Unprepares recorded claims no pod can use, at start and then periodically
+        #: (kubeacc.agent.dra.stale).
         self._sweeper: threading.Thread | None = None
         self.inventory = Inventory()
         self.dra_inventory = Inventory()
@@ -550,24 +551,24 @@ class Agent:
             self.probes.stop()
 
     def _sweep_unused(self) -> None:
-        """Unprepare recorded claims no pod can use (kubeacc.agent.dra.stale), once the API
-        server has answered for every one of them; then, every second, those of them that were
-        allocated but reserved for no pod, until each is unprepared or reserved."""
+        """Unprepare recorded claims no pod can use (kubeacc.agent.dra.stale): at start, once
+        the API server has answered for every one of them; then every ``stale.INTERVAL_S``
+        those found unused for ``stale.GRACE_S`` (what the kubelet missed)."""
         pause = 1.0
-        watched: set[str] | None = None
         while not self._stop.is_set():
             try:
-                stale.sweep(self.driver, only=watched)
-                prepared = self.driver.prepared()
-                uids = set(prepared) if watched is None else watched
-                watched = stale.unreserved(prepared, self.driver.claims, uids)
-                if not watched:
-                    return
-                pause = 1.0
+                stale.sweep(self.driver)
+                break
             except Exception as exc:
                 log.warning("checking prepared claims failed (%s); again in %.0f s", exc, pause)
-                pause = min(pause * 2, 60.0)
             self._stop.wait(pause)
+            pause = min(pause * 2, 60.0)
+        sweeper = stale.Sweeper(self.driver)
+        while not self._stop.wait(stale.INTERVAL_S):
+            try:
+                sweeper.pass_once()
+            except Exception as exc:
+                log.debug("checking prepared claims failed (%s); again later", exc)
 
     def request_stop(self) -> None:
         self._stop.set()

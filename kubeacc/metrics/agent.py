@@ -13,6 +13,8 @@ Series (all prefixed ``kubeacc_``; docs/install.md lists them with their meaning
   device-plugin resource name).
 * ``agent_health_taints{effect}``, ``agent_health_taint_steps_total{step,effect}``,
   ``agent_health_taint_damped_total``: device health as slice taints (kubeacc.agent.healthtaints).
+* ``agent_health_streams_total{version}``: DRAResourceHealth streams the kubelet opened, by the
+  API version it chose (``v1`` from 1.37, ``v1alpha1`` before).
 * ``agent_fpga_bindings_total{outcome,reason}``: FPGA binding conditions written (outcome
   ``programmed`` or ``failed``, reason as in the condition; kubeacc.agent.dra.fpga.binding).
 * ``deviceplugin_allocations_total{resource}``, ``deviceplugin_allocation_errors_total``.
@@ -98,6 +100,12 @@ class AgentMetrics(DevicePluginMetrics):
             "Claims whose unpreparation failed.",
             registry=r,
         )
+        self.claims_swept = Counter(
+            "kubeacc_agent_claims_swept_total",
+            "Prepared claims the agent unprepared itself, found gone or deallocated on the API "
+            "server (at start: an unprepare a power loss dropped; later: one the kubelet missed).",
+            registry=r,
+        )
         self.prepared_claims = Gauge(
             "kubeacc_agent_prepared_claims", "Claims prepared on this node now.", registry=r
         )
@@ -162,6 +170,12 @@ class AgentMetrics(DevicePluginMetrics):
             "FPGA binding conditions written before binding, by outcome (programmed, failed) "
             "and reason (Programmed, NoBitstream, BitstreamNotAllowed, ProgrammingTimedOut, ...).",
             ["outcome", "reason"],
+            registry=r,
+        )
+        self.health_streams = Counter(
+            "kubeacc_agent_health_streams_total",
+            "DRAResourceHealth streams the kubelet opened, by API version (v1, v1alpha1).",
+            ["version"],
             registry=r,
         )
 

@@ -46,7 +46,7 @@ from typing import Any
 
 from msgspec import structs
 
-from kubeacc.agent.dra import metadata, stale
+from kubeacc.agent.dra import metadata, unused
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
@@ -405,15 +405,19 @@ class Driver:
         for uid, work in list(built.items()):
             assert work.prepared is not None
             mine = {(d.pool, d.device) for d in work.prepared.devices if d.share_id is None}
-            for huid, (held, device) in stale.holders(recorded, mine, set(built)).items():
+            for huid, (held, device) in unused.holders(recorded, mine, set(built)).items():
                 ref = ClaimRef(held.namespace, held.name, huid)
                 try:
-                    why = stale.unused_reason(self.claims.get(ref.namespace, ref.name, huid), huid)
+                    done = self.unprepare_unused(
+                        [ref],
+                        lambda r: unused.unused_reason(
+                            self.claims.get(r.namespace, r.name, r.uid), r.uid
+                        ),
+                    )
+                    why, err = done.get(huid, ("", "it is still allocated"))
                 except Exception as exc:  # API server away: the kubelet retries
                     why, err = "", f"cannot read it: {exc.__class__.__name__}"
-                else:
-                    err = "it is still allocated"
-                if why and not (err := self.unprepare([ref]).get(huid, "")):
+                if why and not err:
                     log.info(
                         "unprepared claim %s/%s (%s): its device %s is allocated to claim %s/%s",
                         ref.namespace,
@@ -645,6 +649,31 @@ class Driver:
             out = self._unprepare_claims(refs, wait=True)
         assert out is not None
         return self._unprepared(refs, out)
+
+    def unprepare_unused(
+        self, refs: Iterable[ClaimRef], why: Callable[[ClaimRef], str]
+    ) -> dict[str, tuple[str, str]]:
+        """Unprepare those of ``refs`` still prepared for which ``why`` (read with the claims
+        held, so that no kubelet call for them runs in between) gives a reason; the others are
+        left alone. Returns uid -> (reason, error) for each unprepared or failed one. Raises what
+        ``why`` raises (API server away), changing nothing."""
+        refs = list(refs)
+        reasons: dict[str, str] = {}
+        out: dict[str, str] = {}
+        todo = self._checked(refs, out)
+        with self.guard.hold(set(todo)):
+            with self.lock:
+                present = {u: r for u, r in todo.items() if u in self.checkpoint.claims}
+            for uid, ref in present.items():
+                if reason := why(ref):
+                    reasons[uid] = reason
+            if not reasons:
+                return {}
+            done: dict[str, str] = {}
+            with self.metrics.unprepare_seconds.time(), self.lock:
+                self._unprepare_held({u: present[u] for u in reasons}, done)
+        self._unprepared([present[u] for u in reasons], done)
+        return {uid: (reasons[uid], err) for uid, err in done.items()}
 
     def unprepare_nowait(self, refs: Iterable[ClaimRef]) -> dict[str, str] | None:
         """:meth:`unprepare`, or None at once where it would wait or touch a device.

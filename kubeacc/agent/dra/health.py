@@ -4,6 +4,9 @@
 it opens, again after every change, and again every :data:`RESEND_S` seconds without one: the
 kubelet takes a device it has not heard of for its health timeout (30 s unless the device says
 otherwise) as Unknown, in the pod's status too, however healthy it was last said to be.
+
+The board speaks the v1 API's messages; v1alpha1's are the same on the wire (the plugin serves
+both, :mod:`kubeacc.agent.dra.plugin`).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 
 from kubeacc.model import HealthState
-from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb
+from kubeacc.node.kubeletapi import drahealth_v1_pb2 as hpb
 from kubeacc.node.rpc import Changes
 
 _STATE = {

@@ -2,11 +2,11 @@
 
 One unix socket (``<kubelet-root>/plugins/kubeacc.io/dra.sock``) serves DRAPlugin in both API
 versions the kubelet speaks (v1 and v1beta1, wire-identical apart from v1's optional
-``share_id``) and the DRAResourceHealth stream. Prepare reads the API server and fsyncs, so it
-runs on the RPC worker threads, never on the loop. Unprepare runs on the loop when it can do so
-without waiting or touching a device (:meth:`Driver.unprepare_nowait`: files only, no flush),
-else on a worker thread too: the hop to a thread and back costs more than the work on a busy
-node.
+``share_id``) and the DRAResourceHealth stream, in v1 and v1alpha1 (wire-identical too). Prepare
+reads the API server and fsyncs, so it runs on the RPC worker threads, never on the loop.
+Unprepare runs on the loop when it can do so without waiting or touching a device
+(:meth:`Driver.unprepare_nowait`: files only, no flush), else on a worker thread too: the hop to
+a thread and back costs more than the work on a busy node.
 """
 
 from __future__ import annotations
@@ -21,20 +21,29 @@ from grpclib.server import Stream
 from kubeacc.agent.dra.driver import Driver
 from kubeacc.agent.dra.health import HealthBoard
 from kubeacc.agent.dra.refs import ClaimRef
+from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.node.kubeletapi import dra_v1_grpc as v1_grpc
 from kubeacc.node.kubeletapi import dra_v1_pb2 as v1
 from kubeacc.node.kubeletapi import dra_v1beta1_grpc as v1beta1_grpc
 from kubeacc.node.kubeletapi import dra_v1beta1_pb2 as v1beta1
-from kubeacc.node.kubeletapi import drahealth_v1alpha1_grpc as hpb_grpc
-from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb
+from kubeacc.node.kubeletapi import drahealth_v1_grpc as hv1_grpc
+from kubeacc.node.kubeletapi import drahealth_v1_pb2 as hv1
+from kubeacc.node.kubeletapi import drahealth_v1alpha1_grpc as hv1alpha1_grpc
+from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hv1alpha1
 from kubeacc.node.rpc import UnixServer, received
 
 log = logging.getLogger(__name__)
 
 #: What registration advertises, most recent first ("<proto package tail>.<service>"). The
 #: health service is named too: a 1.37 kubelet opens the health stream only with a plugin
-#: that advertises it (a 1.36 one opens it with every plugin and ignores the extra name).
-SUPPORTED_SERVICES = ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+#: that advertises it, in the first of its versions it knows (v1, else v1alpha1); a 1.36 one
+#: knows only v1alpha1, opens it with every plugin and ignores the extra names.
+SUPPORTED_SERVICES = [
+    "v1.DRAPlugin",
+    "v1beta1.DRAPlugin",
+    "v1.DRAResourceHealth",
+    "v1alpha1.DRAResourceHealth",
+]
 
 
 def _refs(req: Any) -> list[ClaimRef]:
@@ -142,17 +151,43 @@ class DRAPluginV1beta1(v1beta1_grpc.DRAPluginBase):
         )
 
 
-class ResourceHealth(hpb_grpc.DRAResourceHealthBase):
-    def __init__(self, board: HealthBoard) -> None:
+def _health_opened(version: str, metrics: AgentMetrics | None) -> None:
+    log.info("kubelet opened the resource health stream (%s.DRAResourceHealth)", version)
+    if metrics is not None:
+        metrics.health_streams.labels(version).inc()
+
+
+class ResourceHealthV1(hv1_grpc.DRAResourceHealthBase):
+    def __init__(self, board: HealthBoard, metrics: AgentMetrics | None = None) -> None:
         self.board = board
+        self.metrics = metrics
 
     async def NodeWatchResources(
-        self, stream: Stream[hpb.NodeWatchResourcesRequest, hpb.NodeWatchResourcesResponse]
+        self, stream: Stream[hv1.NodeWatchResourcesRequest, hv1.NodeWatchResourcesResponse]
     ) -> None:
         await received(stream)
-        log.info("kubelet opened the resource health stream")
+        _health_opened("v1", self.metrics)
         async for message in self.board.watch():
             await stream.send_message(message)
+
+
+class ResourceHealthV1alpha1(hv1alpha1_grpc.DRAResourceHealthBase):
+    """The same stream in v1alpha1 messages (what a 1.36 kubelet opens)."""
+
+    def __init__(self, board: HealthBoard, metrics: AgentMetrics | None = None) -> None:
+        self.board = board
+        self.metrics = metrics
+
+    async def NodeWatchResources(
+        self,
+        stream: Stream[hv1alpha1.NodeWatchResourcesRequest, hv1alpha1.NodeWatchResourcesResponse],
+    ) -> None:
+        await received(stream)
+        _health_opened("v1alpha1", self.metrics)
+        async for message in self.board.watch():
+            await stream.send_message(
+                hv1alpha1.NodeWatchResourcesResponse.FromString(message.SerializeToString())
+            )
 
 
 class PluginServer:
@@ -162,7 +197,12 @@ class PluginServer:
         self.socket_path = socket_path
         impl = DRAPlugin(driver)
         self.server = UnixServer(
-            [DRAPluginV1(impl), DRAPluginV1beta1(impl), ResourceHealth(board)],
+            [
+                DRAPluginV1(impl),
+                DRAPluginV1beta1(impl),
+                ResourceHealthV1(board, driver.metrics),
+                ResourceHealthV1alpha1(board, driver.metrics),
+            ],
             socket_path,
             mode=0o600,
         )

@@ -11,50 +11,45 @@ whose containers may still run keeps its claim allocated. A claim allocated but 
 pod is kept: an allocation without a reservation is legal (the controller leaves such a claim
 alone) and says nothing about this node's use of it.
 
-But such a claim is watched (:func:`unreserved`, the agent's runner checks them every second):
-after a power loss it is typically the claim of a pod deleted just before, whose unprepare was
-dropped and which its owner deletes, or the controller deallocates, moments later. Swept once
-only, it stayed prepared for good (its CDI spec, metadata and device kept, the kubelet never to
-unprepare it), and the device it holds, free in the API, was prepared for the next claim
-allocated it: one device in two prepared claims (seen by the fault runner, docs/testing.md).
-Each watched claim is unprepared once it is unused, and no longer watched once a pod reserves
-it (the kubelet then prepares and unprepares it as any other).
+After the start the same check runs every :data:`INTERVAL_S`: a kubelet that missed an unprepare
+(it was down when its pod was force-deleted, its watch lagged behind an API server or etcd
+outage) would otherwise leave the claim prepared until the agent's next start. A claim found
+unused then is unprepared only once it has been found unused for :data:`GRACE_S` (the kubelet
+normally unprepares within seconds of its pod going, and its call is the ordinary path), and
+only after a last read made with the claim held (:meth:`Driver.unprepare_unused`), so that a
+kubelet prepare of the same claim, allocated again in between, cannot interleave.
 
-A prepare meets the same stale claims (:func:`holders`): a whole device allocated to the claim
-being prepared that the checkpoint still records for another claim. After a reboot the kubelet
-may fail to unprepare a deleted pod's claim (the plugin not registered again yet) and retry only
-in its reconcile loop, a minute later; meanwhile the claim was deleted and its device allocated
-to the next one (seen by the fault runner on containerd). The driver unprepares such a holder
-if it is unused (as the sweep would) and refuses the prepare otherwise (the kubelet retries).
+A prepare meets the same leftovers at once (:func:`kubeacc.agent.dra.unused.holders`): a
+whole device allocated to the claim being prepared that the checkpoint still records for
+another claim. After a reboot the kubelet may fail to unprepare a deleted pod's claim (the
+plugin not registered again yet) and retry only in its reconcile loop, a minute later;
+meanwhile the claim was deleted and its device allocated to the next one (seen by the fault
+runner on containerd). The driver unprepares such a holder if it is unused (read with it held)
+and refuses the prepare otherwise (the kubelet retries): one device is never recorded for two
+claims.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.refs import ClaimRef
+from kubeacc.agent.dra.unused import unused_reason
 
 if TYPE_CHECKING:
     from kubeacc.agent.dra.driver import Driver
 
 log = logging.getLogger(__name__)
 
-
-def unused_reason(claim: dict[str, Any] | None, uid: str) -> str:
-    """Why the claim read for the prepared ``uid`` is unused ("" if a pod may still use it)."""
-    if claim is None:
-        return "deleted"
-    got = (claim.get("metadata") or {}).get("uid")
-    if got != uid:
-        return f"made again with UID {got}"
-    status = claim.get("status") or {}
-    if not status.get("allocation"):
-        return "no longer allocated"
-    return ""
+#: How often, after the start-up sweep, prepared claims are checked against the API server.
+INTERVAL_S = 30.0
+#: A claim found unused is unprepared once it has been found unused this long.
+GRACE_S = 60.0
 
 
 def unused(
@@ -72,61 +67,65 @@ def unused(
     return out
 
 
-def unreserved(
-    prepared: Mapping[str, PreparedClaim], source: ClaimSource, uids: Collection[str]
-) -> set[str]:
-    """Of ``uids``, the prepared claims allocated but reserved for no pod (to watch).
-
-    Raises what ``source`` raises (API server away)."""
-    out = set()
-    for uid in uids:
-        claim = prepared.get(uid)
-        if claim is None:
-            continue
-        obj = source.get(claim.namespace, claim.name, uid)
-        used = obj is not None and not unused_reason(obj, uid)
-        if used and obj is not None and not (obj.get("status") or {}).get("reservedFor"):
-            out.add(uid)
-    return out
+def sweep(driver: Driver) -> list[str]:
+    """The start-up sweep: unprepare the driver's unused claims at once; the UIDs unprepared
+    (errors logged). Raises what the claim source raises (API server away)."""
+    return Sweeper(driver, grace=0.0).pass_once()
 
 
-def holders(
-    recorded: Mapping[str, PreparedClaim], devices: Collection[tuple[str, str]], skip: set[str]
-) -> dict[str, tuple[PreparedClaim, str]]:
-    """The recorded claims (but ``skip``) that hold one of the whole ``devices`` ((pool, device)
-    pairs): uid -> (claim, the device)."""
-    out = {}
-    for uid, claim in recorded.items():
-        if uid in skip:
-            continue
-        for d in claim.devices:
-            if d.share_id is None and (d.pool, d.device) in devices:
-                out[uid] = (claim, d.device)
-                break
-    return out
+class Sweeper:
+    """The periodic check: each :meth:`pass_once` unprepares the claims found unused for at
+    least ``grace`` seconds across passes."""
 
+    def __init__(
+        self,
+        driver: Driver,
+        *,
+        grace: float = GRACE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.driver = driver
+        self.grace = grace
+        self.clock = clock
+        #: uid -> when it was first found unused (forgotten once found in use again)
+        self.since: dict[str, float] = {}
 
-def sweep(driver: Driver, only: Collection[str] | None = None) -> list[str]:
-    """Unprepare the driver's unused claims (of ``only``, when given); the UIDs unprepared
-    (errors logged)."""
-    prepared = driver.prepared()
-    if only is not None:
-        prepared = {uid: c for uid, c in prepared.items() if uid in only}
-    found = unused(prepared, driver.claims)
-    if not found:
-        return []
-    errors = driver.unprepare([ref for ref, _ in found.values()])
-    done = []
-    for uid, (ref, why) in found.items():
-        if err := errors.get(uid, ""):
-            log.error(
-                "claim %s/%s (%s) is unused but stays prepared: %s",
-                ref.namespace,
-                ref.name,
-                why,
-                err,
-            )
-        else:
-            log.info("unprepared claim %s/%s: %s", ref.namespace, ref.name, why)
+    def pass_once(self) -> list[str]:
+        """One check; the UIDs unprepared. Raises what the claim source raises, changing
+        nothing (the caller tries again later)."""
+        found = unused(self.driver.prepared(), self.driver.claims)
+        now = self.clock()
+        self.since = {uid: self.since.get(uid, now) for uid in found}
+        due = [ref for uid, (ref, _) in found.items() if now - self.since[uid] >= self.grace]
+        if not due:
+            return []
+        claims = self.driver.claims
+        results = self.driver.unprepare_unused(
+            due, lambda ref: unused_reason(claims.get(ref.namespace, ref.name, ref.uid), ref.uid)
+        )
+        done = []
+        for uid, (why, err) in results.items():
+            ref = found[uid][0]
+            if err:
+                log.error(
+                    "claim %s/%s (%s) is unused but stays prepared: %s",
+                    ref.namespace,
+                    ref.name,
+                    why,
+                    err,
+                )
+                continue
+            if self.grace:
+                log.warning(
+                    "unprepared claim %s/%s: %s for %.0f s and the kubelet did not unprepare it",
+                    ref.namespace,
+                    ref.name,
+                    why,
+                    now - self.since[uid],
+                )
+            else:
+                log.info("unprepared claim %s/%s: %s", ref.namespace, ref.name, why)
+            self.since.pop(uid, None)
             done.append(uid)
-    return done
+        self.driver.metrics.claims_swept.inc(len(done))
+        return done

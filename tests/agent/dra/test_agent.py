@@ -71,6 +71,7 @@ def test_serves_the_kubelet_while_the_api_server_is_away(
         assert list(info.supported_versions) == [
             "v1.DRAPlugin",
             "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
             "v1alpha1.DRAResourceHealth",
         ]
         with grpc.insecure_channel(f"unix://{opts.node.dra_socket}") as ch:

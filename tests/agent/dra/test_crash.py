@@ -13,6 +13,7 @@ from lightkube import Client
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
+from kubeacc.agent.dra import stale
 from kubeacc.agent.dra.checkpoint import FILE_NAME, JOURNAL_NAME
 from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
@@ -135,3 +136,29 @@ def test_an_unprepare_lost_to_a_power_cut_is_undone_at_start(
 def _deallocated(client: Client, namespace: str, name: str) -> bool:
     status = client.get(ResourceClaim, name, namespace=namespace).status
     return status is None or status.allocation is None
+
+
+def test_a_claim_the_kubelet_never_unprepares_is_unprepared_by_the_agent(
+    testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
+) -> None:
+    """The kubelet is down while its pod is force-deleted: the claim is deallocated, and no
+    kubelet call will come while it stays down. The agent's periodic check
+    (kubeacc.agent.dra.stale) unprepares the claim itself once unused for its grace; the
+    kubelet, back, unprepares a claim the agent no longer holds without an error."""
+    uid = _running_pod_with_a_gpu(kube_client, namespace, agent)
+    testbed.kubelet.stop_kubelet()
+    try:
+        kube_client.delete(Pod, "app", namespace=namespace, grace_period=0)
+        eventually(lambda: _deallocated(kube_client, namespace, "gpu"), 60, "claim deallocated")
+        assert list(agent.checkpoint_claims()) == [uid]  # nobody unprepared it yet
+        eventually(
+            lambda: not agent.spec_uids() and not agent.checkpoint_claims(),
+            stale.INTERVAL_S + stale.GRACE_S + 60,
+            "unprepared by the agent",
+        )
+        assert "the kubelet did not unprepare it" in agent.log()
+    finally:
+        testbed.restart_kubelet(timeout=90)
+    agent.wait_registered(90)
+    assert agent.stray_files() == []
+    assert "Traceback" not in agent.log()

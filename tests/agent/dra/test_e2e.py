@@ -21,13 +21,16 @@ from lightkube.types import PatchType
 from kubeacc.contracts.names import DRIVER_NAME
 from kubeacc.node.kubeletapi import dra_v1_pb2 as v1
 from kubeacc.node.kubeletapi import dra_v1beta1_pb2 as v1beta1
-from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb
+from kubeacc.node.kubeletapi import drahealth_v1_pb2 as hpb
+from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb_alpha
 from kubeacc.synthetic import profiles
 from kubeacc.synthetic.tools.hoststate import read_calls
 from kubeacc.testbed import Testbed
+from kubeacc.testbed.versions import LANE
 from tests.kubeletclient import dra_v1_pb2_grpc as v1_grpc
 from tests.kubeletclient import dra_v1beta1_pb2_grpc as v1beta1_grpc
-from tests.kubeletclient import drahealth_v1alpha1_pb2_grpc as hpb_grpc
+from tests.kubeletclient import drahealth_v1_pb2_grpc as hpb_grpc
+from tests.kubeletclient import drahealth_v1alpha1_pb2_grpc as hpb_alpha_grpc
 
 from ...nodestack import claim_pod as pod_obj
 from ...testbed.helpers import eventually
@@ -142,7 +145,8 @@ def test_a_running_pods_device_stays_healthy_in_its_status_past_the_kubelets_tim
     testbed: Testbed, kube_client: Client, namespace: str, agent: AgentProcess
 ) -> None:
     """The kubelet calls a device it has not heard of for 30 s Unknown in the pod's status
-    (ResourceHealthStatus, beta and on since 1.36); the agent sends its health again before."""
+    (ResourceHealthStatus, beta and on since 1.36); the agent sends its health again before.
+    The stream is in the newest health API the kubelet knows: v1 from 1.37, v1alpha1 in 1.36."""
     kube_client.create(claim_obj("gpu", namespace, one_gpu()))
     kube_client.create(pod_obj("app", namespace, "gpu"))
     eventually(lambda: running(kube_client, "app", namespace), 90, "pod Running")
@@ -170,6 +174,12 @@ def test_a_running_pods_device_stays_healthy_in_its_status_past_the_kubelets_tim
         seen.update(health())
         time.sleep(2)
     assert seen == {"Healthy"}, agent.log()[-2000:]
+    opened = {
+        v: agent.log().count(f"kubelet opened the resource health stream ({v}.DRAResourceHealth)")
+        for v in ("v1", "v1alpha1")
+    }
+    chosen = "v1alpha1" if LANE.minor == "1.36" else "v1"
+    assert opened[chosen] >= 1 and sum(opened.values()) == opened[chosen], opened
 
 
 def _call_prepare(agent: AgentProcess, claims: list[tuple[str, str, str]], beta: bool = False):  # type: ignore[no-untyped-def]
@@ -288,17 +298,20 @@ def test_invalid_opaque_config_is_refused_per_claim(
 def test_health_stream_reports_every_device(
     testbed: Testbed, kube_client: Client, agent: AgentProcess
 ) -> None:
+    """In both health API versions the agent serves (v1, v1alpha1), on the agent's socket."""
     sock = agent.kubelet_root / "plugins" / DRIVER_NAME / "dra.sock"
-    with grpc.insecure_channel(f"unix://{sock}") as ch:
-        stream = hpb_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
-            hpb.NodeWatchResourcesRequest(), timeout=10
-        )
-        first = next(iter(stream))
-        stream.cancel()
-    by_name = {d.device.device_name: d for d in first.devices}
-    assert len(by_name) == 18  # as published: GPU 7 as its three MIG instances, no VFs
-    assert {d.device.pool_name for d in first.devices} == {testbed.node_name}
-    assert by_name["gpu-0000-1b-00-0"].health == hpb.HEALTHY
+    for pb, pb_grpc in ((hpb, hpb_grpc), (hpb_alpha, hpb_alpha_grpc)):
+        with grpc.insecure_channel(f"unix://{sock}") as ch:
+            stream = pb_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+                pb.NodeWatchResourcesRequest(), timeout=10
+            )
+            first = next(iter(stream))
+            stream.cancel()
+        assert isinstance(first, pb.NodeWatchResourcesResponse)
+        by_name = {d.device.device_name: d for d in first.devices}
+        assert len(by_name) == 18  # as published: GPU 7 as its three MIG instances, no VFs
+        assert {d.device.pool_name for d in first.devices} == {testbed.node_name}
+        assert by_name["gpu-0000-1b-00-0"].health == pb.HEALTHY
 
 
 def test_reregisters_and_republishes_after_kubelet_restart(

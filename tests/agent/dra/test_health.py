@@ -1,4 +1,5 @@
-"""The DRAResourceHealth stream: the board now, again after each change, ends with the plugin."""
+"""The DRAResourceHealth stream: the board now, again after each change, ends with the plugin;
+the same in both API versions served (v1, v1alpha1)."""
 
 from __future__ import annotations
 
@@ -6,35 +7,53 @@ import asyncio
 import tempfile
 import threading
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import grpc
+import pytest
+from prometheus_client import CollectorRegistry
 
 from kubeacc.agent.dra.health import HealthBoard
-from kubeacc.agent.dra.plugin import ResourceHealth
+from kubeacc.agent.dra.plugin import ResourceHealthV1, ResourceHealthV1alpha1
+from kubeacc.metrics.agent import AgentMetrics
 from kubeacc.model import HealthState
-from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb
+from kubeacc.node.kubeletapi import drahealth_v1_pb2 as hpb
+from kubeacc.node.kubeletapi import drahealth_v1alpha1_pb2 as hpb_alpha
 from kubeacc.node.rpc import UnixServer
-from tests.kubeletclient import drahealth_v1alpha1_pb2_grpc as hpb_grpc
+from tests.kubeletclient import drahealth_v1_pb2_grpc as hpb_grpc
+from tests.kubeletclient import drahealth_v1alpha1_pb2_grpc as hpb_alpha_grpc
+
+#: (version, servicer, messages, the kubelet's stub module)
+VERSIONS = [
+    ("v1", ResourceHealthV1, hpb, hpb_grpc),
+    ("v1alpha1", ResourceHealthV1alpha1, hpb_alpha, hpb_alpha_grpc),
+]
 
 
-def _states(msg: hpb.NodeWatchResourcesResponse) -> dict[str, int]:
+def _states(msg: Any) -> dict[str, int]:
     return {d.device.device_name: d.health for d in msg.devices}
 
 
-def test_stream_follows_the_board_and_ends_when_it_closes() -> None:
+@pytest.mark.parametrize(("version", "servicer", "pb", "pb_grpc"), VERSIONS, ids=["v1", "v1alpha1"])
+def test_stream_follows_the_board_and_ends_when_it_closes(
+    version: str, servicer: Any, pb: ModuleType, pb_grpc: ModuleType
+) -> None:
     board = HealthBoard("node-a")
     board.update({"gpu-0": (HealthState.HEALTHY, ""), "gpu-1": (HealthState.HEALTHY, "")})
+    metrics = AgentMetrics(CollectorRegistry())
     with tempfile.TemporaryDirectory(prefix="health-", dir="/tmp") as d:
-        server = UnixServer([ResourceHealth(board)], Path(d) / "dra.sock", mode=0o600)
+        server = UnixServer([servicer(board, metrics)], Path(d) / "dra.sock", mode=0o600)
         server.start()
         assert (Path(d) / "dra.sock").stat().st_mode & 0o777 == 0o600
         try:
             with grpc.insecure_channel(f"unix://{d}/dra.sock") as ch:
-                stream = hpb_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
-                    hpb.NodeWatchResourcesRequest(), timeout=10
+                stream = pb_grpc.DRAResourceHealthStub(ch).NodeWatchResources(
+                    pb.NodeWatchResourcesRequest(), timeout=10
                 )
                 first = next(stream)
-                assert _states(first) == {"gpu-0": hpb.HEALTHY, "gpu-1": hpb.HEALTHY}
+                assert isinstance(first, pb.NodeWatchResourcesResponse)
+                assert _states(first) == {"gpu-0": pb.HEALTHY, "gpu-1": pb.HEALTHY}
                 assert {d.device.pool_name for d in first.devices} == {"node-a"}
                 # the same board again is no news; a change from another thread is
                 board.update(
@@ -50,11 +69,19 @@ def test_stream_follows_the_board_and_ends_when_it_closes() -> None:
                     ),
                 ).start()
                 second = next(stream)
-                assert _states(second) == {"gpu-0": hpb.HEALTHY, "gpu-1": hpb.UNHEALTHY}
+                assert _states(second) == {"gpu-0": pb.HEALTHY, "gpu-1": pb.UNHEALTHY}
                 assert [d.message for d in second.devices] == ["", "XID 79"]
                 board.close()
                 assert list(stream) == []  # the stream ends cleanly (status OK)
                 assert stream.code() == grpc.StatusCode.OK
+            # the stream was counted under its version, and only there
+            counted = {
+                v: metrics.registry.get_sample_value(
+                    "kubeacc_agent_health_streams_total", {"version": v}
+                )
+                for v in ("v1", "v1alpha1")
+            }
+            assert counted == {v: (1.0 if v == version else None) for v in counted}
         finally:
             server.stop()
 

@@ -17,6 +17,8 @@ from kubeacc.node import cdi
 from .memclaims import Claims
 
 GPU = "gpu-0000-1b-00-0"
+GPU2 = "gpu-0000-1d-00-0"
+GPU3 = "gpu-0000-3d-00-0"
 
 
 def _claim(uid: str, **status: Any) -> dict[str, Any]:
@@ -77,36 +79,74 @@ def test_an_unreachable_api_server_fails_the_sweep_and_changes_nothing(
     assert set(driver.prepared()) == {"u1"}
 
 
-def test_a_claim_allocated_for_no_pod_is_watched_until_deleted_then_unprepared(
-    driver: Driver, claims: Claims
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_periodic_sweep_unprepares_a_claim_only_once_unused_for_its_grace(
+    driver: Driver, claims: Claims, tmp_path: Path
 ) -> None:
-    # after a power loss: the unprepare of a deleted pod's claim was dropped; at start the
-    # claim is still allocated, reserved for nobody, and deleted by its owner a moment later
-    for name, uid in (("dropped", "u1"), ("used", "u2")):
-        claims.add(name, uid, [GPU if uid == "u1" else "gpu-0000-1d-00-0"])
-    refs = [ClaimRef("ns", "dropped", "u1"), ClaimRef("ns", "used", "u2")]
+    for name, uid, gpu in (("missed", "u1", GPU), ("back", "u2", GPU2), ("used", "u3", GPU3)):
+        claims.add(name, uid, [gpu])
+    refs = [ClaimRef("ns", n, u) for n, u in (("missed", "u1"), ("back", "u2"), ("used", "u3"))]
     assert all(not r.error for r in driver.prepare(refs).values())
-    claims.objs[("ns", "used")]["status"]["reservedFor"] = RESERVED
+    clock = Clock()
+    sweeper = stale.Sweeper(driver, grace=60.0, clock=clock)
+    missed = claims.objs.pop(("ns", "missed"))  # its pod went; the kubelet never unprepared
+    back = claims.objs[("ns", "back")]
+    allocation = back["status"].pop("allocation")
 
-    assert stale.sweep(driver) == []  # the first sweep keeps both
-    watched = stale.unreserved(driver.prepared(), driver.claims, set(driver.prepared()))
-    assert watched == {"u1"}
-    del claims.objs[("ns", "dropped")]
-    assert stale.sweep(driver, only=watched) == ["u1"]
-    assert set(driver.prepared()) == {"u2"}
-    assert stale.unreserved(driver.prepared(), driver.claims, watched) == set()
+    assert sweeper.pass_once() == []  # found unused: not yet
+    clock.now = 30.0
+    back["status"]["allocation"] = allocation  # in use again (read late, say): forgotten
+    assert sweeper.pass_once() == []
+    assert set(sweeper.since) == {"u1"}
+    clock.now = 60.0
+    assert sweeper.pass_once() == ["u1"]
+    assert set(driver.prepared()) == {"u2", "u3"}
+    assert cdi.spec_uids(tmp_path / "cdi") == {"u2", "u3"}
+    assert driver.metrics.claims_swept._value.get() == 1
+    # the same name made again (another UID) and the kubelet's late unprepare of the old one
+    claims.objs[("ns", "missed")] = missed | {"metadata": {**missed["metadata"], "uid": "u9"}}
+    assert driver.unprepare([ClaimRef("ns", "missed", "u1")]) == {"u1": ""}
+    assert sweeper.pass_once() == []
 
 
-def test_a_watched_claim_a_pod_reserves_is_no_longer_watched(
+def test_the_last_read_is_made_with_the_claim_held_and_decides(
     driver: Driver, claims: Claims
 ) -> None:
     claims.add("c", "u1", [GPU])
-    driver.prepare([ClaimRef("ns", "c", "u1")])
-    assert stale.unreserved(driver.prepared(), driver.claims, {"u1"}) == {"u1"}
-    claims.objs[("ns", "c")]["status"]["reservedFor"] = RESERVED
-    assert stale.unreserved(driver.prepared(), driver.claims, {"u1"}) == set()
-    assert stale.sweep(driver, only={"u1"}) == []
+    claims.add("d", "u2", [GPU2])
+    driver.prepare([ClaimRef("ns", "c", "u1"), ClaimRef("ns", "d", "u2")])
+    held: list[bool] = []
+
+    def why(ref: ClaimRef) -> str:
+        # a kubelet call for the claim now would wait: the guard holds it
+        with driver.guard.hold({ref.uid}, wait=False) as free:
+            held.append(not free)
+        return "deleted" if ref.uid == "u2" else ""  # u1 allocated again since the first read
+
+    refs = [ClaimRef("ns", "c", "u1"), ClaimRef("ns", "d", "u2"), ClaimRef("ns", "e", "u3")]
+    assert driver.unprepare_unused(refs, why) == {"u2": ("deleted", "")}
+    assert held == [True, True]  # u3 was never prepared: not read
     assert set(driver.prepared()) == {"u1"}
+
+
+def test_a_failing_last_read_changes_nothing(driver: Driver, claims: Claims) -> None:
+    claims.add("c", "u1", [GPU])
+    driver.prepare([ClaimRef("ns", "c", "u1")])
+
+    def away(ref: ClaimRef) -> str:
+        raise ConnectionRefusedError("connection refused")
+
+    with pytest.raises(ConnectionRefusedError):
+        driver.unprepare_unused([ClaimRef("ns", "c", "u1")], away)
+    assert set(driver.prepared()) == {"u1"}
+    assert driver.guard.hold({"u1"}, wait=False).__enter__()  # released
 
 
 def test_a_prepare_unprepares_the_unused_claim_still_recorded_on_its_device(
