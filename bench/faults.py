@@ -1,15 +1,16 @@
 """The fault runner (tests/faults, docs/testing.md "Fault runner") run long.
 
 Starts a testbed with one kubelet per node of ``--nodes`` (name=profile pairs, profiles of
-tests/faults/nodes.py; default a dgx-h100 GPU node and a KunLun XPU node), the nodes of
-``--containerd`` on containerd + runc (default: the first ``dgx-h100`` node, whose kinds are
+tests/faults/nodes.py; default a dgx-h100 GPU node, a KunLun XPU node and an L4 node whose shares
+kubeacc extender places: kube-scheduler runs with the extender unless --no-extender; the nodes
+of ``--containerd`` on containerd + runc (default: the first ``dgx-h100`` node, whose kinds are
 whole GPUs, shares, MIG partitions and NIC VFs; ``--containerd ''``: none), the others on the
-fake CRI runtime (tests/faults/runtime.py), runs the seeded
-workload with every fault kind of tests/faults/faults.py for ``--minutes`` (after one API server
-outage of ``--long-outage`` seconds, when given: what the nodes kept and the agents' memory
-during it), and prints one JSON object: per fault kind how many were injected, the invariants
-they broke, the time to recover (p50, max), and what the workload saw (pods created/deleted,
-API errors, the reasons pods gave while not Running).
+fake CRI runtime, tests/faults/runtime.py), runs the
+seeded workload with every fault kind of tests/faults/faults.py for ``--minutes`` (after one API
+server outage of ``--long-outage`` seconds, when given: what the nodes kept and the agents' memory
+during it), and prints one JSON object: per fault kind how many were injected, the invariants they
+broke, the time to recover (p50, max), and what the workload saw (pods created/deleted, API errors,
+the reasons pods gave while not Running).
 
     python bench/faults.py [--minutes 5] [--seed 46] [--long-outage 300] \
         [--nodes g=dgx-h100,x=kunlun-xpu,f=fpga-arria,p=l4-plugin] [--kinds gpu,fpga,...] \
@@ -31,7 +32,7 @@ from kubelet_client import tests_module
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.mountns import shared
 
-DEFAULT_NODES = "fault-gpu=dgx-h100,fault-xpu=kunlun-xpu"
+DEFAULT_NODES = "fault-gpu=dgx-h100,fault-xpu=kunlun-xpu,fault-ext=l4-extender"
 
 
 def main() -> int:
@@ -41,7 +42,7 @@ def main() -> int:
     parser.add_argument("--nodes", default=DEFAULT_NODES)
     parser.add_argument(
         "--kinds",
-        default="gpu,share,mig,nic,xpu,plugin",
+        default="gpu,share,mig,nic,xpu,plugin,extender",
         help="claim kinds of the workload (fpga needs a fault-fpga=fpga-arria node)",
     )
     parser.add_argument(
@@ -61,13 +62,20 @@ def main() -> int:
         help="seconds of one API server outage under the workload before the mixed faults",
     )
     parser.add_argument(
+        "--no-extender",
+        action="store_true",
+        help="kube-scheduler without kubeacc extender (then no extender kind, no extender-kill)",
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the testbed's and the agents' directories"
     )
     args = parser.parse_args()
     runner = tests_module("faults.runner")
     rt = tests_module("faults.runtime")
+    ext = tests_module("faults.extender")
     known = tests_module("faults.faults").KINDS
-    faults = tuple(args.faults.split(",")) if args.faults else known
+    default = tuple(k for k in known if not (args.no_extender and k == ext.EXTENDER_KILL))
+    faults = tuple(args.faults.split(",")) if args.faults else default
     if unknown := sorted(set(faults) - set(known)):
         parser.error(f"unknown fault kinds {', '.join(unknown)} (known: {', '.join(known)})")
     nodes = dict(pair.split("=", 1) for pair in args.nodes.split(","))
@@ -78,6 +86,8 @@ def main() -> int:
         options = rt.kubelet_options(nodes, runtimes)
     except ValueError as exc:
         parser.error(str(exc))
+    work = Path(tempfile.mkdtemp(prefix="kubeacc-faults-"))
+    plan = None if args.no_extender else ext.Plan.make(work)
     config = runner.Config(
         seed=args.seed,
         duration=args.minutes * 60,
@@ -87,11 +97,18 @@ def main() -> int:
         max_live=args.max_live,
         fault_kinds=faults,
         runtimes=runtimes,
+        extender=plan,
     )
     t0 = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="kubeacc-faults-"))
     # the agents' lazy mounts under work show in the containerd nodes' mount namespaces
-    with shared(work), Testbed.start(nodes=options, keep=args.keep) as tb:
+    with (
+        shared(work),
+        Testbed.start(
+            nodes=options,
+            keep=args.keep,
+            scheduler_extenders=ext.scheduler_extenders(plan),
+        ) as tb,
+    ):
         report = runner.Runner(tb, work, config).run()
     if args.keep:
         print(f"agents' logs and state kept in {work}; testbed in {tb.workdir}", file=sys.stderr)

@@ -29,6 +29,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "bootstrap: warning: ${missing[*]} missing and no apt-get; the real-runtime tests need them" >&2
   fi
 fi
+# Every kubelet, containerd and agent of a multi-node testbed holds inotify instances; the
+# kernel's default of 128 per user runs out when the fault runner's nodes run beside other
+# testbeds (a kubelet then dies with "inotify_init: too many open files"). Raised where we may.
+if [ "$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 1024)" -lt 1024 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    echo 1024 >/proc/sys/fs/inotify/max_user_instances 2>/dev/null ||
+      echo "bootstrap: warning: fs.inotify.max_user_instances stays low; run fewer testbeds at once" >&2
+  else
+    echo "bootstrap: warning: fs.inotify.max_user_instances < 1024; raise it (sysctl) for the multi-node tests" >&2
+  fi
+fi
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

@@ -22,7 +22,9 @@ A ``Running`` result of this node found at start-up means the agent died during 
 is reported Failed (``AgentRestarted``) rather than replayed, because a half-done hardware action
 must be looked at, not repeated blindly. For the same reason a target this agent has started is
 never started again by the same process, even if a cache still shows the operation as it was
-before the agent's own report.
+before the agent's own report. What an action came to is kept until its report is written: a
+report the API server did not take (an outage, a timeout) is written again at the next pass,
+so an action that ran is never left Running.
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ class LifecycleAgent:
         self.discovery_error = ""
         #: (operation uid, accelerator) this process has started: never started twice.
         self._handled: set[tuple[str, str]] = set()
+        #: (operation uid, accelerator) -> what its action came to, until the report is written.
+        self._unreported: dict[tuple[str, str], Outcome] = {}
         self._wake = threading.Event()
         self.operations = WatchCache(
             client,
@@ -325,6 +329,7 @@ class LifecycleAgent:
                 log.exception("operation %s", op.get("metadata", {}).get("name"))
         # Forget the targets of operations that are gone (keeps the set small).
         self._handled = {k for k in self._handled if k[0] in live}
+        self._unreported = {k: v for k, v in self._unreported.items() if k[0] in live}
 
     def _process(self, op: dict[str, Any]) -> None:
         status = operation_status(op)
@@ -340,7 +345,11 @@ class LifecycleAgent:
         except SchemaViolation as exc:  # an old CRD let it in: refused, never half-read
             spec = Outcome(False, "InvalidSpec", str(exc))
         for target in mine:
-            if (uid, target.accelerator) in self._handled:
+            key = (uid, target.accelerator)
+            if (unreported := self._unreported.get(key)) is not None:
+                self._finish(op, results, target.accelerator, unreported)
+                continue
+            if key in self._handled:
                 continue  # reported by this process already; the cache may lag behind
             phase = (results.get(target.accelerator) or {}).get("phase")
             if phase in (OperationPhase.SUCCEEDED, OperationPhase.FAILED):
@@ -362,17 +371,25 @@ class LifecycleAgent:
                     outcome = self._execute(op, spec, target.accelerator, target.device_name)
                 result = OperationPhase.SUCCEEDED if outcome.ok else OperationPhase.FAILED
                 self.metrics.actions.labels(action, result.value).inc()
-            self._report(op, results, target.accelerator, outcome)
-            self._handled.add((uid, target.accelerator))
-            emit_event(
-                self.client,
-                op,
-                outcome.reason,
-                f"{target.accelerator}: {outcome.message}",
-                warning=not outcome.ok,
-                component=self.field_manager,
-            )
-            self.sync_inventory()
+            self._unreported[key] = outcome  # written again at the next pass if this fails
+            self._handled.add(key)
+            self._finish(op, results, target.accelerator, outcome)
+
+    def _finish(
+        self, op: dict[str, Any], results: dict[str, dict[str, Any]], acc: str, outcome: Outcome
+    ) -> None:
+        """Report how the target ``acc`` ended, then its Event and the inventory."""
+        self._report(op, results, acc, outcome)
+        self._unreported.pop(((op["metadata"].get("uid") or ""), acc), None)
+        emit_event(
+            self.client,
+            op,
+            outcome.reason,
+            f"{acc}: {outcome.message}",
+            warning=not outcome.ok,
+            component=self.field_manager,
+        )
+        self.sync_inventory()
 
     def _execute(
         self, op: dict[str, Any], spec: OperationSpecView, acc_name: str, device_name: str

@@ -12,14 +12,22 @@ side effects the real kernel has become visible the way they would on a node:
   as ``/.synthetic/fpga-pr-seconds`` says (absent: at once), as a real partial reconfiguration
   takes seconds.
 
+Every hardware action (a function-level reset, a PCI remove, a partial reconfiguration) is
+also appended to ``/.synthetic/kernel-actions.jsonl`` before it takes effect, one JSON object a
+line (``action``, ``device``, ``detail``, ``pid``), one ``write`` under O_APPEND: the count of
+what was done to the host, for checks that nothing was done twice (the fault runner's
+operations, across processes and restarts). :func:`actions` reads it back.
+
 ``modules`` names drivers to "load" (create under ``/sys/bus/pci/drivers``), vfio-pci by default.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from kubeacc.host.kernel import FpgaImage, FpgaPort, HostError, host_path
 from kubeacc.synthetic.mig_state import reset_gpu_at
@@ -27,6 +35,36 @@ from kubeacc.synthetic.mig_state import reset_gpu_at
 PCI = "/sys/bus/pci"
 #: How long a partial reconfiguration takes on the synthetic host (seconds, a float).
 PR_SECONDS_FILE = ".synthetic/fpga-pr-seconds"
+#: The record of hardware actions (module docstring).
+ACTIONS_FILE = ".synthetic/kernel-actions.jsonl"
+
+
+def record_action(root: Path, action: str, device: str, detail: str) -> None:
+    """Append one action to the host's record (one ``write`` of one line under O_APPEND)."""
+    line = json.dumps({"action": action, "device": device, "detail": detail, "pid": os.getpid()})
+    path = root / ACTIONS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def actions(root: Path) -> list[dict[str, Any]]:
+    """The hardware actions recorded on the host, oldest first (a torn last line is left out:
+    its writer is still writing it)."""
+    try:
+        text = (root / ACTIONS_FILE).read_text()
+    except FileNotFoundError:
+        return []
+    out: list[dict[str, Any]] = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
 
 
 def pr_seconds(root: Path) -> float:
@@ -65,7 +103,10 @@ class SyntheticKernel:
             target.write_text((text or "(null)") + "\n")
             return
         if parts[-1] == "reset" and path.startswith(f"{PCI}/devices/"):
+            record_action(self.root, "reset", parts[-2], value.strip())
             reset_gpu_at(self.root, parts[-2])  # a GPU's pending MIG mode takes effect
+        if parts[-1] == "remove" and path.startswith(f"{PCI}/devices/"):
+            record_action(self.root, "remove", parts[-2], value.strip())
         target.write_text(value)
 
     def _bind_unbind(self, driver: str, op: str, bdf: str) -> None:
@@ -97,6 +138,7 @@ class SyntheticKernel:
         if not afu.parent.exists():
             raise HostError("PartialReconfigurationFailed", f"{port.port_sysfs}: no such port")
         self.writes.append((port.fme_dev, f"PR port {port.port_id}: {image.name}"))
+        record_action(self.root, "program", port.port_sysfs.rsplit("/", 1)[-1], image.afu_id)
         if delay := pr_seconds(self.root):
             time.sleep(delay)
         afu.write_text(image.afu_id + "\n")

@@ -146,7 +146,39 @@ class Extender:
             return dict(json.loads(r.read()))
 
 
-def _extender_kubeconfig(tb: Testbed, client: Client, tmp: Path) -> Path:
+def scheduler_side(
+    workdir: Path, managed: Sequence[str] = MANAGED, weight: int = 1
+) -> tuple[int, ExtenderPKI, list[dict[str, Any]]]:
+    """The extender's port and PKI (under ``workdir``), and kube-scheduler's ``extenders``
+    entry calling it there over mutual TLS (``Testbed.start(scheduler_extenders=...)``)."""
+    port = free_port()
+    pki = issue_extender_pki(workdir / "extender-pki")
+    tls = SchedulerTLS(pki.client.cert, pki.client.key, pki.ca)
+    return (
+        port,
+        pki,
+        [scheduler_entry(f"https://127.0.0.1:{port}", managed, weight=weight, tls=tls)],
+    )
+
+
+def start_lifecycle(
+    kubeconfig: Path, node: str, host: Path, work: Path, stop: threading.Event
+) -> threading.Thread:
+    """The node's life-cycle agent as a thread (it publishes the Accelerators the extender
+    reads), until ``stop`` is set."""
+    lifecycle = LifecycleAgent(
+        Client(KubeConfig.from_file(kubeconfig)),
+        node_name=node,
+        host=SyntheticHost(host, kernel=SyntheticKernel(host)),
+        bitstream_dir=work,
+        interval=1.0,
+    )
+    thread = threading.Thread(target=lifecycle.run, args=(stop,), daemon=True)
+    thread.start()
+    return thread
+
+
+def extender_kubeconfig(tb: Testbed, client: Client, tmp: Path) -> Path:
     """A kubeconfig with a token of kube-system/kubeacc-extender (deploy/extender.yaml)."""
     apply_manifest(client, "rbac/extender.yaml")
     for doc in manifests("extender.yaml"):
@@ -180,14 +212,9 @@ def extender_cluster(
     """Nodes ``plugin_nodes`` (name -> synthetic profile) serve GPUs through the device plugin
     with ``dp_config``, ``dra_nodes`` everything through DRA; ``gpus``: the GPU Accelerators
     the plugin nodes publish. Kept on failure (the path is printed)."""
-    port = free_port()
     # a short path of our own (unix sockets), kept when a test fails: logs for the report
     workdir = Path(tempfile.mkdtemp(prefix="kacc-ext-"))
-    pki = issue_extender_pki(workdir / "extender-pki")
-    sched_tls = SchedulerTLS(pki.client.cert, pki.client.key, pki.ca)
-    extenders = [
-        scheduler_entry(f"https://127.0.0.1:{port}", managed, weight=weight, tls=sched_tls)
-    ]
+    port, pki, extenders = scheduler_side(workdir, managed, weight)
     dra = dict(dra_nodes or {})
     tb = Testbed.start(
         workdir,
@@ -219,15 +246,7 @@ def extender_cluster(
                 continue
             agent.start(extra=[f"--device-plugin-config={config}"], apply_classes=False)
             # the life-cycle agent publishes the node's Accelerators: the extender's inventory
-            lifecycle = LifecycleAgent(
-                Client(KubeConfig.from_file(kubeconfig)),
-                node_name=node,
-                host=SyntheticHost(host, kernel=SyntheticKernel(host)),
-                bitstream_dir=work,
-                interval=1.0,
-            )
-            threads.append(threading.Thread(target=lifecycle.run, args=(stop,), daemon=True))
-            threads[-1].start()
+            threads.append(start_lifecycle(kubeconfig, node, host, work, stop))
         for agent in agents:
             agent.wait_registered(120)
         eventually(
@@ -241,7 +260,7 @@ def extender_cluster(
             120,
             "GPU Accelerators",
         )
-        extender = Extender(_extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log", pki)
+        extender = Extender(extender_kubeconfig(tb, client, tmp), port, tmp / "extender.log", pki)
         extender.start()
         with contextlib.suppress(ApiError):
             client.create(

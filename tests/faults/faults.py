@@ -25,9 +25,14 @@ component is ready again.
   that revision (through etcd's own client API), the API server started again: every client's
   watch resumes from a compacted revision and is answered ``410 Gone`` (too old resource
   version), so each must list again.
+- ``lifecycle-kill``: SIGKILL of one node's ``kubeacc lifecycle-agent`` at a seeded instant
+  after an operation was made to run on that node, started again (tests/faults/lifecycle.py).
+  Node reboots and power losses kill it too, and start it again after the node agent.
 - ``clock-step``: one node's agent's, or the controller replicas', wall clock stepped ahead or
   behind under libfaketime for a seeded while of workload, then back to true
   (tests/faults/clockstep.py).
+- ``extender-kill``: SIGKILL of ``kubeacc extender``, a seeded pause of workload steps, started
+  again (tests/faults/extender.py).
 
 Each :meth:`Injector.inject` returns the seconds from the end of the fault (the process started
 again, the API server restarted) until every component of the node, or of the cluster for an
@@ -53,10 +58,11 @@ from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.tools import hoststate
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
-from tests.faults import powerloss, runtime, throttle
+from tests.faults import extender, lifecycle, powerloss, runtime, throttle
 
 if TYPE_CHECKING:
     from tests.faults.clockstep import ClockSteps
+    from tests.faults.extender import ExtenderRun
 
 AGENT_KILL = "agent-kill"
 KUBELET_RESTART = "kubelet-restart"
@@ -75,10 +81,12 @@ KINDS = (
     RUNTIME_RESTART,
     WATCH_EXPIRY,
     CLOCK_STEP,
+    lifecycle.LIFECYCLE_KILL,
     *throttle.KINDS,
+    extender.EXTENDER_KILL,
 )
-#: The faults that hit the API server (no node).
-CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY, *throttle.KINDS)
+#: The faults that hit the API server or the extender (no node).
+CLUSTER_KINDS = (APISERVER_OUTAGE, WATCH_EXPIRY, *throttle.KINDS, extender.EXTENDER_KILL)
 
 REGISTERED = "kubelet registered plugin kubeacc.io"
 
@@ -116,6 +124,8 @@ class Node:
     wrapper: tuple[str, ...] = ()
     #: its kubelet runs on containerd + runc (tests/faults/runtime.py)
     real_runtime: bool = False
+    #: its ``kubeacc lifecycle-agent`` (tests/faults/lifecycle.py)
+    lifecycle: lifecycle.LifecycleProcess | None = None
 
     def registrations(self) -> int:
         return self.agent.log().count(REGISTERED)
@@ -134,6 +144,8 @@ class Injector:
         self.watches_expired = 0
         #: the stepped clocks (set by the runner)
         self.clock_steps: ClockSteps | None = None
+        #: the extender (set by the runner when the run has it)
+        self.extender: ExtenderRun | None = None
         logs = lambda: {n: node.agent.log() for n, node in nodes.items()}  # noqa: E731
         self.api = throttle.ApiFaults(testbed, logs, ready_timeout)
         #: what the last fault broke that it found itself (tests/faults/runtime.py)
@@ -156,8 +168,12 @@ class Injector:
             return self._watch_expiry()
         if fault.kind == CLOCK_STEP and self.clock_steps is not None:
             return self.clock_steps.inject(fault, self.nodes, self.ready_timeout)
+        if fault.kind == lifecycle.LIFECYCLE_KILL and (lc := self.nodes[fault.node].lifecycle):
+            return lifecycle.kill_fault(lc, self.ready_timeout)
         if fault.kind in throttle.KINDS:
             return self.api.inject(fault.kind, fault.seconds)
+        if fault.kind == extender.EXTENDER_KILL and self.extender is not None:
+            return self.extender.inject(fault.seconds)
         raise ValueError(f"unknown fault {fault.kind!r}")
 
     def _agent_kill(self, node: Node) -> float:
@@ -225,6 +241,8 @@ class Injector:
 
     def _reboot(self, node: Node, keeps_bitstreams: bool, power_cut: bool) -> float:
         powerloss.power_off(node, cut=power_cut)
+        if node.lifecycle is not None:
+            node.lifecycle.kill()  # it keeps no files (tests/faults/lifecycle.py)
         kubelet = self.testbed.node(node.name)
         kubelet.stop_kubelet()
         if node.real_runtime:
@@ -245,6 +263,9 @@ class Injector:
         powerloss.power_on(node)
         node.start_agent()
         self._node_ready(node, before)
+        if node.lifecycle is not None:
+            node.lifecycle.start()
+            node.lifecycle.wait_ready(self.ready_timeout)
         return time.monotonic() - t0
 
     def _node_ready(self, node: Node, registrations_before: int) -> None:

@@ -17,7 +17,9 @@ own hosts. What each gets beyond the plain agent:
   can carry it;
 - ``l4-plugin``: the ``l4-pair`` host with its GPUs served by the device plugin
   (``--device-plugin-type=gpu``): the ``plugin`` kind's pods (``kubeacc.io/gpu``) run there
-  through the device plugin, and through DRA's extended resources on the other GPU nodes.
+  through the device plugin, and through DRA's extended resources on the other GPU nodes;
+- ``l4-extender``: the ``l4-pair`` host's GPUs shared through the device plugin for
+  ``kubeacc extender``'s pods (the ``extender`` kind; tests/faults/extender.py).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kubeacc.synthetic import mig_state, profiles
 from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.hosts_fpga import PAC_ARRIA10, intel_fpga_server
 from kubeacc.synthetic.tree import HostBuilder
+from tests.faults import extender
 
 #: The GPU the ``dgx-h100`` agent shares by memory (the ``share`` kind).
 SHARED_BDF = "0000:1b:00.0"
@@ -69,6 +72,9 @@ def build(name: str, profile: str, workdir: Path) -> NodeSetup:
     if profile == PLUGIN_PROFILE:
         profiles.build("l4-pair", host)
         return NodeSetup(host, ("--device-plugin-type=gpu",))
+    if profile == extender.PROFILE:
+        profiles.build("l4-pair", host)
+        return NodeSetup(host, extender.agent_args(workdir))
     profiles.build(profile, host)
     if profile == "dgx-h100":
         mig_state.reboot(host)

@@ -33,9 +33,20 @@ from kubeacc.node import cdi
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.identities import install_agent_access
 from tests.agent.dra.agentproc import AgentProcess
-from tests.faults import clockstep, hardware, nodes, outage, powerloss, runtime, throttle
+from tests.faults import (
+    clockstep,
+    extender,
+    hardware,
+    nodes,
+    outage,
+    powerloss,
+    runtime,
+    throttle,
+)
 from tests.faults import faults as F
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
+from tests.faults.lifecycle import LifecycleProcess
+from tests.faults.operations import Operations
 from tests.faults.outage import OutageReport
 from tests.faults.workload import API_ERRORS, Workload
 
@@ -74,6 +85,9 @@ class Config:
     #: node -> its kubelet's CRI runtime, "fake" (the default) or "containerd"
     #: (tests/faults/runtime.py; the testbed's KubeletOptions(runtime=...) must agree)
     runtimes: dict[str, str] = field(default_factory=dict)
+    #: kube-scheduler configured with ``kubeacc extender`` (tests.faults.extender: the
+    #: ``extender`` kind and the ``extender-kill`` fault need it)
+    extender: extender.Plan | None = None
 
 
 @dataclass
@@ -123,6 +137,9 @@ class Report:
     #: controller hand-overs seen (a replica acting after another did)
     controller_handovers: int = 0
     api_faults: throttle.ApiFaultLog = field(default_factory=throttle.ApiFaultLog)
+    extender: dict[str, Any] | None = None
+    #: the AcceleratorOperations (tests/faults/operations.py)
+    operations: dict[str, Any] = field(default_factory=dict)
 
     def violations(self) -> list[str]:
         during = self.outage.violations if self.outage else []
@@ -141,6 +158,8 @@ class Report:
             "watch_expiry_answered_410": self.watches_expired,
             "controller_handovers": self.controller_handovers,
             **self.api_faults.as_json(),
+            "extender": self.extender,
+            "operations": self.operations,
             "faults_injected": [s for s in self.sequence if not s.startswith("step")],
             "workload": {
                 "created": dict(self.created),
@@ -162,7 +181,7 @@ def fault_plan(seed: int, config: Config) -> Iterator[tuple[int, F.Fault]]:
 
     def one(kind: str) -> tuple[int, F.Fault]:
         steps = rng.randint(*config.steps_between)
-        if kind in (F.APISERVER_OUTAGE, *throttle.KINDS):
+        if kind in (F.APISERVER_OUTAGE, *throttle.KINDS, extender.EXTENDER_KILL):
             return steps, F.Fault(kind, seconds=round(rng.uniform(*config.outage_seconds), 1))
         if kind in F.CLUSTER_KINDS:
             return steps, F.Fault(kind)
@@ -199,8 +218,17 @@ class Runner:
             if config.runtimes.get(name) == runtime.CONTAINERD:
                 node = self.nodes[name]
                 node.agent_args += runtime.setup(testbed.node(name), setup.host, node)
+            self.nodes[name].lifecycle = LifecycleProcess(
+                name, setup.host, kubeconfig, workdir / name / "bitstreams", workdir / name
+            )
+        self.ops = Operations.of(self.nodes, config.nodes, f"{config.seed}/operations")
         self.injector = F.Injector(testbed, self.nodes, config.ready_within)
         self.injector.clock_steps = self.clocks
+        asked = (*config.kinds, *config.fault_kinds)
+        self.ext = extender.ExtenderRun.of(
+            testbed, config.extender, config.nodes, self.nodes, workdir, config.ready_within, asked
+        )
+        self.injector.extender = self.ext
         self.tracker = Tracker()
         self.report = Report(config.seed, dict(config.nodes))
         self._seen: set[str] = set()
@@ -213,8 +241,13 @@ class Runner:
             self._start()
             self._run()
         finally:
+            if self.ext is not None:
+                self.report.extender = self.ext.as_json()
+                self.ext.stop()
             for node in self.nodes.values():
                 node.agent.stop()
+                if node.lifecycle is not None:
+                    node.lifecycle.stop()
                 powerloss.unmount(node)
             self.clocks.stop()
         self.report.controller_handovers = self.clocks.controllers.transitions()
@@ -232,16 +265,23 @@ class Runner:
             powerloss.mount(node)
             node.start_agent()
             node.agent.wait_registered(self.config.ready_within)
+        self.ops.start(self.config.ready_within)
         self.clocks.start(self.client, self.config.ready_within)
+        if self.ext is not None:
+            self.ext.start(self.client, NAMESPACE)
 
     def _run(self) -> None:
         cfg = self.config
         rng = random.Random(f"{cfg.seed}/workload")
         client = throttle.workload_client(self.testbed, self._workdir)
         workload = Workload(client, NAMESPACE, rng, cfg.kinds, max_live=cfg.max_live)
+        self.ops.client = client
+        workload.also.append(self.ops.step)
         self.injector.api.during = workload.step
         plan = fault_plan(cfg.seed, cfg)
         self.clocks.during = lambda: self._step_during(workload, F.CLOCK_STEP)
+        if self.ext is not None:
+            self.ext.during = lambda: self._step_during(workload, extender.EXTENDER_KILL)
         self._t0 = t0 = time.monotonic()
         last = "before-faults"
         self.report.faults = {k: Stats() for k in ("before-faults", *cfg.fault_kinds)}
@@ -316,6 +356,8 @@ class Runner:
 
     def _finish(self, workload: Workload) -> None:
         cfg = self.config
+        self.report.final += [f"{v.kind}: {v.detail}" for v in self.ops.finish()]
+        self.report.operations = self.ops.as_json()
         # every pod Running, unschedulable or Failed with a reason (a device-plugin pod the
         # kubelet admitted while the plugin was not registered again after a restart fails
         # with UnexpectedAdmissionError: Kubernetes' own behaviour, reported under what the
@@ -364,7 +406,8 @@ class Runner:
     def _check(self, last: str) -> None:
         cfg = self.config
         view = self._view()
-        found: list[Violation] = check(
+        ext = self.ext.check(view, self.tracker, cfg.leak_grace) if self.ext else []
+        found: list[Violation] = ext + check(
             view,
             self.tracker,
             set(self.nodes),
@@ -382,6 +425,7 @@ class Runner:
             grace=cfg.hw_grace,
             verified=self.report.containers_verified,
         )
+        found += self.ops.check(view)
         stats = self.report.faults.setdefault(last, Stats())
         for text in [f"{v.kind}: {v.detail}" for v in found] + self._clock_violations():
             if text not in self._seen:

@@ -31,16 +31,19 @@ from lightkube.resources.resource_v1 import ResourceClaim
 
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.kubelet import KubeletOptions
+from tests.faults import extender, nodes, powerloss
 from tests.faults import faults as F
-from tests.faults import nodes, powerloss
 from tests.faults.invariants import ClusterView, Tracker, check
 from tests.faults.runner import NAMESPACE, Config, Runner
-from tests.faults.test_runner import NODES
-from tests.faults.workload import KINDS, Workload
+from tests.faults.workload import KINDS as ALL_KINDS
+from tests.faults.workload import Workload
 
 pytestmark = pytest.mark.cluster
 
 SETTLE_S = 240.0
+NODES = {"fault-gpu": "dgx-h100", "fault-xpu": "kunlun-xpu", "fault-fpga": nodes.FPGA_PROFILE}
+#: Every claim kind (the extender's pods hold no claim: tests/faults/test_runner.py has them).
+KINDS = tuple(k for k in ALL_KINDS if k != extender.KIND)
 
 
 def _pods(view: ClusterView, prefix: str) -> dict[str, dict[str, Any]]:

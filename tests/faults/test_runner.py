@@ -1,5 +1,6 @@
-"""The fault runner: a short seeded run on a two-node testbed with every fault kind, and the
-invariant checker shown to fail on planted violations (so that a clean run means something)."""
+"""The fault runner: a short seeded run on a four-node testbed (one of them for kubeacc extender's
+pods) with every fault kind, and the invariant checker shown to fail on planted violations (so
+that a clean run means something)."""
 
 from __future__ import annotations
 
@@ -21,13 +22,18 @@ from kubeacc.agent.dra.checkpoint import (
 )
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.mountns import shared
+from tests.faults import extender, nodes, runtime, throttle
 from tests.faults import faults as F
-from tests.faults import nodes, runtime, throttle
 from tests.faults.invariants import ClusterView, NodeView, Tracker, check
 from tests.faults.runner import Config, Runner, fault_plan
 from tests.faults.workload import KINDS
 
-NODES = {"fault-gpu": "dgx-h100", "fault-xpu": "kunlun-xpu", "fault-fpga": nodes.FPGA_PROFILE}
+NODES = {
+    "fault-gpu": "dgx-h100",
+    "fault-xpu": "kunlun-xpu",
+    "fault-fpga": nodes.FPGA_PROFILE,
+    "fault-ext": extender.PROFILE,
+}
 SEED = int(os.environ.get("KUBEACC_FAULTS_SEED", "46"))
 #: the faults that are the real runtime's own on a containerd node
 RUNTIME_FAULTS = (F.RUNTIME_RESTART, F.NODE_REBOOT, F.POWER_LOSS)
@@ -68,13 +74,21 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
         leak_grace=240,
         pending_grace=240,
         settle_timeout=240,
+        extender=extender.Plan.make(tmp_path),
     )
     config = replace(config, runtimes=containerd_nodes(config))
     t0 = time.monotonic()
     keep = os.environ.get("KUBEACC_TESTBED_KEEP") == "1"  # the logs, for a failed run
     options = runtime.kubelet_options(NODES, config.runtimes)
-    # the agents' lazy mounts under tmp_path show in the containerd node's mount namespace
-    with shared(tmp_path), Testbed.start(nodes=options, keep=keep) as tb:
+    # the agents' lazy mounts under tmp_path show in the containerd nodes' mount namespaces
+    with (
+        shared(tmp_path),
+        Testbed.start(
+            nodes=options,
+            keep=keep,
+            scheduler_extenders=extender.scheduler_extenders(config.extender),
+        ) as tb,
+    ):
         report = Runner(tb, tmp_path, config).run()
         summary = json.dumps(report.as_json(), indent=1)
         print(summary)
@@ -102,6 +116,12 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
     waited = [n for t in report.api_faults.throttled for n in t["agents_waited_out_429"].values()]
     assert sum(waited) > 0, f"no agent was answered 429\n{summary}"
     assert len(report.api_faults.etcd) == report.faults[throttle.ETCD_OUTAGE].injected, summary
+    # the extender-kill fault is real: the extender was killed as often as the fault was drawn
+    ext = report.as_json()["extender"]
+    assert ext["kills"] == report.faults[extender.EXTENDER_KILL].injected, summary
+    # its probe pod waited while it was down and was bound after its return (or refused as full)
+    probes = len(ext["probe_bound_after_return_s"]) + ext["probes_refused_as_full"]
+    assert probes == ext["kills"], summary
     assert sentinel.read_text() == "kept", "a fault removed a file of the working directory"
     print(f"fault run took {time.monotonic() - t0:.0f}s")
 

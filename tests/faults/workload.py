@@ -1,18 +1,20 @@
 """The fault runner's workload: pods with a ResourceClaim each, created and deleted in an order a
 seed fixes.
 
-Each :meth:`Workload.step` either creates a claim of one of ``kinds`` (:data:`KINDS`) and a pod
-that uses it (a ``plugin`` pod asks for the extended resource ``kubeacc.io/gpu`` instead: the
-device plugin serves it on a node that advertises it, DRA elsewhere), or deletes a live pod
-(gracefully: the kubelet unprepares its claim before the pod is gone); a claim is deleted once
-its pod is gone. API errors (an outage) are counted and the step is tried again later: the
-decisions stay those of the seed, only their timing moves.
+Each :meth:`Workload.step` either creates a claim of one of ``kinds`` (:data:`KINDS`) and a pod that
+uses it (a ``plugin`` pod asks for the extended resource ``kubeacc.io/gpu`` instead: the device
+plugin serves it on a node that advertises it, DRA elsewhere; an ``extender`` pod asks for a GPU
+memory share that ``kubeacc extender`` places, tests/faults/extender.py), or deletes a live pod
+(gracefully: the kubelet unprepares its claim before the pod is gone); a claim is deleted once its
+pod is gone. API errors (an outage) are counted and the step is tried again later: the decisions
+stay those of the seed, only their timing moves.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,7 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from kubeacc.crds.opaque import fpga_claim_config
+from tests.faults import extender
 from tests.faults.nodes import BITSTREAM, DIGEST
 from tests.faults.runtime import claim_pod, resource_pod
 from tests.nodestack import claim, resource_claim
@@ -47,7 +50,7 @@ SHARE_MEMORY_MIB = 9537
 SHARE_CORES = "10"
 #: The extended resource of a ``plugin`` pod.
 PLUGIN_RESOURCE = "kubeacc.io/gpu"
-KINDS = (*CLASSES, "plugin")
+KINDS = (*CLASSES, "plugin", extender.KIND)
 
 API_ERRORS = (ApiError, httpx2.HTTPError, OSError)
 
@@ -89,6 +92,8 @@ class Workload:
     _pending: tuple[str, str] | None = None
     #: the kinds of the first creates: each kind once, in a seeded order
     _first: list[str] = field(default_factory=list)
+    #: more work each step does (tests/faults/operations.py)
+    also: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._first = list(self.kinds)
@@ -107,6 +112,8 @@ class Workload:
                 self._pending = ("create", f"w{self._next}-{kind}")
             else:
                 self._pending = ("delete", self.rng.choice(sorted(self.live)))
+        for more in self.also:
+            more()
         action, name = self._pending
         try:
             if action == "create":
@@ -122,6 +129,8 @@ class Workload:
         kind = name.rsplit("-", 1)[1]
         if kind == "plugin":
             self._create_once(resource_pod(name, self.namespace, {PLUGIN_RESOURCE: "1"}))
+        elif kind == extender.KIND:
+            self._create_once(extender.pod(name, self.namespace))
         else:
             self._create_once(kind_claim(kind, name, self.namespace))
             self._create_once(claim_pod(name, self.namespace, name))
