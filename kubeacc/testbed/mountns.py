@@ -10,14 +10,20 @@ so each real-runtime node gets a persistent mount namespace of its own (``unshar
 both enter with ``nsenter --mount=<file>``. Restarts of either join the same namespace, so a
 restarted containerd still sees the volumes of running pods.
 
-The machine's mounts are private (no propagation either way), so nothing the node mounts shows
-up outside, and nothing mounted outside later shows up inside. Deleting the namespace (unmounting
+The namespace is made a slave of the machine's (``unshare --propagation slave``): nothing the
+node mounts shows up outside. The machine's mounts are private, so nothing mounted outside later
+shows up inside either, except under a mount the machine made shared (``mount --make-shared``)
+before the namespace was made: what is mounted there later propagates in, as on a node whose
+daemons all share the host's mounts (a fault run's agent state on a FUSE file system that
+containerd must read, tests/faults/runtime.py). Deleting the namespace (unmounting
 its file once every process in it is gone) drops every mount made in it.
 """
 
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -46,7 +52,7 @@ class MountNamespace:
             f'mkdir -p "{target}"\nmount --bind "{source}" "{target}"\n'
             for target, source in self.binds.items()
         )
-        argv = ["unshare", f"--mount={self.path}", "--propagation", "private", "sh", "-c", script]
+        argv = ["unshare", f"--mount={self.path}", "--propagation", "slave", "sh", "-c", script]
         done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
         if done.returncode != 0:
             raise MountNamespaceError(
@@ -97,3 +103,26 @@ def _is_mount_point(path: Path) -> bool:
     except OSError:
         return False
     return any(line.split()[4] == target for line in text.splitlines())
+
+
+@contextmanager
+def shared(directory: Path) -> Iterator[Path]:
+    """``directory`` bind-mounted on itself and made shared while in the block: what is
+    mounted under it later shows up in every node namespace made meanwhile (see the module
+    doc). Unmounted (lazily, with whatever is still mounted under it) on the way out."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for argv in (
+        ["mount", "--bind", str(directory), str(directory)],
+        ["mount", "--make-shared", str(directory)],
+    ):
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+        if done.returncode != 0:
+            if argv[1] == "--make-shared":
+                subprocess.run(["umount", str(directory)], capture_output=True, check=False)
+            raise MountNamespaceError(
+                f"cannot share {directory} ({' '.join(argv)}): {done.stderr.strip()}"
+            )
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], capture_output=True, check=False)

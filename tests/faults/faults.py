@@ -19,7 +19,8 @@ component is ready again.
 - ``runtime-restart``: the node's CRI runtime process stopped and started under a running
   kubelet. The testbed's fake CRI runtime keeps its containers in memory only, so this is a
   runtime crash that loses them: the kubelet makes the pods' sandboxes again and asks for their
-  claims again (NodePrepareResources of prepared claims).
+  claims again (NodePrepareResources of prepared claims). On a containerd node this fault,
+  ``node-reboot`` and ``power-loss`` are the real runtime's (tests/faults/runtime.py).
 - ``watch-expiry``: the API server stopped, a write straight to etcd and an etcd compaction at
   that revision (through etcd's own client API), the API server started again: every client's
   watch resumes from a compacted revision and is answered ``410 Gone`` (too old resource
@@ -57,7 +58,7 @@ from kubeacc.synthetic.fpga import ZERO_ID
 from kubeacc.synthetic.tools import hoststate
 from kubeacc.testbed import Testbed
 from tests.agent.dra.agentproc import AgentProcess
-from tests.faults import extender, lifecycle, powerloss, throttle
+from tests.faults import extender, lifecycle, powerloss, runtime, throttle
 
 if TYPE_CHECKING:
     from tests.faults.clockstep import ClockSteps
@@ -121,6 +122,8 @@ class Node:
     agent_args: tuple[str, ...] = ()
     #: the command prefix the agent runs under (its stepped clock)
     wrapper: tuple[str, ...] = ()
+    #: its kubelet runs on containerd + runc (tests/faults/runtime.py)
+    real_runtime: bool = False
     #: its ``kubeacc lifecycle-agent`` (tests/faults/lifecycle.py)
     lifecycle: lifecycle.LifecycleProcess | None = None
 
@@ -145,6 +148,8 @@ class Injector:
         self.extender: ExtenderRun | None = None
         logs = lambda: {n: node.agent.log() for n, node in nodes.items()}  # noqa: E731
         self.api = throttle.ApiFaults(testbed, logs, ready_timeout)
+        #: what the last fault broke that it found itself (tests/faults/runtime.py)
+        self.broken: list[str] = []
 
     def inject(self, fault: Fault) -> float:
         """Inject ``fault``; return the seconds to recover (AssertionError past the timeout)."""
@@ -221,6 +226,9 @@ class Injector:
         return took
 
     def _runtime_restart(self, node: Node) -> float:
+        if node.real_runtime:
+            took, self.broken = runtime.restart(self.testbed, node.name, self.ready_timeout)
+            return took
         kubelet = self.testbed.node(node.name)
         assert kubelet.cri is not None
         kubelet.cri.stop()
@@ -237,7 +245,9 @@ class Injector:
             node.lifecycle.kill()  # it keeps no files (tests/faults/lifecycle.py)
         kubelet = self.testbed.node(node.name)
         kubelet.stop_kubelet()
-        if kubelet.cri is not None:
+        if node.real_runtime:
+            runtime.power_off(kubelet)
+        elif kubelet.cri is not None:
             kubelet.cri.stop()
         kubelet.cri_socket.unlink(missing_ok=True)  # the runtime's socket, as in /run
         mig_state.reboot(node.host)

@@ -11,7 +11,6 @@ write kept. Either way :func:`power_on` mounts them again before the agent start
 from __future__ import annotations
 
 import random
-import shutil
 import time
 from typing import TYPE_CHECKING
 
@@ -27,7 +26,7 @@ CUT_WITHIN_S = 1.5
 
 def lazy(node: Node) -> LazyState:
     if node.name not in _mounts:
-        _mounts[node.name] = LazyState(node.agent)
+        _mounts[node.name] = LazyState(node.agent, lazy_cdi=not node.real_runtime)
     return _mounts[node.name]
 
 
@@ -46,8 +45,7 @@ def power_off(node: Node, *, cut: bool) -> None:
         return
     node.agent.kill()
     state.unmount()
-    shutil.rmtree(state.cdi.backing)  # a tmpfs: empty after any boot
-    state.cdi.backing.mkdir()
+    state.empty_cdi()  # a tmpfs: empty after any boot
 
 
 def power_on(node: Node) -> None:

@@ -33,7 +33,16 @@ from kubeacc.node import cdi
 from kubeacc.testbed import Testbed
 from kubeacc.testbed.identities import install_agent_access
 from tests.agent.dra.agentproc import AgentProcess
-from tests.faults import clockstep, extender, hardware, nodes, outage, powerloss, throttle
+from tests.faults import (
+    clockstep,
+    extender,
+    hardware,
+    nodes,
+    outage,
+    powerloss,
+    runtime,
+    throttle,
+)
 from tests.faults import faults as F
 from tests.faults.invariants import ClusterView, NodeView, Tracker, Violation, check, pod_reason
 from tests.faults.lifecycle import LifecycleProcess
@@ -73,6 +82,9 @@ class Config:
     #: > 0: one API server outage this long under the workload before the mixed faults
     #: (tests.faults.outage)
     long_outage: float = 0.0
+    #: node -> its kubelet's CRI runtime, "fake" (the default) or "containerd"
+    #: (tests/faults/runtime.py; the testbed's KubeletOptions(runtime=...) must agree)
+    runtimes: dict[str, str] = field(default_factory=dict)
     #: kube-scheduler configured with ``kubeacc extender`` (tests.faults.extender: the
     #: ``extender`` kind and the ``extender-kill`` fault need it)
     extender: extender.Plan | None = None
@@ -109,6 +121,8 @@ class Report:
     #: (pod, phase:reason) for every state a pod was seen in while not Running
     not_running_seen: set[tuple[str, str]] = field(default_factory=set)
     running_seen: set[str] = field(default_factory=set)
+    #: containers on containerd nodes whose own report matched their claim (tests/faults/runtime)
+    containers_verified: set[str] = field(default_factory=set)
     #: claim UIDs seen in a checkpoint, and the most prepared at once (all nodes)
     prepared_seen: set[str] = field(default_factory=set)
     most_prepared: int = 0
@@ -152,6 +166,7 @@ class Report:
                 "deleted": self.deleted,
                 "api_errors": self.api_errors,
                 "pods_seen_running": len(self.running_seen),
+                "containers_verified_from_inside": len(self.containers_verified),
                 "claims_seen_prepared": len(self.prepared_seen),
                 "most_prepared_at_once": self.most_prepared,
                 "pods_seen_not_running_by_reason": dict(reasons),
@@ -200,6 +215,9 @@ class Runner:
             )
             args = (*setup.agent_args, *self.clocks.agent_args(name))
             self.nodes[name] = F.Node(name, setup.host, agent, args, self.clocks.wrapper(name))
+            if config.runtimes.get(name) == runtime.CONTAINERD:
+                node = self.nodes[name]
+                node.agent_args += runtime.setup(testbed.node(name), setup.host, node)
             self.nodes[name].lifecycle = LifecycleProcess(
                 name, setup.host, kubeconfig, workdir / name / "bitstreams", workdir / name
             )
@@ -285,6 +303,8 @@ class Runner:
             injected += 1
             try:
                 stats.recover_s.append(self.injector.inject(fault))
+                stats.violations += [f"{fault.describe()}: {b}" for b in self.injector.broken]
+                self.injector.broken = []
             except AssertionError as exc:
                 stats.violations.append(
                     f"not-ready within {cfg.ready_within}s after {fault.describe()}: "
@@ -395,6 +415,15 @@ class Runner:
             pending_grace=cfg.pending_grace,
             hw_grace=cfg.hw_grace,
             afu=nodes.AFU,
+        )
+        real = {n: node.agent.cdi_dir for n, node in self.nodes.items() if node.real_runtime}
+        found += runtime.container_violations(
+            self.testbed,
+            view,
+            self.tracker,
+            real,
+            grace=cfg.hw_grace,
+            verified=self.report.containers_verified,
         )
         found += self.ops.check(view)
         stats = self.report.faults.setdefault(last, Stats())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,8 @@ from kubeacc.agent.dra.checkpoint import (
     read_claims,
 )
 from kubeacc.testbed import Testbed
-from kubeacc.testbed.kubelet import KubeletOptions
-from tests.faults import extender, nodes, throttle
+from kubeacc.testbed.mountns import shared
+from tests.faults import extender, nodes, runtime, throttle
 from tests.faults import faults as F
 from tests.faults.invariants import ClusterView, NodeView, Tracker, check
 from tests.faults.runner import Config, Runner, fault_plan
@@ -34,6 +35,21 @@ NODES = {
     "fault-ext": extender.PROFILE,
 }
 SEED = int(os.environ.get("KUBEACC_FAULTS_SEED", "46"))
+#: the faults that are the real runtime's own on a containerd node
+RUNTIME_FAULTS = (F.RUNTIME_RESTART, F.NODE_REBOOT, F.POWER_LOSS)
+
+
+def containerd_nodes(config: Config) -> dict[str, str]:
+    """The nodes on containerd + runc: the GPU node (share, MIG and NIC kinds) and every node
+    the seed's first runtime restart, reboot and power loss hit, so that each of those is the
+    real runtime's (another set: KUBEACC_FAULTS_CONTAINERD=node,...; "" for none)."""
+    chosen = os.environ.get("KUBEACC_FAULTS_CONTAINERD")
+    if chosen is not None:
+        return {n: runtime.CONTAINERD for n in chosen.split(",") if n}
+    first = [f for _, f in islice(fault_plan(config.seed, config), len(config.fault_kinds))]
+    # not the extender's node: its pods run a registry image containerd cannot pull here
+    hit = {f.node for f in first if f.kind in RUNTIME_FAULTS and f.node != "fault-ext"}
+    return {n: runtime.CONTAINERD for n in sorted({"fault-gpu", *hit})}
 
 
 @pytest.mark.cluster
@@ -61,13 +77,19 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
         settle_timeout=240,
         extender=extender.Plan.make(tmp_path),
     )
+    config = replace(config, runtimes=containerd_nodes(config))
     t0 = time.monotonic()
     keep = os.environ.get("KUBEACC_TESTBED_KEEP") == "1"  # the logs, for a failed run
-    with Testbed.start(
-        nodes=[KubeletOptions(node_name=n) for n in NODES],
-        keep=keep,
-        scheduler_extenders=extender.scheduler_extenders(config.extender),
-    ) as tb:
+    options = runtime.kubelet_options(NODES, config.runtimes)
+    # the agents' lazy mounts under tmp_path show in the containerd nodes' mount namespaces
+    with (
+        shared(tmp_path),
+        Testbed.start(
+            nodes=options,
+            keep=keep,
+            scheduler_extenders=extender.scheduler_extenders(config.extender),
+        ) as tb,
+    ):
         report = Runner(tb, tmp_path, config).run()
         summary = json.dumps(report.as_json(), indent=1)
         print(summary)
@@ -81,6 +103,13 @@ def test_short_run_with_every_fault_kind_breaks_no_invariant(
     assert len(report.running_seen) >= 3, summary
     assert len(report.prepared_seen) >= 3, summary
     assert report.deleted >= 1, summary
+    # pods really ran on containerd and their containers saw their claims' devices
+    first = [f for _, f in islice(fault_plan(config.seed, config), len(config.fault_kinds))]
+    for f in first:
+        if f.kind in RUNTIME_FAULTS and f.node in config.runtimes:
+            assert any(f" {f.kind} on {f.node}" in s for s in report.sequence), (f, summary)
+    for node in config.runtimes:
+        assert any(v.startswith(f"{node}/") for v in report.containers_verified), summary
     # the watch-expiry fault is real: a watch from before it was answered 410 Gone
     assert report.watches_expired == report.faults[F.WATCH_EXPIRY].injected, summary
     # the throttled API server is real: others than the load were answered 429 each time

@@ -27,7 +27,8 @@ from lightkube.resources.resource_v1 import ResourceClaim
 from kubeacc.crds.opaque import fpga_claim_config
 from tests.faults import extender
 from tests.faults.nodes import BITSTREAM, DIGEST
-from tests.nodestack import claim, claim_pod, resource_claim, resource_pod
+from tests.faults.runtime import claim_pod, resource_pod
+from tests.nodestack import claim, resource_claim
 
 #: claim kind -> DeviceClass
 CLASSES = {

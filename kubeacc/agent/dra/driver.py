@@ -46,7 +46,7 @@ from typing import Any
 
 from msgspec import structs
 
-from kubeacc.agent.dra import metadata
+from kubeacc.agent.dra import metadata, unused
 from kubeacc.agent.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice, StateError
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.devices import DeviceInfo
@@ -389,9 +389,52 @@ class Driver:
                     out[ref.uid] = PrepareResult(error=msg)
                     self._abandon([ref.uid])
             if built:
+                self._free_stale_holders(built, out)
+            if built:
                 with self.lock:
                     self._commit(built, out)
         return out
+
+    def _free_stale_holders(
+        self, built: dict[str, ClaimWork], out: dict[str, PrepareResult]
+    ) -> None:
+        """Unprepare the unused claims still recorded on a whole device a fresh claim was
+        allocated (kubeacc.agent.dra.stale); a claim whose device another claim in use holds is
+        not prepared (dropped from ``built``, with its error)."""
+        recorded = self.prepared()
+        for uid, work in list(built.items()):
+            assert work.prepared is not None
+            mine = {(d.pool, d.device) for d in work.prepared.devices if d.share_id is None}
+            for huid, (held, device) in unused.holders(recorded, mine, set(built)).items():
+                ref = ClaimRef(held.namespace, held.name, huid)
+                try:
+                    done = self.unprepare_unused(
+                        [ref],
+                        lambda r: unused.unused_reason(
+                            self.claims.get(r.namespace, r.name, r.uid), r.uid
+                        ),
+                    )
+                    why, err = done.get(huid, ("", "it is still allocated"))
+                except Exception as exc:  # API server away: the kubelet retries
+                    why, err = "", f"cannot read it: {exc.__class__.__name__}"
+                if why and not err:
+                    log.info(
+                        "unprepared claim %s/%s (%s): its device %s is allocated to claim %s/%s",
+                        ref.namespace,
+                        ref.name,
+                        why,
+                        device,
+                        work.prepared.namespace,
+                        work.prepared.name,
+                    )
+                    continue
+                out[uid] = PrepareResult(
+                    error=f"device {device} is still prepared for claim {ref.namespace}/"
+                    f"{ref.name} ({huid}): {err}"
+                )
+                self._abandon([uid])
+                del built[uid]
+                break
 
     def _again(self, ref: ClaimRef, done: PreparedClaim) -> str:
         """A prepared claim asked for again: each kind's check (an FPGA's bitstream still

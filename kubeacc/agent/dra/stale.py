@@ -18,6 +18,15 @@ unused then is unprepared only once it has been found unused for :data:`GRACE_S`
 normally unprepares within seconds of its pod going, and its call is the ordinary path), and
 only after a last read made with the claim held (:meth:`Driver.unprepare_unused`), so that a
 kubelet prepare of the same claim, allocated again in between, cannot interleave.
+
+A prepare meets the same leftovers at once (:func:`kubeacc.agent.dra.unused.holders`): a
+whole device allocated to the claim being prepared that the checkpoint still records for
+another claim. After a reboot the kubelet may fail to unprepare a deleted pod's claim (the
+plugin not registered again yet) and retry only in its reconcile loop, a minute later;
+meanwhile the claim was deleted and its device allocated to the next one (seen by the fault
+runner on containerd). The driver unprepares such a holder if it is unused (read with it held)
+and refuses the prepare otherwise (the kubelet retries): one device is never recorded for two
+claims.
 """
 
 from __future__ import annotations
@@ -25,11 +34,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kubeacc.agent.dra.checkpoint import PreparedClaim
 from kubeacc.agent.dra.claims import ClaimSource
 from kubeacc.agent.dra.refs import ClaimRef
+from kubeacc.agent.dra.unused import unused_reason
 
 if TYPE_CHECKING:
     from kubeacc.agent.dra.driver import Driver
@@ -40,19 +50,6 @@ log = logging.getLogger(__name__)
 INTERVAL_S = 30.0
 #: A claim found unused is unprepared once it has been found unused this long.
 GRACE_S = 60.0
-
-
-def unused_reason(claim: dict[str, Any] | None, uid: str) -> str:
-    """Why the claim read for the prepared ``uid`` is unused ("" if a pod may still use it)."""
-    if claim is None:
-        return "deleted"
-    got = (claim.get("metadata") or {}).get("uid")
-    if got != uid:
-        return f"made again with UID {got}"
-    status = claim.get("status") or {}
-    if not status.get("allocation"):
-        return "no longer allocated"
-    return ""
 
 
 def unused(

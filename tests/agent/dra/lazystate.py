@@ -15,17 +15,22 @@ from .agentproc import AgentProcess
 class LazyState:
     """The lazy mounts of one agent's directories; each keeps its disk in ``<dir>.disk``."""
 
-    def __init__(self, agent: AgentProcess) -> None:
+    def __init__(self, agent: AgentProcess, *, lazy_cdi: bool = True) -> None:
+        """``lazy_cdi``: False leaves the CDI directory a plain one (a container runtime in
+        another mount namespace reads it; a reboot empties it, so its durability is moot)."""
         self.agent = agent
         self.state = _mount_of(agent.state_dir)
-        self.cdi = _mount_of(agent.cdi_dir)
+        self.cdi = _mount_of(agent.cdi_dir) if lazy_cdi else None
         #: power cuts made
         self.cuts = 0
 
     def mount(self) -> None:
-        for m in (self.state, self.cdi):
+        for m in self._mounts():
             if not m.mounted():
                 m.mount()
+
+    def _mounts(self) -> list[LazyMount]:
+        return [self.state] if self.cdi is None else [self.state, self.cdi]
 
     def power_cut(self, *, cdi_kept: bool = True) -> None:
         """SIGKILL the agent and, at once, drop what neither directory made durable; both left
@@ -33,16 +38,21 @@ class LazyState:
         empties."""
         if self.agent.proc is not None and self.agent.proc.poll() is None:
             AgentProcess.kill(self.agent)  # the SIGKILL itself (PowerCutAgent.kill cuts)
-        self.state.power_cut()
-        self.cdi.power_cut()
+        for m in self._mounts():
+            m.power_cut()
         self.cuts += 1
         if not cdi_kept:
-            shutil.rmtree(self.cdi.backing)
-            self.cdi.backing.mkdir()
+            self.empty_cdi()
+
+    def empty_cdi(self) -> None:
+        """The CDI directory as after a boot (a tmpfs)."""
+        where = self.agent.cdi_dir if self.cdi is None else self.cdi.backing
+        shutil.rmtree(where, ignore_errors=True)
+        where.mkdir()
 
     def unmount(self) -> None:
         """A clean shutdown: every write kept."""
-        for m in (self.state, self.cdi):
+        for m in self._mounts():
             m.unmount()
 
 

@@ -213,9 +213,9 @@ def test_device_nodes_point_at_the_device_root(
 def _two_prepared(driver: Driver, claims: Claims) -> tuple[ClaimRef, ClaimRef]:
     """Claims a (u1) and b (u2), one GPU each, prepared."""
     refs = ClaimRef("ns", "a", "u1"), ClaimRef("ns", "b", "u2")
-    for ref in refs:
-        claims.add(ref.name, ref.uid, ["gpu-0000-1b-00-0"])
-        driver.prepare([ref])
+    for ref, gpu in zip(refs, ("gpu-0000-1b-00-0", "gpu-0000-1d-00-0"), strict=True):
+        claims.add(ref.name, ref.uid, [gpu])
+        assert not driver.prepare([ref])[ref.uid].error
     return refs
 
 

@@ -147,3 +147,33 @@ def test_a_failing_last_read_changes_nothing(driver: Driver, claims: Claims) -> 
         driver.unprepare_unused([ClaimRef("ns", "c", "u1")], away)
     assert set(driver.prepared()) == {"u1"}
     assert driver.guard.hold({"u1"}, wait=False).__enter__()  # released
+
+
+def test_a_prepare_unprepares_the_unused_claim_still_recorded_on_its_device(
+    driver: Driver, claims: Claims, tmp_path: Path
+) -> None:
+    # the kubelet never unprepared "old" (its pod deleted while the plugin registered again
+    # after a reboot); "old" was deleted and its GPU allocated to "new"
+    claims.add("old", "u1", [GPU])
+    assert not driver.prepare([ClaimRef("ns", "old", "u1")])["u1"].error
+    del claims.objs[("ns", "old")]
+    claims.add("new", "u2", [GPU])
+    assert not driver.prepare([ClaimRef("ns", "new", "u2")])["u2"].error
+    assert set(driver.prepared()) == {"u2"}
+    assert set(read_claims(tmp_path / "state")) == {"u2"}
+    assert cdi.spec_uids(tmp_path / "cdi") == {"u2"}
+    # the kubelet's own unprepare of "old", at last: nothing left to do
+    assert driver.unprepare([ClaimRef("ns", "old", "u1")]) == {"u1": ""}
+    assert set(driver.prepared()) == {"u2"}
+
+
+def test_a_prepare_of_a_device_another_allocated_claim_holds_is_refused(
+    driver: Driver, claims: Claims, tmp_path: Path
+) -> None:
+    claims.add("old", "u1", [GPU])
+    assert not driver.prepare([ClaimRef("ns", "old", "u1")])["u1"].error
+    claims.add("new", "u2", [GPU])  # the API gives the GPU twice: the first one keeps it
+    err = driver.prepare([ClaimRef("ns", "new", "u2")])["u2"].error
+    assert f"device {GPU} is still prepared for claim ns/old (u1)" in err, err
+    assert set(driver.prepared()) == {"u1"}
+    assert cdi.spec_uids(tmp_path / "cdi") == {"u1"}
