@@ -405,24 +405,29 @@ class Driver:
         for uid, work in list(built.items()):
             assert work.prepared is not None
             mine = {(d.pool, d.device) for d in work.prepared.devices if d.share_id is None}
+            mine -= unused.admin_devices(work.claim)
             for huid, (held, device) in unused.holders(recorded, mine, set(built)).items():
                 ref = ClaimRef(held.namespace, held.name, huid)
+                read: dict[str, Any] = {}  # the holder's claim, as the last read saw it
+
+                def why(r: ClaimRef, read: dict[str, Any] = read) -> str:
+                    read["claim"] = self.claims.get(r.namespace, r.name, r.uid)
+                    return unused.unused_reason(read["claim"], r.uid)
+
                 try:
-                    done = self.unprepare_unused(
-                        [ref],
-                        lambda r: unused.unused_reason(
-                            self.claims.get(r.namespace, r.name, r.uid), r.uid
-                        ),
-                    )
-                    why, err = done.get(huid, ("", "it is still allocated"))
+                    done = self.unprepare_unused([ref], why)
+                    why_gone, err = done.get(huid, ("", "it is still allocated"))
                 except Exception as exc:  # API server away: the kubelet retries
-                    why, err = "", f"cannot read it: {exc.__class__.__name__}"
-                if why and not err:
+                    why_gone, err = "", f"cannot read it: {exc.__class__.__name__}"
+                admin = {d for _, d in unused.admin_devices(read.get("claim"))}
+                if not why_gone and not err.startswith("cannot") and device in admin:
+                    continue  # the holder's allocation is an admin's: both may use the device
+                if why_gone and not err:
                     log.info(
                         "unprepared claim %s/%s (%s): its device %s is allocated to claim %s/%s",
                         ref.namespace,
                         ref.name,
-                        why,
+                        why_gone,
                         device,
                         work.prepared.namespace,
                         work.prepared.name,

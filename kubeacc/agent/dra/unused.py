@@ -37,3 +37,12 @@ def holders(
                 out[uid] = (claim, d.device)
                 break
     return out
+
+
+def admin_devices(claim: Mapping[str, Any] | None) -> set[tuple[str, str]]:
+    """The (pool, device) pairs a claim was allocated with admin access: such an allocation
+    shares a device in use by design (a monitoring claim), so it neither holds the device
+    against another claim nor is held off it."""
+    alloc = ((claim or {}).get("status") or {}).get("allocation") or {}
+    results = (alloc.get("devices") or {}).get("results") or []
+    return {(str(r.get("pool")), str(r.get("device"))) for r in results if r.get("adminAccess")}

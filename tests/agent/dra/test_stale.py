@@ -177,3 +177,24 @@ def test_a_prepare_of_a_device_another_allocated_claim_holds_is_refused(
     assert f"device {GPU} is still prepared for claim ns/old (u1)" in err, err
     assert set(driver.prepared()) == {"u1"}
     assert cdi.spec_uids(tmp_path / "cdi") == {"u1"}
+
+
+@pytest.mark.parametrize("admin", ["new", "old"])
+def test_a_device_shared_by_an_admin_access_allocation_is_prepared_for_both(
+    driver: Driver, claims: Claims, admin: str
+) -> None:
+    """An allocation with admin access shares a device in use by design (a monitoring claim
+    beside the workload's): neither claim is refused or unprepared for the other."""
+    claims.add("old", "u1", [GPU])
+    if admin == "old":
+        claims.objs[("ns", "old")]["status"]["allocation"]["devices"]["results"][0][
+            "adminAccess"
+        ] = True
+    assert not driver.prepare([ClaimRef("ns", "old", "u1")])["u1"].error
+    claims.add("new", "u2", [GPU])
+    if admin == "new":
+        claims.objs[("ns", "new")]["status"]["allocation"]["devices"]["results"][0][
+            "adminAccess"
+        ] = True
+    assert not driver.prepare([ClaimRef("ns", "new", "u2")])["u2"].error
+    assert set(driver.prepared()) == {"u1", "u2"}
