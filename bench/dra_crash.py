@@ -1,7 +1,7 @@
 """DRA crash safety, long form: SIGKILLs at random moments of a prepare/unprepare stream.
 
 Prints one JSON object. Set-up: a testbed control plane (real kube-apiserver, no kubelet), a
-Node object, 12 ResourceClaims allocated devices of its pool, and ``kubeacc agent`` as a
+Node object, 7 ResourceClaims allocated a GPU each of its pool, and ``kubeacc agent`` as a
 subprocess on a synthetic 8-GPU server with ``--compact-after=3`` (a journal compaction every
 three calls). A grpcio client plays the kubelet on the DRA socket: random batches of 1-3
 claims, prepare or unprepare, SIGKILL after a random 0-0.8 s (now and then during start-up).
@@ -30,7 +30,6 @@ from kubeacc.synthetic import profiles
 from kubeacc.testbed import Testbed
 
 NODE = "crash-node"
-GPUS = [f"gpu-0000-{b}-00-0" for b in ("1b", "1d", "3d", "3f")]
 
 
 def main(kills: int, seed: int) -> dict[str, object]:
@@ -45,16 +44,7 @@ def main(kills: int, seed: int) -> dict[str, object]:
         client = tb.client()
         client.create(Node(metadata=ObjectMeta(name=NODE)))
         client.create(Namespace(metadata=ObjectMeta(name="crash")))
-        refs = [
-            (
-                "crash",
-                f"c{i}",
-                crashstream.create_allocated_claim(
-                    client, "crash", f"c{i}", NODE, GPUS[i % len(GPUS)]
-                ),
-            )
-            for i in range(12)
-        ]
+        refs = crashstream.allocated_refs(client, "crash", NODE)
         host = profiles.build("dgx-h100", work / "host")
         agent = agentproc.AgentProcess(NODE, host, tb.kubeconfig, work / "kubelet", work)
         tally = crashstream.run(agent, refs, kills=kills, seed=seed)

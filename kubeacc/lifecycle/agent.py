@@ -24,7 +24,8 @@ must be looked at, not repeated blindly. For the same reason a target this agent
 never started again by the same process, even if a cache still shows the operation as it was
 before the agent's own report. What an action came to is kept until its report is written: a
 report the API server did not take (an outage, a timeout) is written again at the next pass,
-so an action that ran is never left Running.
+so an action that ran is never left Running. A read the action needs first that fails
+(:class:`NotStarted`) leaves the target Running for the next pass: nothing was done yet.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx2
 from lightkube import ApiError, Client
 from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
@@ -90,6 +92,11 @@ _AGENT_CONDITIONS = ("Present", "Healthy")
 RESYNC_SECONDS = 600.0
 #: What the agent's threads decode (primed on one thread before the watch starts).
 WATCHED_KINDS = (AcceleratorOperation, Accelerator, AcceleratorPolicy, Event)
+
+
+class NotStarted(Exception):
+    """A read the action needs first failed (API server away, slow or refusing for now):
+    nothing was done to the device, so the target stays Running and the next pass tries it."""
 
 
 class LifecycleAgent:
@@ -367,8 +374,19 @@ class LifecycleAgent:
                 self._report(op, results, target.accelerator, None)
                 self._handled.add((uid, target.accelerator))
                 action = str(spec.action)
-                with self.metrics.action_seconds.labels(action).time():
-                    outcome = self._execute(op, spec, target.accelerator, target.device_name)
+                try:
+                    with self.metrics.action_seconds.labels(action).time():
+                        outcome = self._execute(op, spec, target.accelerator, target.device_name)
+                except NotStarted as exc:  # nothing done to the device: the next pass tries
+                    self._handled.discard(key)
+                    log.warning(
+                        "%s: %s on %s not started, again at the next pass: %s",
+                        op["metadata"].get("name"),
+                        action,
+                        target.device_name,
+                        exc,
+                    )
+                    continue
                 result = OperationPhase.SUCCEEDED if outcome.ok else OperationPhase.FAILED
                 self.metrics.actions.labels(action, result.value).inc()
             self._unreported[key] = outcome  # written again at the next pass if this fails
@@ -397,7 +415,11 @@ class LifecycleAgent:
         try:
             acc = as_dict(self.client.get(Accelerator, acc_name))
         except ApiError as exc:
+            if exc.status.code != 404:
+                raise NotStarted(f"reading Accelerator {acc_name}: {exc}") from exc
             return Outcome(False, "AcceleratorNotFound", f"{acc_name}: {exc}")
+        except httpx2.HTTPError as exc:
+            raise NotStarted(f"reading Accelerator {acc_name}: {exc}") from exc
         try:
             acc_status = accelerator_status(acc)
         except SchemaViolation as exc:
@@ -419,6 +441,8 @@ class LifecycleAgent:
             allowed = allowed_bitstream_digests(
                 (as_dict(p) for p in self.client.list(AcceleratorPolicy)), device
             )
+        except (ApiError, httpx2.HTTPError) as exc:
+            raise NotStarted(f"reading the AcceleratorPolicies: {exc}") from exc
         except (SchemaViolation, ModelError) as exc:
             return Outcome(False, "InvalidObject", str(exc))
         except HostReadError as exc:  # the device not read now: nothing was done to it

@@ -64,14 +64,18 @@ def create_allocated_claim(client: Client, ns: str, name: str, pool: str, device
     return str(client.get(ResourceClaim, name, namespace=ns).metadata.uid)
 
 
-#: the GPUs of the dgx-h100 profile the claims of :func:`allocated_refs` take, in turn
-GPUS = [f"gpu-0000-{b}-00-0" for b in ("1b", "1d", "3d", "3f")]
+#: the seven whole GPUs of the dgx-h100 profile (its eighth is in MIG mode), one for each
+#: claim of :func:`allocated_refs` (the agent refuses to prepare a whole device another
+#: allocated claim still holds, as the scheduler never allocates one twice)
+GPUS = [f"gpu-0000-{b}-00-0" for b in ("1b", "1d", "3d", "3f", "9d", "9f", "bd")]
 
 
-def allocated_refs(client: Client, ns: str, node: str, count: int = 8) -> list[Ref]:
-    """``count`` claims c0, c1, ... allocated a GPU of ``node`` each (GPUs shared in turn)."""
+def allocated_refs(client: Client, ns: str, node: str, count: int = len(GPUS)) -> list[Ref]:
+    """``count`` (at most 7) claims c0, c1, ... allocated a GPU of ``node`` each."""
+    if count > len(GPUS):
+        raise ValueError(f"at most {len(GPUS)} claims, one per GPU")
     return [
-        (ns, f"c{i}", create_allocated_claim(client, ns, f"c{i}", node, GPUS[i % len(GPUS)]))
+        (ns, f"c{i}", create_allocated_claim(client, ns, f"c{i}", node, GPUS[i]))
         for i in range(count)
     ]
 

@@ -31,8 +31,6 @@ pytestmark = [
     ),
 ]
 
-GPU = "gpu-0000-1b-00-0"
-
 
 def in_tmpfs(mounts: dict[Path, str], fill: tuple[Path, ...] = ()) -> list[str]:
     """A command prefix: private mount namespace, a tmpfs with ``options`` on each path, the
@@ -79,7 +77,9 @@ def test_full_directories_at_run_time_fail_per_claim_and_recover(
         (
             namespace,
             f"c{i}",
-            crashstream.create_allocated_claim(kube_client, namespace, f"c{i}", agent.node, GPU),
+            crashstream.create_allocated_claim(
+                kube_client, namespace, f"c{i}", agent.node, crashstream.GPUS[i]
+            ),
         )
         for i in range(3)
     ]
