@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from kubeacc.testbed.procs import terminate
 from tests.faults.controllers import free_port, http_get
 
 LIFECYCLE_KILL = "lifecycle-kill"
@@ -89,13 +90,8 @@ class LifecycleProcess:
             self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if self.proc is not None and self.proc.poll() is None:
+            terminate(self.proc)
 
     def tail(self) -> str:
         return self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""

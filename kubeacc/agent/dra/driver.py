@@ -408,38 +408,45 @@ class Driver:
             mine -= unused.admin_devices(work.claim)
             for huid, (held, device) in unused.holders(recorded, mine, set(built)).items():
                 ref = ClaimRef(held.namespace, held.name, huid)
-                read: dict[str, Any] = {}  # the holder's claim, as the last read saw it
-
-                def why(r: ClaimRef, read: dict[str, Any] = read) -> str:
-                    read["claim"] = self.claims.get(r.namespace, r.name, r.uid)
-                    return unused.unused_reason(read["claim"], r.uid)
-
-                try:
-                    done = self.unprepare_unused([ref], why)
-                    why_gone, err = done.get(huid, ("", "it is still allocated"))
-                except Exception as exc:  # API server away: the kubelet retries
-                    why_gone, err = "", f"cannot read it: {exc.__class__.__name__}"
-                admin = {d for _, d in unused.admin_devices(read.get("claim"))}
-                if not why_gone and not err.startswith("cannot") and device in admin:
-                    continue  # the holder's allocation is an admin's: both may use the device
-                if why_gone and not err:
-                    log.info(
-                        "unprepared claim %s/%s (%s): its device %s is allocated to claim %s/%s",
-                        ref.namespace,
-                        ref.name,
-                        why_gone,
-                        device,
-                        work.prepared.namespace,
-                        work.prepared.name,
+                if err := self._free_holder(ref, device, work.where):
+                    out[uid] = PrepareResult(
+                        error=f"device {device} is still prepared for claim {ref.namespace}/"
+                        f"{ref.name} ({huid}): {err}"
                     )
-                    continue
-                out[uid] = PrepareResult(
-                    error=f"device {device} is still prepared for claim {ref.namespace}/"
-                    f"{ref.name} ({huid}): {err}"
+                    self._abandon([uid])
+                    del built[uid]
+                    break
+
+    def _free_holder(self, ref: ClaimRef, device: str, claimant: str) -> str:
+        """Free ``device`` of the recorded claim ``ref`` for ``claimant``: unprepare ``ref`` if
+        it is unused (read with it held). "" when the device may be prepared for the claimant
+        (freed, unprepared meanwhile by the kubelet, or an admin-access allocation that shares
+        it by design), else why not."""
+        read: list[dict[str, Any] | None] = []
+
+        def why(r: ClaimRef) -> str:
+            read.append(self.claims.get(r.namespace, r.name, r.uid))
+            return unused.unused_reason(read[-1], r.uid)
+
+        try:
+            done = self.unprepare_unused([ref], why)
+        except Exception as exc:  # API server away: the kubelet retries
+            return f"cannot read it: {exc.__class__.__name__}"
+        if ref.uid in done:
+            reason, err = done[ref.uid]
+            if not err:
+                log.info(
+                    "unprepared claim %s/%s (%s): its device %s is allocated to %s",
+                    ref.namespace,
+                    ref.name,
+                    reason,
+                    device,
+                    claimant,
                 )
-                self._abandon([uid])
-                del built[uid]
-                break
+            return err
+        if read and device not in {d for _, d in unused.admin_devices(read[-1])}:
+            return "it is still allocated"
+        return ""
 
     def _again(self, ref: ClaimRef, done: PreparedClaim) -> str:
         """A prepared claim asked for again: each kind's check (an FPGA's bitstream still
